@@ -1,0 +1,92 @@
+/* linfuse ops: the dispatcher. Each op checks its inputs (shape, dtype, device), tells the
+ * observer (the profiler) that it began, derives GEMM layouts from strides instead of copying,
+ * launches kernels through the device's backend, and tells the observer it ended. Composite
+ * ops call other ops, so the chain a user sees is honest: lf::linear -> lf::t -> lf::addmm.
+ * Every op returns a new tensor through `out` (the caller frees it) and an lf_status.
+ * Layer: ops/ sits on backend/ and tensor/. */
+#ifndef LINFUSE_OPS_H
+#define LINFUSE_OPS_H
+
+#include "linfuse/backend.h"
+#include "linfuse/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The op table: one line per op (ops.def), the names users see in traces. */
+typedef enum lf_op_id {
+#define LF_OP(id, name, kind) LF_OP_##id,
+#include "linfuse/ops.def"
+#undef LF_OP
+    LF_OP_COUNT
+} lf_op_id;
+
+typedef enum lf_op_kind { LF_OPK_VIEW, LF_OPK_COPY, LF_OPK_GEMM, LF_OPK_POINTWISE, LF_OPK_COMPOSITE } lf_op_kind;
+
+const char *lf_op_name(lf_op_id op); /* "lf::addmm" */
+lf_op_kind lf_op_kind_of(lf_op_id op);
+
+/* --- views as ops (recorded, launch nothing) --- */
+lf_status lf_t(lf_tensor **out, const lf_tensor *x);
+lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1);
+lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
+/* A view when strides allow, else a contiguous copy (as torch.reshape). */
+lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
+/* x itself (a new handle) when already contiguous, else a contiguous copy. */
+lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x);
+
+/* --- GEMMs --- */
+/* out (M, N) = a (M, K) . b (K, N) */
+lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+/* out = beta * bias + alpha * a . b; bias broadcasts to (M, N): (N), (1, N), (M, 1) or (M, N).
+ * A (N) bias with beta == 1 rides in the GEMM's epilogue; any other bias is read as the GEMM's
+ * C input with beta. Never a separate add, never a copy of the bias. */
+lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
+                   float beta, float alpha);
+/* out = act(a . b + bias): one GEMM with bias and activation in its epilogue (bias may be NULL;
+ * when given it is (N)). torch calls this _addmm_activation. */
+lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act);
+/* out (M, N/2) = act(g) * u, where a . b (M, N) holds gates and partners in blocks of
+ * 2 x group columns (lf_gate, LF_GATE_PAIRED). One GEMM; g and u never reach memory. */
+lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
+/* 2-D x 2-D is mm; (B, S, K) x (K, N) flattens the first operand to (B*S, K), runs mm and views
+ * the result as (B, S, N), as torch.matmul does. */
+lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+/* y = x . w^T + b for x (..., in), w (out, in), b (out) or NULL: lf::t on the weight, then
+ * addmm (or mm without bias); inputs with more than 2 dims go through matmul (no bias) or
+ * a flattened addmm (bias), as torch's linear does. */
+lf_status lf_linear(lf_tensor **out, const lf_tensor *x, const lf_tensor *w, const lf_tensor *b);
+
+/* --- pointwise (numpy broadcasting; both operands of one dtype) --- */
+lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+typedef enum lf_gelu_approx { LF_GELU_ERF, LF_GELU_TANH } lf_gelu_approx;
+lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
+
+/* --- the observer: how the profiler (or a test) sees the dispatcher --- */
+
+/* One argument of an op as a trace records it: a tensor, a scalar, or nothing. */
+typedef struct lf_op_arg {
+    const lf_tensor *t; /* NULL for a scalar or an absent optional tensor */
+    double scalar;
+    int is_scalar;
+} lf_op_arg;
+
+typedef struct lf_op_observer {
+    void (*op_begin)(void *user, lf_op_id op, int n_args, const lf_op_arg *args);
+    void (*op_end)(void *user, lf_op_id op, lf_status status);
+    /* around each kernel launch; info is complete at kernel_end */
+    void (*kernel_begin)(void *user, lf_device dev);
+    void (*kernel_end)(void *user, lf_device dev, const lf_kernel_info *info);
+    void *user;
+} lf_op_observer;
+
+/* Install (or with NULL remove) the process-wide observer. The struct must outlive its use. While
+ * none is installed, the dispatcher pays one predictable branch per op. */
+void lf_ops_set_observer(const lf_op_observer *obs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

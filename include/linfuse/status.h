@@ -1,0 +1,38 @@
+/* linfuse status codes: every public function returns an lf_status; on failure the calling
+ * thread's message (lf_last_error) names the argument and the expected and actual values.
+ * Layer: base of everything; knows nothing else. */
+#ifndef LINFUSE_STATUS_H
+#define LINFUSE_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum lf_status {
+    LF_OK = 0,
+    LF_EINVAL,       /* a bad argument: NULL, out-of-range dim, bad option value */
+    LF_ESHAPE,       /* shapes or strides that do not fit the operation */
+    LF_EDTYPE,       /* element types that do not fit the operation */
+    LF_EDEVICE,      /* wrong device, or a device that is not available */
+    LF_ENOMEM,       /* an allocation failed */
+    LF_EOVERFLOW,    /* an element or byte count does not fit in 63 bits */
+    LF_EUNSUPPORTED, /* a valid request this build or backend cannot do */
+    LF_EIO,          /* a file could not be read or written */
+    LF_EGUARD,       /* a compiled plan's guard rejected an input */
+    LF_STATUS_COUNT
+} lf_status;
+
+/* "LF_ESHAPE" and so on; "LF_E?" for values outside the enum. */
+const char *lf_status_name(lf_status s);
+
+/* The message of the last failing call on this thread ("" if none). Valid until the next
+ * failing call on the same thread. */
+const char *lf_last_error(void);
+
+/* Forget the last message of this thread. */
+void lf_clear_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,173 @@
+/* linfuse tensors: a dtype, up to four dims with element strides and an offset, over refcounted
+ * storage tagged with its device. Views (t, transpose, permute, view, as_strided, unsqueeze,
+ * flatten) only rewrite shape and strides; they never copy. Copies (reshape when no view fits,
+ * contiguous) are ops, in ops.h, because a copy is work a backend does.
+ * Layer: tensor/ knows no backend and no profiler. */
+#ifndef LINFUSE_TENSOR_H
+#define LINFUSE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "linfuse/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LF_MAX_DIMS 4
+
+typedef enum lf_dtype { LF_DTYPE_F32, LF_DTYPE_BF16, LF_DTYPE_F16, LF_DTYPE_COUNT } lf_dtype;
+
+typedef enum lf_device { LF_DEVICE_CPU, LF_DEVICE_CUDA, LF_DEVICE_COUNT } lf_device;
+
+typedef struct lf_storage lf_storage; /* opaque: bytes on one device, refcounted */
+
+typedef struct lf_tensor {
+    lf_dtype dtype;
+    int ndim;                       /* 1..LF_MAX_DIMS */
+    int64_t shape[LF_MAX_DIMS];     /* each >= 1 */
+    int64_t stride[LF_MAX_DIMS];    /* in elements; 0 is allowed (a broadcast view) */
+    int64_t offset;                 /* in elements, from the start of storage */
+    lf_storage *storage;            /* shared by every view of the same data */
+} lf_tensor;
+
+/* "f32", "bf16", "f16" */
+const char *lf_dtype_name(lf_dtype dt);
+/* PyTorch's spelling as profiler traces write it: "float", "c10::BFloat16", "c10::Half" */
+const char *lf_dtype_torch_name(lf_dtype dt);
+size_t lf_dtype_size(lf_dtype dt);
+/* Parse "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16"/"half". */
+lf_status lf_dtype_parse(const char *s, lf_dtype *out);
+/* "cpu", "cuda" */
+const char *lf_device_name(lf_device d);
+
+/* --- element conversions: round to nearest even; NaN stays NaN (quieted), Inf stays Inf --- */
+
+static inline uint32_t lf_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float lf_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline uint16_t lf_bf16_from_f32(float f)
+{
+    uint32_t x = lf_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x0040u); /* NaN: keep sign and payload top, set quiet bit */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline float lf_f32_from_bf16(uint16_t h) { return lf_f32_from_bits((uint32_t)h << 16); }
+
+static inline uint16_t lf_f16_from_f32(float f)
+{
+    uint32_t x = lf_f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* >= 65520 (half-way past 65504) rounds to Inf; Inf stays Inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) { /* normal in f16: >= 2^-14 */
+        ax += 0xfffu + ((ax >> 13) & 1u);
+        return (uint16_t)(sign | ((ax - 0x38000000u) >> 13));
+    }
+    uint32_t e = ax >> 23;
+    if (e < 102) /* below half the smallest subnormal (2^-25): rounds to zero */
+        return sign;
+    uint32_t mant = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
+    uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return (uint16_t)(sign | q);
+}
+
+static inline float lf_f32_from_f16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return lf_f32_from_bits(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* exact: subnormal or zero */
+        return sign ? -v : v;
+    }
+    return lf_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Read element i of a buffer of dtype dt as float, and write one. */
+static inline float lf_load_f32(const void *p, lf_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case LF_DTYPE_BF16: return lf_f32_from_bf16(((const uint16_t *)p)[i]);
+    case LF_DTYPE_F16: return lf_f32_from_f16(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+static inline void lf_store_f32(void *p, lf_dtype dt, int64_t i, float v)
+{
+    switch (dt) {
+    case LF_DTYPE_BF16: ((uint16_t *)p)[i] = lf_bf16_from_f32(v); break;
+    case LF_DTYPE_F16: ((uint16_t *)p)[i] = lf_f16_from_f32(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+/* --- a seeded generator (xoshiro256**, seeded through splitmix64) --- */
+
+typedef struct lf_rng { uint64_t s[4]; } lf_rng;
+
+void lf_rng_seed(lf_rng *rng, uint64_t seed);
+uint64_t lf_rng_next(lf_rng *rng);
+/* uniform in [0, 1) with 53 random bits */
+double lf_rng_uniform(lf_rng *rng);
+
+/* --- lifetime --- */
+
+/* A new contiguous (row-major) tensor; contents are uninitialised. */
+lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev);
+/* A new contiguous tensor holding src (numel floats, row-major), rounded to dt. */
+lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape,
+                             const float *src, lf_device dev);
+/* Drop this handle; the storage goes when its last view goes. NULL is fine. */
+void lf_tensor_free(lf_tensor *t);
+
+/* --- facts --- */
+
+int64_t lf_tensor_numel(const lf_tensor *t);
+int lf_tensor_is_contiguous(const lf_tensor *t); /* row-major, no gaps (size-1 dims ignored) */
+lf_device lf_tensor_device(const lf_tensor *t);
+/* Address of element [0,...,0] (a device address for device tensors). */
+void *lf_tensor_data(const lf_tensor *t);
+/* Same storage, so possibly overlapping memory. */
+int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b);
+
+/* --- host data in and out (CPU tensors; device tensors come with the CUDA backend) --- */
+
+/* Copy every element, in row-major order of the logical shape, into dst as float.
+ * cap is dst's capacity in elements and must be >= numel. */
+lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap);
+/* Fill every element (through strides) with uniform values in [lo, hi), rounded to dtype. */
+lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi);
+/* Fill every element with v (rounded to dtype). */
+lf_status lf_tensor_fill(lf_tensor *t, float v);
+
+/* --- views: new handles over the same storage; no data moves --- */
+
+/* 2-D: swap the dims; 1-D: the same shape (as torch.t). */
+lf_status lf_tensor_t(lf_tensor **out, const lf_tensor *t);
+/* Dims may be negative (counted from the end). */
+lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d1);
+lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const int *perm);
+/* The new shape must be expressible with strides over the same memory (one dim may be -1);
+ * otherwise LF_ESHAPE (use lf_reshape, which copies). */
+lf_status lf_tensor_view(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape);
+/* Arbitrary shape/strides/offset; every reachable element must lie inside the storage. */
+lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
+                               const int64_t *stride, int64_t offset);
+lf_status lf_tensor_unsqueeze(lf_tensor **out, const lf_tensor *t, int dim);
+/* Merge dims start..end into one; LF_ESHAPE when their strides do not allow a view. */
+lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int end);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,217 @@
+/* Device-independent half of the backend layer: checking GEMM and pointwise descriptions,
+ * naming kernels, routing to the device's table, and the float64 reference GEMM.
+ * Layer: backend/. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backend/backend_impl.h"
+
+lf_epilogue lf_epilogue_default(void)
+{
+    return (lf_epilogue){.alpha = 1.0f, .beta = 0.0f, .bias_dtype = LF_DTYPE_F32, .gate_group = 1};
+}
+
+static const char *const act_names[LF_ACT_COUNT] = {"none", "relu", "gelu_tanh", "gelu_erf"};
+
+const char *lf_act_name(lf_act act) { return (unsigned)act < LF_ACT_COUNT ? act_names[act] : "?"; }
+
+double lf_act_ref(lf_act act, double x)
+{
+    switch (act) {
+    case LF_ACT_RELU: return x > 0 ? x : 0;
+    case LF_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case LF_ACT_GELU_ERF: return 0.5 * x * erfc(-x * 0.7071067811865476);
+    default: return x;
+    }
+}
+
+const lf_backend_ops *lf_backend_for(lf_device dev)
+{
+    if (dev == LF_DEVICE_CPU)
+        return &lf_cpu_backend_ops;
+    lf_fail(LF_EDEVICE, "no %s backend in this build or on this machine", lf_device_name(dev));
+    return NULL;
+}
+
+static char layout_letter(const lf_matrix *m)
+{
+    if (m->cs == 1 || m->cols == 1)
+        return 'n';
+    if (m->rs == 1 || m->rows == 1)
+        return 't';
+    return 's';
+}
+
+void lf_gemm_layout(const lf_gemm *g, char out[3])
+{
+    out[0] = layout_letter(&g->b);
+    out[1] = layout_letter(&g->a);
+    out[2] = '\0';
+}
+
+void lf_gemm_name_suffix(const lf_gemm *g, char *buf, size_t cap)
+{
+    char lay[3];
+    lf_gemm_layout(g, lay);
+    snprintf(buf, cap, "%s%s%s%s%s%s", lay, g->c.data ? "_c" : "", g->ep.bias ? "_bias" : "",
+             g->ep.act != LF_ACT_NONE ? "_" : "", g->ep.act != LF_ACT_NONE ? lf_act_name(g->ep.act) : "",
+             g->ep.gate == LF_GATE_PAIRED ? "_gated" : "");
+}
+
+/* Byte interval [lo, hi] a matrix view touches. */
+static void extent(const lf_matrix *m, uintptr_t *lo, uintptr_t *hi)
+{
+    size_t es = lf_dtype_size(m->dtype);
+    *lo = (uintptr_t)m->data;
+    *hi = *lo + (uintptr_t)(((m->rows - 1) * m->rs + (m->cols - 1) * m->cs) * (int64_t)es + (int64_t)es - 1);
+}
+
+static int overlaps(const lf_matrix *a, const lf_matrix *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    extent(a, &alo, &ahi);
+    extent(b, &blo, &bhi);
+    return alo <= bhi && blo <= ahi;
+}
+
+static lf_status check_matrix(const lf_matrix *m, const char *name)
+{
+    if (!m->data)
+        return lf_fail(LF_EINVAL, "lf_gemm: matrix %s has no data pointer", name);
+    if ((unsigned)m->dtype >= LF_DTYPE_COUNT)
+        return lf_fail(LF_EDTYPE, "lf_gemm: matrix %s has unknown dtype %d", name, (int)m->dtype);
+    if (m->rows < 1 || m->cols < 1)
+        return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s is %lld x %lld, expected both dims >= 1", name,
+                       (long long)m->rows, (long long)m->cols);
+    if (m->rs < 0 || m->cs < 0)
+        return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s has negative strides (%lld, %lld)", name,
+                       (long long)m->rs, (long long)m->cs);
+    int64_t x, y, z;
+    if (!lf_mul_ok(m->rows - 1, m->rs, &x) || !lf_mul_ok(m->cols - 1, m->cs, &y) || !lf_add_ok(x, y, &z) ||
+        !lf_mul_ok(z + 1, (int64_t)lf_dtype_size(m->dtype), &z))
+        return lf_fail(LF_EOVERFLOW, "lf_gemm: matrix %s spans more bytes than fit in 63 bits", name);
+    return LF_OK;
+}
+
+lf_status lf_gemm_validate(const lf_gemm *g)
+{
+    LF_CHECK_PTR(g, "lf_gemm", "g");
+    LF_TRY(check_matrix(&g->a, "a"));
+    LF_TRY(check_matrix(&g->b, "b"));
+    LF_TRY(check_matrix(&g->d, "d"));
+    const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
+    if (g->b.rows != K)
+        return lf_fail(LF_ESHAPE, "lf_gemm: a is %lld x %lld but b is %lld x %lld: inner dims differ (%lld != %lld)",
+                       (long long)M, (long long)K, (long long)g->b.rows, (long long)N, (long long)K,
+                       (long long)g->b.rows);
+    if (g->a.dtype != g->b.dtype)
+        return lf_fail(LF_EDTYPE, "lf_gemm: a is %s but b is %s; both operands must have one dtype",
+                       lf_dtype_name(g->a.dtype), lf_dtype_name(g->b.dtype));
+    const lf_epilogue *ep = &g->ep;
+    if ((unsigned)ep->act >= LF_ACT_COUNT)
+        return lf_fail(LF_EINVAL, "lf_gemm: activation %d is not one of none, relu, gelu_tanh, gelu_erf", (int)ep->act);
+    int64_t n_out = N;
+    if (ep->gate == LF_GATE_PAIRED) {
+        if (ep->gate_group < 1 || N % (2 * ep->gate_group))
+            return lf_fail(LF_ESHAPE, "lf_gemm: paired gate needs b's %lld columns to be whole blocks of "
+                           "2 x gate_group (%lld)", (long long)N, (long long)ep->gate_group);
+        if (g->c.data)
+            return lf_fail(LF_EUNSUPPORTED, "lf_gemm: a paired-gate GEMM takes no C input");
+        n_out = N / 2;
+    } else if (ep->gate != LF_GATE_NONE) {
+        return lf_fail(LF_EINVAL, "lf_gemm: gate mode %d is not none or paired", (int)ep->gate);
+    }
+    if (g->d.rows != M || g->d.cols != n_out)
+        return lf_fail(LF_ESHAPE, "lf_gemm: d is %lld x %lld, expected %lld x %lld", (long long)g->d.rows,
+                       (long long)g->d.cols, (long long)M, (long long)n_out);
+    if (g->d.cs == 0 || g->d.rs == 0 ||
+        (g->d.rows > 1 && g->d.cols > 1 && g->d.rs < g->d.cols * g->d.cs && g->d.cs < g->d.rows * g->d.rs))
+        return lf_fail(LF_ESHAPE, "lf_gemm: d's strides (%lld, %lld) make elements overlap", (long long)g->d.rs,
+                       (long long)g->d.cs);
+    if (g->c.data) {
+        LF_TRY(check_matrix(&g->c, "c"));
+        if (g->c.rows != M || g->c.cols != N)
+            return lf_fail(LF_ESHAPE, "lf_gemm: c is %lld x %lld, expected %lld x %lld", (long long)g->c.rows,
+                           (long long)g->c.cols, (long long)M, (long long)N);
+        if (overlaps(&g->d, &g->c))
+            return lf_fail(LF_EINVAL, "lf_gemm: d overlaps c; write the result to separate memory");
+    }
+    if (ep->bias && (unsigned)ep->bias_dtype >= LF_DTYPE_COUNT)
+        return lf_fail(LF_EDTYPE, "lf_gemm: bias dtype %d is unknown", (int)ep->bias_dtype);
+    if (overlaps(&g->d, &g->a) || overlaps(&g->d, &g->b))
+        return lf_fail(LF_EINVAL, "lf_gemm: d overlaps %s; write the result to separate memory",
+                       overlaps(&g->d, &g->a) ? "a" : "b");
+    return LF_OK;
+}
+
+lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info)
+{
+    LF_TRY(lf_gemm_validate(g));
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    return b->gemm(g, info);
+}
+
+static double mat_get(const lf_matrix *m, int64_t i, int64_t j)
+{
+    return lf_load_f32(m->data, m->dtype, i * m->rs + j * m->cs);
+}
+
+lf_status lf_gemm_reference(const lf_gemm *g)
+{
+    LF_TRY(lf_gemm_validate(g));
+    const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
+    const lf_epilogue *ep = &g->ep;
+    const int gated = ep->gate == LF_GATE_PAIRED;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t jo = 0; jo < g->d.cols; jo++) {
+            /* the one or two pre-gate columns this output needs */
+            int64_t cols[2] = {jo, -1};
+            if (gated) {
+                int64_t grp = ep->gate_group;
+                cols[0] = (jo / grp) * 2 * grp + jo % grp;
+                cols[1] = cols[0] + grp;
+            }
+            double z[2] = {0, 0};
+            for (int q = 0; q < 1 + gated; q++) {
+                int64_t j = cols[q];
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += mat_get(&g->a, i, k) * mat_get(&g->b, k, j);
+                s *= ep->alpha;
+                if (g->c.data)
+                    s += ep->beta * mat_get(&g->c, i, j);
+                if (ep->bias)
+                    s += lf_load_f32(ep->bias, ep->bias_dtype, j);
+                z[q] = s;
+            }
+            double v = lf_act_ref(ep->act, z[0]);
+            if (gated)
+                v *= z[1];
+            lf_store_f32(g->d.data, g->d.dtype, i * g->d.rs + jo * g->d.cs, (float)v);
+        }
+    (void)N;
+    return LF_OK;
+}
+
+lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_info *info)
+{
+    LF_CHECK_PTR(p, "lf_pointwise", "p");
+    if ((unsigned)p->op >= LF_PW_COUNT)
+        return lf_fail(LF_EINVAL, "lf_pointwise: op %d is unknown", (int)p->op);
+    if (p->op == LF_PW_ACT && (unsigned)p->act >= LF_ACT_COUNT)
+        return lf_fail(LF_EINVAL, "lf_pointwise: activation %d is unknown", (int)p->act);
+    if (p->ndim < 1 || p->ndim > LF_MAX_DIMS)
+        return lf_fail(LF_ESHAPE, "lf_pointwise: %d dims, expected 1 to %d", p->ndim, LF_MAX_DIMS);
+    for (int i = 0; i < p->ndim; i++)
+        if (p->shape[i] < 1)
+            return lf_fail(LF_ESHAPE, "lf_pointwise: dim %d is %lld, expected >= 1", i, (long long)p->shape[i]);
+    int nin = p->op == LF_PW_ADD || p->op == LF_PW_MUL ? 2 : 1;
+    if (!p->out.data || !p->in[0].data || (nin == 2 && !p->in[1].data))
+        return lf_fail(LF_EINVAL, "lf_pointwise: an operand has no data pointer");
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    return b->pointwise(p, info);
+}

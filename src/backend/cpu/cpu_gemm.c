@@ -1,0 +1,278 @@
+/* The CPU GEMM: cache-blocked in the manner of BLIS/GotoBLAS, with operands read through their
+ * strides while packing (so nn, tn, nt and tt cost the same and nothing is transposed in
+ * memory), bf16/f16 widened to f32 while packing, f32 accumulation in registers, and the
+ * epilogue (alpha, C, bias, activation, gate) applied to each row-block of results while it
+ * is still in L1. Threads split D into independent blocks; each packs its own operands.
+ *
+ * Per thread, over its block of D:
+ *   for each panel of NC output columns:     pack B (K x NC) into slivers of nr columns
+ *     for each block of MC rows:              pack A (MC x K) into slivers of mr rows
+ *       for each B sliver:                    (a strip of MC x nr results)
+ *         for each KC chunk of K:             the B sliver chunk (KC x nr) stays in L1
+ *           for each A sliver: micro-kernel   mr x nr sums, accumulated over the chunks
+ *         epilogue on the strip -> D
+ * Layer: backend/cpu. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_impl.h"
+
+enum { KC = 256 };
+
+typedef struct plan {
+    const lf_gemm *g;
+    const lf_cpu_kernels *k;
+    int64_t M, N, K;   /* N counts pre-gate columns */
+    int64_t No;        /* output columns of D */
+    int nro;           /* output columns per micro-tile: nr, or nr/2 when gated */
+    int64_t mc, nco;   /* rows per A block, output columns per B panel */
+} plan;
+
+/* dst[i*dstep] = src[start + i*step] as float, for i < n. */
+static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst,
+                   int64_t dstep)
+{
+    switch (dt) {
+    case LF_DTYPE_F32: {
+        const float *s = (const float *)src + start;
+        for (int64_t i = 0; i < n; i++)
+            dst[i * dstep] = s[i * step];
+        break;
+    }
+    case LF_DTYPE_BF16: {
+        const uint16_t *s = (const uint16_t *)src + start;
+        for (int64_t i = 0; i < n; i++)
+            dst[i * dstep] = lf_f32_from_bf16(s[i * step]);
+        break;
+    }
+    default: {
+        const uint16_t *s = (const uint16_t *)src + start;
+        for (int64_t i = 0; i < n; i++)
+            dst[i * dstep] = lf_f32_from_f16(s[i * step]);
+        break;
+    }
+    }
+}
+
+/* Pre-gate column of B feeding tile position p of the sliver whose first output column is o,
+ * or -1 for padding. Gated tiles hold nr/2 gates then their nr/2 partners. */
+static int64_t tile_col(const plan *pl, int64_t o, int p)
+{
+    if (pl->g->ep.gate != LF_GATE_PAIRED) {
+        int64_t j = o + p;
+        return j < pl->N ? j : -1;
+    }
+    int half = pl->k->nr / 2, q = p < half ? p : p - half;
+    int64_t j = o + q, grp = pl->g->ep.gate_group;
+    if (j >= pl->No)
+        return -1;
+    int64_t gcol = (j / grp) * 2 * grp + j % grp;
+    return p < half ? gcol : gcol + grp;
+}
+
+/* B panel: output columns [o0, o0+nco) -> slivers of (K, nr) floats, plus each sliver's column
+ * map and bias values for the epilogue. */
+static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *cols, float *bias)
+{
+    const lf_matrix *b = &pl->g->b;
+    const int nr = pl->k->nr;
+    const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
+    for (int64_t s = 0; s < nsl; s++) {
+        float *dst = bp + s * K * nr;
+        int64_t *cs = cols + s * nr;
+        for (int p = 0; p < nr; p++) {
+            cs[p] = tile_col(pl, o0 + s * pl->nro, p);
+            bias[s * nr + p] = cs[p] >= 0 && pl->g->ep.bias
+                                   ? lf_load_f32(pl->g->ep.bias, pl->g->ep.bias_dtype, cs[p])
+                                   : 0.0f;
+        }
+        if (b->rs <= b->cs) { /* columns are the contiguous direction (the nn.Linear weight) */
+            for (int p = 0; p < nr; p++) {
+                if (cs[p] >= 0)
+                    gather(b->data, b->dtype, cs[p] * b->cs, b->rs, K, dst + p, nr);
+                else
+                    for (int64_t k = 0; k < K; k++)
+                        dst[k * nr + p] = 0.0f;
+            }
+        } else { /* rows are contiguous: walk k outside, read runs of a row */
+            for (int64_t k = 0; k < K; k++) {
+                float *row = dst + k * nr;
+                int p = 0;
+                while (p < nr) {
+                    if (cs[p] < 0) {
+                        row[p++] = 0.0f;
+                        continue;
+                    }
+                    int q = p + 1; /* extend a run of consecutive columns */
+                    while (q < nr && cs[q] == cs[q - 1] + 1)
+                        q++;
+                    gather(b->data, b->dtype, k * b->rs + cs[p] * b->cs, b->cs, q - p, row + p, 1);
+                    p = q;
+                }
+            }
+        }
+    }
+}
+
+/* A block: rows [i0, i0+mc) -> slivers of (K, mr) floats, zero rows past M. */
+static void pack_a(const plan *pl, int64_t i0, int64_t mc, float *ap)
+{
+    const lf_matrix *a = &pl->g->a;
+    const int mr = pl->k->mr;
+    const int64_t K = pl->K;
+    for (int64_t s = 0; s * mr < mc; s++) {
+        float *dst = ap + s * K * mr;
+        int64_t r0 = i0 + s * mr, valid = mc - s * mr < mr ? mc - s * mr : mr;
+        if (a->cs <= a->rs) { /* row-major A: read each row along k */
+            for (int r = 0; r < valid; r++)
+                gather(a->data, a->dtype, (r0 + r) * a->rs, a->cs, K, dst + r, mr);
+        } else { /* column-major A: read each column segment */
+            for (int64_t k = 0; k < K; k++)
+                gather(a->data, a->dtype, k * a->cs + r0 * a->rs, a->rs, valid, dst + k * mr, 1);
+        }
+        for (int r = (int)valid; r < mr; r++)
+            for (int64_t k = 0; k < K; k++)
+                dst[k * mr + r] = 0.0f;
+    }
+}
+
+typedef struct ws_layout {
+    size_t bp, ap, strip, cols, bias, total; /* byte offsets in a thread's slot */
+} ws_layout;
+
+static ws_layout layout_for(const plan *pl)
+{
+    const int64_t mr = pl->k->mr, nr = pl->k->nr, K = pl->K;
+    const int64_t nsl = (pl->nco + pl->nro - 1) / pl->nro, mcp = (pl->mc + mr - 1) / mr * mr;
+    ws_layout l;
+    size_t off = 0;
+#define TAKE(field, n)                          \
+    l.field = off;                              \
+    off += ((size_t)(n) + 63) & ~(size_t)63;
+    TAKE(bp, (size_t)nsl * K * nr * sizeof(float));
+    TAKE(ap, (size_t)mcp * K * sizeof(float));
+    TAKE(strip, (size_t)mcp * nr * sizeof(float));
+    TAKE(cols, (size_t)nsl * nr * sizeof(int64_t));
+    TAKE(bias, (size_t)nsl * nr * sizeof(float));
+#undef TAKE
+    l.total = off;
+    return l;
+}
+
+static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
+                      int64_t o1)
+{
+    const lf_cpu_kernels *k = pl->k;
+    const int mr = k->mr, nr = k->nr;
+    const int64_t K = pl->K;
+    float *bp = (float *)(slot + l->bp), *ap = (float *)(slot + l->ap), *strip = (float *)(slot + l->strip);
+    int64_t *cols = (int64_t *)(slot + l->cols);
+    float *bias = (float *)(slot + l->bias);
+    for (int64_t oc = o0; oc < o1; oc += pl->nco) {
+        int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco;
+        int64_t nsl = (nco + pl->nro - 1) / pl->nro;
+        pack_b(pl, oc, nco, bp, cols, bias);
+        for (int64_t ic = m0; ic < m1; ic += pl->mc) {
+            int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc;
+            int64_t nsa = (mc + mr - 1) / mr;
+            pack_a(pl, ic, mc, ap);
+            for (int64_t s = 0; s < nsl; s++) {
+                const float *bs = bp + s * K * nr;
+                for (int64_t pc = 0; pc < K; pc += KC) {
+                    int64_t kc = K - pc < KC ? K - pc : KC;
+                    for (int64_t ia = 0; ia < nsa; ia++)
+                        k->ukr(kc, ap + ia * K * mr + pc * mr, bs + pc * nr, strip + ia * mr * nr, pc > 0);
+                }
+                int64_t o = oc + s * pl->nro;
+                lf_ep_strip es = {
+                    .g = pl->g, .nr = nr, .i0 = ic, .rows = mc, .o0 = o,
+                    .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
+                    .cols = cols + s * nr, .bias = bias + s * nr, .acc = strip,
+                };
+                k->ep_strip(&es);
+            }
+        }
+    }
+}
+
+/* Split D among T threads as tm x tn blocks of whole micro-tiles: least work on the busiest
+ * thread first, then the least packing (rows + columns per thread). */
+static void split(const plan *pl, int T, int *tm_out, int *tn_out)
+{
+    int64_t mt = (pl->M + pl->k->mr - 1) / pl->k->mr, nt = (pl->No + pl->nro - 1) / pl->nro;
+    int best_tm = 1;
+    int64_t best_work = INT64_MAX, best_pack = INT64_MAX;
+    for (int tm = 1; tm <= T; tm++) {
+        if (T % tm)
+            continue;
+        int tn = T / tm;
+        int64_t rows = (mt + tm - 1) / tm, colsn = (nt + tn - 1) / tn;
+        int64_t work = rows * colsn, pack = rows * pl->k->mr + colsn * pl->nro;
+        if (work < best_work || (work == best_work && pack < best_pack))
+            best_tm = tm, best_work = work, best_pack = pack;
+    }
+    *tm_out = best_tm;
+    *tn_out = T / best_tm;
+}
+
+lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
+{
+    plan pl = {.g = g, .k = lf_cpu_kernels_active()};
+    pl.M = g->a.rows;
+    pl.K = g->a.cols;
+    pl.N = g->b.cols;
+    pl.No = g->d.cols;
+    pl.nro = g->ep.gate == LF_GATE_PAIRED ? pl.k->nr / 2 : pl.k->nr;
+    /* Blocks: 8 micro-tiles of rows; B panels of up to 2048 output columns, fewer when K is so
+     * long that the panel would pass 8 MB (A blocks shrink the same way past 2 MB). */
+    const int64_t mr = pl.k->mr, nr = pl.k->nr;
+    int64_t mc_cap = (2 << 20) / (4 * pl.K) / mr * mr;
+    pl.mc = 8 * mr < mc_cap ? 8 * mr : (mc_cap > mr ? mc_cap : mr);
+    int64_t nsl_cap = (8 << 20) / (4 * pl.K * nr);
+    int64_t nsl = 2048 / pl.nro < nsl_cap ? 2048 / pl.nro : (nsl_cap > 1 ? nsl_cap : 1);
+    pl.nco = nsl * pl.nro;
+
+    double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
+    int T = lf_cpu_threads();
+    if (flops < 4e6) /* below ~50 us of work a second thread costs more than it gives */
+        T = 1;
+    int tm, tn;
+    split(&pl, T, &tm, &tn);
+    int64_t mt = (pl.M + mr - 1) / mr, nt = (pl.No + pl.nro - 1) / pl.nro;
+    int64_t rows_per = (mt + tm - 1) / tm * mr, cols_per = (nt + tn - 1) / tn * pl.nro;
+    if (pl.mc > rows_per)
+        pl.mc = rows_per;
+    if (pl.nco > cols_per)
+        pl.nco = cols_per;
+
+    ws_layout l = layout_for(&pl);
+    lf_cpu_ws *ws;
+    LF_TRY(lf_cpu_ws_acquire(&ws, T, l.total));
+#pragma omp parallel num_threads(T) if (T > 1)
+    {
+        int t = omp_get_thread_num();
+        if (t < tm * tn) {
+            int ti = t / tn, tj = t % tn;
+            int64_t m0 = ti * rows_per, o0 = tj * cols_per;
+            int64_t m1 = m0 + rows_per < pl.M ? m0 + rows_per : pl.M;
+            int64_t o1 = o0 + cols_per < pl.No ? o0 + cols_per : pl.No;
+            if (m0 < m1 && o0 < o1)
+                run_block(&pl, &l, lf_cpu_ws_slot(ws, t), m0, m1, o0, o1);
+        }
+    }
+    lf_cpu_ws_release(ws);
+
+    if (info) {
+        char suffix[64];
+        lf_gemm_name_suffix(g, suffix, sizeof suffix);
+        snprintf(info->name, sizeof info->name, "lf_cpu_gemm_%s_%dx%d_%s", lf_dtype_name(g->a.dtype),
+                 pl.k->mr, pl.k->nr, suffix);
+        info->flops = flops;
+        info->bytes = (double)(pl.M * pl.K * (int64_t)lf_dtype_size(g->a.dtype) +
+                               pl.K * pl.N * (int64_t)lf_dtype_size(g->b.dtype) +
+                               pl.M * pl.No * (int64_t)lf_dtype_size(g->d.dtype)) +
+                      (g->c.data ? (double)(pl.M * pl.N) * (double)lf_dtype_size(g->c.dtype) : 0.0);
+    }
+    return LF_OK;
+}

@@ -1,0 +1,53 @@
+/* The CPU backend's inside: one kernel set per instruction set (micro-kernel, GEMM epilogue,
+ * activation rows), a per-call workspace pool, and the thread count. Layer: backend/cpu. */
+#ifndef LF_CPU_IMPL_H
+#define LF_CPU_IMPL_H
+
+#include "backend/backend_impl.h"
+
+#define LF_CPU_NR_MAX 32 /* widest micro-tile among the kernel sets */
+
+/* One row-block of GEMM results leaving the micro-kernels: apply alpha, C, bias, the
+ * activation and the gate, and store to D, while the block is still in L1. */
+typedef struct lf_ep_strip {
+    const lf_gemm *g;
+    int nr;               /* micro-tile width, pre-gate columns */
+    int64_t i0, rows;     /* first row of D and how many rows */
+    int64_t o0;           /* first column of D */
+    int nout;             /* how many D columns are real (the rest is padding) */
+    const int64_t *cols;  /* (nr) pre-gate column of each tile position */
+    const float *bias;    /* (nr) bias per tile position, zeros when there is none */
+    const float *acc;     /* (rows, nr) row-major: alpha-free A.B sums */
+} lf_ep_strip;
+
+typedef struct lf_cpu_kernels {
+    lf_cpu_isa isa;
+    int mr, nr;
+    /* c (mr, nr) row-major = [c +] a.b over kc steps; a packed (kc, mr), b packed (kc, nr). */
+    void (*ukr)(int64_t kc, const float *a, const float *b, float *c, int accumulate);
+    void (*ep_strip)(const lf_ep_strip *s);
+    /* y[i] = act(x[i]) (x and y may be the same) */
+    void (*act_row)(lf_act act, const float *x, float *y, int64_t n);
+    /* y[i] = act(x[i]) * u[i] */
+    void (*act_mul_row)(lf_act act, const float *x, const float *u, float *y, int64_t n);
+} lf_cpu_kernels;
+
+extern const lf_cpu_kernels lf_cpu_kernels_scalar;
+#ifdef LF_HAVE_X86_KERNELS
+extern const lf_cpu_kernels lf_cpu_kernels_avx2;
+extern const lf_cpu_kernels lf_cpu_kernels_avx512;
+#endif
+
+const lf_cpu_kernels *lf_cpu_kernels_active(void);
+
+/* Scratch memory for one call: n_threads slots of `bytes` each, 64-byte aligned. Taken from a
+ * pool so steady-state calls neither allocate nor fault pages; returned after the call. */
+typedef struct lf_cpu_ws lf_cpu_ws;
+lf_status lf_cpu_ws_acquire(lf_cpu_ws **out, int n_threads, size_t bytes);
+void *lf_cpu_ws_slot(lf_cpu_ws *ws, int thread);
+void lf_cpu_ws_release(lf_cpu_ws *ws);
+
+lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info);
+lf_status lf_cpu_pointwise(const lf_pointwise *p, lf_kernel_info *info);
+
+#endif

@@ -1,0 +1,128 @@
+/* CPU pointwise kernels: copy (with dtype conversion), add, mul and activations over strided,
+ * broadcasting operands. Rows of the innermost dim are widened to float in chunks, combined
+ * by the active kernel set's vector loops, and narrowed back. Layer: backend/cpu. */
+#include <omp.h>
+#include <stdio.h>
+
+#include "backend/cpu/cpu_impl.h"
+
+enum { CHUNK = 512 };
+
+static void load_chunk(const lf_strided *s, int64_t base, int64_t step, int64_t n, float *dst)
+{
+    const void *p = s->data;
+    if (step == 0) { /* broadcast along the row */
+        float v = lf_load_f32(p, s->dtype, base);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = v;
+        return;
+    }
+    switch (s->dtype) {
+    case LF_DTYPE_F32:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ((const float *)p)[base + i * step];
+        break;
+    case LF_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = lf_f32_from_bf16(((const uint16_t *)p)[base + i * step]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = lf_f32_from_f16(((const uint16_t *)p)[base + i * step]);
+        break;
+    }
+}
+
+static void store_chunk(const lf_strided *s, int64_t base, int64_t step, int64_t n, const float *src)
+{
+    void *p = s->data;
+    switch (s->dtype) {
+    case LF_DTYPE_F32:
+        for (int64_t i = 0; i < n; i++)
+            ((float *)p)[base + i * step] = src[i];
+        break;
+    case LF_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)p)[base + i * step] = lf_bf16_from_f32(src[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)p)[base + i * step] = lf_f16_from_f32(src[i]);
+        break;
+    }
+}
+
+static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64_t *off, int64_t n)
+{
+    const int d = pw->ndim - 1;
+    float x[CHUNK], y[CHUNK], o[CHUNK];
+    const int nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
+    for (int64_t j = 0; j < n; j += CHUNK) {
+        int64_t m = n - j < CHUNK ? n - j : CHUNK;
+        load_chunk(&pw->in[0], off[1] + j * pw->in[0].stride[d], pw->in[0].stride[d], m, x);
+        if (nin == 2)
+            load_chunk(&pw->in[1], off[2] + j * pw->in[1].stride[d], pw->in[1].stride[d], m, y);
+        switch (pw->op) {
+        case LF_PW_ADD:
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++)
+                o[i] = x[i] + y[i];
+            break;
+        case LF_PW_MUL:
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++)
+                o[i] = x[i] * y[i];
+            break;
+        case LF_PW_ACT: k->act_row(pw->act, x, o, m); break;
+        default: memcpy(o, x, (size_t)m * sizeof *o); break;
+        }
+        store_chunk(&pw->out, off[0] + j * pw->out.stride[d], pw->out.stride[d], m, o);
+    }
+}
+
+lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
+{
+    const lf_cpu_kernels *k = lf_cpu_kernels_active();
+    const int nd = pw->ndim;
+    int64_t rows = 1, n = pw->shape[nd - 1];
+    for (int i = 0; i < nd - 1; i++)
+        rows *= pw->shape[i];
+    int T = rows * n >= (1 << 16) && rows > 1 ? lf_cpu_threads() : 1;
+#pragma omp parallel for num_threads(T) if (T > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off[3] = {0, 0, 0}, rem = r;
+        for (int i = nd - 2; i >= 0; i--) { /* row index -> element offsets of each operand */
+            int64_t idx = rem % pw->shape[i];
+            rem /= pw->shape[i];
+            off[0] += idx * pw->out.stride[i];
+            off[1] += idx * pw->in[0].stride[i];
+            off[2] += idx * pw->in[1].stride[i];
+        }
+        run_row(pw, k, off, n);
+    }
+    if (info) {
+        static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act"};
+        const char *what = pw->op == LF_PW_ACT ? lf_act_name(pw->act) : op_names[pw->op];
+        int contiguous = 1;
+        int64_t s = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            contiguous &= pw->out.stride[i] == s || pw->shape[i] == 1;
+            s *= pw->shape[i];
+        }
+        int nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
+        for (int q = 0; q < nin; q++) {
+            s = 1;
+            for (int i = nd - 1; i >= 0; i--) {
+                contiguous &= pw->in[q].stride[i] == s || pw->shape[i] == 1;
+                s *= pw->shape[i];
+            }
+        }
+        snprintf(info->name, sizeof info->name, "lf_cpu_%s_%s%s", what, lf_dtype_name(pw->out.dtype),
+                 contiguous ? "" : "_strided");
+        double numel = (double)(rows * n);
+        info->flops = pw->op == LF_PW_COPY ? 0.0 : numel;
+        info->bytes = numel * (double)(lf_dtype_size(pw->out.dtype) + lf_dtype_size(pw->in[0].dtype) +
+                                       (nin == 2 ? lf_dtype_size(pw->in[1].dtype) : 0));
+    }
+    return LF_OK;
+}

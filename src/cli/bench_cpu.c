@@ -1,0 +1,219 @@
+/* `linfuse bench cpu`: the CPU GEMM and the fused Linear+bias+GELU against OpenBLAS, measured
+ * side by side in one run on one machine with the same thread count. OpenBLAS is opened at run
+ * time (dlopen) because it is a yardstick, not a dependency. Each case checks that both sides
+ * computed the same numbers before it reports a speed. Layer: cli/. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc);
+
+typedef struct openblas {
+    void *lib;
+    sgemm_fn sgemm;
+    void (*set_threads)(int);
+    char *(*corename)(void);
+    char *(*config)(void);
+} openblas;
+
+static int openblas_open(openblas *ob)
+{
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
+    memset(ob, 0, sizeof *ob);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !ob->lib; i++)
+        ob->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!ob->lib) {
+        fprintf(stderr, "linfuse bench cpu: OpenBLAS is not installed (it is the yardstick).\n"
+                        "  install it with: apt-get install libopenblas0-pthread   (or run `make bench`)\n");
+        return 0;
+    }
+    ob->sgemm = (sgemm_fn)dlsym(ob->lib, "cblas_sgemm");
+    ob->set_threads = (void (*)(int))dlsym(ob->lib, "openblas_set_num_threads");
+    ob->corename = (char *(*)(void))dlsym(ob->lib, "openblas_get_corename");
+    ob->config = (char *(*)(void))dlsym(ob->lib, "openblas_get_config");
+    if (!ob->sgemm || !ob->set_threads) {
+        fprintf(stderr, "linfuse bench cpu: the OpenBLAS found lacks cblas_sgemm or openblas_set_num_threads\n");
+        dlclose(ob->lib);
+        return 0;
+    }
+    return 1;
+}
+
+/* One GEMM-shaped case: y (M, N) = x (M, K) . B, where B is W^T (W (N, K), the Linear) or a
+ * row-major (K, N) matrix; optionally + bias and gelu_tanh. */
+typedef struct bcase {
+    const char *name;
+    int64_t M, N, K;
+    int linear;   /* B = W^T read in place ("tn"); else B row-major ("nn") */
+    int epilogue; /* bias + gelu_tanh */
+} bcase;
+
+typedef struct bufs {
+    float *x, *w, *bias, *y_lf, *y_ob;
+} bufs;
+
+typedef enum side { SIDE_LINFUSE, SIDE_OPENBLAS, SIDE_OPENBLAS_UNFUSED } side;
+
+static lf_status run_side(const bcase *c, const bufs *b, const openblas *ob, side s)
+{
+    const int64_t M = c->M, N = c->N, K = c->K;
+    if (s == SIDE_LINFUSE) {
+        lf_gemm g = {.ep = lf_epilogue_default()};
+        g.a = (lf_matrix){b->x, LF_DTYPE_F32, M, K, K, 1};
+        g.b = c->linear ? (lf_matrix){b->w, LF_DTYPE_F32, K, N, 1, K} : (lf_matrix){b->w, LF_DTYPE_F32, K, N, N, 1};
+        g.d = (lf_matrix){b->y_lf, LF_DTYPE_F32, M, N, N, 1};
+        if (c->epilogue) {
+            g.ep.bias = b->bias;
+            g.ep.act = LF_ACT_GELU_TANH;
+        }
+        return lf_backend_gemm(LF_DEVICE_CPU, &g, NULL);
+    }
+    ob->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, c->linear ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, 1.0f,
+              b->x, (int)K, b->w, c->linear ? (int)K : (int)N, 0.0f, b->y_ob, (int)N);
+    if (s != SIDE_OPENBLAS_UNFUSED || !c->epilogue)
+        return LF_OK;
+    /* the unfused sequence: a bias pass then a GELU pass, each one vectorized pointwise kernel */
+    lf_pointwise add = {.op = LF_PW_ADD, .ndim = 2, .shape = {M, N}};
+    add.out = (lf_strided){b->y_ob, LF_DTYPE_F32, {N, 1}};
+    add.in[0] = add.out;
+    add.in[1] = (lf_strided){b->bias, LF_DTYPE_F32, {0, 1}};
+    lf_pointwise act = {.op = LF_PW_ACT, .act = LF_ACT_GELU_TANH, .ndim = 2, .shape = {M, N}};
+    act.out = add.out;
+    act.in[0] = add.out;
+    lf_status st = lf_backend_pointwise(LF_DEVICE_CPU, &add, NULL);
+    return st != LF_OK ? st : lf_backend_pointwise(LF_DEVICE_CPU, &act, NULL);
+}
+
+/* Median seconds per call: 2 warm-up calls, then at least `reps` calls and 0.5 s. */
+static double time_side(const bcase *c, const bufs *b, const openblas *ob, side s, int reps, lf_status *st)
+{
+    double t[200];
+    int n = 0;
+    for (int i = 0; i < 2; i++)
+        if ((*st = run_side(c, b, ob, s)) != LF_OK)
+            return 0;
+    double start = lf_cli_now();
+    while (n < 200 && (n < reps || lf_cli_now() - start < 0.5)) {
+        double t0 = lf_cli_now();
+        if ((*st = run_side(c, b, ob, s)) != LF_OK)
+            return 0;
+        t[n++] = lf_cli_now() - t0;
+    }
+    return lf_cli_median(t, n);
+}
+
+static double max_rel_diff(const float *a, const float *b, int64_t n)
+{
+    double scale = 0, diff = 0;
+    for (int64_t i = 0; i < n; i++) {
+        scale = fmax(scale, fabs((double)b[i]));
+        diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+static int run_case(const bcase *c, const openblas *ob, int reps)
+{
+    const int64_t M = c->M, N = c->N, K = c->K;
+    bufs b = {malloc((size_t)(M * K) * 4), malloc((size_t)(K * N) * 4), malloc((size_t)N * 4),
+              malloc((size_t)(M * N) * 4), malloc((size_t)(M * N) * 4)};
+    int ok = b.x && b.w && b.bias && b.y_lf && b.y_ob;
+    if (ok) {
+        lf_rng rng;
+        lf_rng_seed(&rng, 42);
+        for (int64_t i = 0; i < M * K; i++)
+            b.x[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
+        for (int64_t i = 0; i < K * N; i++)
+            b.w[i] = (float)((2 * lf_rng_uniform(&rng) - 1) / sqrt((double)K));
+        for (int64_t i = 0; i < N; i++)
+            b.bias[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
+    }
+    lf_status st = LF_OK;
+    double t_lf = 0, t_ob = 0, t_unf = 0, diff = 0;
+    if (ok) {
+        t_lf = time_side(c, &b, ob, SIDE_LINFUSE, reps, &st);
+        if (st == LF_OK)
+            t_unf = c->epilogue ? time_side(c, &b, ob, SIDE_OPENBLAS_UNFUSED, reps, &st) : 0;
+        if (st == LF_OK)
+            diff = c->epilogue ? max_rel_diff(b.y_lf, b.y_ob, M * N) : 0; /* same work: bias+gelu on both */
+        if (st == LF_OK)
+            t_ob = time_side(c, &b, ob, SIDE_OPENBLAS, reps, &st);
+        if (st == LF_OK && !c->epilogue)
+            diff = max_rel_diff(b.y_lf, b.y_ob, M * N);
+    }
+    if (!ok || st != LF_OK) {
+        fprintf(stderr, "linfuse bench cpu: case %s failed: %s\n", c->name, ok ? lf_last_error() : "out of memory");
+        ok = 0;
+    } else if (diff > 1e-4) {
+        fprintf(stderr, "linfuse bench cpu: case %s: linfuse and OpenBLAS disagree (max rel diff %.2e)\n", c->name,
+                diff);
+        ok = 0;
+    } else {
+        double gf = 2.0 * (double)M * (double)N * (double)K * 1e-9;
+        printf("case=%s linfuse_gflops=%.1f openblas_gflops=%.1f ratio=%.3f max_rel_diff=%.1e\n", c->name, gf / t_lf,
+               gf / t_ob, t_ob / t_lf, diff);
+        if (c->epilogue)
+            printf("case=%s_vs_unfused linfuse_gflops=%.1f openblas_gflops=%.1f ratio=%.3f max_rel_diff=%.1e\n",
+                   c->name, gf / t_lf, gf / t_unf, t_unf / t_lf, diff);
+    }
+    free(b.x), free(b.w), free(b.bias), free(b.y_lf), free(b.y_ob);
+    return ok;
+}
+
+static int bench_cpu(int reps)
+{
+    openblas ob;
+    if (!openblas_open(&ob))
+        return LF_EXIT_FAIL;
+    int threads = lf_cpu_threads();
+    ob.set_threads(threads);
+    if (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE"))
+        fprintf(stderr, "linfuse bench cpu: warning: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are set and slow OpenBLAS "
+                        "down; `make bench` unsets them for this command\n");
+    printf("# linfuse %s kernels, OpenBLAS %s (%s), %d threads each, f32, median of >= %d calls\n",
+           lf_cpu_isa_name(lf_cpu_isa_active()), ob.corename ? ob.corename() : "?", ob.config ? ob.config() : "?",
+           threads, reps);
+    static const bcase cases[] = {
+        {"sgemm_1024x3072x768", 1024, 3072, 768, 0, 0},
+        {"sgemm_2048x2048x2048", 2048, 2048, 2048, 0, 0},
+        {"linear_bias_gelu_tanh_1024x3072x768", 1024, 3072, 768, 1, 1},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ok &= run_case(&cases[i], &ob, reps);
+    dlclose(ob.lib);
+    return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
+}
+
+int lf_cli_bench(int argc, char **argv)
+{
+    int64_t reps = 10;
+    const char *what = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps")) {
+            if (!lf_cli_parse_pos("--reps", i + 1 < argc ? argv[i + 1] : NULL, 200, &reps))
+                return LF_EXIT_USAGE;
+            i++;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: linfuse bench cpu [--reps N]\n"
+                   "  cpu: f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n");
+            return LF_EXIT_OK;
+        } else if (!what && argv[i][0] != '-') {
+            what = argv[i];
+        } else {
+            fprintf(stderr, "linfuse bench: unknown argument '%s'\n", argv[i]);
+            return LF_EXIT_USAGE;
+        }
+    }
+    if (!what || strcmp(what, "cpu")) {
+        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu`%s%s\n", what ? ", got " : "", what ? what : "");
+        return LF_EXIT_USAGE;
+    }
+    return bench_cpu((int)reps);
+}

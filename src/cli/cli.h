@@ -1,0 +1,24 @@
+/* The linfuse command-line tool's shared pieces. Layer: cli/, the top; it may use every layer. */
+#ifndef LF_CLI_H
+#define LF_CLI_H
+
+#include <stdint.h>
+
+#include "linfuse/nn.h"
+
+/* Exit statuses: 0 done, 1 the work failed, 2 the command line was wrong. */
+enum { LF_EXIT_OK = 0, LF_EXIT_FAIL = 1, LF_EXIT_USAGE = 2 };
+
+int lf_cli_demo(int argc, char **argv);
+int lf_cli_bench(int argc, char **argv);
+
+/* Seconds on the monotonic clock. */
+double lf_cli_now(void);
+
+/* Parse a positive integer flag value; on error print a message naming the flag and return 0. */
+int lf_cli_parse_pos(const char *flag, const char *val, int64_t max, int64_t *out);
+
+/* Median of n doubles (sorts v). */
+double lf_cli_median(double *v, int n);
+
+#endif

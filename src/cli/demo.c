@@ -1,0 +1,221 @@
+/* `linfuse demo`: build the blog's GeGLU MLP on the CPU, run one forward with an observer on
+ * the dispatcher and print the op chain and the kernels it launched, then time forwards.
+ * Layer: cli/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+enum { MAX_EVENTS = 256 };
+
+typedef struct demo_event {
+    int depth;
+    int is_kernel;
+    char text[160];
+    double seconds; /* kernels: wall time of the synchronous CPU kernel */
+    double flops;
+} demo_event;
+
+typedef struct demo_log {
+    demo_event ev[MAX_EVENTS];
+    int n, depth, lost;
+    double kernel_t0;
+} demo_log;
+
+static demo_event *push(demo_log *l)
+{
+    if (l->n == MAX_EVENTS) {
+        l->lost++;
+        return NULL;
+    }
+    return &l->ev[l->n++];
+}
+
+static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *args)
+{
+    demo_log *l = user;
+    demo_event *e = push(l);
+    if (e) {
+        e->depth = l->depth;
+        e->is_kernel = 0;
+        int n = snprintf(e->text, sizeof e->text, "%s(", lf_op_name(op));
+        for (int i = 0; i < n_args && n < (int)sizeof e->text; i++) {
+            const lf_op_arg *a = &args[i];
+            n += snprintf(e->text + n, sizeof e->text - (size_t)n, "%s", i ? ", " : "");
+            if (a->is_scalar)
+                n += snprintf(e->text + n, sizeof e->text - (size_t)n, "%g", a->scalar);
+            else if (!a->t)
+                n += snprintf(e->text + n, sizeof e->text - (size_t)n, "None");
+            else
+                for (int d = 0; d < a->t->ndim && n < (int)sizeof e->text; d++)
+                    n += snprintf(e->text + n, sizeof e->text - (size_t)n, d ? "x%lld" : "[%lld",
+                                  (long long)a->t->shape[d]);
+            if (a->t && !a->is_scalar && n < (int)sizeof e->text)
+                n += snprintf(e->text + n, sizeof e->text - (size_t)n, "]");
+        }
+        if (n < (int)sizeof e->text)
+            snprintf(e->text + n, sizeof e->text - (size_t)n, ")");
+    }
+    l->depth++;
+}
+
+static void on_op_end(void *user, lf_op_id op, lf_status s)
+{
+    (void)op, (void)s;
+    ((demo_log *)user)->depth--;
+}
+
+static void on_kernel_begin(void *user, lf_device dev)
+{
+    (void)dev;
+    ((demo_log *)user)->kernel_t0 = lf_cli_now();
+}
+
+static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
+{
+    demo_log *l = user;
+    double dt = lf_cli_now() - l->kernel_t0;
+    demo_event *e = push(l);
+    if (!e || !info)
+        return;
+    e->depth = l->depth;
+    e->is_kernel = 1;
+    e->seconds = dt;
+    e->flops = info->flops;
+    snprintf(e->text, sizeof e->text, "%s  [%s]", info->name, lf_device_name(dev));
+}
+
+static void demo_usage(FILE *f)
+{
+    fputs("usage: linfuse demo [--batch N] [--seq N] [--dim N] [--hidden N] [--dtype bf16|f16|f32]\n"
+          "                    [--reps N] [--threads N] [--seed N]\n"
+          "Runs y = down(gelu_tanh(gate(x)) * up(x)) on x [batch, seq, dim] on the CPU.\n"
+          "Defaults: batch 4, seq 128, dim 768, hidden 3072 (the blog's MLP with batch 64 -> 4\n"
+          "so the CPU answers in about a second), bf16, 5 timed forwards.\n",
+          f);
+}
+
+int lf_cli_demo(int argc, char **argv)
+{
+    int64_t batch = 4, seq = 128, dim = 768, hidden = 3072, reps = 5, threads = 0, seed = 0;
+    lf_dtype dtype = LF_DTYPE_BF16;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t *dst = NULL, max = 1 << 20;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            demo_usage(stdout);
+            return LF_EXIT_OK;
+        } else if (!strcmp(f, "--batch")) {
+            dst = &batch;
+        } else if (!strcmp(f, "--seq")) {
+            dst = &seq;
+        } else if (!strcmp(f, "--dim")) {
+            dst = &dim;
+        } else if (!strcmp(f, "--hidden")) {
+            dst = &hidden;
+        } else if (!strcmp(f, "--reps")) {
+            dst = &reps, max = 10000;
+        } else if (!strcmp(f, "--threads")) {
+            dst = &threads, max = 1024;
+        } else if (!strcmp(f, "--seed")) {
+            dst = &seed, max = INT64_MAX;
+        } else if (!strcmp(f, "--dtype")) {
+            if (!v || lf_dtype_parse(v, &dtype) != LF_OK) {
+                fprintf(stderr, "linfuse demo: --dtype: %s\n", v ? lf_last_error() : "needs a value");
+                return LF_EXIT_USAGE;
+            }
+            i++;
+            continue;
+        } else {
+            fprintf(stderr, "linfuse demo: unknown flag '%s'\n", f);
+            demo_usage(stderr);
+            return LF_EXIT_USAGE;
+        }
+        if (!lf_cli_parse_pos(f, v, max, dst))
+            return LF_EXIT_USAGE;
+        i++;
+    }
+    if (threads)
+        lf_cpu_set_threads((int)threads);
+
+    lf_rng rng;
+    lf_rng_seed(&rng, (uint64_t)seed);
+    lf_nn_geglu_mlp mlp;
+    lf_nn_geglu_mlp_opts mo = {dim, hidden, dtype, LF_DEVICE_CPU};
+    lf_tensor *x = NULL, *y = NULL;
+    int64_t xs[3] = {batch, seq, dim};
+    if (lf_nn_geglu_mlp_init(&mlp, &mo, &rng) != LF_OK || lf_tensor_empty(&x, dtype, 3, xs, LF_DEVICE_CPU) != LF_OK ||
+        lf_tensor_fill_uniform(x, &rng, -1.0, 1.0) != LF_OK) {
+        fprintf(stderr, "linfuse demo: %s\n", lf_last_error());
+        lf_nn_geglu_mlp_free(&mlp);
+        lf_tensor_free(x);
+        return LF_EXIT_FAIL;
+    }
+    printf("linfuse demo: GeGLU MLP, x [%lld, %lld, %lld], hidden %lld, %s, cpu (%s kernels, %d threads)\n\n",
+           (long long)batch, (long long)seq, (long long)dim, (long long)hidden, lf_dtype_name(dtype),
+           lf_cpu_isa_name(lf_cpu_isa_active()), lf_cpu_threads());
+
+    demo_log *log = calloc(1, sizeof *log);
+    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log};
+    int rc = LF_EXIT_OK;
+    if (!log) {
+        fprintf(stderr, "linfuse demo: out of memory\n");
+        rc = LF_EXIT_FAIL;
+        goto done;
+    }
+    lf_ops_set_observer(&obs);
+    lf_status s = lf_nn_geglu_mlp_forward(&mlp, x, &y);
+    lf_ops_set_observer(NULL);
+    if (s != LF_OK) {
+        fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
+        rc = LF_EXIT_FAIL;
+        goto done;
+    }
+    int kernels = 0;
+    double kernel_s = 0;
+    printf("One forward, as the dispatcher saw it (ops nest; kernels are what ran):\n");
+    for (int i = 0; i < log->n; i++) {
+        const demo_event *e = &log->ev[i];
+        if (e->is_kernel) {
+            kernels++;
+            kernel_s += e->seconds;
+            printf("%*s-> kernel %s  %.3f ms", 2 * e->depth + 2, "", e->text, e->seconds * 1e3);
+            if (e->flops > 1e6 && e->seconds > 0)
+                printf("  %.1f GFLOP/s", e->flops / e->seconds * 1e-9);
+            printf("\n");
+        } else {
+            printf("%*s%s\n", 2 * e->depth + 2, "", e->text);
+        }
+    }
+    if (log->lost)
+        printf("  (%d events not shown: the demo's log holds %d)\n", log->lost, MAX_EVENTS);
+    printf("\nkernels per forward: %d (3 GEMMs, gelu, mul); view ops (t, reshape, view) launched none\n", kernels);
+    printf("kernel time in that forward: %.3f ms\n", kernel_s * 1e3);
+
+    double *t = malloc((size_t)reps * sizeof *t);
+    for (int64_t r = 0; t && r < reps; r++) {
+        lf_tensor_free(y);
+        y = NULL;
+        double t0 = lf_cli_now();
+        if (lf_nn_geglu_mlp_forward(&mlp, x, &y) != LF_OK) {
+            fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
+            rc = LF_EXIT_FAIL;
+            break;
+        }
+        t[r] = lf_cli_now() - t0;
+    }
+    if (t && rc == LF_EXIT_OK) {
+        double flops = 3.0 * 2.0 * (double)(batch * seq) * (double)dim * (double)hidden;
+        double med = lf_cli_median(t, (int)reps);
+        printf("time per forward: median of %lld = %.3f ms (%.1f GFLOP/s over the three GEMMs)\n", (long long)reps,
+               med * 1e3, flops / med * 1e-9);
+    }
+    free(t);
+done:
+    free(log);
+    lf_tensor_free(x);
+    lf_tensor_free(y);
+    lf_nn_geglu_mlp_free(&mlp);
+    return rc;
+}

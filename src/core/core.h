@@ -1,0 +1,42 @@
+/* Internal helpers shared by every layer: error reporting, invariant checks, checked integer
+ * arithmetic. Layer: base; included by tensor/, ops/, backend/, nn/. */
+#ifndef LF_CORE_H
+#define LF_CORE_H
+
+#include <stdint.h>
+
+#include "linfuse/status.h"
+
+/* Record a message for lf_last_error() and return s, so callers can write
+ * `return lf_fail(LF_ESHAPE, "lf_mm: ...", ...);`. */
+lf_status lf_fail(lf_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Broken invariants are bugs, not user errors: report expression, file and line, then abort. */
+void lf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+#define LF_ASSERT(e) ((e) ? (void)0 : lf_assert_fail(#e, __FILE__, __LINE__))
+
+/* Propagate a failing status unchanged (its message is already set). */
+#define LF_TRY(call)                   \
+    do {                               \
+        lf_status lf_try_s_ = (call);  \
+        if (lf_try_s_ != LF_OK)        \
+            return lf_try_s_;          \
+    } while (0)
+
+/* a*b and a+b for non-negative sizes; false when the result would not fit in int64_t. */
+static inline int lf_mul_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline int lf_add_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+/* Format a shape as "[2, 3, 4]" into buf (always terminated); returns buf. */
+char *lf_fmt_shape(char *buf, int cap, int ndim, const int64_t *shape);
+
+#define LF_SHAPE_STR_CAP 96
+
+/* A NULL pointer argument is a user error naming the function and the argument. */
+#define LF_CHECK_PTR(p, fn, name)                                                   \
+    do {                                                                            \
+        if (!(p))                                                                   \
+            return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", (fn), (name));   \
+    } while (0)
+
+#endif

@@ -1,0 +1,94 @@
+/* The op table, the observer, kernel launches and shared input checks. Layer: ops/. */
+#include "ops/dispatch.h"
+
+static const struct {
+    const char *name;
+    lf_op_kind kind;
+} op_table[] = {
+#define LF_OP(id, name, kind) [LF_OP_##id] = {name, kind},
+#include "linfuse/ops.def"
+#undef LF_OP
+};
+_Static_assert(sizeof op_table / sizeof op_table[0] == LF_OP_COUNT, "one table entry per op id");
+
+const char *lf_op_name(lf_op_id op) { return (unsigned)op < LF_OP_COUNT ? op_table[op].name : "lf::?"; }
+lf_op_kind lf_op_kind_of(lf_op_id op) { return (unsigned)op < LF_OP_COUNT ? op_table[op].kind : LF_OPK_COMPOSITE; }
+
+_Atomic(const lf_op_observer *) lf_observer_ptr;
+
+void lf_ops_set_observer(const lf_op_observer *obs)
+{
+    atomic_store_explicit(&lf_observer_ptr, obs, memory_order_release);
+}
+
+lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
+{
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_backend_gemm(dev, g, NULL);
+    lf_kernel_info info = {{0}, 0, 0};
+    o->kernel_begin(o->user, dev);
+    lf_status s = lf_backend_gemm(dev, g, &info);
+    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    return s;
+}
+
+lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
+{
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_backend_pointwise(dev, p, NULL);
+    lf_kernel_info info = {{0}, 0, 0};
+    o->kernel_begin(o->user, dev);
+    lf_status s = lf_backend_pointwise(dev, p, &info);
+    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    return s;
+}
+
+lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
+{
+    if (!t)
+        return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", op, name);
+    if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || (unsigned)t->dtype >= LF_DTYPE_COUNT)
+        return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", op, name);
+    return LF_OK;
+}
+
+lf_status lf_check_ndim(const char *op, const char *name, const lf_tensor *t, int ndim)
+{
+    char buf[LF_SHAPE_STR_CAP];
+    LF_TRY(lf_check_tensor(op, name, t));
+    if (t->ndim != ndim)
+        return lf_fail(LF_ESHAPE, "%s: '%s' must have %d dims, got %d (shape %s)", op, name, ndim, t->ndim,
+                       lf_fmt_shape(buf, sizeof buf, t->ndim, t->shape));
+    return LF_OK;
+}
+
+lf_status lf_check_same(const char *op, const char *na, const lf_tensor *a, const char *nb, const lf_tensor *b)
+{
+    if (a->dtype != b->dtype)
+        return lf_fail(LF_EDTYPE, "%s: '%s' is %s but '%s' is %s; expected one dtype", op, na,
+                       lf_dtype_name(a->dtype), nb, lf_dtype_name(b->dtype));
+    if (lf_tensor_device(a) != lf_tensor_device(b))
+        return lf_fail(LF_EDEVICE, "%s: '%s' is on %s but '%s' is on %s; expected one device", op, na,
+                       lf_device_name(lf_tensor_device(a)), nb, lf_device_name(lf_tensor_device(b)));
+    return LF_OK;
+}
+
+lf_matrix lf_matrix_of(const lf_tensor *t)
+{
+    LF_ASSERT(t->ndim == 2);
+    return (lf_matrix){lf_tensor_data(t), t->dtype, t->shape[0], t->shape[1], t->stride[0], t->stride[1]};
+}
+
+lf_strided lf_strided_of(const lf_tensor *t)
+{
+    lf_strided s = {lf_tensor_data(t), t->dtype, {0}};
+    memcpy(s.stride, t->stride, sizeof s.stride);
+    return s;
+}
+
+lf_status lf_new_output(lf_tensor **out, const lf_tensor *like, int ndim, const int64_t *shape)
+{
+    return lf_tensor_empty(out, like->dtype, ndim, shape, lf_tensor_device(like));
+}

@@ -1,0 +1,51 @@
+/* Internal dispatcher helpers: the observer hooks every op goes through, kernel launches that
+ * report to the observer, and the input checks ops share. Layer: ops/. */
+#ifndef LF_DISPATCH_H
+#define LF_DISPATCH_H
+
+#include <stdatomic.h>
+
+#include "backend/backend_impl.h"
+#include "linfuse/ops.h"
+#include "tensor/tensor_impl.h"
+
+extern _Atomic(const lf_op_observer *) lf_observer_ptr;
+
+static inline const lf_op_observer *lf_obs(void)
+{
+    return atomic_load_explicit(&lf_observer_ptr, memory_order_acquire);
+}
+
+/* Run `call` (an lf_status expression) as op `id` with the given arguments; the observer,
+ * if any, sees the op begin before and end after. Returns from the enclosing function. */
+#define LF_DISPATCH(id, args, call)                                                          \
+    do {                                                                                     \
+        const lf_op_observer *o_ = lf_obs();                                                 \
+        if (__builtin_expect(o_ != NULL, 0))                                                 \
+            o_->op_begin(o_->user, LF_OP_##id, (int)(sizeof(args) / sizeof((args)[0])), args); \
+        lf_status s_ = (call);                                                               \
+        if (__builtin_expect(o_ != NULL, 0))                                                 \
+            o_->op_end(o_->user, LF_OP_##id, s_);                                            \
+        return s_;                                                                           \
+    } while (0)
+
+#define LF_ARG(tensor) ((lf_op_arg){.t = (tensor)})
+#define LF_ARG_SCALAR(v) ((lf_op_arg){.scalar = (v), .is_scalar = 1})
+
+/* Launch through dev's backend, with the observer told about the kernel. */
+lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
+lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
+
+/* Checks that name the op and the argument in their messages. */
+lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t);
+lf_status lf_check_ndim(const char *op, const char *name, const lf_tensor *t, int ndim);
+lf_status lf_check_same(const char *op, const char *na, const lf_tensor *a, const char *nb, const lf_tensor *b);
+
+/* The 2-D matrix view of a 2-D tensor, and a strided view of any tensor. */
+lf_matrix lf_matrix_of(const lf_tensor *t);
+lf_strided lf_strided_of(const lf_tensor *t);
+
+/* A new contiguous tensor like `like` but with the given shape. */
+lf_status lf_new_output(lf_tensor **out, const lf_tensor *like, int ndim, const int64_t *shape);
+
+#endif

@@ -1,0 +1,97 @@
+/* View ops (t, transpose, view) and the two that may copy (reshape, contiguous). Views are
+ * recorded so traces show them, and launch nothing. Layer: ops/. */
+#include "ops/dispatch.h"
+
+static lf_status t_impl(lf_tensor **out, const lf_tensor *x)
+{
+    LF_TRY(lf_check_tensor("lf_t", "x", x));
+    return lf_tensor_t(out, x);
+}
+
+lf_status lf_t(lf_tensor **out, const lf_tensor *x)
+{
+    lf_op_arg args[] = {LF_ARG(x)};
+    LF_DISPATCH(T, args, t_impl(out, x));
+}
+
+static lf_status transpose_impl(lf_tensor **out, const lf_tensor *x, int d0, int d1)
+{
+    LF_TRY(lf_check_tensor("lf_transpose", "x", x));
+    return lf_tensor_transpose(out, x, d0, d1);
+}
+
+lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1)
+{
+    lf_op_arg args[] = {LF_ARG(x), LF_ARG_SCALAR(d0), LF_ARG_SCALAR(d1)};
+    LF_DISPATCH(TRANSPOSE, args, transpose_impl(out, x, d0, d1));
+}
+
+static lf_status view_impl(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
+{
+    LF_TRY(lf_check_tensor("lf_view", "x", x));
+    return lf_tensor_view(out, x, ndim, shape);
+}
+
+lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
+{
+    lf_op_arg args[] = {LF_ARG(x)};
+    LF_DISPATCH(VIEW, args, view_impl(out, x, ndim, shape));
+}
+
+/* The copy kernel behind contiguous and reshape: a new row-major tensor with x's values. */
+static lf_status copy_contiguous(lf_tensor **out, const lf_tensor *x)
+{
+    lf_tensor *y;
+    LF_TRY(lf_new_output(&y, x, x->ndim, x->shape));
+    lf_pointwise p = {.op = LF_PW_COPY, .ndim = x->ndim, .out = lf_strided_of(y), .in = {lf_strided_of(x)}};
+    memcpy(p.shape, x->shape, sizeof p.shape);
+    lf_status s = lf_launch_pointwise(lf_tensor_device(x), &p);
+    if (s != LF_OK) {
+        lf_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return LF_OK;
+}
+
+static lf_status contiguous_impl(lf_tensor **out, const lf_tensor *x)
+{
+    LF_CHECK_PTR(out, "lf_contiguous", "out");
+    *out = NULL;
+    LF_TRY(lf_check_tensor("lf_contiguous", "x", x));
+    if (lf_tensor_is_contiguous(x))
+        return lf_tensor_alias(out, x, x->ndim, x->shape, x->stride, x->offset);
+    return copy_contiguous(out, x);
+}
+
+lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x)
+{
+    lf_op_arg args[] = {LF_ARG(x)};
+    LF_DISPATCH(CONTIGUOUS, args, contiguous_impl(out, x));
+}
+
+static lf_status reshape_impl(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape_in)
+{
+    LF_CHECK_PTR(out, "lf_reshape", "out");
+    *out = NULL;
+    LF_TRY(lf_check_tensor("lf_reshape", "x", x));
+    LF_CHECK_PTR(shape_in, "lf_reshape", "shape");
+    if (ndim < 1 || ndim > LF_MAX_DIMS)
+        return lf_fail(LF_ESHAPE, "lf_reshape: %d dims requested, expected 1 to %d", ndim, LF_MAX_DIMS);
+    int64_t shape[LF_MAX_DIMS], stride[LF_MAX_DIMS];
+    memcpy(shape, shape_in, (size_t)ndim * sizeof *shape);
+    LF_TRY(lf_shape_infer("lf_reshape", ndim, shape, lf_tensor_numel(x)));
+    if (lf_view_strides(x, ndim, shape, stride))
+        return lf_view(out, x, ndim, shape);
+    lf_tensor *c;
+    LF_TRY(copy_contiguous(&c, x));
+    lf_status s = lf_view(out, c, ndim, shape);
+    lf_tensor_free(c); /* the view keeps the storage */
+    return s;
+}
+
+lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
+{
+    lf_op_arg args[] = {LF_ARG(x)};
+    LF_DISPATCH(RESHAPE, args, reshape_impl(out, x, ndim, shape));
+}

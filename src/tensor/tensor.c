@@ -1,0 +1,292 @@
+/* Tensor lifetime, facts about a tensor, and host data in and out. Layer: tensor/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/tensor_impl.h"
+
+static const struct {
+    const char *name, *torch;
+    size_t size;
+} dtype_info[LF_DTYPE_COUNT] = {
+    [LF_DTYPE_F32] = {"f32", "float", 4},
+    [LF_DTYPE_BF16] = {"bf16", "c10::BFloat16", 2},
+    [LF_DTYPE_F16] = {"f16", "c10::Half", 2},
+};
+
+const char *lf_dtype_name(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].name : "?"; }
+const char *lf_dtype_torch_name(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].torch : "?"; }
+size_t lf_dtype_size(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].size : 0; }
+
+lf_status lf_dtype_parse(const char *s, lf_dtype *out)
+{
+    static const struct { const char *s; lf_dtype dt; } names[] = {
+        {"f32", LF_DTYPE_F32},   {"float32", LF_DTYPE_F32}, {"fp32", LF_DTYPE_F32},
+        {"bf16", LF_DTYPE_BF16}, {"bfloat16", LF_DTYPE_BF16},
+        {"f16", LF_DTYPE_F16},   {"float16", LF_DTYPE_F16}, {"fp16", LF_DTYPE_F16}, {"half", LF_DTYPE_F16},
+    };
+    LF_CHECK_PTR(s, "lf_dtype_parse", "s");
+    LF_CHECK_PTR(out, "lf_dtype_parse", "out");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].s)) {
+            *out = names[i].dt;
+            return LF_OK;
+        }
+    return lf_fail(LF_EINVAL, "unknown dtype '%s' (expected bf16, f16 or f32)", s);
+}
+
+const char *lf_device_name(lf_device d)
+{
+    return d == LF_DEVICE_CPU ? "cpu" : d == LF_DEVICE_CUDA ? "cuda" : "?";
+}
+
+/* --- allocators --- */
+
+static void *cpu_alloc(size_t n, void *ctx)
+{
+    (void)ctx;
+    /* 64-byte aligned so SIMD loads never split a cache line at the start of a row. */
+    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+}
+static void cpu_free(void *p, size_t n, void *ctx) { (void)n, (void)ctx, free(p); }
+
+static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL}};
+
+void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a)
+{
+    LF_ASSERT((unsigned)dev < LF_DEVICE_COUNT);
+    if (a)
+        allocators[dev] = *a;
+    else
+        memset(&allocators[dev], 0, sizeof allocators[dev]);
+}
+
+/* --- shapes --- */
+
+lf_status lf_shape_check(const char *what, int ndim, const int64_t *shape, lf_dtype dt, int64_t *numel)
+{
+    char buf[LF_SHAPE_STR_CAP];
+    if ((unsigned)dt >= LF_DTYPE_COUNT)
+        return lf_fail(LF_EDTYPE, "%s: dtype %d is not one of bf16, f16, f32", what, (int)dt);
+    if (ndim < 1 || ndim > LF_MAX_DIMS)
+        return lf_fail(LF_ESHAPE, "%s: %d dims requested, expected 1 to %d", what, ndim, LF_MAX_DIMS);
+    if (!shape)
+        return lf_fail(LF_EINVAL, "%s: argument 'shape' is NULL", what);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            return lf_fail(LF_ESHAPE, "%s: shape %s has dim %d = %lld, expected every dim >= 1", what,
+                           lf_fmt_shape(buf, sizeof buf, ndim, shape), i, (long long)shape[i]);
+        if (!lf_mul_ok(n, shape[i], &n))
+            return lf_fail(LF_EOVERFLOW, "%s: shape %s has more elements than fit in 63 bits", what,
+                           lf_fmt_shape(buf, sizeof buf, ndim, shape));
+    }
+    int64_t bytes;
+    if (!lf_mul_ok(n, (int64_t)lf_dtype_size(dt), &bytes))
+        return lf_fail(LF_EOVERFLOW, "%s: shape %s of %s needs more bytes than fit in 63 bits", what,
+                       lf_fmt_shape(buf, sizeof buf, ndim, shape), lf_dtype_name(dt));
+    if (numel)
+        *numel = n;
+    return LF_OK;
+}
+
+void lf_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= shape[i];
+    }
+}
+
+/* --- lifetime --- */
+
+static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, const char *what)
+{
+    if ((unsigned)dev >= LF_DEVICE_COUNT)
+        return lf_fail(LF_EDEVICE, "%s: device %d is not cpu or cuda", what, (int)dev);
+    const lf_allocator *a = &allocators[dev];
+    if (!a->alloc)
+        return lf_fail(LF_EDEVICE, "%s: no %s backend is running (this build or this machine has none)",
+                       what, lf_device_name(dev));
+    lf_storage *s = malloc(sizeof *s);
+    if (!s)
+        return lf_fail(LF_ENOMEM, "%s: out of host memory for a storage header", what);
+    s->data = a->alloc(nbytes, a->ctx);
+    if (!s->data) {
+        free(s);
+        return lf_fail(LF_ENOMEM, "%s: could not allocate %zu bytes on %s", what, nbytes, lf_device_name(dev));
+    }
+    atomic_init(&s->refs, 1);
+    s->device = dev;
+    s->nbytes = nbytes;
+    *out = s;
+    return LF_OK;
+}
+
+static void storage_release(lf_storage *s)
+{
+    if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
+        allocators[s->device].free(s->data, s->nbytes, allocators[s->device].ctx);
+        free(s);
+    }
+}
+
+lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev)
+{
+    LF_CHECK_PTR(out, "lf_tensor_empty", "out");
+    *out = NULL;
+    int64_t numel;
+    LF_TRY(lf_shape_check("lf_tensor_empty", ndim, shape, dt, &numel));
+    lf_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return lf_fail(LF_ENOMEM, "lf_tensor_empty: out of host memory for a tensor header");
+    lf_status st = storage_new(&t->storage, dev, (size_t)numel * lf_dtype_size(dt), "lf_tensor_empty");
+    if (st != LF_OK) {
+        free(t);
+        return st;
+    }
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    lf_contiguous_strides(ndim, shape, t->stride);
+    *out = t;
+    return LF_OK;
+}
+
+lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset)
+{
+    lf_tensor *v = calloc(1, sizeof *v);
+    if (!v)
+        return lf_fail(LF_ENOMEM, "out of host memory for a view header");
+    v->dtype = t->dtype;
+    v->ndim = ndim;
+    memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
+    memcpy(v->stride, stride, (size_t)ndim * sizeof *stride);
+    v->offset = offset;
+    v->storage = t->storage;
+    atomic_fetch_add_explicit(&t->storage->refs, 1, memory_order_relaxed);
+    *out = v;
+    return LF_OK;
+}
+
+void lf_tensor_free(lf_tensor *t)
+{
+    if (!t)
+        return;
+    storage_release(t->storage);
+    free(t);
+}
+
+/* --- facts --- */
+
+int64_t lf_tensor_numel(const lf_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+int lf_tensor_is_contiguous(const lf_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != s)
+            return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+lf_device lf_tensor_device(const lf_tensor *t) { return t->storage->device; }
+
+void *lf_tensor_data(const lf_tensor *t)
+{
+    return (char *)t->storage->data + t->offset * (int64_t)lf_dtype_size(t->dtype);
+}
+
+int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b) { return a->storage == b->storage; }
+
+/* --- host data --- */
+
+/* Walk every element of t in row-major order of its logical shape, calling body with the
+ * element's offset (from lf_tensor_data) and its linear index. */
+#define LF_FOR_EACH_ELEMENT(t, off, lin, body)                                              \
+    do {                                                                                    \
+        int64_t sh_[4] = {1, 1, 1, 1}, st_[4] = {0, 0, 0, 0};                              \
+        int pad_ = 4 - (t)->ndim;                                                           \
+        for (int d_ = 0; d_ < (t)->ndim; d_++)                                              \
+            sh_[pad_ + d_] = (t)->shape[d_], st_[pad_ + d_] = (t)->stride[d_];              \
+        int64_t lin = 0;                                                                    \
+        for (int64_t i0 = 0; i0 < sh_[0]; i0++)                                             \
+            for (int64_t i1 = 0; i1 < sh_[1]; i1++)                                         \
+                for (int64_t i2 = 0; i2 < sh_[2]; i2++)                                     \
+                    for (int64_t i3 = 0; i3 < sh_[3]; i3++, lin++) {                        \
+                        int64_t off = i0 * st_[0] + i1 * st_[1] + i2 * st_[2] + i3 * st_[3]; \
+                        body;                                                               \
+                    }                                                                       \
+    } while (0)
+
+static lf_status host_check(const lf_tensor *t, const char *fn)
+{
+    LF_CHECK_PTR(t, fn, "t");
+    if (lf_tensor_device(t) != LF_DEVICE_CPU)
+        return lf_fail(LF_EDEVICE, "%s: tensor is on %s, expected cpu (copy it to the host first)", fn,
+                       lf_device_name(lf_tensor_device(t)));
+    return LF_OK;
+}
+
+lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap)
+{
+    LF_TRY(host_check(t, "lf_tensor_to_f32"));
+    LF_CHECK_PTR(dst, "lf_tensor_to_f32", "dst");
+    int64_t n = lf_tensor_numel(t);
+    if (cap < n)
+        return lf_fail(LF_EINVAL, "lf_tensor_to_f32: dst holds %lld elements, tensor has %lld",
+                       (long long)cap, (long long)n);
+    const void *p = lf_tensor_data(t);
+    lf_dtype dt = t->dtype;
+    LF_FOR_EACH_ELEMENT(t, off, lin, dst[lin] = lf_load_f32(p, dt, off));
+    return LF_OK;
+}
+
+lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape,
+                             const float *src, lf_device dev)
+{
+    LF_CHECK_PTR(out, "lf_tensor_from_f32", "out");
+    *out = NULL;
+    LF_CHECK_PTR(src, "lf_tensor_from_f32", "src");
+    if (dev != LF_DEVICE_CPU)
+        return lf_fail(LF_EDEVICE, "lf_tensor_from_f32: device %s: only cpu tensors are filled from host "
+                       "data here; create on cpu and copy", lf_device_name(dev));
+    lf_tensor *t;
+    LF_TRY(lf_tensor_empty(&t, dt, ndim, shape, dev));
+    void *p = lf_tensor_data(t);
+    int64_t n = lf_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        lf_store_f32(p, dt, i, src[i]);
+    *out = t;
+    return LF_OK;
+}
+
+lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi)
+{
+    LF_TRY(host_check(t, "lf_tensor_fill_uniform"));
+    LF_CHECK_PTR(rng, "lf_tensor_fill_uniform", "rng");
+    if (!(lo <= hi))
+        return lf_fail(LF_EINVAL, "lf_tensor_fill_uniform: range [%g, %g) is empty", lo, hi);
+    void *p = lf_tensor_data(t);
+    lf_dtype dt = t->dtype;
+    LF_FOR_EACH_ELEMENT(t, off, lin, (void)lin; lf_store_f32(p, dt, off, (float)(lo + (hi - lo) * lf_rng_uniform(rng))));
+    return LF_OK;
+}
+
+lf_status lf_tensor_fill(lf_tensor *t, float v)
+{
+    LF_TRY(host_check(t, "lf_tensor_fill"));
+    void *p = lf_tensor_data(t);
+    lf_dtype dt = t->dtype;
+    LF_FOR_EACH_ELEMENT(t, off, lin, (void)lin; lf_store_f32(p, dt, off, v));
+    return LF_OK;
+}

@@ -1,0 +1,45 @@
+/* Internal view of the tensor layer: storage layout, per-device allocators, shape helpers used
+ * by ops/ (reshape, contiguous) and backends. Layer: tensor/. */
+#ifndef LF_TENSOR_IMPL_H
+#define LF_TENSOR_IMPL_H
+
+#include <stdatomic.h>
+
+#include "core/core.h"
+#include "linfuse/tensor.h"
+
+struct lf_storage {
+    atomic_int refs;
+    lf_device device;
+    size_t nbytes;
+    void *data;
+};
+
+/* How bytes are obtained on a device. The CPU's is built in; a device backend registers its own
+ * when it starts (so tensor/ never calls a backend). */
+typedef struct lf_allocator {
+    void *(*alloc)(size_t nbytes, void *ctx); /* NULL on failure */
+    void (*free)(void *p, size_t nbytes, void *ctx);
+    void *ctx;
+} lf_allocator;
+
+void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a);
+
+/* Check ndim and every dim (>= 1), and that numel and bytes fit; names `what` in messages. */
+lf_status lf_shape_check(const char *what, int ndim, const int64_t *shape, lf_dtype dt, int64_t *numel);
+
+/* Row-major strides for shape. */
+void lf_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+
+/* Resolve one -1 in shape_io against numel (errors name `what`), and check the product. */
+lf_status lf_shape_infer(const char *what, int ndim, int64_t *shape_io, int64_t numel);
+
+/* Strides that let t be seen with shape (already resolved), as PyTorch's view rules allow;
+ * 0 when only a copy can give that shape. */
+int lf_view_strides(const lf_tensor *t, int ndim, const int64_t *shape, int64_t *stride_out);
+
+/* A new handle over t's storage with the given geometry (no checks beyond the allocation). */
+lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset);
+
+#endif
