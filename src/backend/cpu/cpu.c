@@ -18,9 +18,9 @@ lf_cpu_isa lf_cpu_isa_detect(void)
 {
 #ifdef LF_HAVE_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return LF_CPU_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return LF_CPU_ISA_AVX2;
 #endif
     return LF_CPU_ISA_SCALAR;

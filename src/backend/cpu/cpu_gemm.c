@@ -15,10 +15,11 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_impl.h"
 
-enum { KC = 256 };
+enum { KC = 384 }; /* 384 x 32 floats of B (48 KB) per chunk: measured best on AVX-512 (bench/RESULTS.md) */
 
 typedef struct plan {
     const lf_gemm *g;
@@ -33,6 +34,20 @@ typedef struct plan {
 static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst,
                    int64_t dstep)
 {
+    if (step == 1 && dstep == 1) { /* contiguous run: a copy or a vectorizable widening loop */
+        if (dt == LF_DTYPE_F32) {
+            memcpy(dst, (const float *)src + start, (size_t)n * sizeof *dst);
+        } else if (dt == LF_DTYPE_BF16) {
+            const uint16_t *s = (const uint16_t *)src + start;
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = lf_f32_from_bits((uint32_t)s[i] << 16);
+        } else {
+            const uint16_t *s = (const uint16_t *)src + start;
+            for (int64_t i = 0; i < n; i++)
+                dst[i] = lf_f32_from_f16(s[i]);
+        }
+        return;
+    }
     switch (dt) {
     case LF_DTYPE_F32: {
         const float *s = (const float *)src + start;
@@ -78,41 +93,39 @@ static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *
     const lf_matrix *b = &pl->g->b;
     const int nr = pl->k->nr;
     const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
-    for (int64_t s = 0; s < nsl; s++) {
-        float *dst = bp + s * K * nr;
-        int64_t *cs = cols + s * nr;
+    for (int64_t s = 0; s < nsl; s++)
         for (int p = 0; p < nr; p++) {
-            cs[p] = tile_col(pl, o0 + s * pl->nro, p);
-            bias[s * nr + p] = cs[p] >= 0 && pl->g->ep.bias
-                                   ? lf_load_f32(pl->g->ep.bias, pl->g->ep.bias_dtype, cs[p])
-                                   : 0.0f;
+            int64_t c = cols[s * nr + p] = tile_col(pl, o0 + s * pl->nro, p);
+            bias[s * nr + p] = c >= 0 && pl->g->ep.bias ? lf_load_f32(pl->g->ep.bias, pl->g->ep.bias_dtype, c) : 0.0f;
         }
-        if (b->rs <= b->cs) { /* columns are the contiguous direction (the nn.Linear weight) */
-            for (int p = 0; p < nr; p++) {
-                if (cs[p] >= 0)
-                    gather(b->data, b->dtype, cs[p] * b->cs, b->rs, K, dst + p, nr);
-                else
-                    for (int64_t k = 0; k < K; k++)
-                        dst[k * nr + p] = 0.0f;
-            }
-        } else { /* rows are contiguous: walk k outside, read runs of a row */
-            for (int64_t k = 0; k < K; k++) {
-                float *row = dst + k * nr;
-                int p = 0;
-                while (p < nr) {
-                    if (cs[p] < 0) {
-                        row[p++] = 0.0f;
-                        continue;
-                    }
-                    int q = p + 1; /* extend a run of consecutive columns */
-                    while (q < nr && cs[q] == cs[q - 1] + 1)
-                        q++;
-                    gather(b->data, b->dtype, k * b->rs + cs[p] * b->cs, b->cs, q - p, row + p, 1);
-                    p = q;
-                }
-            }
+    if (b->rs == 1 || K == 1) { /* columns contiguous along k (the nn.Linear weight): transpose */
+        for (int64_t s = 0; s < nsl; s++) {
+            int64_t src[LF_CPU_NR_MAX];
+            for (int p = 0; p < nr; p++)
+                src[p] = cols[s * nr + p] >= 0 ? cols[s * nr + p] * b->cs : -1;
+            pl->k->pack_cols(b->data, b->dtype, src, K, nr, bp + s * K * nr);
         }
+        return;
     }
+    /* Rows contiguous (or general strides): walk k outside so each row of B is read once, in
+     * order, in runs of consecutive columns. */
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t s = 0; s < nsl; s++) {
+            const int64_t *cs = cols + s * nr;
+            float *row = bp + s * K * nr + k * nr;
+            int p = 0;
+            while (p < nr) {
+                if (cs[p] < 0) {
+                    row[p++] = 0.0f;
+                    continue;
+                }
+                int q = p + 1;
+                while (q < nr && cs[q] == cs[q - 1] + 1)
+                    q++;
+                gather(b->data, b->dtype, k * b->rs + cs[p] * b->cs, b->cs, q - p, row + p, 1);
+                p = q;
+            }
+        }
 }
 
 /* A block: rows [i0, i0+mc) -> slivers of (K, mr) floats, zero rows past M. */
@@ -123,17 +136,19 @@ static void pack_a(const plan *pl, int64_t i0, int64_t mc, float *ap)
     const int64_t K = pl->K;
     for (int64_t s = 0; s * mr < mc; s++) {
         float *dst = ap + s * K * mr;
-        int64_t r0 = i0 + s * mr, valid = mc - s * mr < mr ? mc - s * mr : mr;
-        if (a->cs <= a->rs) { /* row-major A: read each row along k */
-            for (int r = 0; r < valid; r++)
-                gather(a->data, a->dtype, (r0 + r) * a->rs, a->cs, K, dst + r, mr);
-        } else { /* column-major A: read each column segment */
-            for (int64_t k = 0; k < K; k++)
+        const int64_t r0 = i0 + s * mr, valid = mc - s * mr < mr ? mc - s * mr : mr;
+        if (a->cs == 1 || K == 1) { /* row-major A: each row is contiguous along k */
+            int64_t src[LF_CPU_NR_MAX];
+            for (int r = 0; r < mr; r++)
+                src[r] = r < valid ? (r0 + r) * a->rs : -1;
+            pl->k->pack_cols(a->data, a->dtype, src, K, mr, dst);
+        } else { /* A's columns are the contiguous direction (or neither is): read k-rows */
+            for (int64_t k = 0; k < K; k++) {
                 gather(a->data, a->dtype, k * a->cs + r0 * a->rs, a->rs, valid, dst + k * mr, 1);
+                for (int r = (int)valid; r < mr; r++)
+                    dst[k * mr + r] = 0.0f;
+            }
         }
-        for (int r = (int)valid; r < mr; r++)
-            for (int64_t k = 0; k < K; k++)
-                dst[k * mr + r] = 0.0f;
     }
 }
 
@@ -160,6 +175,18 @@ static ws_layout layout_for(const plan *pl)
     return l;
 }
 
+/* Ask for the D lines a strip will write while its sums are being computed, so the epilogue's
+ * stores do not wait on memory (D is written once; without this its misses cost ~10%). */
+static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
+{
+    const lf_matrix *d = &pl->g->d;
+    const int64_t es = (int64_t)lf_dtype_size(d->dtype), span = pl->nro * d->cs * es;
+    const char *base = (const char *)d->data + (i0 * d->rs + o0 * d->cs) * es;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t off = 0; off < span; off += 64)
+            __builtin_prefetch(base + r * d->rs * es + off, 1, 2);
+}
+
 static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
                       int64_t o1)
 {
@@ -179,6 +206,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
             pack_a(pl, ic, mc, ap);
             for (int64_t s = 0; s < nsl; s++) {
                 const float *bs = bp + s * K * nr;
+                prefetch_d(pl, ic, mc, oc + s * pl->nro);
                 for (int64_t pc = 0; pc < K; pc += KC) {
                     int64_t kc = K - pc < KC ? K - pc : KC;
                     for (int64_t ia = 0; ia < nsa; ia++)

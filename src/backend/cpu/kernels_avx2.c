@@ -1,16 +1,16 @@
 /* AVX2 kernel set: a 6x16 micro-kernel (12 ymm accumulators, two B vectors, one broadcast:
- * 15 of 16 registers). Compiled with -mavx2 -mfma, called only when cpuid has both.
+ * 15 of 16 registers). Compiled with -mavx2 -mfma -mf16c, called only when cpuid has them.
  * Layer: backend/cpu. */
 #include <immintrin.h>
 
 #define LF_KSUF avx2
 #include "backend/cpu/kernels_tmpl.h"
+#include "backend/cpu/pack_avx.h"
 
 #define MR 6
 #define NR 16
 
-static void ukr_6x16(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
-                     int accumulate)
+static void ukr_6x16(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int accumulate)
 {
     __m256 c0[MR], c1[MR];
 #pragma GCC unroll 6
@@ -39,4 +39,4 @@ static void ukr_6x16(int64_t kc, const float *restrict a, const float *restrict 
     }
 }
 
-LF_KERNEL_SET(LF_CPU_ISA_AVX2, MR, NR, ukr_6x16);
+LF_KERNEL_SET(LF_CPU_ISA_AVX2, MR, NR, ukr_6x16, pack_cols_avx2);

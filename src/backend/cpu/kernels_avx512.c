@@ -1,16 +1,17 @@
 /* AVX-512 kernel set: a 12x32 micro-kernel (24 zmm accumulators, two B vectors, one broadcast
- * A value per row: 27 of 32 registers, so nothing spills). Compiled with -mavx512f -mfma and
- * only called after cpuid says the CPU has both. Layer: backend/cpu. */
+ * A value per row: 27 of 32 registers, so nothing spills). A and B come from packed panels
+ * (A: mr values per k; B: nr values per k). Compiled with -mavx512f -mfma -mf16c and
+ * only called after cpuid says the CPU has them. Layer: backend/cpu. */
 #include <immintrin.h>
 
 #define LF_KSUF avx512
 #include "backend/cpu/kernels_tmpl.h"
+#include "backend/cpu/pack_avx.h"
 
 #define MR 12
 #define NR 32
 
-static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
-                      int accumulate)
+static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int accumulate)
 {
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
@@ -40,4 +41,4 @@ static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict
     }
 }
 
-LF_KERNEL_SET(LF_CPU_ISA_AVX512, MR, NR, ukr_12x32);
+LF_KERNEL_SET(LF_CPU_ISA_AVX512, MR, NR, ukr_12x32, pack_cols_avx512);

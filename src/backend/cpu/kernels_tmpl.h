@@ -60,6 +60,40 @@ static void LF_K(act_mul_row_)(lf_act act, const float *x, const float *u, float
     }
 }
 
+/* z = alpha * acc + bias, then act (or act(gate) * partner) into dst: one vector loop per
+ * activation, chosen outside the row loop. */
+#define LF_EP_ROWS(ACT)                                                                           \
+    for (int64_t r = 0; r < rows; r++) {                                                          \
+        const float *restrict acc = acc0 + r * nr;                                                \
+        char *row = row0 + r * row_bytes;                                                         \
+        float *restrict dst = direct ? (float *)row : o;                                          \
+        if (gated) {                                                                              \
+            _Pragma("omp simd") for (int p = 0; p < half; p++) dst[p] =                           \
+                ACT(alpha * acc[p] + bias[p]) * (alpha * acc[p + half] + bias[p + half]);         \
+        } else {                                                                                  \
+            _Pragma("omp simd") for (int p = 0; p < nr; p++) dst[p] = ACT(alpha * acc[p] + bias[p]); \
+        }                                                                                         \
+        if (!direct)                                                                              \
+            LF_K(store_row_)(d, row, o, nout);                                                    \
+    }
+
+#define LF_IDENTITY(x) (x)
+
+static void LF_K(store_row_)(const lf_matrix *d, char *row, const float *o, int n)
+{
+    if (d->cs == 1 && d->dtype == LF_DTYPE_F32) {
+        memcpy(row, o, (size_t)n * sizeof(float));
+    } else if (d->cs == 1 && d->dtype == LF_DTYPE_BF16) {
+        uint16_t *q = (uint16_t *)row;
+#pragma omp simd
+        for (int p = 0; p < n; p++)
+            q[p] = lf_vbf16(o[p]);
+    } else {
+        for (int p = 0; p < n; p++)
+            lf_store_f32(row, d->dtype, (int64_t)p * d->cs, o[p]);
+    }
+}
+
 static void LF_K(ep_strip_)(const lf_ep_strip *s)
 {
     const lf_gemm *g = s->g;
@@ -67,43 +101,40 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
     const int nr = s->nr, gated = ep->gate == LF_GATE_PAIRED, half = nr / 2;
     const int width = gated ? half : nr; /* output columns per tile */
     const float alpha = ep->alpha;
-    const lf_matrix *c = g->c.data ? &g->c : NULL;
+    const float *restrict bias = s->bias;
     const lf_matrix *d = &g->d;
-    float z[LF_CPU_NR_MAX], o[LF_CPU_NR_MAX];
-    for (int64_t r = 0; r < s->rows; r++) {
-        const float *acc = s->acc + r * nr;
-        const int64_t i = s->i0 + r;
-#pragma omp simd
-        for (int p = 0; p < nr; p++)
-            z[p] = alpha * acc[p] + s->bias[p];
-        if (c) { /* rare (addmm with beta): read C through its strides, any dtype */
-            const float beta = ep->beta;
+    const int64_t esize = (int64_t)lf_dtype_size(d->dtype);
+    /* full-width f32 rows are written straight into D; others go through o */
+    const int direct = d->cs == 1 && d->dtype == LF_DTYPE_F32 && s->nout == width;
+    const int64_t rows = s->rows, row_bytes = d->rs * esize;
+    const int nout = s->nout;
+    const float *acc0 = s->acc;
+    char *const row0 = (char *)d->data + (s->i0 * d->rs + s->o0 * d->cs) * esize;
+    float o[LF_CPU_NR_MAX];
+    if (g->c.data) { /* addmm with beta: read C through its strides, any dtype (never gated) */
+        const lf_matrix *c = &g->c;
+        float z[LF_CPU_NR_MAX];
+        for (int64_t r = 0; r < s->rows; r++) {
+            const int64_t i = s->i0 + r;
             for (int p = 0; p < nr; p++)
-                if (s->cols[p] >= 0)
-                    z[p] += beta * lf_load_f32(c->data, c->dtype, i * c->rs + s->cols[p] * c->cs);
+                z[p] = alpha * s->acc[r * nr + p] + bias[p] +
+                       (s->cols[p] >= 0 ? ep->beta * lf_load_f32(c->data, c->dtype, i * c->rs + s->cols[p] * c->cs)
+                                        : 0.0f);
+            LF_K(act_row_)(ep->act, z, o, nr);
+            LF_K(store_row_)(d, (char *)d->data + (i * d->rs + s->o0 * d->cs) * esize, o, s->nout);
         }
-        if (gated)
-            LF_K(act_mul_row_)(ep->act, z, z + half, o, width);
-        else
-            LF_K(act_row_)(ep->act, z, o, width);
-        const int n = s->nout;
-        char *row = (char *)d->data + (i * d->rs + s->o0 * d->cs) * (int64_t)lf_dtype_size(d->dtype);
-        if (d->cs == 1 && d->dtype == LF_DTYPE_F32) {
-            memcpy(row, o, (size_t)n * sizeof(float));
-        } else if (d->cs == 1 && d->dtype == LF_DTYPE_BF16) {
-            uint16_t *q = (uint16_t *)row;
-#pragma omp simd
-            for (int p = 0; p < n; p++)
-                q[p] = lf_vbf16(o[p]);
-        } else {
-            for (int p = 0; p < n; p++)
-                lf_store_f32(row, d->dtype, (int64_t)p * d->cs, o[p]);
-        }
+        return;
+    }
+    switch (ep->act) {
+    case LF_ACT_RELU: LF_EP_ROWS(lf_vrelu); break;
+    case LF_ACT_GELU_TANH: LF_EP_ROWS(lf_vgelu_tanh); break;
+    case LF_ACT_GELU_ERF: LF_EP_ROWS(lf_vgelu_erf); break;
+    default: LF_EP_ROWS(LF_IDENTITY); break;
     }
 }
 
-#define LF_KERNEL_SET(isa_, mr_, nr_, ukr_)                                                   \
+#define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_)                                            \
     const lf_cpu_kernels LF_K(lf_cpu_kernels_) = {                                            \
-        .isa = (isa_), .mr = (mr_), .nr = (nr_), .ukr = (ukr_), .ep_strip = LF_K(ep_strip_), \
-        .act_row = LF_K(act_row_), .act_mul_row = LF_K(act_mul_row_),                         \
+        .isa = (isa_), .mr = (mr_), .nr = (nr_), .ukr = (ukr_), .pack_cols = (pack_),       \
+        .ep_strip = LF_K(ep_strip_), .act_row = LF_K(act_row_), .act_mul_row = LF_K(act_mul_row_), \
     }
