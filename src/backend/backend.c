@@ -19,7 +19,8 @@ double lf_act_ref(lf_act act, double x)
 {
     switch (act) {
     case LF_ACT_RELU: return x > 0 ? x : 0;
-    case LF_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case LF_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
+        return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case LF_ACT_GELU_ERF: return 0.5 * x * erfc(-x * 0.7071067811865476);
     default: return x;
     }

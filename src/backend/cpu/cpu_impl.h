@@ -28,8 +28,7 @@ typedef struct lf_cpu_kernels {
     /* Pack n vectors that are each contiguous along k into dst (K, n) row-major, widening to
      * float: B's columns when B is an nn.Linear weight seen as W^T, or A's rows when A is
      * row-major. Vector p starts at element src[p] of base; src[p] < 0 gives zeros. A
-     * transpose, done in 8x8 and 4x4 register blocks where the instruction set allows; n is a
-     * multiple of 4. */
+     * transpose, done in 8x8 and 4x4 register blocks where the instruction set allows. */
     void (*pack_cols)(const void *base, lf_dtype dt, const int64_t *src, int64_t K, int n, float *dst);
     void (*ep_strip)(const lf_ep_strip *s);
     /* y[i] = act(x[i]) (x and y may be the same) */

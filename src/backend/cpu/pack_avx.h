@@ -64,7 +64,7 @@ static void LF_K(pack_cols_)(const void *base, lf_dtype dt, const int64_t *src, 
             _mm256_storeu_ps(o + 6 * nr, _mm256_permute2f128_ps(u2, u6, 0x31));
             _mm256_storeu_ps(o + 7 * nr, _mm256_permute2f128_ps(u3, u7, 0x31));
         }
-        for (; p0 < nr; p0 += 4) /* a 4-wide tail (mr = 12): two 4x4 blocks per 8 k */
+        for (; p0 + 4 <= nr; p0 += 4) /* a 4-wide tail (mr = 12): two 4x4 blocks per 8 k */
             for (int64_t kk = k0; kk < k0 + 8; kk += 4) {
                 __m128 q[4];
                 for (int i = 0; i < 4; i++)
@@ -73,6 +73,9 @@ static void LF_K(pack_cols_)(const void *base, lf_dtype dt, const int64_t *src, 
                 for (int i = 0; i < 4; i++)
                     _mm_storeu_ps(dst + (kk + i) * nr + p0, q[i]);
             }
+        for (; p0 < nr; p0++) /* what is left (mr = 6): one element at a time */
+            for (int64_t kk = k0; kk < k0 + 8; kk++)
+                dst[kk * nr + p0] = src[p0] >= 0 ? lf_load_f32(base, dt, src[p0] + kk) : 0.0f;
     }
     for (; k0 < K; k0++) /* the last K % 8 steps, one element at a time */
         for (int p = 0; p < nr; p++)

@@ -1,0 +1,2 @@
+#include "testutil.h"
+int main(void) { return lf_test_finish("test_ops"); }

@@ -1,0 +1,205 @@
+/* Tensors: dtype conversions (round to nearest even, NaN/Inf kept), views that never copy
+ * (the blog's t() example first), reshape's view-or-copy rule, storage lifetime. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+/* bf16 rounding done the slow, obvious way: the two neighbours, the nearer wins, ties to even. */
+static uint16_t bf16_slow(float f)
+{
+    uint32_t u = lf_f32_bits(f);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    double x = f, a = lf_f32_from_bf16(lo), b = lf_f32_from_bf16(hi);
+    if ((u & 0xffff) == 0)
+        return lo;
+    double da = fabs(x - a), db = fabs(x - b);
+    if (da < db)
+        return lo;
+    if (db < da)
+        return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+static void test_conversions(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 1);
+    int bad_bf16 = 0, bad_f16 = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t bits = (uint32_t)lf_rng_next(&rng);
+        float f = lf_f32_from_bits(bits);
+        if (isnan(f))
+            continue;
+        /* keep finite values whose bf16 rounding stays finite for the slow reference */
+        if (fabs(f) < 3.38e38f && lf_bf16_from_f32(f) != bf16_slow(f) && bad_bf16++ < 5)
+            fprintf(stderr, "bf16(%a): got %04x want %04x\n", f, lf_bf16_from_f32(f), bf16_slow(f));
+        /* f16 against the compiler's own conversion (round to nearest even, IEEE) */
+        float g = f * 0x1p-110f; /* bring most draws into f16 range, subnormals included */
+        _Float16 h = (_Float16)g;
+        uint16_t hb;
+        memcpy(&hb, &h, 2);
+        if (lf_f16_from_f32(g) != hb && bad_f16++ < 5)
+            fprintf(stderr, "f16(%a): got %04x want %04x\n", g, lf_f16_from_f32(g), hb);
+    }
+    CHECK(bad_bf16 == 0, "%d bf16 roundings differ from nearest-even", bad_bf16);
+    CHECK(bad_f16 == 0, "%d f16 roundings differ from the compiler's", bad_f16);
+
+    /* every f16 and bf16 value survives a trip through f32 (NaNs stay NaN) */
+    int bad_rt = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = lf_f32_from_f16((uint16_t)h), b = lf_f32_from_bf16((uint16_t)h);
+        _Float16 ref;
+        uint16_t hh = (uint16_t)h;
+        memcpy(&ref, &hh, 2);
+        if (isnan(a) ? !isnan((float)ref) : a != (float)ref)
+            bad_rt++;
+        if (isnan(a) ? !isnan(lf_f32_from_f16(lf_f16_from_f32(a))) : lf_f16_from_f32(a) != h)
+            bad_rt++;
+        if (isnan(b) ? !isnan(lf_f32_from_bf16(lf_bf16_from_f32(b))) : lf_bf16_from_f32(b) != h)
+            bad_rt++;
+    }
+    CHECK(bad_rt == 0, "%d f16/bf16 values do not round-trip", bad_rt);
+
+    CHECK(lf_bf16_from_f32(INFINITY) == 0x7f80 && lf_bf16_from_f32(-INFINITY) == 0xff80, "bf16 keeps Inf");
+    CHECK(lf_f16_from_f32(INFINITY) == 0x7c00 && lf_f16_from_f32(-INFINITY) == 0xfc00, "f16 keeps Inf");
+    CHECK(isnan(lf_f32_from_bf16(lf_bf16_from_f32(NAN))) && isnan(lf_f32_from_f16(lf_f16_from_f32(NAN))),
+          "NaN stays NaN");
+    /* a NaN whose payload sits only in the low bits must not become Inf */
+    CHECK(isnan(lf_f32_from_bf16(lf_bf16_from_f32(lf_f32_from_bits(0x7f800001u)))), "low-payload NaN stays NaN");
+    CHECK(lf_f16_from_f32(65519.0f) == 0x7bff && lf_f16_from_f32(65520.0f) == 0x7c00, "f16 overflow threshold");
+    CHECK(lf_bf16_from_f32(1.00390625f) == 0x3f80, "bf16 tie rounds to even (down)");
+    CHECK(lf_bf16_from_f32(1.01171875f) == 0x3f82, "bf16 tie rounds to even (up)");
+}
+
+/* The blog's example: M (3,2) strides (2,1); t(M) is (2,3) strides (1,2), same data, reads
+ * 0 2 4 / 1 3 5, and materializing it gives 0,2,4,1,3,5. */
+static void test_blog_transpose(void)
+{
+    const float v[6] = {0, 1, 2, 3, 4, 5};
+    int64_t shape[2] = {3, 2};
+    lf_tensor *m = NULL, *mt = NULL, *c = NULL;
+    OK(lf_tensor_from_f32(&m, LF_DTYPE_F32, 2, shape, v, LF_DEVICE_CPU));
+    CHECK(m->stride[0] == 2 && m->stride[1] == 1, "M strides (%lld, %lld)", (long long)m->stride[0],
+          (long long)m->stride[1]);
+    OK(lf_t(&mt, m));
+    CHECK(mt->shape[0] == 2 && mt->shape[1] == 3, "t(M) shape");
+    CHECK(mt->stride[0] == 1 && mt->stride[1] == 2, "t(M) strides (%lld, %lld)", (long long)mt->stride[0],
+          (long long)mt->stride[1]);
+    CHECK(lf_tensor_data(mt) == lf_tensor_data(m), "t(M) shares M's data pointer");
+    CHECK(!lf_tensor_is_contiguous(mt), "t(M) is not contiguous");
+    float r[6];
+    OK(lf_tensor_to_f32(mt, r, 6));
+    const float want[6] = {0, 2, 4, 1, 3, 5};
+    CHECK(!memcmp(r, want, sizeof r), "t(M) reads %g %g %g / %g %g %g", r[0], r[1], r[2], r[3], r[4], r[5]);
+    OK(lf_contiguous(&c, mt));
+    CHECK(lf_tensor_is_contiguous(c) && lf_tensor_data(c) != lf_tensor_data(m), "contiguous copies");
+    const float *raw = lf_tensor_data(c);
+    CHECK(!memcmp(raw, want, sizeof want), "materialized memory is %g,%g,%g,%g,%g,%g", raw[0], raw[1], raw[2],
+          raw[3], raw[4], raw[5]);
+    lf_tensor_free(c);
+    lf_tensor_free(mt);
+    lf_tensor_free(m);
+}
+
+static void test_views(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 2);
+    int64_t s3[3] = {2, 3, 4};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 3, s3), *v = NULL, *w = NULL;
+    float xv[24], vv[24];
+    OK(lf_tensor_to_f32(x, xv, 24));
+
+    /* permute (2,0,1): element [i,j,k] of v is x[j,k,i] */
+    int perm[3] = {2, 0, 1};
+    OK(lf_tensor_permute(&v, x, perm));
+    OK(lf_tensor_to_f32(v, vv, 24));
+    int bad = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++)
+            for (int k = 0; k < 3; k++)
+                bad += vv[(i * 2 + j) * 3 + k] != xv[(j * 3 + k) * 4 + i];
+    CHECK(bad == 0 && lf_tensor_data(v) == lf_tensor_data(x), "permute reads through strides");
+    lf_tensor_free(v);
+
+    /* view with -1, and a view that cannot exist */
+    int64_t s2[2] = {-1, 4};
+    OK(lf_tensor_view(&v, x, 2, s2));
+    CHECK(v->shape[0] == 6 && v->stride[0] == 4, "view [-1, 4] is [6, 4]");
+    lf_tensor_free(v);
+    OK(lf_tensor_transpose(&w, x, 1, 2)); /* (2,4,3) strides (12,1,4) */
+    int64_t s_flat[2] = {2, 12};
+    FAILS(LF_ESHAPE, "use lf_reshape", lf_tensor_view(&v, w, 2, s_flat));
+    CHECK(v == NULL, "a failed view leaves out NULL");
+    /* flatten of the leading dims of a transposed tensor still works: dims 0 and 1 */
+    int64_t s_lead[2] = {8, 3};
+    FAILS(LF_ESHAPE, NULL, lf_tensor_view(&v, w, 2, s_lead));
+    OK(lf_tensor_flatten(&v, x, 0, 1));
+    CHECK(v->ndim == 2 && v->shape[0] == 6 && v->shape[1] == 4, "flatten(0,1) of [2,3,4] is [6,4]");
+    lf_tensor_free(v);
+    FAILS(LF_ESHAPE, "use lf_reshape", lf_tensor_flatten(&v, w, 1, 2));
+
+    /* reshape: a view when strides allow it, a copy otherwise (as torch) */
+    OK(lf_reshape(&v, x, 2, s_flat));
+    CHECK(lf_tensor_shares_storage(v, x), "reshape of a contiguous tensor is a view");
+    lf_tensor_free(v);
+    OK(lf_reshape(&v, w, 2, s_flat));
+    CHECK(!lf_tensor_shares_storage(v, w) && lf_tensor_is_contiguous(v), "reshape of a transposed tensor copies");
+    float wv[24];
+    OK(lf_tensor_to_f32(w, wv, 24));
+    OK(lf_tensor_to_f32(v, vv, 24));
+    CHECK(!memcmp(wv, vv, sizeof wv), "the copy holds the same values in the same order");
+    lf_tensor_free(v);
+
+    /* unsqueeze and as_strided */
+    OK(lf_tensor_unsqueeze(&v, x, 1));
+    CHECK(v->ndim == 4 && v->shape[1] == 1 && v->shape[2] == 3, "unsqueeze(1) of [2,3,4] is [2,1,3,4]");
+    lf_tensor_free(v);
+    int64_t as_shape[2] = {3, 2}, as_stride[2] = {1, 3};
+    OK(lf_tensor_as_strided(&v, x, 2, as_shape, as_stride, 5));
+    OK(lf_tensor_to_f32(v, vv, 6));
+    CHECK(vv[0] == xv[5] && vv[1] == xv[8] && vv[2] == xv[6] && vv[5] == xv[10], "as_strided reads offset+strides");
+    lf_tensor_free(v);
+    int64_t far_stride[2] = {10, 3};
+    FAILS(LF_ESHAPE, "storage holds 24", lf_tensor_as_strided(&v, x, 2, as_shape, far_stride, 5));
+
+    /* storage lives while any view does: free the base first */
+    OK(lf_tensor_transpose(&v, w, 1, 2));
+    lf_tensor_free(x);
+    lf_tensor_free(w);
+    OK(lf_tensor_to_f32(v, vv, 24));
+    CHECK(vv[0] == xv[0], "a view outlives its base");
+    lf_tensor_free(v);
+}
+
+static void test_contiguous_dtypes(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 3);
+    for (int dt = 0; dt < LF_DTYPE_COUNT; dt++) {
+        lf_tensor *x = rand_colmajor(&rng, (lf_dtype)dt, 33, 7), *c = NULL;
+        float a[231], b[231];
+        OK(lf_tensor_to_f32(x, a, 231));
+        OK(lf_contiguous(&c, x));
+        OK(lf_tensor_to_f32(c, b, 231));
+        CHECK(!memcmp(a, b, sizeof a), "contiguous keeps %s values exactly", lf_dtype_name((lf_dtype)dt));
+        lf_tensor_free(c);
+        OK(lf_contiguous(&c, x));
+        lf_tensor *cc = NULL;
+        OK(lf_contiguous(&cc, c));
+        CHECK(lf_tensor_data(cc) == lf_tensor_data(c), "contiguous of a contiguous tensor is no copy");
+        lf_tensor_free(cc);
+        lf_tensor_free(c);
+        lf_tensor_free(x);
+    }
+}
+
+int main(void)
+{
+    test_conversions();
+    test_blog_transpose();
+    test_views();
+    test_contiguous_dtypes();
+    return lf_test_finish("test_tensor");
+}

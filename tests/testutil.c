@@ -1,0 +1,90 @@
+/* Test helpers (see testutil.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+int lf_test_failures, lf_test_checks;
+
+void lf_test_fails(lf_status want, const char *needle, lf_status got, const char *expr, const char *file, int line)
+{
+    lf_test_checks++;
+    const char *msg = lf_last_error();
+    if (got != want || (needle && !strstr(msg, needle))) {
+        lf_test_failures++;
+        fprintf(stderr, "%s:%d: %s: expected %s%s%s%s, got %s \"%s\"\n", file, line, expr, lf_status_name(want),
+                needle ? " with \"" : "", needle ? needle : "", needle ? "\"" : "", lf_status_name(got), msg);
+    }
+}
+
+int lf_test_finish(const char *name)
+{
+    printf("%s: %d checks, %d failed\n", name, lf_test_checks, lf_test_failures);
+    return lf_test_failures ? 1 : 0;
+}
+
+lf_tensor *rand_tensor(lf_rng *rng, lf_dtype dt, int ndim, const int64_t *shape)
+{
+    lf_tensor *t = NULL;
+    if (lf_tensor_empty(&t, dt, ndim, shape, LF_DEVICE_CPU) != LF_OK ||
+        lf_tensor_fill_uniform(t, rng, -1.0, 1.0) != LF_OK) {
+        fprintf(stderr, "rand_tensor: %s\n", lf_last_error());
+        abort();
+    }
+    return t;
+}
+
+lf_tensor *rand_padded(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols, int64_t ld, int64_t off)
+{
+    int64_t n = off + rows * ld;
+    lf_tensor *buf = NULL, *v = NULL;
+    if (lf_tensor_empty(&buf, dt, 1, &n, LF_DEVICE_CPU) != LF_OK || lf_tensor_fill(buf, NAN) != LF_OK)
+        abort();
+    int64_t shape[2] = {rows, cols}, stride[2] = {ld, 1};
+    if (lf_tensor_as_strided(&v, buf, 2, shape, stride, off) != LF_OK || lf_tensor_fill_uniform(v, rng, -1, 1) != LF_OK)
+        abort();
+    lf_tensor_free(buf);
+    return v;
+}
+
+lf_tensor *rand_colmajor(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols)
+{
+    int64_t shape[2] = {cols, rows};
+    lf_tensor *base = rand_tensor(rng, dt, 2, shape), *v = NULL;
+    if (lf_tensor_t(&v, base) != LF_OK)
+        abort();
+    lf_tensor_free(base);
+    return v;
+}
+
+double *to_f64(const lf_tensor *t)
+{
+    int64_t n = lf_tensor_numel(t);
+    float *f = malloc((size_t)n * sizeof *f);
+    double *d = malloc((size_t)n * sizeof *d);
+    if (!f || !d || lf_tensor_to_f32(t, f, n) != LF_OK)
+        abort();
+    for (int64_t i = 0; i < n; i++)
+        d[i] = f[i];
+    free(f);
+    return d;
+}
+
+double worst_err(const double *got, const double *ref, const double *mag, int64_t n, lf_dtype dt, int64_t *where)
+{
+    const double floor_dt = dt == LF_DTYPE_F16 ? 0x1p-14 : dt == LF_DTYPE_BF16 ? 0x1p-126 : 0.0;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] == ref[i])
+            continue;
+        double e = fabs(got[i] - ref[i]) / (fabs(ref[i]) + 0.01 * mag[i] + floor_dt);
+        if (!(e <= worst)) { /* NaN counts as the worst */
+            worst = isnan(e) ? INFINITY : e;
+            if (where)
+                *where = i;
+        }
+    }
+    return worst;
+}
+
+double tol_for(lf_dtype dt) { return dt == LF_DTYPE_F32 ? 1e-5 : 1e-2; }

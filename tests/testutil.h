@@ -1,0 +1,66 @@
+/* Test helpers: checks that count failures (each test exits non-zero if any failed), random
+ * tensors, poisoning, and float64 comparisons with a stated error measure. */
+#ifndef LF_TESTUTIL_H
+#define LF_TESTUTIL_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "linfuse/nn.h"
+
+extern int lf_test_failures, lf_test_checks;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        lf_test_checks++;                                                       \
+        if (!(cond)) {                                                          \
+            lf_test_failures++;                                                 \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fputc('\n', stderr);                                                \
+        }                                                                       \
+    } while (0)
+
+/* A call that must succeed; on failure the test reports lf_last_error() and returns. */
+#define OK(call)                                                                              \
+    do {                                                                                      \
+        lf_status s_ = (call);                                                                \
+        lf_test_checks++;                                                                     \
+        if (s_ != LF_OK) {                                                                    \
+            lf_test_failures++;                                                               \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
+                    lf_status_name(s_), lf_last_error());                                     \
+            return;                                                                           \
+        }                                                                                     \
+    } while (0)
+
+/* A call that must fail with status `want` and a message containing `needle` (NULL: any). */
+#define FAILS(want, needle, call) lf_test_fails((want), (needle), (call), #call, __FILE__, __LINE__)
+void lf_test_fails(lf_status want, const char *needle, lf_status got, const char *expr, const char *file, int line);
+
+/* Print the summary line and return the exit status. */
+int lf_test_finish(const char *name);
+
+/* A new CPU tensor of the given shape and dtype, uniform in [-1, 1) from rng. */
+lf_tensor *rand_tensor(lf_rng *rng, lf_dtype dt, int ndim, const int64_t *shape);
+/* A (rows, cols) view with row stride ld >= cols and element offset `off` into a larger
+ * buffer whose unused elements are NaN: a non-contiguous, offset operand. Random values. */
+lf_tensor *rand_padded(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols, int64_t ld, int64_t off);
+/* A (rows, cols) view whose columns are contiguous (row stride 1), i.e. the transpose of a
+ * row-major (cols, rows) buffer. Random values. */
+lf_tensor *rand_colmajor(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols);
+/* Values of t as doubles in row-major order of its shape (caller frees). */
+double *to_f64(const lf_tensor *t);
+
+/* The error measure of every numeric test: |got - ref| / (|ref| + 0.01 * mag + floor(dt)), where
+ * mag is the sum of the magnitudes of the terms that made ref (for a GEMM, sum_k |a_ik b_kj| and
+ * so on) and floor(dt) is the smallest normal of the stored dtype (2^-14 for f16, 2^-126 for
+ * bf16, 0 for f32), below which a dtype has only absolute resolution. It is a relative error
+ * that does not blow up where a sum cancels to near zero. Returns the worst value over n
+ * elements and the index where it happened. */
+double worst_err(const double *got, const double *ref, const double *mag, int64_t n, lf_dtype dt, int64_t *where);
+
+/* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */
+double tol_for(lf_dtype dt);
+
+#endif
