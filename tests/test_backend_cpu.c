@@ -12,8 +12,10 @@ typedef enum { LAY_ROW, LAY_COL, LAY_PAD } layout;
 static lf_tensor *make_operand(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols, layout l)
 {
     switch (l) {
-    case LAY_COL: return rand_colmajor(rng, dt, rows, cols);
-    case LAY_PAD: return rand_padded(rng, dt, rows, cols, cols + 3, 5);
+    case LAY_COL:
+        return rand_colmajor(rng, dt, rows, cols);
+    case LAY_PAD:
+        return rand_padded(rng, dt, rows, cols, cols + 3, 5);
     default: {
         int64_t s[2] = {rows, cols};
         return rand_tensor(rng, dt, 2, s);
@@ -75,7 +77,8 @@ static void run_case(lf_rng *rng, const gcase *gc)
     OK(lf_backend_gemm(LF_DEVICE_CPU, &g, &info));
 
     double *A = to_f64(a), *B = to_f64(b), *Bias = bias ? to_f64(bias) : NULL, *C = c ? to_f64(c) : NULL;
-    double *got = to_f64(d), *ref = malloc((size_t)(M * No) * sizeof *ref), *mag = malloc((size_t)(M * No) * sizeof *mag);
+    double *got = to_f64(d), *ref = malloc((size_t)(M * No) * sizeof *ref),
+           *mag = malloc((size_t)(M * No) * sizeof *mag);
     double *z = malloc((size_t)N * sizeof *z), *zm = malloc((size_t)N * sizeof *zm);
     for (int64_t i = 0; i < M; i++) {
         for (int64_t j = 0; j < N; j++) {
@@ -140,15 +143,25 @@ static void test_gemm_isa(lf_cpu_isa isa)
     lf_rng rng;
     lf_rng_seed(&rng, 100 + isa);
     /* odd sizes: 1, 7, 33, 257 and the prime 1031, one large dim at a time */
-    static const int64_t shapes[][3] = {{1, 1, 1},    {7, 33, 257}, {33, 7, 1031}, {257, 33, 7},
-                                        {1031, 9, 33}, {13, 1031, 5}, {33, 257, 1}, {40, 64, 400}};
+    static const int64_t shapes[][3] = {{1, 1, 1},     {7, 33, 257},  {33, 7, 1031}, {257, 33, 7},
+                                        {1031, 9, 33}, {13, 1031, 5}, {33, 257, 1},  {40, 64, 400}};
     const int n_shapes = sizeof shapes / sizeof shapes[0];
     for (int si = 0; si < n_shapes; si++)
         for (int dt = 0; dt < LF_DTYPE_COUNT; dt++)
             for (int la = 0; la < 3; la++)
                 for (int lb = 0; lb < 3; lb++) {
-                    gcase gc = {shapes[si][0], shapes[si][1], shapes[si][2], (lf_dtype)dt, (layout)la, (layout)lb,
-                                (la + lb + si) % 2, 0, (lf_act)((la + 2 * lb + si) % LF_ACT_COUNT), 0, 1.0f, 0.0f};
+                    gcase gc = {shapes[si][0],
+                                shapes[si][1],
+                                shapes[si][2],
+                                (lf_dtype)dt,
+                                (layout)la,
+                                (layout)lb,
+                                (la + lb + si) % 2,
+                                0,
+                                (lf_act)((la + 2 * lb + si) % LF_ACT_COUNT),
+                                0,
+                                1.0f,
+                                0.0f};
                     run_case(&rng, &gc);
                 }
     /* every epilogue combination on one odd shape, f32 and bf16 */
@@ -157,18 +170,38 @@ static void test_gemm_isa(lf_cpu_isa isa)
             for (int bias = 0; bias < 2; bias++)
                 for (int ci = 0; ci < 2; ci++)
                     for (int ab = 0; ab < 2; ab++) {
-                        gcase gc = {37, 45, 70, dt ? LF_DTYPE_BF16 : LF_DTYPE_F32, LAY_ROW, LAY_COL, bias, ci,
-                                    (lf_act)act, 0, ab ? -0.75f : 1.0f, ab ? 2.5f : 1.0f};
+                        gcase gc = {37,
+                                    45,
+                                    70,
+                                    dt ? LF_DTYPE_BF16 : LF_DTYPE_F32,
+                                    LAY_ROW,
+                                    LAY_COL,
+                                    bias,
+                                    ci,
+                                    (lf_act)act,
+                                    0,
+                                    ab ? -0.75f : 1.0f,
+                                    ab ? 2.5f : 1.0f};
                         run_case(&rng, &gc);
                     }
     /* the paired gate: interleaved (group 1), blocks, and [gate | up] halves; odd token counts */
-    static const int64_t gshapes[][4] = {{33, 64, 47, 1}, {7, 96, 33, 4}, {129, 2 * 50, 65, 50}, {1, 2, 3, 1},
-                                         {257, 2 * 48, 31, 16}};
+    static const int64_t gshapes[][4] = {
+        {33, 64, 47, 1}, {7, 96, 33, 4}, {129, 2 * 50, 65, 50}, {1, 2, 3, 1}, {257, 2 * 48, 31, 16}};
     for (size_t i = 0; i < sizeof gshapes / sizeof gshapes[0]; i++)
         for (int dt = 0; dt < LF_DTYPE_COUNT; dt++)
             for (int act = 0; act < LF_ACT_COUNT; act++) {
-                gcase gc = {gshapes[i][0], gshapes[i][1], gshapes[i][2], (lf_dtype)dt, (layout)(i % 3),
-                            i % 2 ? LAY_COL : LAY_ROW, (int)(i + act) % 2, 0, (lf_act)act, gshapes[i][3], 1.0f, 0.0f};
+                gcase gc = {gshapes[i][0],
+                            gshapes[i][1],
+                            gshapes[i][2],
+                            (lf_dtype)dt,
+                            (layout)(i % 3),
+                            i % 2 ? LAY_COL : LAY_ROW,
+                            (int)(i + act) % 2,
+                            0,
+                            (lf_act)act,
+                            gshapes[i][3],
+                            1.0f,
+                            0.0f};
                 run_case(&rng, &gc);
             }
 }
@@ -179,7 +212,8 @@ static void test_threads_deterministic(void)
     lf_rng rng;
     lf_rng_seed(&rng, 7);
     int64_t sa[2] = {301, 129}, sb[2] = {129, 203};
-    lf_tensor *a = rand_tensor(&rng, LF_DTYPE_F32, 2, sa), *b = rand_tensor(&rng, LF_DTYPE_F32, 2, sb), *y1 = NULL, *y2 = NULL;
+    lf_tensor *a = rand_tensor(&rng, LF_DTYPE_F32, 2, sa), *b = rand_tensor(&rng, LF_DTYPE_F32, 2, sb), *y1 = NULL,
+              *y2 = NULL;
     lf_cpu_set_threads(1);
     OK(lf_mm(&y1, a, b));
     lf_cpu_set_threads(2);
@@ -241,7 +275,8 @@ static void test_pointwise(void)
             ref[i] = X[i] + B[i % 1031];
             mag[i] = fabs(X[i]) + fabs(B[i % 1031]);
         }
-        CHECK(worst_err(Y, ref, mag, n, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "broadcast add %s", lf_dtype_name((lf_dtype)dt));
+        CHECK(worst_err(Y, ref, mag, n, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "broadcast add %s",
+              lf_dtype_name((lf_dtype)dt));
         free(Y);
         lf_tensor_free(y);
         /* mul with a transposed (non-contiguous) operand */
@@ -254,7 +289,8 @@ static void test_pointwise(void)
             ref[i] = P[i] * Q[i];
             mag[i] = fabs(ref[i]);
         }
-        CHECK(worst_err(Y, ref, mag, 257 * 33, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "strided mul %s", lf_dtype_name((lf_dtype)dt));
+        CHECK(worst_err(Y, ref, mag, 257 * 33, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "strided mul %s",
+              lf_dtype_name((lf_dtype)dt));
         free(X), free(B), free(Y), free(P), free(Q), free(ref), free(mag);
         lf_tensor_free(x), lf_tensor_free(b), lf_tensor_free(y), lf_tensor_free(p), lf_tensor_free(q);
     }

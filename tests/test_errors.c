@@ -1,2 +1,138 @@
+/* Bad input is an error with a message naming the argument and the expected and actual
+ * values: never a crash, a leak or a wrong answer. (AddressSanitizer and LeakSanitizer watch
+ * this run; allocator_may_return_null lets a huge allocation fail as it would without them.) */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "testutil.h"
-int main(void) { return lf_test_finish("test_errors"); }
+
+static void test_tensor_errors(void)
+{
+    lf_tensor *t = (lf_tensor *)1, *v = (lf_tensor *)1;
+    int64_t zero[2] = {3, 0}, neg[2] = {-2, 4}, five[5] = {1, 1, 1, 1, 1};
+    FAILS(LF_ESHAPE, "dim 1 = 0", lf_tensor_empty(&t, LF_DTYPE_F32, 2, zero, LF_DEVICE_CPU));
+    CHECK(t == NULL, "out is NULL after a failure");
+    FAILS(LF_ESHAPE, "dim 0 = -2", lf_tensor_empty(&t, LF_DTYPE_F32, 2, neg, LF_DEVICE_CPU));
+    FAILS(LF_ESHAPE, "expected 1 to 4", lf_tensor_empty(&t, LF_DTYPE_F32, 5, five, LF_DEVICE_CPU));
+    FAILS(LF_EINVAL, "'shape' is NULL", lf_tensor_empty(&t, LF_DTYPE_F32, 2, NULL, LF_DEVICE_CPU));
+    FAILS(LF_EINVAL, "'out' is NULL", lf_tensor_empty(NULL, LF_DTYPE_F32, 2, zero, LF_DEVICE_CPU));
+    FAILS(LF_EDTYPE, "dtype 7", lf_tensor_empty(&t, (lf_dtype)7, 1, five, LF_DEVICE_CPU));
+    /* element count overflow, byte count overflow */
+    int64_t huge[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, big[1] = {INT64_C(1) << 62};
+    FAILS(LF_EOVERFLOW, "63 bits", lf_tensor_empty(&t, LF_DTYPE_F32, 2, huge, LF_DEVICE_CPU));
+    FAILS(LF_EOVERFLOW, "bytes", lf_tensor_empty(&t, LF_DTYPE_F32, 1, big, LF_DEVICE_CPU));
+    /* a valid size the machine cannot give */
+    int64_t too_much[1] = {INT64_C(1) << 60};
+    FAILS(LF_ENOMEM, "could not allocate", lf_tensor_empty(&t, LF_DTYPE_BF16, 1, too_much, LF_DEVICE_CPU));
+    CHECK(t == NULL, "out is NULL after ENOMEM");
+    /* a device this build has no backend for */
+    FAILS(LF_EDEVICE, "no cuda backend", lf_tensor_empty(&t, LF_DTYPE_F32, 1, five, LF_DEVICE_CUDA));
+    FAILS(LF_EDEVICE, "not cpu or cuda", lf_tensor_empty(&t, LF_DTYPE_F32, 1, five, (lf_device)9));
+
+    int64_t s[2] = {4, 6};
+    OK(lf_tensor_empty(&t, LF_DTYPE_F32, 2, s, LF_DEVICE_CPU));
+    FAILS(LF_EINVAL, "dim0 = 2 is out of range", lf_tensor_transpose(&v, t, 2, 0));
+    CHECK(v == NULL, "view out is NULL after a failure");
+    FAILS(LF_EINVAL, "dim0 = -3", lf_tensor_transpose(&v, t, -3, 0));
+    int perm[2] = {0, 0};
+    FAILS(LF_EINVAL, "appears twice", lf_tensor_permute(&v, t, perm));
+    int64_t s5[2] = {5, 5};
+    FAILS(LF_ESHAPE, "invalid for 24 elements", lf_tensor_view(&v, t, 2, s5));
+    int64_t two_infer[2] = {-1, -1};
+    FAILS(LF_ESHAPE, NULL, lf_tensor_view(&v, t, 2, two_infer));
+    int64_t negstride[2] = {-1, 1};
+    FAILS(LF_EINVAL, "negative", lf_tensor_as_strided(&v, t, 2, s, negstride, 0));
+    FAILS(LF_EINVAL, "offset -1", lf_tensor_as_strided(&v, t, 2, s, negstride + 1, -1));
+    float small[3];
+    FAILS(LF_EINVAL, "dst holds 3 elements, tensor has 24", lf_tensor_to_f32(t, small, 3));
+    FAILS(LF_EINVAL, "[1, -1) is empty", lf_tensor_fill_uniform(t, &(lf_rng){{1, 2, 3, 4}}, 1, -1));
+    lf_dtype dt;
+    FAILS(LF_EINVAL, "unknown dtype 'f64'", lf_dtype_parse("f64", &dt));
+    lf_tensor_free(t);
+    lf_tensor_free(NULL);
+}
+
+static void test_op_errors(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 3);
+    int64_t s23[2] = {2, 3}, s43[2] = {4, 3}, s34[2] = {3, 4}, s4[1] = {4}, s5[1] = {5};
+    lf_tensor *a = rand_tensor(&rng, LF_DTYPE_F32, 2, s23), *b = rand_tensor(&rng, LF_DTYPE_F32, 2, s43);
+    lf_tensor *c = rand_tensor(&rng, LF_DTYPE_F32, 2, s34), *h = rand_tensor(&rng, LF_DTYPE_BF16, 2, s34);
+    lf_tensor *b4 = rand_tensor(&rng, LF_DTYPE_F32, 1, s4), *b5 = rand_tensor(&rng, LF_DTYPE_F32, 1, s5);
+    lf_tensor *y = (lf_tensor *)1;
+    /* shape: the message shows both shapes and the dims that disagree */
+    FAILS(LF_ESHAPE, "mat1 [2, 3] and mat2 [4, 3] cannot be multiplied (3 != 4)", lf_mm(&y, a, b));
+    CHECK(y == NULL, "no output on failure");
+    /* dtype and NULL */
+    FAILS(LF_EDTYPE, "'mat1' is f32 but 'mat2' is bf16", lf_mm(&y, a, h));
+    FAILS(LF_EINVAL, "'mat2' is NULL", lf_mm(&y, a, NULL));
+    FAILS(LF_EINVAL, "'out' is NULL", lf_mm(NULL, a, c));
+    FAILS(LF_ESHAPE, "'mat1' must have 2 dims, got 1", lf_mm(&y, b4, c));
+    /* addmm bias that does not broadcast */
+    FAILS(LF_ESHAPE, "bias of shape [5] does not broadcast to the result's [2, 4]", lf_addmm(&y, b5, a, c, 1, 1));
+    FAILS(LF_ESHAPE, "expected [4]", lf_addmm_act(&y, b5, a, c, LF_ACT_GELU_TANH));
+    FAILS(LF_EINVAL, "activation 9", lf_addmm_act(&y, NULL, a, c, (lf_act)9));
+    FAILS(LF_ESHAPE, "whole blocks of 2 x group = 6", lf_mm_gated(&y, a, c, LF_ACT_GELU_TANH, 3));
+    /* linear: input features, bias length */
+    FAILS(LF_ESHAPE, "input [2, 3] has 3 features but weight [3, 4] expects 4", lf_linear(&y, a, c, NULL));
+    FAILS(LF_ESHAPE, "bias [5] does not match weight [4, 3]", lf_linear(&y, a, b, b5));
+    FAILS(LF_EDTYPE, "'input' is f32 but 'weight' is bf16", lf_linear(&y, c, h, NULL));
+    /* broadcasting */
+    FAILS(LF_ESHAPE, "shapes [2, 3] and [4, 3] do not broadcast", lf_add(&y, a, b));
+    FAILS(LF_EINVAL, "approximate = 5", lf_gelu(&y, a, (lf_gelu_approx)5));
+    FAILS(LF_EUNSUPPORTED, "supported are", lf_matmul(&y, b4, c));
+    int64_t bad_shape[2] = {7, 7};
+    FAILS(LF_ESHAPE, "invalid for 6 elements", lf_reshape(&y, a, 2, bad_shape));
+    lf_tensor *list[] = {a, b, c, h, b4, b5};
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+        lf_tensor_free(list[i]);
+}
+
+static void test_backend_errors(void)
+{
+    float buf[64];
+    memset(buf, 0, sizeof buf);
+    lf_gemm g = {.ep = lf_epilogue_default()};
+    g.a = (lf_matrix){buf, LF_DTYPE_F32, 2, 3, 3, 1};
+    g.b = (lf_matrix){buf + 8, LF_DTYPE_F32, 3, 4, 4, 1};
+    g.d = (lf_matrix){buf + 24, LF_DTYPE_F32, 2, 4, 4, 1};
+    OK(lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
+    lf_gemm bad = g;
+    bad.d.data = buf + 2; /* D overlaps A */
+    FAILS(LF_EINVAL, "d overlaps a", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g;
+    bad.b.rows = 5;
+    FAILS(LF_ESHAPE, "inner dims differ", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g;
+    bad.d.cols = 3;
+    FAILS(LF_ESHAPE, "d is 2 x 3, expected 2 x 4", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g;
+    bad.d.cs = 0;
+    FAILS(LF_ESHAPE, "overlap", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g;
+    bad.ep.gate = LF_GATE_PAIRED;
+    bad.ep.gate_group = 3;
+    FAILS(LF_ESHAPE, "2 x gate_group", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad.ep.gate_group = 1;
+    bad.d.cols = 2;
+    bad.c = (lf_matrix){buf + 40, LF_DTYPE_F32, 2, 4, 4, 1};
+    FAILS(LF_EUNSUPPORTED, "takes no C input", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g;
+    bad.a.rs = INT64_MAX / 2;
+    FAILS(LF_EOVERFLOW, "63 bits", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    FAILS(LF_EDEVICE, "no cuda backend", lf_backend_gemm(LF_DEVICE_CUDA, &g, NULL));
+    FAILS(LF_EINVAL, "'g' is NULL", lf_backend_gemm(LF_DEVICE_CPU, NULL, NULL));
+    FAILS(LF_EINVAL, "isa 3", lf_cpu_isa_force(LF_CPU_ISA_COUNT));
+}
+
+int main(void)
+{
+    test_tensor_errors();
+    test_op_errors();
+    test_backend_errors();
+    CHECK(!strcmp(lf_status_name(LF_EGUARD), "LF_EGUARD") && !strcmp(lf_status_name((lf_status)99), "LF_E?"),
+          "status names");
+    return lf_test_finish("test_errors");
+}

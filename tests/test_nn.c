@@ -1,2 +1,120 @@
+/* nn modules: torch-like initialisation from a seeded generator, and forwards equal to the
+ * op sequences they stand for. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "testutil.h"
-int main(void) { return lf_test_finish("test_nn"); }
+
+static void test_linear_init(void)
+{
+    lf_rng r1, r2, r3;
+    lf_rng_seed(&r1, 5), lf_rng_seed(&r2, 5), lf_rng_seed(&r3, 6);
+    lf_nn_linear a, b, c;
+    lf_nn_linear_opts o = {768, 300, 1, LF_DTYPE_F32, LF_DEVICE_CPU};
+    OK(lf_nn_linear_init(&a, &o, &r1));
+    OK(lf_nn_linear_init(&b, &o, &r2));
+    OK(lf_nn_linear_init(&c, &o, &r3));
+    CHECK(a.weight->shape[0] == 300 && a.weight->shape[1] == 768 && a.bias->shape[0] == 300, "shapes");
+    int64_t n = 300 * 768;
+    CHECK(!memcmp(lf_tensor_data(a.weight), lf_tensor_data(b.weight), (size_t)n * 4), "same seed, same weights");
+    CHECK(memcmp(lf_tensor_data(a.weight), lf_tensor_data(c.weight), (size_t)n * 4), "other seed, other weights");
+    /* kaiming_uniform(a = sqrt 5): uniform in +-1/sqrt(768); mean ~0, variance bound^2 / 3 */
+    const float *w = lf_tensor_data(a.weight);
+    double bound = 1.0 / sqrt(768.0), mean = 0, var = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mean += w[i];
+        var += (double)w[i] * w[i];
+        mx = fmax(mx, fabs(w[i]));
+    }
+    mean /= (double)n;
+    var = var / (double)n - mean * mean;
+    CHECK(mx <= bound, "max |w| %.6f <= bound %.6f", mx, bound);
+    CHECK(mx > 0.99 * bound, "max |w| %.6f reaches the bound", mx);
+    CHECK(fabs(mean) < 0.01 * bound, "mean %.3g near 0", mean);
+    CHECK(fabs(var / (bound * bound / 3) - 1) < 0.02, "variance %.3g, expected %.3g", var, bound * bound / 3);
+    const float *bv = lf_tensor_data(a.bias);
+    double bmx = 0;
+    for (int i = 0; i < 300; i++)
+        bmx = fmax(bmx, fabs(bv[i]));
+    CHECK(bmx <= bound && bmx > 0.9 * bound, "bias within +-1/sqrt(in): %.6f", bmx);
+    lf_nn_linear_free(&a), lf_nn_linear_free(&b), lf_nn_linear_free(&c);
+}
+
+/* The MLP forward equals down(gelu_tanh(gate(x)) * up(x)) computed in float64. */
+static void test_mlp_forward(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 8);
+    for (int dt = 0; dt < 2; dt++) {
+        lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
+        const int64_t B = 3, S = 11, D = 48, H = 136, T = B * S;
+        lf_nn_geglu_mlp m;
+        lf_nn_geglu_mlp_opts o = {D, H, d, LF_DEVICE_CPU};
+        OK(lf_nn_geglu_mlp_init(&m, &o, &rng));
+        int64_t xs[3] = {B, S, D};
+        lf_tensor *x = rand_tensor(&rng, d, 3, xs), *y = NULL;
+        OK(lf_nn_geglu_mlp_forward(&m, x, &y));
+        CHECK(y->ndim == 3 && y->shape[0] == B && y->shape[1] == S && y->shape[2] == D, "output shape");
+        double *X = to_f64(x), *Wg = to_f64(m.gate.weight), *Wu = to_f64(m.up.weight), *Wd = to_f64(m.down.weight);
+        double *h = malloc((size_t)(T * H) * sizeof *h), *hm = malloc((size_t)(T * H) * sizeof *hm);
+        double *ref = malloc((size_t)(T * D) * sizeof *ref), *mag = malloc((size_t)(T * D) * sizeof *mag);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < H; j++) {
+                double g = 0, u = 0, gm = 0, um = 0;
+                for (int64_t k = 0; k < D; k++) {
+                    g += X[t * D + k] * Wg[j * D + k], gm += fabs(X[t * D + k] * Wg[j * D + k]);
+                    u += X[t * D + k] * Wu[j * D + k], um += fabs(X[t * D + k] * Wu[j * D + k]);
+                }
+                double a = lf_act_ref(LF_ACT_GELU_TANH, g);
+                h[t * H + j] = a * u;
+                hm[t * H + j] = (fabs(a) + gm) * (fabs(u) + um);
+            }
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < D; j++) {
+                double s = 0, sm = 0;
+                for (int64_t k = 0; k < H; k++)
+                    s += h[t * H + k] * Wd[j * H + k], sm += hm[t * H + k] * fabs(Wd[j * H + k]);
+                ref[t * D + j] = s;
+                mag[t * D + j] = sm;
+            }
+        double *Y = to_f64(y);
+        int64_t where = 0;
+        double e = worst_err(Y, ref, mag, T * D, d, &where);
+        CHECK(e < tol_for(d), "mlp forward %s: err %.3g at %lld (got %.9g ref %.9g)", lf_dtype_name(d), e,
+              (long long)where, Y[where], ref[where]);
+        free(X), free(Wg), free(Wu), free(Wd), free(h), free(hm), free(ref), free(mag), free(Y);
+        lf_tensor_free(x), lf_tensor_free(y);
+        lf_nn_geglu_mlp_free(&m);
+    }
+}
+
+static void test_nn_errors(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 1);
+    lf_nn_linear l;
+    lf_nn_linear_opts bad = {0, 4, 1, LF_DTYPE_F32, LF_DEVICE_CPU};
+    FAILS(LF_ESHAPE, "in_features = 0", lf_nn_linear_init(&l, &bad, &rng));
+    CHECK(l.weight == NULL && l.bias == NULL, "a failed init leaves no parameters");
+    lf_nn_linear_opts ok = {8, 4, 1, LF_DTYPE_F32, LF_DEVICE_CPU};
+    OK(lf_nn_linear_init(&l, &ok, &rng));
+    int64_t xs[2] = {3, 9};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 2, xs), *y = NULL;
+    FAILS(LF_ESHAPE, "expects 8", lf_nn_linear_forward(&l, x, &y));
+    CHECK(y == NULL, "no output on failure");
+    lf_tensor_free(x);
+    lf_nn_linear_free(&l);
+    lf_nn_linear_free(&l); /* freeing twice is harmless */
+    lf_nn_geglu_mlp m;
+    lf_nn_geglu_mlp_opts mo = {16, 0, LF_DTYPE_F32, LF_DEVICE_CPU};
+    FAILS(LF_ESHAPE, NULL, lf_nn_geglu_mlp_init(&m, &mo, &rng));
+    FAILS(LF_EINVAL, "'rng' is NULL", lf_nn_linear_init(&l, &ok, NULL));
+}
+
+int main(void)
+{
+    test_linear_init();
+    test_mlp_forward();
+    test_nn_errors();
+    return lf_test_finish("test_nn");
+}

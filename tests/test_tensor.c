@@ -95,8 +95,8 @@ static void test_blog_transpose(void)
     OK(lf_contiguous(&c, mt));
     CHECK(lf_tensor_is_contiguous(c) && lf_tensor_data(c) != lf_tensor_data(m), "contiguous copies");
     const float *raw = lf_tensor_data(c);
-    CHECK(!memcmp(raw, want, sizeof want), "materialized memory is %g,%g,%g,%g,%g,%g", raw[0], raw[1], raw[2],
-          raw[3], raw[4], raw[5]);
+    CHECK(!memcmp(raw, want, sizeof want), "materialized memory is %g,%g,%g,%g,%g,%g", raw[0], raw[1], raw[2], raw[3],
+          raw[4], raw[5]);
     lf_tensor_free(c);
     lf_tensor_free(mt);
     lf_tensor_free(m);

@@ -87,4 +87,7 @@ double worst_err(const double *got, const double *ref, const double *mag, int64_
     return worst;
 }
 
-double tol_for(lf_dtype dt) { return dt == LF_DTYPE_F32 ? 1e-5 : 1e-2; }
+double tol_for(lf_dtype dt)
+{
+    return dt == LF_DTYPE_F32 ? 1e-5 : 1e-2;
+}

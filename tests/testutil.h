@@ -10,28 +10,28 @@
 
 extern int lf_test_failures, lf_test_checks;
 
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        lf_test_checks++;                                                       \
-        if (!(cond)) {                                                          \
-            lf_test_failures++;                                                 \
+#define CHECK(cond, ...)                                                             \
+    do {                                                                             \
+        lf_test_checks++;                                                            \
+        if (!(cond)) {                                                               \
+            lf_test_failures++;                                                      \
             fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fputc('\n', stderr);                                                \
-        }                                                                       \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+        }                                                                            \
     } while (0)
 
 /* A call that must succeed; on failure the test reports lf_last_error() and returns. */
-#define OK(call)                                                                              \
-    do {                                                                                      \
-        lf_status s_ = (call);                                                                \
-        lf_test_checks++;                                                                     \
-        if (s_ != LF_OK) {                                                                    \
-            lf_test_failures++;                                                               \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
-                    lf_status_name(s_), lf_last_error());                                     \
-            return;                                                                           \
-        }                                                                                     \
+#define OK(call)                                                                                         \
+    do {                                                                                                 \
+        lf_status s_ = (call);                                                                           \
+        lf_test_checks++;                                                                                \
+        if (s_ != LF_OK) {                                                                               \
+            lf_test_failures++;                                                                          \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, lf_status_name(s_), \
+                    lf_last_error());                                                                    \
+            return;                                                                                      \
+        }                                                                                                \
     } while (0)
 
 /* A call that must fail with status `want` and a message containing `needle` (NULL: any). */

@@ -32,12 +32,12 @@ typedef enum lf_gate {
 /* D = epilogue(alpha * A.B + beta * C + bias), in that order, then act, then the gate. */
 typedef struct lf_epilogue {
     float alpha;
-    float beta;          /* scales C; ignored when there is no C */
-    const void *bias;    /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */
+    float beta;       /* scales C; ignored when there is no C */
+    const void *bias; /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */
     lf_dtype bias_dtype;
-    lf_act act;          /* applied to every column, or to the gates in paired mode */
+    lf_act act; /* applied to every column, or to the gates in paired mode */
     lf_gate gate;
-    int64_t gate_group;  /* paired mode: width of each gate/up half of a block; >= 1 */
+    int64_t gate_group; /* paired mode: width of each gate/up half of a block; >= 1 */
 } lf_epilogue;
 
 /* alpha 1, beta 0, no bias, no activation, no gate. */
@@ -52,10 +52,10 @@ typedef struct lf_matrix {
 } lf_matrix;
 
 typedef struct lf_gemm {
-    lf_matrix a;    /* (M, K) */
-    lf_matrix b;    /* (K, N) */
-    lf_matrix c;    /* (M, N) optional input scaled by beta; data == NULL: none */
-    lf_matrix d;    /* (M, N) output, or (M, N/2) in paired-gate mode; must not overlap a, b, c */
+    lf_matrix a; /* (M, K) */
+    lf_matrix b; /* (K, N) */
+    lf_matrix c; /* (M, N) optional input scaled by beta; data == NULL: none */
+    lf_matrix d; /* (M, N) output, or (M, N/2) in paired-gate mode; must not overlap a, b, c */
     lf_epilogue ep;
 } lf_gemm;
 
@@ -104,7 +104,7 @@ typedef struct lf_strided {
  * strides (a broadcast input has stride 0), math is in float. */
 typedef struct lf_pointwise {
     lf_pw_op op;
-    lf_act act;    /* for LF_PW_ACT */
+    lf_act act; /* for LF_PW_ACT */
     int ndim;
     int64_t shape[LF_MAX_DIMS];
     lf_strided out;

@@ -21,7 +21,7 @@ typedef struct lf_nn_linear {
 
 typedef struct lf_nn_linear_opts {
     int64_t in_features, out_features;
-    int bias;          /* nonzero: has a bias */
+    int bias; /* nonzero: has a bias */
     lf_dtype dtype;
     lf_device device;
 } lf_nn_linear_opts;

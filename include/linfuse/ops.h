@@ -42,8 +42,8 @@ lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 /* out = beta * bias + alpha * a . b; bias broadcasts to (M, N): (N), (1, N), (M, 1) or (M, N).
  * A (N) bias with beta == 1 rides in the GEMM's epilogue; any other bias is read as the GEMM's
  * C input with beta. Never a separate add, never a copy of the bias. */
-lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
-                   float beta, float alpha);
+lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, float beta,
+                   float alpha);
 /* out = act(a . b + bias): one GEMM with bias and activation in its epilogue (bias may be NULL;
  * when given it is (N)). torch calls this _addmm_activation. */
 lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act);

@@ -26,11 +26,11 @@ typedef struct lf_storage lf_storage; /* opaque: bytes on one device, refcounted
 
 typedef struct lf_tensor {
     lf_dtype dtype;
-    int ndim;                       /* 1..LF_MAX_DIMS */
-    int64_t shape[LF_MAX_DIMS];     /* each >= 1 */
-    int64_t stride[LF_MAX_DIMS];    /* in elements; 0 is allowed (a broadcast view) */
-    int64_t offset;                 /* in elements, from the start of storage */
-    lf_storage *storage;            /* shared by every view of the same data */
+    int ndim;                    /* 1..LF_MAX_DIMS */
+    int64_t shape[LF_MAX_DIMS];  /* each >= 1 */
+    int64_t stride[LF_MAX_DIMS]; /* in elements; 0 is allowed (a broadcast view) */
+    int64_t offset;              /* in elements, from the start of storage */
+    lf_storage *storage;         /* shared by every view of the same data */
 } lf_tensor;
 
 /* "f32", "bf16", "f16" */
@@ -45,8 +45,18 @@ const char *lf_device_name(lf_device d);
 
 /* --- element conversions: round to nearest even; NaN stays NaN (quieted), Inf stays Inf --- */
 
-static inline uint32_t lf_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float lf_f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t lf_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float lf_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static inline uint16_t lf_bf16_from_f32(float f)
 {
@@ -56,7 +66,10 @@ static inline uint16_t lf_bf16_from_f32(float f)
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static inline float lf_f32_from_bf16(uint16_t h) { return lf_f32_from_bits((uint32_t)h << 16); }
+static inline float lf_f32_from_bf16(uint16_t h)
+{
+    return lf_f32_from_bits((uint32_t)h << 16);
+}
 
 static inline uint16_t lf_f16_from_f32(float f)
 {
@@ -97,24 +110,35 @@ static inline float lf_f32_from_f16(uint16_t h)
 static inline float lf_load_f32(const void *p, lf_dtype dt, int64_t i)
 {
     switch (dt) {
-    case LF_DTYPE_BF16: return lf_f32_from_bf16(((const uint16_t *)p)[i]);
-    case LF_DTYPE_F16: return lf_f32_from_f16(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
+    case LF_DTYPE_BF16:
+        return lf_f32_from_bf16(((const uint16_t *)p)[i]);
+    case LF_DTYPE_F16:
+        return lf_f32_from_f16(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
     }
 }
 
 static inline void lf_store_f32(void *p, lf_dtype dt, int64_t i, float v)
 {
     switch (dt) {
-    case LF_DTYPE_BF16: ((uint16_t *)p)[i] = lf_bf16_from_f32(v); break;
-    case LF_DTYPE_F16: ((uint16_t *)p)[i] = lf_f16_from_f32(v); break;
-    default: ((float *)p)[i] = v; break;
+    case LF_DTYPE_BF16:
+        ((uint16_t *)p)[i] = lf_bf16_from_f32(v);
+        break;
+    case LF_DTYPE_F16:
+        ((uint16_t *)p)[i] = lf_f16_from_f32(v);
+        break;
+    default:
+        ((float *)p)[i] = v;
+        break;
     }
 }
 
 /* --- a seeded generator (xoshiro256**, seeded through splitmix64) --- */
 
-typedef struct lf_rng { uint64_t s[4]; } lf_rng;
+typedef struct lf_rng {
+    uint64_t s[4];
+} lf_rng;
 
 void lf_rng_seed(lf_rng *rng, uint64_t seed);
 uint64_t lf_rng_next(lf_rng *rng);
@@ -126,8 +150,8 @@ double lf_rng_uniform(lf_rng *rng);
 /* A new contiguous (row-major) tensor; contents are uninitialised. */
 lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev);
 /* A new contiguous tensor holding src (numel floats, row-major), rounded to dt. */
-lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape,
-                             const float *src, lf_device dev);
+lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
+                             lf_device dev);
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
 void lf_tensor_free(lf_tensor *t);
 

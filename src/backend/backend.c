@@ -13,16 +13,22 @@ lf_epilogue lf_epilogue_default(void)
 
 static const char *const act_names[LF_ACT_COUNT] = {"none", "relu", "gelu_tanh", "gelu_erf"};
 
-const char *lf_act_name(lf_act act) { return (unsigned)act < LF_ACT_COUNT ? act_names[act] : "?"; }
+const char *lf_act_name(lf_act act)
+{
+    return (unsigned)act < LF_ACT_COUNT ? act_names[act] : "?";
+}
 
 double lf_act_ref(lf_act act, double x)
 {
     switch (act) {
-    case LF_ACT_RELU: return x > 0 ? x : 0;
+    case LF_ACT_RELU:
+        return x > 0 ? x : 0;
     case LF_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
         return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case LF_ACT_GELU_ERF: return 0.5 * x * erfc(-x * 0.7071067811865476);
-    default: return x;
+    case LF_ACT_GELU_ERF:
+        return 0.5 * x * erfc(-x * 0.7071067811865476);
+    default:
+        return x;
     }
 }
 
@@ -85,8 +91,8 @@ static lf_status check_matrix(const lf_matrix *m, const char *name)
         return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s is %lld x %lld, expected both dims >= 1", name,
                        (long long)m->rows, (long long)m->cols);
     if (m->rs < 0 || m->cs < 0)
-        return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s has negative strides (%lld, %lld)", name,
-                       (long long)m->rs, (long long)m->cs);
+        return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s has negative strides (%lld, %lld)", name, (long long)m->rs,
+                       (long long)m->cs);
     int64_t x, y, z;
     if (!lf_mul_ok(m->rows - 1, m->rs, &x) || !lf_mul_ok(m->cols - 1, m->cs, &y) || !lf_add_ok(x, y, &z) ||
         !lf_mul_ok(z + 1, (int64_t)lf_dtype_size(m->dtype), &z))
@@ -114,8 +120,10 @@ lf_status lf_gemm_validate(const lf_gemm *g)
     int64_t n_out = N;
     if (ep->gate == LF_GATE_PAIRED) {
         if (ep->gate_group < 1 || N % (2 * ep->gate_group))
-            return lf_fail(LF_ESHAPE, "lf_gemm: paired gate needs b's %lld columns to be whole blocks of "
-                           "2 x gate_group (%lld)", (long long)N, (long long)ep->gate_group);
+            return lf_fail(LF_ESHAPE,
+                           "lf_gemm: paired gate needs b's %lld columns to be whole blocks of "
+                           "2 x gate_group (%lld)",
+                           (long long)N, (long long)ep->gate_group);
         if (g->c.data)
             return lf_fail(LF_EUNSUPPORTED, "lf_gemm: a paired-gate GEMM takes no C input");
         n_out = N / 2;

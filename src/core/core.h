@@ -16,16 +16,22 @@ void lf_assert_fail(const char *expr, const char *file, int line) __attribute__(
 #define LF_ASSERT(e) ((e) ? (void)0 : lf_assert_fail(#e, __FILE__, __LINE__))
 
 /* Propagate a failing status unchanged (its message is already set). */
-#define LF_TRY(call)                   \
-    do {                               \
-        lf_status lf_try_s_ = (call);  \
-        if (lf_try_s_ != LF_OK)        \
-            return lf_try_s_;          \
+#define LF_TRY(call)                  \
+    do {                              \
+        lf_status lf_try_s_ = (call); \
+        if (lf_try_s_ != LF_OK)       \
+            return lf_try_s_;         \
     } while (0)
 
 /* a*b and a+b for non-negative sizes; false when the result would not fit in int64_t. */
-static inline int lf_mul_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
-static inline int lf_add_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline int lf_mul_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline int lf_add_ok(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
 
 /* Format a shape as "[2, 3, 4]" into buf (always terminated); returns buf. */
 char *lf_fmt_shape(char *buf, int cap, int ndim, const int64_t *shape);
@@ -33,10 +39,10 @@ char *lf_fmt_shape(char *buf, int cap, int ndim, const int64_t *shape);
 #define LF_SHAPE_STR_CAP 96
 
 /* A NULL pointer argument is a user error naming the function and the argument. */
-#define LF_CHECK_PTR(p, fn, name)                                                   \
-    do {                                                                            \
-        if (!(p))                                                                   \
-            return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", (fn), (name));   \
+#define LF_CHECK_PTR(p, fn, name)                                                 \
+    do {                                                                          \
+        if (!(p))                                                                 \
+            return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", (fn), (name)); \
     } while (0)
 
 #endif

@@ -12,17 +12,22 @@ static const char *const lf_status_names[LF_STATUS_COUNT] = {
     "LF_OK",     "LF_EINVAL",    "LF_ESHAPE",       "LF_EDTYPE", "LF_EDEVICE",
     "LF_ENOMEM", "LF_EOVERFLOW", "LF_EUNSUPPORTED", "LF_EIO",    "LF_EGUARD",
 };
-_Static_assert(sizeof lf_status_names / sizeof lf_status_names[0] == LF_STATUS_COUNT,
-               "one name per status");
+_Static_assert(sizeof lf_status_names / sizeof lf_status_names[0] == LF_STATUS_COUNT, "one name per status");
 
 const char *lf_status_name(lf_status s)
 {
     return (unsigned)s < LF_STATUS_COUNT ? lf_status_names[s] : "LF_E?";
 }
 
-const char *lf_last_error(void) { return lf_err_msg; }
+const char *lf_last_error(void)
+{
+    return lf_err_msg;
+}
 
-void lf_clear_error(void) { lf_err_msg[0] = '\0'; }
+void lf_clear_error(void)
+{
+    lf_err_msg[0] = '\0';
+}
 
 lf_status lf_fail(lf_status s, const char *fmt, ...)
 {

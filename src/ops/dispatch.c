@@ -11,8 +11,14 @@ static const struct {
 };
 _Static_assert(sizeof op_table / sizeof op_table[0] == LF_OP_COUNT, "one table entry per op id");
 
-const char *lf_op_name(lf_op_id op) { return (unsigned)op < LF_OP_COUNT ? op_table[op].name : "lf::?"; }
-lf_op_kind lf_op_kind_of(lf_op_id op) { return (unsigned)op < LF_OP_COUNT ? op_table[op].kind : LF_OPK_COMPOSITE; }
+const char *lf_op_name(lf_op_id op)
+{
+    return (unsigned)op < LF_OP_COUNT ? op_table[op].name : "lf::?";
+}
+lf_op_kind lf_op_kind_of(lf_op_id op)
+{
+    return (unsigned)op < LF_OP_COUNT ? op_table[op].kind : LF_OPK_COMPOSITE;
+}
 
 _Atomic(const lf_op_observer *) lf_observer_ptr;
 
@@ -67,8 +73,8 @@ lf_status lf_check_ndim(const char *op, const char *name, const lf_tensor *t, in
 lf_status lf_check_same(const char *op, const char *na, const lf_tensor *a, const char *nb, const lf_tensor *b)
 {
     if (a->dtype != b->dtype)
-        return lf_fail(LF_EDTYPE, "%s: '%s' is %s but '%s' is %s; expected one dtype", op, na,
-                       lf_dtype_name(a->dtype), nb, lf_dtype_name(b->dtype));
+        return lf_fail(LF_EDTYPE, "%s: '%s' is %s but '%s' is %s; expected one dtype", op, na, lf_dtype_name(a->dtype),
+                       nb, lf_dtype_name(b->dtype));
     if (lf_tensor_device(a) != lf_tensor_device(b))
         return lf_fail(LF_EDEVICE, "%s: '%s' is on %s but '%s' is on %s; expected one device", op, na,
                        lf_device_name(lf_tensor_device(a)), nb, lf_device_name(lf_tensor_device(b)));

@@ -18,18 +18,18 @@ static inline const lf_op_observer *lf_obs(void)
 
 /* Run `call` (an lf_status expression) as op `id` with the given arguments; the observer,
  * if any, sees the op begin before and end after. Returns from the enclosing function. */
-#define LF_DISPATCH(id, args, call)                                                          \
-    do {                                                                                     \
-        const lf_op_observer *o_ = lf_obs();                                                 \
-        if (__builtin_expect(o_ != NULL, 0))                                                 \
+#define LF_DISPATCH(id, args, call)                                                            \
+    do {                                                                                       \
+        const lf_op_observer *o_ = lf_obs();                                                   \
+        if (__builtin_expect(o_ != NULL, 0))                                                   \
             o_->op_begin(o_->user, LF_OP_##id, (int)(sizeof(args) / sizeof((args)[0])), args); \
-        lf_status s_ = (call);                                                               \
-        if (__builtin_expect(o_ != NULL, 0))                                                 \
-            o_->op_end(o_->user, LF_OP_##id, s_);                                            \
-        return s_;                                                                           \
+        lf_status s_ = (call);                                                                 \
+        if (__builtin_expect(o_ != NULL, 0))                                                   \
+            o_->op_end(o_->user, LF_OP_##id, s_);                                              \
+        return s_;                                                                             \
     } while (0)
 
-#define LF_ARG(tensor) ((lf_op_arg){.t = (tensor)})
+#define LF_ARG(tensor)   ((lf_op_arg){.t = (tensor)})
 #define LF_ARG_SCALAR(v) ((lf_op_arg){.scalar = (v), .is_scalar = 1})
 
 /* Launch through dev's backend, with the observer told about the kernel. */

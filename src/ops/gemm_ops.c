@@ -69,8 +69,8 @@ static lf_status bias_plan(const char *fn, const lf_tensor *bias, const lf_tenso
     return LF_OK;
 }
 
-static lf_status addmm_impl(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
-                            float beta, float alpha)
+static lf_status addmm_impl(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, float beta,
+                            float alpha)
 {
     LF_CHECK_PTR(out, "lf_addmm", "out");
     *out = NULL;
@@ -84,7 +84,7 @@ static lf_status addmm_impl(lf_tensor **out, const lf_tensor *bias, const lf_ten
     if (as_vector && beta == 1.0f) { /* the nn.Linear case: bias in the epilogue */
         g.ep.bias = c.data;
         g.ep.bias_dtype = c.dtype;
-    } else if (beta != 0.0f) {       /* read as C, scaled by beta: still no copy */
+    } else if (beta != 0.0f) { /* read as C, scaled by beta: still no copy */
         g.c = c;
         g.ep.beta = beta;
     }

@@ -70,8 +70,11 @@ static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx a
         return lf_fail(LF_EINVAL, "lf_gelu: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
     lf_tensor *y;
     LF_TRY(lf_new_output(&y, x, x->ndim, x->shape));
-    lf_pointwise p = {.op = LF_PW_ACT, .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF,
-                      .ndim = x->ndim, .out = lf_strided_of(y), .in = {lf_strided_of(x)}};
+    lf_pointwise p = {.op = LF_PW_ACT,
+                      .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF,
+                      .ndim = x->ndim,
+                      .out = lf_strided_of(y),
+                      .in = {lf_strided_of(x)}};
     memcpy(p.shape, x->shape, sizeof p.shape);
     lf_status s = lf_launch_pointwise(lf_tensor_device(x), &p);
     if (s != LF_OK) {

@@ -16,7 +16,10 @@ void lf_rng_seed(lf_rng *rng, uint64_t seed)
         rng->s[i] = splitmix64(&seed);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t lf_rng_next(lf_rng *rng)
 {
@@ -31,4 +34,7 @@ uint64_t lf_rng_next(lf_rng *rng)
     return r;
 }
 
-double lf_rng_uniform(lf_rng *rng) { return (double)(lf_rng_next(rng) >> 11) * 0x1p-53; }
+double lf_rng_uniform(lf_rng *rng)
+{
+    return (double)(lf_rng_next(rng) >> 11) * 0x1p-53;
+}

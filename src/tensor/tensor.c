@@ -13,16 +13,28 @@ static const struct {
     [LF_DTYPE_F16] = {"f16", "c10::Half", 2},
 };
 
-const char *lf_dtype_name(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].name : "?"; }
-const char *lf_dtype_torch_name(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].torch : "?"; }
-size_t lf_dtype_size(lf_dtype dt) { return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].size : 0; }
+const char *lf_dtype_name(lf_dtype dt)
+{
+    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].name : "?";
+}
+const char *lf_dtype_torch_name(lf_dtype dt)
+{
+    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].torch : "?";
+}
+size_t lf_dtype_size(lf_dtype dt)
+{
+    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].size : 0;
+}
 
 lf_status lf_dtype_parse(const char *s, lf_dtype *out)
 {
-    static const struct { const char *s; lf_dtype dt; } names[] = {
-        {"f32", LF_DTYPE_F32},   {"float32", LF_DTYPE_F32}, {"fp32", LF_DTYPE_F32},
-        {"bf16", LF_DTYPE_BF16}, {"bfloat16", LF_DTYPE_BF16},
-        {"f16", LF_DTYPE_F16},   {"float16", LF_DTYPE_F16}, {"fp16", LF_DTYPE_F16}, {"half", LF_DTYPE_F16},
+    static const struct {
+        const char *s;
+        lf_dtype dt;
+    } names[] = {
+        {"f32", LF_DTYPE_F32},     {"float32", LF_DTYPE_F32},   {"fp32", LF_DTYPE_F32},
+        {"bf16", LF_DTYPE_BF16},   {"bfloat16", LF_DTYPE_BF16}, {"f16", LF_DTYPE_F16},
+        {"float16", LF_DTYPE_F16}, {"fp16", LF_DTYPE_F16},      {"half", LF_DTYPE_F16},
     };
     LF_CHECK_PTR(s, "lf_dtype_parse", "s");
     LF_CHECK_PTR(out, "lf_dtype_parse", "out");
@@ -47,7 +59,10 @@ static void *cpu_alloc(size_t n, void *ctx)
     /* 64-byte aligned so SIMD loads never split a cache line at the start of a row. */
     return aligned_alloc(64, (n + 63) & ~(size_t)63);
 }
-static void cpu_free(void *p, size_t n, void *ctx) { (void)n, (void)ctx, free(p); }
+static void cpu_free(void *p, size_t n, void *ctx)
+{
+    (void)n, (void)ctx, free(p);
+}
 
 static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL}};
 
@@ -106,8 +121,8 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
         return lf_fail(LF_EDEVICE, "%s: device %d is not cpu or cuda", what, (int)dev);
     const lf_allocator *a = &allocators[dev];
     if (!a->alloc)
-        return lf_fail(LF_EDEVICE, "%s: no %s backend is running (this build or this machine has none)",
-                       what, lf_device_name(dev));
+        return lf_fail(LF_EDEVICE, "%s: no %s backend is running (this build or this machine has none)", what,
+                       lf_device_name(dev));
     lf_storage *s = malloc(sizeof *s);
     if (!s)
         return lf_fail(LF_ENOMEM, "%s: out of host memory for a storage header", what);
@@ -153,8 +168,8 @@ lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t 
     return LF_OK;
 }
 
-lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
-                          const int64_t *stride, int64_t offset)
+lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
+                          int64_t offset)
 {
     lf_tensor *v = calloc(1, sizeof *v);
     if (!v)
@@ -199,33 +214,39 @@ int lf_tensor_is_contiguous(const lf_tensor *t)
     return 1;
 }
 
-lf_device lf_tensor_device(const lf_tensor *t) { return t->storage->device; }
+lf_device lf_tensor_device(const lf_tensor *t)
+{
+    return t->storage->device;
+}
 
 void *lf_tensor_data(const lf_tensor *t)
 {
     return (char *)t->storage->data + t->offset * (int64_t)lf_dtype_size(t->dtype);
 }
 
-int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b) { return a->storage == b->storage; }
+int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b)
+{
+    return a->storage == b->storage;
+}
 
 /* --- host data --- */
 
 /* Walk every element of t in row-major order of its logical shape, calling body with the
  * element's offset (from lf_tensor_data) and its linear index. */
-#define LF_FOR_EACH_ELEMENT(t, off, lin, body)                                              \
-    do {                                                                                    \
-        int64_t sh_[4] = {1, 1, 1, 1}, st_[4] = {0, 0, 0, 0};                              \
-        int pad_ = 4 - (t)->ndim;                                                           \
-        for (int d_ = 0; d_ < (t)->ndim; d_++)                                              \
-            sh_[pad_ + d_] = (t)->shape[d_], st_[pad_ + d_] = (t)->stride[d_];              \
-        int64_t lin = 0;                                                                    \
-        for (int64_t i0 = 0; i0 < sh_[0]; i0++)                                             \
-            for (int64_t i1 = 0; i1 < sh_[1]; i1++)                                         \
-                for (int64_t i2 = 0; i2 < sh_[2]; i2++)                                     \
-                    for (int64_t i3 = 0; i3 < sh_[3]; i3++, lin++) {                        \
+#define LF_FOR_EACH_ELEMENT(t, off, lin, body)                                               \
+    do {                                                                                     \
+        int64_t sh_[4] = {1, 1, 1, 1}, st_[4] = {0, 0, 0, 0};                                \
+        int pad_ = 4 - (t)->ndim;                                                            \
+        for (int d_ = 0; d_ < (t)->ndim; d_++)                                               \
+            sh_[pad_ + d_] = (t)->shape[d_], st_[pad_ + d_] = (t)->stride[d_];               \
+        int64_t lin = 0;                                                                     \
+        for (int64_t i0 = 0; i0 < sh_[0]; i0++)                                              \
+            for (int64_t i1 = 0; i1 < sh_[1]; i1++)                                          \
+                for (int64_t i2 = 0; i2 < sh_[2]; i2++)                                      \
+                    for (int64_t i3 = 0; i3 < sh_[3]; i3++, lin++) {                         \
                         int64_t off = i0 * st_[0] + i1 * st_[1] + i2 * st_[2] + i3 * st_[3]; \
-                        body;                                                               \
-                    }                                                                       \
+                        body;                                                                \
+                    }                                                                        \
     } while (0)
 
 static lf_status host_check(const lf_tensor *t, const char *fn)
@@ -243,23 +264,25 @@ lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap)
     LF_CHECK_PTR(dst, "lf_tensor_to_f32", "dst");
     int64_t n = lf_tensor_numel(t);
     if (cap < n)
-        return lf_fail(LF_EINVAL, "lf_tensor_to_f32: dst holds %lld elements, tensor has %lld",
-                       (long long)cap, (long long)n);
+        return lf_fail(LF_EINVAL, "lf_tensor_to_f32: dst holds %lld elements, tensor has %lld", (long long)cap,
+                       (long long)n);
     const void *p = lf_tensor_data(t);
     lf_dtype dt = t->dtype;
     LF_FOR_EACH_ELEMENT(t, off, lin, dst[lin] = lf_load_f32(p, dt, off));
     return LF_OK;
 }
 
-lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape,
-                             const float *src, lf_device dev)
+lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
+                             lf_device dev)
 {
     LF_CHECK_PTR(out, "lf_tensor_from_f32", "out");
     *out = NULL;
     LF_CHECK_PTR(src, "lf_tensor_from_f32", "src");
     if (dev != LF_DEVICE_CPU)
-        return lf_fail(LF_EDEVICE, "lf_tensor_from_f32: device %s: only cpu tensors are filled from host "
-                       "data here; create on cpu and copy", lf_device_name(dev));
+        return lf_fail(LF_EDEVICE,
+                       "lf_tensor_from_f32: device %s: only cpu tensors are filled from host "
+                       "data here; create on cpu and copy",
+                       lf_device_name(dev));
     lf_tensor *t;
     LF_TRY(lf_tensor_empty(&t, dt, ndim, shape, dev));
     void *p = lf_tensor_data(t);
@@ -278,7 +301,8 @@ lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi
         return lf_fail(LF_EINVAL, "lf_tensor_fill_uniform: range [%g, %g) is empty", lo, hi);
     void *p = lf_tensor_data(t);
     lf_dtype dt = t->dtype;
-    LF_FOR_EACH_ELEMENT(t, off, lin, (void)lin; lf_store_f32(p, dt, off, (float)(lo + (hi - lo) * lf_rng_uniform(rng))));
+    LF_FOR_EACH_ELEMENT(t, off, lin, (void)lin;
+                        lf_store_f32(p, dt, off, (float)(lo + (hi - lo) * lf_rng_uniform(rng))));
     return LF_OK;
 }
 

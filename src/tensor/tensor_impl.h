@@ -39,7 +39,7 @@ lf_status lf_shape_infer(const char *what, int ndim, int64_t *shape_io, int64_t 
 int lf_view_strides(const lf_tensor *t, int ndim, const int64_t *shape, int64_t *stride_out);
 
 /* A new handle over t's storage with the given geometry (no checks beyond the allocation). */
-lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
-                          const int64_t *stride, int64_t offset);
+lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
+                          int64_t offset);
 
 #endif

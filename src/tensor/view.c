@@ -3,13 +3,16 @@
  * Layer: tensor/. */
 #include "tensor/tensor_impl.h"
 
-static int wrap_dim(int d, int ndim) { return d < 0 ? d + ndim : d; }
+static int wrap_dim(int d, int ndim)
+{
+    return d < 0 ? d + ndim : d;
+}
 
-#define DIM_CHECK(fn, name, d, ndim)                                                             \
-    do {                                                                                         \
-        if ((d) < 0 || (d) >= (ndim))                                                            \
-            return lf_fail(LF_EINVAL, "%s: %s = %d is out of range for a %d-dim tensor", fn, name, \
-                           (d), (ndim));                                                         \
+/* d is the wrapped dim, given what the caller passed (the message shows that). */
+#define DIM_CHECK(fn, name, d, given, ndim)                                                                          \
+    do {                                                                                                             \
+        if ((d) < 0 || (d) >= (ndim))                                                                                \
+            return lf_fail(LF_EINVAL, "%s: %s = %d is out of range for a %d-dim tensor", fn, name, (given), (ndim)); \
     } while (0)
 
 lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d1)
@@ -18,8 +21,8 @@ lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_transpose", "t");
     int a = wrap_dim(d0, t->ndim), b = wrap_dim(d1, t->ndim);
-    DIM_CHECK("lf_tensor_transpose", "dim0", a, t->ndim);
-    DIM_CHECK("lf_tensor_transpose", "dim1", b, t->ndim);
+    DIM_CHECK("lf_tensor_transpose", "dim0", a, d0, t->ndim);
+    DIM_CHECK("lf_tensor_transpose", "dim1", b, d1, t->ndim);
     int64_t shape[LF_MAX_DIMS], stride[LF_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     memcpy(stride, t->stride, sizeof stride);
@@ -34,8 +37,7 @@ lf_status lf_tensor_t(lf_tensor **out, const lf_tensor *t)
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_t", "t");
     if (t->ndim > 2)
-        return lf_fail(LF_ESHAPE, "lf_tensor_t: expects a tensor with <= 2 dims, got %d dims (use transpose)",
-                       t->ndim);
+        return lf_fail(LF_ESHAPE, "lf_tensor_t: expects a tensor with <= 2 dims, got %d dims (use transpose)", t->ndim);
     if (t->ndim < 2)
         return lf_tensor_alias(out, t, t->ndim, t->shape, t->stride, t->offset);
     return lf_tensor_transpose(out, t, 0, 1);
@@ -51,7 +53,7 @@ lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const int *perm
     int seen = 0;
     for (int i = 0; i < t->ndim; i++) {
         int d = wrap_dim(perm[i], t->ndim);
-        DIM_CHECK("lf_tensor_permute", "perm entry", d, t->ndim);
+        DIM_CHECK("lf_tensor_permute", "perm entry", d, perm[i], t->ndim);
         if (seen & (1 << d))
             return lf_fail(LF_EINVAL, "lf_tensor_permute: dim %d appears twice in perm", d);
         seen |= 1 << d;
@@ -154,8 +156,7 @@ lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, co
     int64_t last = offset, span;
     for (int i = 0; i < ndim; i++) {
         if (stride[i] < 0)
-            return lf_fail(LF_EINVAL, "lf_tensor_as_strided: stride[%d] = %lld is negative", i,
-                           (long long)stride[i]);
+            return lf_fail(LF_EINVAL, "lf_tensor_as_strided: stride[%d] = %lld is negative", i, (long long)stride[i]);
         if (!lf_mul_ok(shape[i] - 1, stride[i], &span) || !lf_add_ok(last, span, &last))
             return lf_fail(LF_EOVERFLOW, "lf_tensor_as_strided: the extent of the view overflows");
     }
@@ -198,8 +199,8 @@ lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int 
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_flatten", "t");
     int s = wrap_dim(start, t->ndim), e = wrap_dim(end, t->ndim);
-    DIM_CHECK("lf_tensor_flatten", "start_dim", s, t->ndim);
-    DIM_CHECK("lf_tensor_flatten", "end_dim", e, t->ndim);
+    DIM_CHECK("lf_tensor_flatten", "start_dim", s, start, t->ndim);
+    DIM_CHECK("lf_tensor_flatten", "end_dim", e, end, t->ndim);
     if (s > e)
         return lf_fail(LF_EINVAL, "lf_tensor_flatten: start_dim %d is after end_dim %d", s, e);
     int64_t shape[LF_MAX_DIMS], stride[LF_MAX_DIMS];
@@ -216,6 +217,7 @@ lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int 
         return lf_fail(LF_ESHAPE,
                        "lf_tensor_flatten: dims %d..%d of a tensor with shape %s and strides %s are not "
                        "laid out as one block; use lf_reshape (it copies)",
-                       s, e, lf_fmt_shape(a, sizeof a, t->ndim, t->shape), lf_fmt_shape(b, sizeof b, t->ndim, t->stride));
+                       s, e, lf_fmt_shape(a, sizeof a, t->ndim, t->shape),
+                       lf_fmt_shape(b, sizeof b, t->ndim, t->stride));
     return lf_tensor_alias(out, t, n, shape, stride, t->offset);
 }

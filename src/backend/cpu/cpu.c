@@ -12,7 +12,10 @@ const lf_backend_ops lf_cpu_backend_ops = {"cpu", lf_cpu_gemm, lf_cpu_pointwise}
 
 static const char *const isa_names[LF_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 
-const char *lf_cpu_isa_name(lf_cpu_isa isa) { return (unsigned)isa < LF_CPU_ISA_COUNT ? isa_names[isa] : "?"; }
+const char *lf_cpu_isa_name(lf_cpu_isa isa)
+{
+    return (unsigned)isa < LF_CPU_ISA_COUNT ? isa_names[isa] : "?";
+}
 
 lf_cpu_isa lf_cpu_isa_detect(void)
 {
@@ -30,10 +33,13 @@ static const lf_cpu_kernels *kernels_for(lf_cpu_isa isa)
 {
     switch (isa) {
 #ifdef LF_HAVE_X86_KERNELS
-    case LF_CPU_ISA_AVX512: return &lf_cpu_kernels_avx512;
-    case LF_CPU_ISA_AVX2: return &lf_cpu_kernels_avx2;
+    case LF_CPU_ISA_AVX512:
+        return &lf_cpu_kernels_avx512;
+    case LF_CPU_ISA_AVX2:
+        return &lf_cpu_kernels_avx2;
 #endif
-    default: return &lf_cpu_kernels_scalar;
+    default:
+        return &lf_cpu_kernels_scalar;
     }
 }
 
@@ -49,7 +55,10 @@ const lf_cpu_kernels *lf_cpu_kernels_active(void)
     return k;
 }
 
-lf_cpu_isa lf_cpu_isa_active(void) { return lf_cpu_kernels_active()->isa; }
+lf_cpu_isa lf_cpu_isa_active(void)
+{
+    return lf_cpu_kernels_active()->isa;
+}
 
 lf_status lf_cpu_isa_force(lf_cpu_isa isa)
 {
@@ -64,7 +73,10 @@ lf_status lf_cpu_isa_force(lf_cpu_isa isa)
 
 static atomic_int thread_override;
 
-void lf_cpu_set_threads(int n) { atomic_store(&thread_override, n > 0 ? n : 0); }
+void lf_cpu_set_threads(int n)
+{
+    atomic_store(&thread_override, n > 0 ? n : 0);
+}
 
 int lf_cpu_threads(void)
 {
@@ -121,7 +133,10 @@ lf_status lf_cpu_ws_acquire(lf_cpu_ws **out, int n_threads, size_t bytes)
     return LF_OK;
 }
 
-void *lf_cpu_ws_slot(lf_cpu_ws *ws, int thread) { return ws->mem + (size_t)thread * ws->slot_bytes; }
+void *lf_cpu_ws_slot(lf_cpu_ws *ws, int thread)
+{
+    return ws->mem + (size_t)thread * ws->slot_bytes;
+}
 
 void lf_cpu_ws_release(lf_cpu_ws *ws)
 {

@@ -24,15 +24,14 @@ enum { KC = 384 }; /* 384 x 32 floats of B (48 KB) per chunk: measured best on A
 typedef struct plan {
     const lf_gemm *g;
     const lf_cpu_kernels *k;
-    int64_t M, N, K;   /* N counts pre-gate columns */
-    int64_t No;        /* output columns of D */
-    int nro;           /* output columns per micro-tile: nr, or nr/2 when gated */
-    int64_t mc, nco;   /* rows per A block, output columns per B panel */
+    int64_t M, N, K; /* N counts pre-gate columns */
+    int64_t No;      /* output columns of D */
+    int nro;         /* output columns per micro-tile: nr, or nr/2 when gated */
+    int64_t mc, nco; /* rows per A block, output columns per B panel */
 } plan;
 
 /* dst[i*dstep] = src[start + i*step] as float, for i < n. */
-static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst,
-                   int64_t dstep)
+static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst, int64_t dstep)
 {
     if (step == 1 && dstep == 1) { /* contiguous run: a copy or a vectorizable widening loop */
         if (dt == LF_DTYPE_F32) {
@@ -162,8 +161,8 @@ static ws_layout layout_for(const plan *pl)
     const int64_t nsl = (pl->nco + pl->nro - 1) / pl->nro, mcp = (pl->mc + mr - 1) / mr * mr;
     ws_layout l;
     size_t off = 0;
-#define TAKE(field, n)                          \
-    l.field = off;                              \
+#define TAKE(field, n) \
+    l.field = off;     \
     off += ((size_t)(n) + 63) & ~(size_t)63;
     TAKE(bp, (size_t)nsl * K * nr * sizeof(float));
     TAKE(ap, (size_t)mcp * K * sizeof(float));
@@ -187,8 +186,7 @@ static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
             __builtin_prefetch(base + r * d->rs * es + off, 1, 2);
 }
 
-static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
-                      int64_t o1)
+static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0, int64_t o1)
 {
     const lf_cpu_kernels *k = pl->k;
     const int mr = k->mr, nr = k->nr;
@@ -214,9 +212,15 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
                 }
                 int64_t o = oc + s * pl->nro;
                 lf_ep_strip es = {
-                    .g = pl->g, .nr = nr, .i0 = ic, .rows = mc, .o0 = o,
+                    .g = pl->g,
+                    .nr = nr,
+                    .i0 = ic,
+                    .rows = mc,
+                    .o0 = o,
                     .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
-                    .cols = cols + s * nr, .bias = bias + s * nr, .acc = strip,
+                    .cols = cols + s * nr,
+                    .bias = bias + s * nr,
+                    .acc = strip,
                 };
                 k->ep_strip(&es);
             }
@@ -294,8 +298,8 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     if (info) {
         char suffix[64];
         lf_gemm_name_suffix(g, suffix, sizeof suffix);
-        snprintf(info->name, sizeof info->name, "lf_cpu_gemm_%s_%dx%d_%s", lf_dtype_name(g->a.dtype),
-                 pl.k->mr, pl.k->nr, suffix);
+        snprintf(info->name, sizeof info->name, "lf_cpu_gemm_%s_%dx%d_%s", lf_dtype_name(g->a.dtype), pl.k->mr,
+                 pl.k->nr, suffix);
         info->flops = flops;
         info->bytes = (double)(pl.M * pl.K * (int64_t)lf_dtype_size(g->a.dtype) +
                                pl.K * pl.N * (int64_t)lf_dtype_size(g->b.dtype) +

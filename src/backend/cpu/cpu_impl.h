@@ -11,13 +11,13 @@
  * activation and the gate, and store to D, while the block is still in L1. */
 typedef struct lf_ep_strip {
     const lf_gemm *g;
-    int nr;               /* micro-tile width, pre-gate columns */
-    int64_t i0, rows;     /* first row of D and how many rows */
-    int64_t o0;           /* first column of D */
-    int nout;             /* how many D columns are real (the rest is padding) */
-    const int64_t *cols;  /* (nr) pre-gate column of each tile position */
-    const float *bias;    /* (nr) bias per tile position, zeros when there is none */
-    const float *acc;     /* (rows, nr) row-major: alpha-free A.B sums */
+    int nr;              /* micro-tile width, pre-gate columns */
+    int64_t i0, rows;    /* first row of D and how many rows */
+    int64_t o0;          /* first column of D */
+    int nout;            /* how many D columns are real (the rest is padding) */
+    const int64_t *cols; /* (nr) pre-gate column of each tile position */
+    const float *bias;   /* (nr) bias per tile position, zeros when there is none */
+    const float *acc;    /* (rows, nr) row-major: alpha-free A.B sums */
 } lf_ep_strip;
 
 typedef struct lf_cpu_kernels {

@@ -73,8 +73,12 @@ static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64
             for (int64_t i = 0; i < m; i++)
                 o[i] = x[i] * y[i];
             break;
-        case LF_PW_ACT: k->act_row(pw->act, x, o, m); break;
-        default: memcpy(o, x, (size_t)m * sizeof *o); break;
+        case LF_PW_ACT:
+            k->act_row(pw->act, x, o, m);
+            break;
+        default:
+            memcpy(o, x, (size_t)m * sizeof *o);
+            break;
         }
         store_chunk(&pw->out, off[0] + j * pw->out.stride[d], pw->out.stride[d], m, o);
     }

@@ -5,8 +5,8 @@
 #include "backend/cpu/vmath.h"
 
 #define LF_CAT2(a, b) a##b
-#define LF_CAT(a, b) LF_CAT2(a, b)
-#define LF_K(name) LF_CAT(name, LF_KSUF)
+#define LF_CAT(a, b)  LF_CAT2(a, b)
+#define LF_K(name)    LF_CAT(name, LF_KSUF)
 
 /* y = act(x) over n floats; the switch is outside the loops so each loop is one vector body. */
 static void LF_K(act_row_)(lf_act act, const float *x, float *y, int64_t n)
@@ -62,19 +62,19 @@ static void LF_K(act_mul_row_)(lf_act act, const float *x, const float *u, float
 
 /* z = alpha * acc + bias, then act (or act(gate) * partner) into dst: one vector loop per
  * activation, chosen outside the row loop. */
-#define LF_EP_ROWS(ACT)                                                                           \
-    for (int64_t r = 0; r < rows; r++) {                                                          \
-        const float *restrict acc = acc0 + r * nr;                                                \
-        char *row = row0 + r * row_bytes;                                                         \
-        float *restrict dst = direct ? (float *)row : o;                                          \
-        if (gated) {                                                                              \
-            _Pragma("omp simd") for (int p = 0; p < half; p++) dst[p] =                           \
-                ACT(alpha * acc[p] + bias[p]) * (alpha * acc[p + half] + bias[p + half]);         \
-        } else {                                                                                  \
+#define LF_EP_ROWS(ACT)                                                                              \
+    for (int64_t r = 0; r < rows; r++) {                                                             \
+        const float *restrict acc = acc0 + r * nr;                                                   \
+        char *row = row0 + r * row_bytes;                                                            \
+        float *restrict dst = direct ? (float *)row : o;                                             \
+        if (gated) {                                                                                 \
+            _Pragma("omp simd") for (int p = 0; p < half; p++) dst[p] =                              \
+                ACT(alpha * acc[p] + bias[p]) * (alpha * acc[p + half] + bias[p + half]);            \
+        } else {                                                                                     \
             _Pragma("omp simd") for (int p = 0; p < nr; p++) dst[p] = ACT(alpha * acc[p] + bias[p]); \
-        }                                                                                         \
-        if (!direct)                                                                              \
-            LF_K(store_row_)(d, row, o, nout);                                                    \
+        }                                                                                            \
+        if (!direct)                                                                                 \
+            LF_K(store_row_)(d, row, o, nout);                                                       \
     }
 
 #define LF_IDENTITY(x) (x)
@@ -126,15 +126,29 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
         return;
     }
     switch (ep->act) {
-    case LF_ACT_RELU: LF_EP_ROWS(lf_vrelu); break;
-    case LF_ACT_GELU_TANH: LF_EP_ROWS(lf_vgelu_tanh); break;
-    case LF_ACT_GELU_ERF: LF_EP_ROWS(lf_vgelu_erf); break;
-    default: LF_EP_ROWS(LF_IDENTITY); break;
+    case LF_ACT_RELU:
+        LF_EP_ROWS(lf_vrelu);
+        break;
+    case LF_ACT_GELU_TANH:
+        LF_EP_ROWS(lf_vgelu_tanh);
+        break;
+    case LF_ACT_GELU_ERF:
+        LF_EP_ROWS(lf_vgelu_erf);
+        break;
+    default:
+        LF_EP_ROWS(LF_IDENTITY);
+        break;
     }
 }
 
-#define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_)                                            \
-    const lf_cpu_kernels LF_K(lf_cpu_kernels_) = {                                            \
-        .isa = (isa_), .mr = (mr_), .nr = (nr_), .ukr = (ukr_), .pack_cols = (pack_),       \
-        .ep_strip = LF_K(ep_strip_), .act_row = LF_K(act_row_), .act_mul_row = LF_K(act_mul_row_), \
+#define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_) \
+    const lf_cpu_kernels LF_K(lf_cpu_kernels_) = { \
+        .isa = (isa_),                             \
+        .mr = (mr_),                               \
+        .nr = (nr_),                               \
+        .ukr = (ukr_),                             \
+        .pack_cols = (pack_),                      \
+        .ep_strip = LF_K(ep_strip_),               \
+        .act_row = LF_K(act_row_),                 \
+        .act_mul_row = LF_K(act_mul_row_),         \
     }

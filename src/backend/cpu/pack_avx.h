@@ -1,8 +1,7 @@
 /* Packing vectors that are contiguous along k into k-major panels: B's columns when B is an
- * nn.Linear weight seen as W^T (a column of B is a row of W), and A's rows when A is row-major. Eight vectors by eight k at a
- * time are loaded as rows, widened to float, transposed in registers and stored as eight
- * k-rows of the packed panel. Included by the AVX2 and AVX-512 files (both have AVX2 and
- * F16C). Layer: backend/cpu. */
+ * nn.Linear weight seen as W^T (a column of B is a row of W), and A's rows when A is row-major. Eight vectors by eight
+ * k at a time are loaded as rows, widened to float, transposed in registers and stored as eight k-rows of the packed
+ * panel. Included by the AVX2 and AVX-512 files (both have AVX2 and F16C). Layer: backend/cpu. */
 #include <immintrin.h>
 
 static inline __m256 lf_load8(const void *base, lf_dtype dt, int64_t off)

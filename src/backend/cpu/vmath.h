@@ -9,8 +9,18 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float lf_bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t lf_f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float lf_bits_to_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t lf_f32_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 /* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation
  * < 6e-9), 2^n put in the exponent bits. Inputs are clamped to [-87, 88], so the result is a
@@ -23,7 +33,7 @@ static inline float lf_vexpf(float x)
     const float magic = 12582912.0f;
     float t = x * 1.44269504088896341f + magic;
     float n = t - magic;
-    float r = x - n * 0.693359375f;    /* ln2 split in two so n*ln2 is exact */
+    float r = x - n * 0.693359375f; /* ln2 split in two so n*ln2 is exact */
     r = r - n * -2.12194440e-4f;
     float p = 1.0f / 5040.0f;
     p = p * r + 1.0f / 720.0f;
@@ -37,7 +47,10 @@ static inline float lf_vexpf(float x)
     return p * lf_bits_to_f32((uint32_t)(ni + 127) << 23);
 }
 
-static inline float lf_vrelu(float x) { return x > 0.0f ? x : 0.0f; }
+static inline float lf_vrelu(float x)
+{
+    return x > 0.0f ? x : 0.0f;
+}
 
 /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + e^(-2u)): one exp, no cancellation for
  * negative x (where 1 + tanh(u) would lose every digit). */
@@ -70,8 +83,8 @@ static inline float lf_vgelu_erf(float x)
 {
     float z = x * 0.7071067811865476f;
     float az = z < 0.0f ? -z : z;
-    float e = lf_verfc_pos(az);          /* erfc(|z|) */
-    float c = z < 0.0f ? e : 2.0f - e;   /* erfc(-z) */
+    float e = lf_verfc_pos(az);        /* erfc(|z|) */
+    float c = z < 0.0f ? e : 2.0f - e; /* erfc(-z) */
     return 0.5f * x * c;
 }
 

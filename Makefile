@@ -1,0 +1,40 @@
+# A thin front for CMake. The two commands that matter:
+#   make run    install what is missing, build, run the main job
+#   make test   install what is missing, build with ASan+UBSan, run every test
+BUILD      ?= build
+TEST_BUILD ?= build-test
+PREFIX     ?= /usr/local
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all run build test install bench format clean
+
+all: build
+
+run: build
+	./$(BUILD)/linfuse demo
+
+build:
+	@scripts/deps.sh build
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+test:
+	@scripts/deps.sh test
+	cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
+	cmake --build $(TEST_BUILD) -j $(JOBS)
+	ctest --test-dir $(TEST_BUILD) --output-on-failure -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# OpenBLAS is the yardstick; OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE slow it down, so they are
+# unset for this command only.
+bench: build
+	@scripts/deps.sh bench
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ./$(BUILD)/linfuse bench cpu
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(TEST_BUILD)

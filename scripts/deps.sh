@@ -1,0 +1,31 @@
+#!/bin/sh
+# Make sure the Debian packages a make target needs are installed: install them when running
+# as root, otherwise say exactly what to run. Usage: scripts/deps.sh build|test|bench
+set -eu
+
+case "${1:-build}" in
+build) pkgs="cmake make gcc libc6-dev" ;;
+test) pkgs="cmake make gcc libc6-dev pkg-config" ;;
+bench) pkgs="cmake make gcc libc6-dev libopenblas0-pthread" ;;
+*) echo "deps.sh: unknown set '$1' (build, test or bench)" >&2; exit 2 ;;
+esac
+
+missing=""
+for p in $pkgs; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" = 0 ]; then
+    echo "linfuse: installing missing Debian packages:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing
+else
+    echo "linfuse: missing Debian packages:$missing" >&2
+    echo "linfuse: install them with:  sudo apt-get install$missing" >&2
+    exit 1
+fi
