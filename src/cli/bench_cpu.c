@@ -90,22 +90,34 @@ static lf_status run_side(const bcase *c, const bufs *b, const openblas *ob, sid
     return st != LF_OK ? st : lf_backend_pointwise(LF_DEVICE_CPU, &act, NULL);
 }
 
-/* Median seconds per call: 2 warm-up calls, then at least `reps` calls and 0.5 s. */
-static double time_side(const bcase *c, const bufs *b, const openblas *ob, side s, int reps, lf_status *st)
+enum { ROUNDS = 3, MAX_CALLS = 600 };
+
+/* Median seconds per call of each side. Sides run in blocks (2 warm-up calls, then at least
+ * `reps` calls and 0.3 s), and the blocks take turns over ROUNDS rounds, so a slow moment of
+ * the machine hits every side alike. Blocks rather than single calls: OpenMP's and OpenBLAS's
+ * worker threads spin for a while after each call, and alternating single calls would make
+ * each library run beside the other's spinning threads. The last block of each side leaves
+ * its output in its buffer; the unfused side runs last, so y_ob ends as sgemm + bias + gelu. */
+static lf_status time_sides(const bcase *c, const bufs *b, const openblas *ob, const side *sides, int n_sides, int reps,
+                            double *median)
 {
-    double t[200];
-    int n = 0;
-    for (int i = 0; i < 2; i++)
-        if ((*st = run_side(c, b, ob, s)) != LF_OK)
-            return 0;
-    double start = lf_cli_now();
-    while (n < 200 && (n < reps || lf_cli_now() - start < 0.5)) {
-        double t0 = lf_cli_now();
-        if ((*st = run_side(c, b, ob, s)) != LF_OK)
-            return 0;
-        t[n++] = lf_cli_now() - t0;
-    }
-    return lf_cli_median(t, n);
+    static double t[3][MAX_CALLS];
+    int n[3] = {0, 0, 0};
+    lf_status st = LF_OK;
+    for (int round = 0; round < ROUNDS; round++)
+        for (int k = 0; k < n_sides && st == LF_OK; k++) {
+            for (int w = 0; w < 2 && st == LF_OK; w++)
+                st = run_side(c, b, ob, sides[k]);
+            double start = lf_cli_now();
+            for (int i = 0; st == LF_OK && n[k] < MAX_CALLS && (i < reps || lf_cli_now() - start < 0.3); i++) {
+                double t0 = lf_cli_now();
+                st = run_side(c, b, ob, sides[k]);
+                t[k][n[k]++] = lf_cli_now() - t0;
+            }
+        }
+    for (int k = 0; k < n_sides && st == LF_OK; k++)
+        median[k] = lf_cli_median(t[k], n[k]);
+    return st;
 }
 
 static double max_rel_diff(const float *a, const float *b, int64_t n)
@@ -135,18 +147,14 @@ static int run_case(const bcase *c, const openblas *ob, int reps)
             b.bias[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
     }
     lf_status st = LF_OK;
-    double t_lf = 0, t_ob = 0, t_unf = 0, diff = 0;
+    double t[3] = {0, 0, 0}, diff = 0;
     if (ok) {
-        t_lf = time_side(c, &b, ob, SIDE_LINFUSE, reps, &st);
+        const side sides[3] = {SIDE_LINFUSE, SIDE_OPENBLAS, SIDE_OPENBLAS_UNFUSED};
+        st = time_sides(c, &b, ob, sides, c->epilogue ? 3 : 2, reps, t);
         if (st == LF_OK)
-            t_unf = c->epilogue ? time_side(c, &b, ob, SIDE_OPENBLAS_UNFUSED, reps, &st) : 0;
-        if (st == LF_OK)
-            diff = c->epilogue ? max_rel_diff(b.y_lf, b.y_ob, M * N) : 0; /* same work: bias+gelu on both */
-        if (st == LF_OK)
-            t_ob = time_side(c, &b, ob, SIDE_OPENBLAS, reps, &st);
-        if (st == LF_OK && !c->epilogue)
             diff = max_rel_diff(b.y_lf, b.y_ob, M * N);
     }
+    const double t_lf = t[0], t_ob = t[1], t_unf = t[2];
     if (!ok || st != LF_OK) {
         fprintf(stderr, "linfuse bench cpu: case %s failed: %s\n", c->name, ok ? lf_last_error() : "out of memory");
         ok = 0;

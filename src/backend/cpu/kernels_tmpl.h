@@ -18,9 +18,13 @@ static void LF_K(act_row_)(lf_act act, const float *x, float *y, int64_t n)
             y[i] = lf_vrelu(x[i]);
         break;
     case LF_ACT_GELU_TANH:
+#ifdef LF_VEC_GELU_TANH_ROW
+        LF_VEC_GELU_TANH_ROW(y, x, NULL, 1.0f, n);
+#else
 #pragma omp simd
         for (int64_t i = 0; i < n; i++)
             y[i] = lf_vgelu_tanh(x[i]);
+#endif
         break;
     case LF_ACT_GELU_ERF:
 #pragma omp simd
@@ -125,6 +129,18 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
         }
         return;
     }
+#ifdef LF_VEC_GELU_TANH_ROW /* this instruction set has its own gelu_tanh row */
+    if (ep->act == LF_ACT_GELU_TANH && !gated) {
+        for (int64_t r = 0; r < rows; r++) {
+            char *row = row0 + r * row_bytes;
+            float *dst = direct ? (float *)row : o;
+            LF_VEC_GELU_TANH_ROW(dst, acc0 + r * nr, bias, alpha, nr);
+            if (!direct)
+                LF_K(store_row_)(d, row, o, nout);
+        }
+        return;
+    }
+#endif
     switch (ep->act) {
     case LF_ACT_RELU:
         LF_EP_ROWS(lf_vrelu);
