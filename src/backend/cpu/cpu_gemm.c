@@ -87,6 +87,28 @@ static int64_t tile_col(const plan *pl, int64_t o, int p)
 
 /* B panel: output columns [o0, o0+nco) -> slivers of (K, nr) floats, plus each sliver's column
  * map and bias values for the epilogue. */
+/* Whether each sliver's columns are one run (c, c+1, ...) followed only by padding. */
+static int runs_ok(const int64_t *cols, int64_t nsl, int nr)
+{
+    if (nsl > LF_CPU_PANEL_MAX)
+        return 0;
+    for (int64_t s = 0; s < nsl; s++) {
+        const int64_t *c = cols + s * nr;
+        int v = 0;
+        while (v < nr && c[v] >= 0)
+            v++;
+        if (v == 0)
+            return 0;
+        for (int p = 1; p < v; p++)
+            if (c[p] != c[p - 1] + 1)
+                return 0;
+        for (int p = v; p < nr; p++)
+            if (c[p] >= 0)
+                return 0;
+    }
+    return 1;
+}
+
 static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *cols, float *bias)
 {
     const lf_matrix *b = &pl->g->b;
@@ -106,7 +128,20 @@ static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *
         }
         return;
     }
-    /* Rows contiguous (or general strides): walk k outside so each row of B is read once, in
+    if (b->cs == 1 && runs_ok(cols, nsl, nr)) { /* row-major B, every sliver one run: the nn case */
+        int64_t start[LF_CPU_PANEL_MAX];
+        int valid[LF_CPU_PANEL_MAX];
+        for (int64_t s = 0; s < nsl; s++) {
+            int v = 0;
+            while (v < nr && cols[s * nr + v] >= 0)
+                v++;
+            start[s] = cols[s * nr];
+            valid[s] = v;
+        }
+        pl->k->pack_rows(b->data, b->dtype, b->rs, start, valid, nsl, K, nr, bp);
+        return;
+    }
+    /* General strides or gated column maps: walk k outside so each row of B is read once, in
      * order, in runs of consecutive columns. */
     for (int64_t k = 0; k < K; k++)
         for (int64_t s = 0; s < nsl; s++) {

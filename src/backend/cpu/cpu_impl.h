@@ -5,7 +5,8 @@
 
 #include "backend/backend_impl.h"
 
-#define LF_CPU_NR_MAX 32 /* widest micro-tile among the kernel sets */
+#define LF_CPU_NR_MAX    32   /* widest micro-tile among the kernel sets */
+#define LF_CPU_PANEL_MAX 1024 /* most slivers in one packed B panel (2048 columns / nr >= 2) */
 
 /* One row-block of GEMM results leaving the micro-kernels: apply alpha, C, bias, the
  * activation and the gate, and store to D, while the block is still in L1. */
@@ -30,6 +31,10 @@ typedef struct lf_cpu_kernels {
      * row-major. Vector p starts at element src[p] of base; src[p] < 0 gives zeros. A
      * transpose, done in 8x8 and 4x4 register blocks where the instruction set allows. */
     void (*pack_cols)(const void *base, lf_dtype dt, const int64_t *src, int64_t K, int n, float *dst);
+    /* Pack nsl slivers of a row-major B, each a run of valid[s] <= nr columns starting at
+     * element start[s] of row 0; rows rs apart; dst (nsl, K, nr). */
+    void (*pack_rows)(const void *base, lf_dtype dt, int64_t rs, const int64_t *start, const int *valid, int64_t nsl,
+                      int64_t K, int nr, float *dst);
     void (*ep_strip)(const lf_ep_strip *s);
     /* y[i] = act(x[i]) (x and y may be the same) */
     void (*act_row)(lf_act act, const float *x, float *y, int64_t n);

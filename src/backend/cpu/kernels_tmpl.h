@@ -64,6 +64,37 @@ static void LF_K(act_mul_row_)(lf_act act, const float *x, const float *u, float
     }
 }
 
+/* Pack slivers of B whose nr columns are one run of a row-major B (the nn case): sliver s takes
+ * valid[s] columns starting at element start[s] of row 0 (zeros after them), rows rs apart;
+ * dst holds nsl slivers of (K, nr). k runs outside so B is read row by row, in order. */
+static void LF_K(pack_rows_)(const void *base, lf_dtype dt, int64_t rs, const int64_t *start, const int *valid,
+                             int64_t nsl, int64_t K, int nr, float *dst)
+{
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t s = 0; s < nsl; s++) {
+            float *restrict o = dst + (s * K + k) * nr;
+            const int64_t off = start[s] + k * rs;
+            const int v = valid[s];
+            if (dt == LF_DTYPE_F32) {
+                const float *restrict x = (const float *)base + off;
+#pragma omp simd
+                for (int p = 0; p < v; p++)
+                    o[p] = x[p];
+            } else if (dt == LF_DTYPE_BF16) {
+                const uint16_t *restrict x = (const uint16_t *)base + off;
+#pragma omp simd
+                for (int p = 0; p < v; p++)
+                    o[p] = lf_bits_to_f32((uint32_t)x[p] << 16);
+            } else {
+                const uint16_t *restrict x = (const uint16_t *)base + off;
+                for (int p = 0; p < v; p++)
+                    o[p] = lf_f32_from_f16(x[p]);
+            }
+            for (int p = v; p < nr; p++)
+                o[p] = 0.0f;
+        }
+}
+
 /* z = alpha * acc + bias, then act (or act(gate) * partner) into dst: one vector loop per
  * activation, chosen outside the row loop. */
 #define LF_EP_ROWS(ACT)                                                                              \
@@ -164,6 +195,7 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
         .nr = (nr_),                               \
         .ukr = (ukr_),                             \
         .pack_cols = (pack_),                      \
+        .pack_rows = LF_K(pack_rows_),             \
         .ep_strip = LF_K(ep_strip_),               \
         .act_row = LF_K(act_row_),                 \
         .act_mul_row = LF_K(act_mul_row_),         \
