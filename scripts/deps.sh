@@ -4,9 +4,9 @@
 set -eu
 
 case "${1:-build}" in
-build) pkgs="cmake make gcc libc6-dev" ;;
-test) pkgs="cmake make gcc libc6-dev pkg-config" ;;
-bench) pkgs="cmake make gcc libc6-dev libopenblas0-pthread" ;;
+build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev" ;;
+test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev" ;;
+bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev libopenblas0-pthread" ;;
 *) echo "deps.sh: unknown set '$1' (build, test or bench)" >&2; exit 2 ;;
 esac
 

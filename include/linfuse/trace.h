@@ -1,0 +1,146 @@
+/* linfuse traces: one in-memory form for a Kineto-schema trace (PyTorch's or linfuse's), a
+ * writer for the Chrome trace JSON Perfetto opens, a reader, and the builder of PyTorch's
+ * key_averages() table. The profiler turns its buffers into an lf_trace and uses the same
+ * writer and table, so a table built from a trace read back from disk equals the one built in
+ * memory. Layer: trace/ knows tensors and ops by name only. */
+#ifndef LINFUSE_TRACE_H
+#define LINFUSE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "linfuse/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Event categories of TRACE_FORMAT.md section 2, by their "cat" strings. */
+typedef enum lf_trace_cat {
+    LF_TC_CPU_OP,          /* "cpu_op" */
+    LF_TC_USER_ANNOTATION, /* "user_annotation": ProfilerStep#N, record_function ranges */
+    LF_TC_RUNTIME,         /* "cuda_runtime" */
+    LF_TC_DRIVER,          /* "cuda_driver" */
+    LF_TC_KERNEL,          /* "kernel": on a device track */
+    LF_TC_MEMCPY,          /* "gpu_memcpy" */
+    LF_TC_MEMSET,          /* "gpu_memset" */
+    LF_TC_GPU_ANNOTATION,  /* "gpu_user_annotation" */
+    LF_TC_OVERHEAD,        /* "overhead" */
+    LF_TC_MEMORY,          /* "cpu_instant_event" [memory] */
+    LF_TC_PYTHON,          /* "python_function" */
+    LF_TC_OTHER,           /* anything else ("Trace", unknown categories): kept, not tabled */
+    LF_TC_COUNT
+} lf_trace_cat;
+
+const char *lf_trace_cat_name(lf_trace_cat c);
+/* Host-side categories (a CPU lane) versus device-side ones (a device lane). */
+int lf_trace_cat_is_device(lf_trace_cat c);
+
+typedef struct lf_trace_event {
+    lf_trace_cat cat;
+    const char *name; /* owned by the trace */
+    int64_t pid, tid;
+    int64_t ts_ns;       /* since the trace's base time */
+    int64_t dur_ns;      /* -1 for instant events */
+    int64_t ext_id;      /* "External id", 0 when none */
+    int64_t correlation; /* flow id (ac2g), 0 when none */
+    int64_t device;      /* device index of device events, -1 otherwise */
+    double flops, bytes; /* kernels: work and traffic, 0 when unknown */
+    int64_t mem_bytes;   /* [memory]: bytes allocated (negative: freed) */
+    int64_t mem_total_allocated;
+    int64_t mem_device_type; /* 0 cpu, 1 cuda */
+    int64_t mem_addr;
+    const char *input_dims;  /* "Input Dims" as JSON text, or NULL */
+    const char *input_types; /* "Input type" as JSON text, or NULL */
+    const char *input_strides;
+    const char *extra_args;     /* further args as JSON members ("\"grid\": [1, 1, 1], ..."), or NULL */
+    int64_t flow_pid, flow_tid; /* device events: the host track that launched them (ac2g flow
+                                 * start), -1 when unknown */
+} lf_trace_event;
+
+typedef struct lf_trace lf_trace;
+
+lf_status lf_trace_create(lf_trace **out);
+void lf_trace_free(lf_trace *t);
+
+/* Append an event; strings are copied into the trace. */
+lf_status lf_trace_add(lf_trace *t, const lf_trace_event *e);
+int64_t lf_trace_count(const lf_trace *t);
+const lf_trace_event *lf_trace_get(const lf_trace *t, int64_t i);
+/* A copy of s owned by the trace (NULL stays NULL). */
+const char *lf_trace_intern(lf_trace *t, const char *s);
+
+/* Facts about the whole trace (the header and M events). */
+typedef struct lf_trace_meta {
+    int64_t base_ns;          /* baseTimeNanoseconds (epoch ns) */
+    const char *device_label; /* "CUDA" for GPU traces, "CPU-dev" for linfuse CPU kernels */
+    const char *process_name; /* for process_name M events */
+    const char *trace_name;
+    int record_shapes, profile_memory, with_flops;
+    int64_t dropped_events; /* events the profiler could not keep (0 is the goal) */
+    int64_t cpu_device_pid; /* pid of linfuse's CPU-kernel track, or -1 */
+} lf_trace_meta;
+
+lf_trace_meta *lf_trace_meta_of(lf_trace *t);
+const lf_trace_meta *lf_trace_meta_get(const lf_trace *t);
+/* Name a (pid, tid) track for the M events ("thread 12 (linfuse)", "stream 7 "). */
+lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name);
+
+/* Write Kineto-schema Chrome trace JSON to path, atomically: a temporary file in the same
+ * directory, flushed, then renamed over path. On error nothing is left behind. */
+lf_status lf_trace_write_json(const lf_trace *t, const char *path);
+
+/* Read a Kineto-schema JSON trace (PyTorch's or linfuse's). Errors name the file and, for
+ * malformed JSON, the line and column. */
+lf_status lf_trace_read_json(lf_trace **out, const char *path);
+
+/* --- the key_averages() table (TRACE_FORMAT.md section 5) --- */
+
+typedef enum lf_sort_key {
+    LF_SORT_NONE, /* first-seen order */
+    LF_SORT_SELF_CPU_TIME_TOTAL,
+    LF_SORT_CPU_TIME_TOTAL,
+    LF_SORT_SELF_DEVICE_TIME_TOTAL,
+    LF_SORT_DEVICE_TIME_TOTAL,
+    LF_SORT_CPU_TIME,    /* average */
+    LF_SORT_DEVICE_TIME, /* average */
+    LF_SORT_COUNT,
+    LF_SORT_KEYS
+} lf_sort_key;
+
+/* PyTorch's spellings: "self_cpu_time_total", "cuda_time_total" (= "device_time_total"), ... */
+lf_status lf_sort_key_parse(const char *s, lf_sort_key *out);
+
+typedef struct lf_table_opts {
+    lf_sort_key sort_by;
+    int row_limit; /* rows shown; <= 0 shows all (PyTorch's -1); PyTorch's default is 100 */
+} lf_table_opts;
+
+/* One aggregated row, for programs that want numbers rather than text. Times in ns. */
+typedef struct lf_table_row {
+    const char *name;
+    int is_device, is_annotation;
+    int64_t count;
+    int64_t self_cpu_ns, cpu_total_ns, self_device_ns, device_total_ns;
+    int64_t cpu_mem, self_cpu_mem, device_mem, self_device_mem; /* bytes, profile_memory */
+    double flops;
+} lf_table_row;
+
+typedef struct lf_table {
+    lf_table_row *rows;
+    int64_t n_rows;
+    int64_t self_cpu_total_ns, self_device_total_ns;
+    int has_device;
+    int has_cpu_mem, has_device_mem; /* memory columns (traces made with profile_memory) */
+    const char *device_label;
+} lf_table;
+
+lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
+void lf_table_free(lf_table *tab);
+/* The text PyTorch's table() prints, ending with the footers; caller frees *text. */
+lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,218 @@
+/* Writing a trace as Kineto-schema Chrome trace JSON (TRACE_FORMAT.md sections 1-4).
+ * Hand-written rather than built with jansson: a trace can hold millions of events, and a
+ * streaming writer needs no tree of them in memory. Written to a temporary file that is
+ * renamed over the target only when complete. Layer: trace/. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace/trace_impl.h"
+
+/* A JSON string: quotes and backslashes escaped, control characters dropped (old Perfetto
+ * builds reject \u escapes, and Kineto drops newlines the same way). */
+static void put_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fputc('\\', f), fputc(c, f);
+        else if (c >= 0x20)
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* Microseconds with three decimals, as Kineto prints them: "1234.005". */
+static void put_us(FILE *f, int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
+}
+
+static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
+{
+    fputs("{\"ph\": \"X\", \"cat\": ", f);
+    put_str(f, lf_trace_cat_name(e->cat));
+    fputs(", \"name\": ", f);
+    put_str(f, e->name);
+    fprintf(f, ", \"pid\": %" PRId64 ", \"tid\": %" PRId64 ", \"ts\": ", e->pid, e->tid);
+    put_us(f, e->ts_ns);
+    fputs(", \"dur\": ", f);
+    put_us(f, e->dur_ns);
+    fputs(", \"args\": {", f);
+    int n = 0;
+#define SEP() (n++ ? fputs(", ", f) : 0)
+    if (e->ext_id) {
+        SEP();
+        fprintf(f, "\"External id\": %" PRId64, e->ext_id);
+    }
+    if (e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION) {
+        SEP();
+        fprintf(f, "\"Record function id\": 0, \"Ev Idx\": %" PRId64, idx);
+        if (e->input_dims) {
+            fprintf(f, ", \"Input Dims\": %s", e->input_dims);
+            if (e->input_types)
+                fprintf(f, ", \"Input type\": %s", e->input_types);
+            if (e->input_strides)
+                fprintf(f, ", \"Input Strides\": %s", e->input_strides);
+        }
+        if (e->flops > 0)
+            fprintf(f, ", \"flops\": %.0f", e->flops);
+    }
+    if (lf_trace_cat_is_device(e->cat) && e->cat != LF_TC_GPU_ANNOTATION) {
+        SEP();
+        fprintf(f, "\"device\": %" PRId64 ", \"stream\": %" PRId64, e->device, e->tid);
+        if (e->correlation)
+            fprintf(f, ", \"correlation\": %" PRId64, e->correlation);
+        if (e->flops > 0)
+            fprintf(f, ", \"FLOPs\": %.0f", e->flops);
+        if (e->bytes > 0)
+            fprintf(f, ", \"bytes\": %.0f", e->bytes);
+    } else if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation) {
+        SEP();
+        fprintf(f, "\"correlation\": %" PRId64, e->correlation);
+    }
+    if (e->extra_args && *e->extra_args) {
+        SEP();
+        fputs(e->extra_args, f);
+    }
+#undef SEP
+    fputs("}}", f);
+}
+
+static void put_flow(FILE *f, char ph, int64_t id, int64_t pid, int64_t tid, int64_t ts)
+{
+    fprintf(f, ",\n{\"ph\": \"%c\", \"id\": %" PRId64 ", \"pid\": %" PRId64 ", \"tid\": %" PRId64 ", \"ts\": ", ph, id,
+            pid, tid);
+    put_us(f, ts);
+    fputs(ph == 'f' ? ", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"}"
+                    : ", \"cat\": \"ac2g\", \"name\": \"ac2g\"}",
+          f);
+}
+
+static void put_memory(FILE *f, const lf_trace_event *e, int64_t idx)
+{
+    fprintf(f,
+            "{\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"s\": \"t\", \"name\": \"[memory]\", \"pid\": %" PRId64
+            ", \"tid\": %" PRId64 ", \"ts\": ",
+            e->pid, e->tid);
+    put_us(f, e->ts_ns);
+    fprintf(f,
+            ", \"args\": {\"Total Reserved\": %" PRId64 ", \"Total Allocated\": %" PRId64 ", \"Bytes\": %" PRId64
+            ", \"Addr\": %" PRId64 ", \"Device Type\": %" PRId64 ", \"Device Id\": %d, \"Ev Idx\": %" PRId64 "}}",
+            e->mem_total_allocated, e->mem_total_allocated, e->mem_bytes, e->mem_addr, e->mem_device_type,
+            e->mem_device_type ? 0 : -1, idx);
+}
+
+static void put_meta(FILE *f, const char *what, int64_t pid, int64_t tid, const char *key, const char *sval,
+                     int64_t ival)
+{
+    fprintf(f,
+            ",\n{\"name\": \"%s\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": %" PRId64 ", \"tid\": %" PRId64
+            ", \"args\": {\"%s\": ",
+            what, pid, tid, key);
+    if (sval)
+        put_str(f, sval);
+    else
+        fprintf(f, "%" PRId64, ival);
+    fputs("}}", f);
+}
+
+static int write_all(const lf_trace *t, FILE *f, const char *path)
+{
+    const lf_trace_meta *m = &t->meta;
+    fputs("{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [],\n", f);
+    if (m->record_shapes)
+        fputs("  \"record_shapes\": 1,\n", f);
+    if (m->profile_memory)
+        fputs("  \"profile_memory\": 1,\n", f);
+    if (m->with_flops)
+        fputs("  \"with_flops\": 1,\n", f);
+    fprintf(f, "  \"linfuse_dropped_events\": %" PRId64 ",\n", m->dropped_events);
+    fprintf(f, "  \"trace_id\": \"%016" PRIx64 "\",\n", (uint64_t)m->base_ns ^ UINT64_C(0x9e3779b97f4a7c15));
+    fprintf(f, "  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": %" PRId64 ",\n", m->base_ns);
+    fputs("  \"traceEvents\": [\n", f);
+    int first = 1;
+    int64_t end_ns = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (!first)
+            fputs(",\n", f);
+        first = 0;
+        if (e->cat == LF_TC_MEMORY)
+            put_memory(f, e, i);
+        else
+            put_x(f, e, i);
+        int64_t end = e->ts_ns + (e->dur_ns > 0 ? e->dur_ns : 0);
+        end_ns = end > end_ns ? end : end_ns;
+        /* flows: the launch side binds to the topmost open slice on the host track (the op),
+         * the device side, with bp "e", to the kernel itself */
+        if (lf_trace_cat_is_device(e->cat) && e->correlation && e->flow_pid >= 0) {
+            put_flow(f, 's', e->correlation, e->flow_pid, e->flow_tid, e->ts_ns);
+            put_flow(f, 'f', e->correlation, e->pid, e->tid, e->ts_ns);
+        }
+    }
+    /* M events: processes, then named tracks */
+    int64_t host_pid = -1;
+    for (int64_t i = 0; i < t->n && host_pid < 0; i++)
+        if (!lf_trace_cat_is_device(t->ev[i].cat))
+            host_pid = t->ev[i].pid;
+    if (first)
+        fputs("{\"name\": \"Trace\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {}}", f);
+    if (host_pid >= 0) {
+        put_meta(f, "process_name", host_pid, 0, "name", m->process_name, 0);
+        put_meta(f, "process_labels", host_pid, 0, "labels", "CPU", 0);
+        put_meta(f, "process_sort_index", host_pid, 0, "sort_index", NULL, host_pid);
+    }
+    if (m->cpu_device_pid >= 0) {
+        put_meta(f, "process_name", m->cpu_device_pid, 0, "name", m->process_name, 0);
+        put_meta(f, "process_labels", m->cpu_device_pid, 0, "labels", "CPU kernels", 0);
+        put_meta(f, "process_sort_index", m->cpu_device_pid, 0, "sort_index", NULL, 5000000);
+    }
+    for (int64_t i = 0; i < t->n_tracks; i++) {
+        put_meta(f, "thread_name", t->tracks[i].pid, t->tracks[i].tid, "name", t->tracks[i].name, 0);
+        put_meta(f, "thread_sort_index", t->tracks[i].pid, t->tracks[i].tid, "sort_index", NULL, t->tracks[i].tid);
+    }
+    fputs(",\n{\"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\", \"pid\": \"\", \"tid\": \"\", \"ts\": ",
+          f);
+    put_us(f, end_ns);
+    fputs("}\n  ],\n  \"traceName\": ", f);
+    put_str(f, m->trace_name ? m->trace_name : path);
+    fputs("\n}\n", f);
+    return !ferror(f);
+}
+
+lf_status lf_trace_write_json(const lf_trace *t, const char *path)
+{
+    LF_CHECK_PTR(t, "lf_trace_write_json", "t");
+    LF_CHECK_PTR(path, "lf_trace_write_json", "path");
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 16);
+    if (!tmp)
+        return lf_fail(LF_ENOMEM, "lf_trace_write_json: out of memory");
+    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        lf_status s = lf_fail(LF_EIO, "cannot write trace %s: %s", path, strerror(errno));
+        free(tmp);
+        return s;
+    }
+    FILE *f = fdopen(fd, "w");
+    int ok = f && write_all(t, f, path);
+    if (f)
+        ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= f ? fclose(f) == 0 : (close(fd), 0);
+    if (ok && rename(tmp, path) == 0) {
+        free(tmp);
+        return LF_OK;
+    }
+    int err = errno;
+    unlink(tmp);
+    free(tmp);
+    return lf_fail(LF_EIO, "cannot write trace %s: %s", path, strerror(err));
+}

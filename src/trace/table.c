@@ -1,0 +1,580 @@
+/* PyTorch's key_averages().table() built from any lf_trace (TRACE_FORMAT.md section 5):
+ * events nest per host thread (self = own time minus direct children), kernels count toward
+ * the op whose External id they carry, rows group by name and device/annotation kind, and the
+ * text has PyTorch's columns, widths, units and footers. Layer: trace/. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+/* --- a small string-keyed hash map (open addressing) --- */
+
+typedef struct slot {
+    const char *key;
+    int64_t kind; /* part of the key */
+    int64_t val;
+} slot;
+
+typedef struct smap {
+    slot *s;
+    int64_t cap;
+} smap;
+
+static uint64_t hash_str(const char *k, int64_t kind)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)kind;
+    for (; *k; k++)
+        h = (h ^ (unsigned char)*k) * 1099511628211ull;
+    return h;
+}
+
+static int smap_init(smap *m, int64_t n)
+{
+    m->cap = 16;
+    while (m->cap < 2 * n + 16)
+        m->cap *= 2;
+    m->s = calloc((size_t)m->cap, sizeof *m->s);
+    return m->s != NULL;
+}
+
+/* The slot for (key, kind): found, or empty and ready to fill. */
+static slot *smap_find(smap *m, const char *key, int64_t kind)
+{
+    uint64_t i = hash_str(key, kind) & (uint64_t)(m->cap - 1);
+    while (m->s[i].key && (m->s[i].kind != kind || strcmp(m->s[i].key, key)))
+        i = (i + 1) & (uint64_t)(m->cap - 1);
+    return &m->s[i];
+}
+
+/* External ids -> event index, integer keyed. */
+typedef struct imap {
+    int64_t *keys, *vals;
+    int64_t cap;
+} imap;
+
+static int imap_init(imap *m, int64_t n)
+{
+    m->cap = 16;
+    while (m->cap < 2 * n + 16)
+        m->cap *= 2;
+    m->keys = calloc((size_t)m->cap, sizeof *m->keys);
+    m->vals = malloc((size_t)m->cap * sizeof *m->vals);
+    return m->keys && m->vals;
+}
+
+static int64_t *imap_slot(imap *m, int64_t key)
+{
+    uint64_t i = ((uint64_t)key * 0x9e3779b97f4a7c15ull) & (uint64_t)(m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & (uint64_t)(m->cap - 1);
+    if (!m->keys[i]) {
+        m->keys[i] = key;
+        m->vals[i] = -1;
+    }
+    return &m->vals[i];
+}
+
+/* --- which events are rows, and in which order --- */
+
+static int is_tabled(const lf_trace_event *e)
+{
+    switch (e->cat) {
+    case LF_TC_CPU_OP:
+    case LF_TC_USER_ANNOTATION:
+    case LF_TC_RUNTIME:
+    case LF_TC_DRIVER:
+    case LF_TC_KERNEL:
+    case LF_TC_MEMCPY:
+    case LF_TC_MEMSET:
+    case LF_TC_GPU_ANNOTATION:
+        break;
+    default:
+        return 0; /* memory instants, python frames, profiler overhead, "Trace" spans */
+    }
+    if (e->dur_ns < 0)
+        return 0;
+    const char *n = e->name;
+    return strcmp(n, "[memory]") && strcmp(n, "[OutOfMemory]") && strncmp(n, "profiler::_record_function_", 27) &&
+           strcmp(n, "aten::is_leaf") && strcmp(n, "aten::output_nr") && strcmp(n, "aten::_version");
+}
+
+/* Rows appear in order of their first event's start; at equal starts, ops and annotations come
+ * before runtime calls, device work, then device annotations (the order PyTorch lists them). */
+static int order_class(lf_trace_cat c)
+{
+    switch (c) {
+    case LF_TC_RUNTIME:
+    case LF_TC_DRIVER:
+        return 1;
+    case LF_TC_KERNEL:
+    case LF_TC_MEMCPY:
+    case LF_TC_MEMSET:
+        return 2;
+    case LF_TC_GPU_ANNOTATION:
+        return 3;
+    default:
+        return 0;
+    }
+}
+
+static const lf_trace *sort_trace; /* qsort has no context argument; builds are not concurrent-safe */
+
+static int by_time(const void *pa, const void *pb)
+{
+    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    if (a->ts_ns != b->ts_ns)
+        return a->ts_ns < b->ts_ns ? -1 : 1;
+    if (a->dur_ns != b->dur_ns)
+        return a->dur_ns > b->dur_ns ? -1 : 1; /* the enclosing (longer) event first */
+    return *(const int64_t *)pa < *(const int64_t *)pb ? -1 : 1;
+}
+
+static int by_track_time(const void *pa, const void *pb)
+{
+    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    if (a->pid != b->pid)
+        return a->pid < b->pid ? -1 : 1;
+    if (a->tid != b->tid)
+        return a->tid < b->tid ? -1 : 1;
+    return by_time(pa, pb);
+}
+
+static int by_time_class(const void *pa, const void *pb)
+{
+    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    if (a->ts_ns != b->ts_ns)
+        return a->ts_ns < b->ts_ns ? -1 : 1;
+    if (a->dur_ns != b->dur_ns)
+        return a->dur_ns > b->dur_ns ? -1 : 1;
+    int ca = order_class(a->cat), cb = order_class(b->cat);
+    if (ca != cb)
+        return ca < cb ? -1 : 1;
+    return *(const int64_t *)pa < *(const int64_t *)pb ? -1 : 1;
+}
+
+static lf_sort_key row_sort_key;
+
+static double row_value(const lf_table_row *r)
+{
+    switch (row_sort_key) {
+    case LF_SORT_SELF_CPU_TIME_TOTAL:
+        return (double)r->self_cpu_ns;
+    case LF_SORT_CPU_TIME_TOTAL:
+        return (double)r->cpu_total_ns;
+    case LF_SORT_SELF_DEVICE_TIME_TOTAL:
+        return (double)r->self_device_ns;
+    case LF_SORT_DEVICE_TIME_TOTAL:
+        return (double)r->device_total_ns;
+    case LF_SORT_CPU_TIME:
+        return (double)r->cpu_total_ns / (double)r->count;
+    case LF_SORT_DEVICE_TIME:
+        return (double)r->device_total_ns / (double)r->count;
+    case LF_SORT_COUNT:
+        return (double)r->count;
+    default:
+        return 0;
+    }
+}
+
+/* Stable merge sort, descending by the chosen key (PyTorch sorts with reverse=True, stable). */
+static void sort_rows(lf_table_row *r, lf_table_row *tmp, int64_t n)
+{
+    if (n < 2)
+        return;
+    int64_t h = n / 2;
+    sort_rows(r, tmp, h);
+    sort_rows(r + h, tmp, n - h);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = row_value(&r[j]) > row_value(&r[i]) ? r[j++] : r[i++];
+    while (i < h)
+        tmp[k++] = r[i++];
+    while (j < n)
+        tmp[k++] = r[j++];
+    memcpy(r, tmp, (size_t)n * sizeof *r);
+}
+
+lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
+{
+    LF_CHECK_PTR(t, "lf_table_build", "t");
+    LF_CHECK_PTR(out, "lf_table_build", "out");
+    memset(out, 0, sizeof *out);
+    if ((unsigned)sort_by >= LF_SORT_KEYS)
+        return lf_fail(LF_EINVAL, "lf_table_build: sort key %d is unknown", (int)sort_by);
+    const int64_t n = t->n;
+    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
+    int64_t *self_cpu = calloc((size_t)(n + 1), sizeof *self_cpu);
+    int64_t *self_dev = calloc((size_t)(n + 1), sizeof *self_dev);
+    int64_t *dev_total = calloc((size_t)(n + 1), sizeof *dev_total);
+    int64_t *parent = malloc((size_t)(n + 1) * sizeof *parent);
+    int64_t *stack = malloc((size_t)(n + 1) * sizeof *stack);
+    lf_table_row *rows = calloc((size_t)(n + 1), sizeof *rows), *tmp = malloc((size_t)(n + 1) * sizeof *tmp);
+    smap groups = {0};
+    imap owners = {0};
+    lf_status st = LF_OK;
+    if (!idx || !self_cpu || !self_dev || !dev_total || !parent || !stack || !rows || !tmp || !smap_init(&groups, n) ||
+        !imap_init(&owners, n)) {
+        st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+        goto done;
+    }
+    /* 1. host events nest per thread: parent and self time */
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (is_tabled(&t->ev[i]) && !lf_trace_cat_is_device(t->ev[i].cat))
+            idx[m++] = i;
+    sort_trace = t;
+    qsort(idx, (size_t)m, sizeof *idx, by_track_time);
+    int64_t depth = 0;
+    for (int64_t k = 0; k < m; k++) {
+        const lf_trace_event *e = &t->ev[idx[k]];
+        if (k > 0 && (e->pid != t->ev[idx[k - 1]].pid || e->tid != t->ev[idx[k - 1]].tid))
+            depth = 0;
+        while (depth > 0) {
+            const lf_trace_event *top = &t->ev[stack[depth - 1]];
+            if (e->ts_ns >= top->ts_ns && e->ts_ns + e->dur_ns <= top->ts_ns + top->dur_ns)
+                break;
+            depth--;
+        }
+        parent[idx[k]] = depth ? stack[depth - 1] : -1;
+        self_cpu[idx[k]] = e->dur_ns;
+        if (depth)
+            self_cpu[stack[depth - 1]] -= e->dur_ns;
+        stack[depth++] = idx[k];
+    }
+    /* 1b. [memory] events count for every host event enclosing them on their thread */
+    /* [2 i + 0]: host memory of event i, [2 i + 1]: device memory */
+    int64_t *mem_total = calloc((size_t)(2 * n + 2), sizeof *mem_total);
+    int64_t *mem_self = calloc((size_t)(2 * n + 2), sizeof *mem_self);
+    if (!mem_total || !mem_self) {
+        free(mem_total), free(mem_self);
+        st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (e->cat != LF_TC_MEMORY)
+            continue;
+        if (e->mem_device_type)
+            out->has_device_mem = 1;
+        else
+            out->has_cpu_mem = 1;
+        /* the last host event on its thread to start at or before it (binary search over the
+         * track-sorted list), then up its ancestors to the first one that still encloses it */
+        int64_t lo = 0, hi = m;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            const lf_trace_event *h = &t->ev[idx[mid]];
+            int before = h->pid < e->pid ||
+                         (h->pid == e->pid && (h->tid < e->tid || (h->tid == e->tid && h->ts_ns <= e->ts_ns)));
+            if (before)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        int64_t inner = -1;
+        if (lo > 0 && t->ev[idx[lo - 1]].pid == e->pid && t->ev[idx[lo - 1]].tid == e->tid) {
+            inner = idx[lo - 1];
+            while (inner >= 0 && e->ts_ns > t->ev[inner].ts_ns + t->ev[inner].dur_ns)
+                inner = parent[inner];
+        }
+        const int kind = e->mem_device_type ? 1 : 0;
+        if (inner >= 0) {
+            mem_self[2 * inner + kind] += e->mem_bytes;
+            for (int64_t a = inner; a >= 0; a = parent[a])
+                mem_total[2 * a + kind] += e->mem_bytes;
+        }
+    }
+    /* 2. device time to the op that launched it (its External id); ops win over annotations */
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t k = 0; k < m; k++) {
+            const lf_trace_event *e = &t->ev[idx[k]];
+            if (e->ext_id && (pass == 0 ? e->cat == LF_TC_CPU_OP : e->cat == LF_TC_USER_ANNOTATION)) {
+                int64_t *o = imap_slot(&owners, e->ext_id);
+                if (*o < 0)
+                    *o = idx[k];
+            }
+        }
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (!is_tabled(e) || !lf_trace_cat_is_device(e->cat) || e->cat == LF_TC_GPU_ANNOTATION || !e->ext_id)
+            continue;
+        int64_t o = *imap_slot(&owners, e->ext_id);
+        if (o >= 0)
+            self_dev[o] += e->dur_ns;
+    }
+    for (int64_t k = m - 1; k >= 0; k--) { /* children come after parents: walk back, add up */
+        int64_t i = idx[k];
+        dev_total[i] += self_dev[i];
+        if (parent[i] >= 0)
+            dev_total[parent[i]] += dev_total[i];
+    }
+    /* 3. rows in first-seen order */
+    m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (is_tabled(&t->ev[i]))
+            idx[m++] = i;
+    qsort(idx, (size_t)m, sizeof *idx, by_time_class);
+    int64_t n_rows = 0;
+    for (int64_t k = 0; k < m; k++) {
+        const lf_trace_event *e = &t->ev[idx[k]];
+        int dev = lf_trace_cat_is_device(e->cat);
+        int ann = e->cat == LF_TC_USER_ANNOTATION || e->cat == LF_TC_GPU_ANNOTATION;
+        const char *name = strncmp(e->name, "ProfilerStep#", 13) ? e->name : "ProfilerStep*";
+        slot *s = smap_find(&groups, name, dev * 2 + ann);
+        if (!s->key) {
+            s->key = name;
+            s->kind = dev * 2 + ann;
+            s->val = n_rows;
+            rows[n_rows++] = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann};
+        }
+        lf_table_row *r = &rows[s->val];
+        r->count++;
+        r->flops += e->flops;
+        if (dev) {
+            r->self_device_ns += e->dur_ns;
+            r->device_total_ns += e->dur_ns;
+            if (e->cat != LF_TC_GPU_ANNOTATION)
+                out->self_device_total_ns += e->dur_ns;
+            out->has_device = 1;
+        } else {
+            r->self_cpu_ns += self_cpu[idx[k]];
+            r->cpu_total_ns += e->dur_ns;
+            r->self_device_ns += self_dev[idx[k]];
+            r->device_total_ns += dev_total[idx[k]];
+            r->cpu_mem += mem_total[2 * idx[k]];
+            r->self_cpu_mem += mem_self[2 * idx[k]];
+            r->device_mem += mem_total[2 * idx[k] + 1];
+            r->self_device_mem += mem_self[2 * idx[k] + 1];
+            out->self_cpu_total_ns += self_cpu[idx[k]];
+        }
+    }
+    row_sort_key = sort_by;
+    if (sort_by != LF_SORT_NONE)
+        sort_rows(rows, tmp, n_rows);
+    out->rows = rows;
+    out->n_rows = n_rows;
+    out->device_label = t->meta.device_label ? t->meta.device_label : "CUDA";
+    rows = NULL;
+    free(mem_total), free(mem_self);
+done:
+    free(idx), free(self_cpu), free(self_dev), free(dev_total), free(parent), free(stack), free(rows), free(tmp);
+    free(groups.s), free(owners.keys), free(owners.vals);
+    return st;
+}
+
+void lf_table_free(lf_table *tab)
+{
+    if (tab) {
+        free(tab->rows);
+        tab->rows = NULL;
+        tab->n_rows = 0;
+    }
+}
+
+lf_status lf_sort_key_parse(const char *s, lf_sort_key *out)
+{
+    static const struct {
+        const char *s;
+        lf_sort_key k;
+    } keys[] = {
+        {"self_cpu_time_total", LF_SORT_SELF_CPU_TIME_TOTAL},
+        {"cpu_time_total", LF_SORT_CPU_TIME_TOTAL},
+        {"self_cuda_time_total", LF_SORT_SELF_DEVICE_TIME_TOTAL},
+        {"self_device_time_total", LF_SORT_SELF_DEVICE_TIME_TOTAL},
+        {"cuda_time_total", LF_SORT_DEVICE_TIME_TOTAL},
+        {"device_time_total", LF_SORT_DEVICE_TIME_TOTAL},
+        {"cpu_time", LF_SORT_CPU_TIME},
+        {"cuda_time", LF_SORT_DEVICE_TIME},
+        {"device_time", LF_SORT_DEVICE_TIME},
+        {"count", LF_SORT_COUNT},
+        {"none", LF_SORT_NONE},
+    };
+    LF_CHECK_PTR(s, "lf_sort_key_parse", "s");
+    LF_CHECK_PTR(out, "lf_sort_key_parse", "out");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(s, keys[i].s)) {
+            *out = keys[i].k;
+            return LF_OK;
+        }
+    return lf_fail(LF_EINVAL,
+                   "unknown sort key '%s' (expected self_cpu_time_total, cpu_time_total, self_cuda_time_total, "
+                   "cuda_time_total, cpu_time, cuda_time or count)",
+                   s);
+}
+
+/* --- text --- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->n + (size_t)k + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+/* PyTorch's _format_time: seconds, milliseconds or microseconds with three decimals. */
+static void fmt_time(char *buf, size_t cap, double ns)
+{
+    double us = ns / 1000.0;
+    if (us >= 1e6)
+        snprintf(buf, cap, "%.3fs", us / 1e6);
+    else if (us >= 1e3)
+        snprintf(buf, cap, "%.3fms", us / 1e3);
+    else
+        snprintf(buf, cap, "%.3fus", us);
+}
+
+/* Memory, 1024-based: "1.50 MB", "12 B". */
+static void fmt_mem(char *buf, size_t cap, int64_t b)
+{
+    double a = b < 0 ? -(double)b : (double)b;
+    if (a >= 1073741824.0)
+        snprintf(buf, cap, "%.2f GB", (double)b / 1073741824.0);
+    else if (a >= 1048576.0)
+        snprintf(buf, cap, "%.2f MB", (double)b / 1048576.0);
+    else if (a >= 1024.0)
+        snprintf(buf, cap, "%.2f KB", (double)b / 1024.0);
+    else
+        snprintf(buf, cap, "%lld B", (long long)b);
+}
+
+static void fmt_pct(char *buf, size_t cap, int64_t part, int64_t total)
+{
+    if (total == 0)
+        snprintf(buf, cap, "NaN");
+    else
+        snprintf(buf, cap, "%.2f%%", 100.0 * (double)part / (double)total);
+}
+
+lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text)
+{
+    LF_CHECK_PTR(tab, "lf_table_format", "tab");
+    LF_CHECK_PTR(text, "lf_table_format", "text");
+    *text = NULL;
+    int64_t limit = o && o->row_limit > 0 ? o->row_limit : tab->n_rows;
+    if (limit > tab->n_rows)
+        limit = tab->n_rows;
+    enum { MAX_NAME = 55 };
+    int name_w = 0;
+    for (int64_t i = 0; i < tab->n_rows; i++) {
+        int l = (int)strlen(tab->rows[i].name);
+        name_w = l > name_w ? l : name_w;
+    }
+    name_w += 4;
+    if (name_w > MAX_NAME)
+        name_w = MAX_NAME;
+    const char *dl = tab->device_label;
+    char h_self[32], h_selfp[32], h_total[32], h_avg[32];
+    snprintf(h_self, sizeof h_self, "Self %s", dl);
+    snprintf(h_selfp, sizeof h_selfp, "Self %s %%", dl);
+    snprintf(h_total, sizeof h_total, "%s total", dl);
+    snprintf(h_avg, sizeof h_avg, "%s time avg", dl);
+    const char *heads[16];
+    int ncol = 0;
+    const char *fixed[6] = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
+    for (int c = 0; c < 6; c++)
+        heads[ncol++] = fixed[c];
+    if (tab->has_device) {
+        heads[ncol++] = h_self, heads[ncol++] = h_selfp, heads[ncol++] = h_total, heads[ncol++] = h_avg;
+    }
+    char h_mem[32], h_smem[32];
+    snprintf(h_mem, sizeof h_mem, "%s Mem", dl);
+    snprintf(h_smem, sizeof h_smem, "Self %s Mem", dl);
+    if (tab->has_cpu_mem)
+        heads[ncol++] = "CPU Mem", heads[ncol++] = "Self CPU Mem";
+    if (tab->has_device_mem)
+        heads[ncol++] = h_mem, heads[ncol++] = h_smem;
+    heads[ncol++] = "# of Calls";
+    sbuf b = {0};
+#define SEP_LINE()                                                      \
+    do {                                                                \
+        for (int c = 0; c < ncol; c++)                                  \
+            for (int k = 0; k < (c ? 12 : name_w) + 2; k++)             \
+                sb_printf(&b, "%c", k < (c ? 12 : name_w) ? '-' : ' '); \
+        sb_printf(&b, "\n");                                            \
+    } while (0)
+    SEP_LINE();
+    for (int c = 0; c < ncol; c++)
+        sb_printf(&b, "%*s  ", c ? 12 : name_w, heads[c]);
+    sb_printf(&b, "\n");
+    SEP_LINE();
+    for (int64_t i = 0; i < limit; i++) {
+        const lf_table_row *r = &tab->rows[i];
+        char name[64], cells[10][32];
+        if ((int)strlen(r->name) >= MAX_NAME - 3)
+            snprintf(name, sizeof name, "%.*s...", MAX_NAME - 3, r->name);
+        else
+            snprintf(name, sizeof name, "%s", r->name);
+        fmt_pct(cells[0], 32, r->self_cpu_ns, tab->self_cpu_total_ns);
+        fmt_time(cells[1], 32, (double)r->self_cpu_ns);
+        fmt_pct(cells[2], 32, r->cpu_total_ns, tab->self_cpu_total_ns);
+        fmt_time(cells[3], 32, (double)r->cpu_total_ns);
+        fmt_time(cells[4], 32, r->count ? (double)r->cpu_total_ns / (double)r->count : 0);
+        fmt_time(cells[5], 32, (double)r->self_device_ns);
+        fmt_pct(cells[6], 32, r->self_device_ns, tab->self_device_total_ns);
+        fmt_time(cells[7], 32, (double)r->device_total_ns);
+        fmt_time(cells[8], 32, r->count ? (double)r->device_total_ns / (double)r->count : 0);
+        sb_printf(&b, "%*s  ", name_w, name);
+        for (int c = 0; c < 5; c++)
+            sb_printf(&b, "%12s  ", cells[c]);
+        if (tab->has_device)
+            for (int c = 5; c < 9; c++)
+                sb_printf(&b, "%12s  ", cells[c]);
+        char mem[4][32];
+        fmt_mem(mem[0], 32, r->cpu_mem);
+        fmt_mem(mem[1], 32, r->self_cpu_mem);
+        fmt_mem(mem[2], 32, r->device_mem);
+        fmt_mem(mem[3], 32, r->self_device_mem);
+        if (tab->has_cpu_mem)
+            sb_printf(&b, "%12s  %12s  ", mem[0], mem[1]);
+        if (tab->has_device_mem)
+            sb_printf(&b, "%12s  %12s  ", mem[2], mem[3]);
+        sb_printf(&b, "%12lld  \n", (long long)r->count);
+    }
+    SEP_LINE();
+#undef SEP_LINE
+    char tot[32];
+    fmt_time(tot, sizeof tot, (double)tab->self_cpu_total_ns);
+    sb_printf(&b, "Self CPU time total: %s\n", tot);
+    if (tab->has_device) {
+        fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
+        sb_printf(&b, "Self %s time total: %s\n", dl, tot);
+    }
+    if (b.oom) {
+        free(b.p);
+        return lf_fail(LF_ENOMEM, "lf_table_format: out of memory");
+    }
+    *text = b.p;
+    return LF_OK;
+}

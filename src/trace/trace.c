@@ -1,0 +1,138 @@
+/* The lf_trace container: events, a string arena, track names and header facts.
+ * Layer: trace/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+static const char *const cat_names[LF_TC_COUNT] = {
+    "cpu_op",     "user_annotation",     "cuda_runtime", "cuda_driver",       "kernel",          "gpu_memcpy",
+    "gpu_memset", "gpu_user_annotation", "overhead",     "cpu_instant_event", "python_function", "other",
+};
+
+const char *lf_trace_cat_name(lf_trace_cat c)
+{
+    return (unsigned)c < LF_TC_COUNT ? cat_names[c] : "other";
+}
+
+int lf_trace_cat_is_device(lf_trace_cat c)
+{
+    return c == LF_TC_KERNEL || c == LF_TC_MEMCPY || c == LF_TC_MEMSET || c == LF_TC_GPU_ANNOTATION;
+}
+
+lf_status lf_trace_create(lf_trace **out)
+{
+    LF_CHECK_PTR(out, "lf_trace_create", "out");
+    lf_trace *t = calloc(1, sizeof *t);
+    if (!t)
+        return lf_fail(LF_ENOMEM, "lf_trace_create: out of memory");
+    t->meta.device_label = "CUDA";
+    t->meta.process_name = "linfuse";
+    t->meta.cpu_device_pid = -1;
+    *out = t;
+    return LF_OK;
+}
+
+void lf_trace_free(lf_trace *t)
+{
+    if (!t)
+        return;
+    for (lf_arena_chunk *c = t->arena, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    free(t->ev);
+    free(t->tracks);
+    free(t);
+}
+
+const char *lf_trace_intern(lf_trace *t, const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    lf_arena_chunk *c = t->arena;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 60000 ? n : 60000;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->used = 0;
+        c->cap = cap;
+        c->next = t->arena;
+        t->arena = c;
+    }
+    char *p = c->data + c->used;
+    memcpy(p, s, n);
+    c->used += n;
+    return p;
+}
+
+/* Interned strings are compared by pointer; a NULL from a failed copy is an error. */
+#define INTERN_OR_FAIL(dst, src)                                                  \
+    do {                                                                          \
+        if ((src) && !((dst) = lf_trace_intern(t, (src))))                        \
+            return lf_fail(LF_ENOMEM, "lf_trace_add: out of memory for strings"); \
+    } while (0)
+
+lf_status lf_trace_add(lf_trace *t, const lf_trace_event *e)
+{
+    LF_CHECK_PTR(t, "lf_trace_add", "t");
+    LF_CHECK_PTR(e, "lf_trace_add", "e");
+    if (t->n == t->cap) {
+        int64_t cap = t->cap ? 2 * t->cap : 1024;
+        lf_trace_event *ev = realloc(t->ev, (size_t)cap * sizeof *ev);
+        if (!ev)
+            return lf_fail(LF_ENOMEM, "lf_trace_add: out of memory for %lld events", (long long)cap);
+        t->ev = ev;
+        t->cap = cap;
+    }
+    lf_trace_event c = *e;
+    c.name = "";
+    c.input_dims = c.input_types = c.input_strides = c.extra_args = NULL;
+    INTERN_OR_FAIL(c.name, e->name ? e->name : "");
+    INTERN_OR_FAIL(c.input_dims, e->input_dims);
+    INTERN_OR_FAIL(c.input_types, e->input_types);
+    INTERN_OR_FAIL(c.input_strides, e->input_strides);
+    INTERN_OR_FAIL(c.extra_args, e->extra_args);
+    t->ev[t->n++] = c;
+    return LF_OK;
+}
+
+int64_t lf_trace_count(const lf_trace *t)
+{
+    return t ? t->n : 0;
+}
+
+const lf_trace_event *lf_trace_get(const lf_trace *t, int64_t i)
+{
+    return t && i >= 0 && i < t->n ? &t->ev[i] : NULL;
+}
+
+lf_trace_meta *lf_trace_meta_of(lf_trace *t)
+{
+    return &t->meta;
+}
+const lf_trace_meta *lf_trace_meta_get(const lf_trace *t)
+{
+    return &t->meta;
+}
+
+lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name)
+{
+    LF_CHECK_PTR(t, "lf_trace_name_thread", "t");
+    LF_CHECK_PTR(name, "lf_trace_name_thread", "name");
+    if (t->n_tracks == t->cap_tracks) {
+        int64_t cap = t->cap_tracks ? 2 * t->cap_tracks : 16;
+        lf_track_name *tr = realloc(t->tracks, (size_t)cap * sizeof *tr);
+        if (!tr)
+            return lf_fail(LF_ENOMEM, "lf_trace_name_thread: out of memory");
+        t->tracks = tr;
+        t->cap_tracks = cap;
+    }
+    const char *n = lf_trace_intern(t, name);
+    if (!n)
+        return lf_fail(LF_ENOMEM, "lf_trace_name_thread: out of memory");
+    t->tracks[t->n_tracks++] = (lf_track_name){pid, tid, n};
+    return LF_OK;
+}
