@@ -77,6 +77,10 @@ void lf_gemm_layout(const lf_gemm *g, char out[3]);
  * gate mode is consistent. */
 lf_status lf_gemm_validate(const lf_gemm *g);
 
+/* Whether this build and machine can run work on dev (CPU always; CUDA with a backend and a
+ * usable GPU). */
+int lf_device_available(lf_device dev);
+
 /* Run a GEMM on the device that holds its memory. info may be NULL. */
 lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info);
 

@@ -155,6 +155,11 @@ lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
 void lf_tensor_free(lf_tensor *t);
 
+/* Told of every storage allocation (bytes > 0) and release (bytes < 0), with the device's
+ * running total of allocated bytes: the profiler's memory events. NULL removes it. */
+typedef void (*lf_alloc_observer)(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total_allocated);
+void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
+
 /* --- facts --- */
 
 int64_t lf_tensor_numel(const lf_tensor *t);

@@ -133,12 +133,29 @@ typedef struct lf_table {
     int has_device;
     int has_cpu_mem, has_device_mem; /* memory columns (traces made with profile_memory) */
     const char *device_label;
+    int64_t dropped_events; /* shown under the table when not 0 */
 } lf_table;
 
 lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
 void lf_table_free(lf_table *tab);
 /* The text PyTorch's table() prints, ending with the footers; caller frees *text. */
 lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text);
+
+/* --- the one-line reading of a trace: what the blog reads off a timeline --- */
+
+typedef struct lf_trace_summary {
+    int64_t steps;             /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
+    double kernels_per_step;   /* kernel, memcpy and memset events per step */
+    double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
+    double device_busy;        /* device time inside steps / step wall time, 0..1 */
+    double step_ns;            /* mean wall time of a step */
+    double device_ns_per_step; /* mean device time per step */
+    int compute_bound;         /* device busy at least half the time */
+} lf_trace_summary;
+
+lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
+/* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline) */
+void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,8 @@ const lf_backend_ops *lf_backend_for(lf_device dev)
     return NULL;
 }
 
+int lf_device_available(lf_device dev) { return dev == LF_DEVICE_CPU; }
+
 static char layout_letter(const lf_matrix *m)
 {
     if (m->cs == 1 || m->cols == 1)

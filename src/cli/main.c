@@ -4,12 +4,17 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/experiments.h"
 
 static void usage(FILE *f)
 {
     fputs("usage: linfuse <command> [flags]\n"
           "\n"
           "commands:\n"
+          "  tour        the blog's experiments at its sizes, then its conclusion table, measured here\n"
+          "  matmul-add  Part 1: matmul then add, profiled (trace + table)\n"
+          "  linear      Part 2: nn.Linear with bias, profiled\n"
+          "  simple-mlp  Part 2: the GeGLU MLP, profiled\n"
           "  demo        run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
           "  bench cpu   CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
           "  help        this text\n"
@@ -25,6 +30,14 @@ int main(int argc, char **argv)
         return LF_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "tour"))
+        return lf_cli_tour(argc - 1, argv + 1);
+    if (!strcmp(cmd, "matmul-add") || !strcmp(cmd, "matmul_add"))
+        return lf_cli_experiment(EXP_MATMUL_ADD, argc - 1, argv + 1);
+    if (!strcmp(cmd, "linear"))
+        return lf_cli_experiment(EXP_LINEAR, argc - 1, argv + 1);
+    if (!strcmp(cmd, "simple-mlp") || !strcmp(cmd, "simple_mlp"))
+        return lf_cli_experiment(EXP_SIMPLE_MLP, argc - 1, argv + 1);
     if (!strcmp(cmd, "demo"))
         return lf_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))

@@ -75,6 +75,26 @@ void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a)
         memset(&allocators[dev], 0, sizeof allocators[dev]);
 }
 
+/* --- allocation observer (the profiler's memory events) --- */
+
+static _Atomic(lf_alloc_observer) alloc_obs;
+static void *_Atomic alloc_obs_user;
+static atomic_llong allocated_bytes[LF_DEVICE_COUNT];
+
+void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user)
+{
+    atomic_store(&alloc_obs_user, user);
+    atomic_store(&alloc_obs, fn);
+}
+
+static void note_alloc(lf_device dev, const void *p, int64_t bytes)
+{
+    long long total = atomic_fetch_add(&allocated_bytes[dev], bytes) + bytes;
+    lf_alloc_observer fn = atomic_load_explicit(&alloc_obs, memory_order_acquire);
+    if (__builtin_expect(fn != NULL, 0))
+        fn(atomic_load(&alloc_obs_user), dev, p, bytes, (int64_t)total);
+}
+
 /* --- shapes --- */
 
 lf_status lf_shape_check(const char *what, int ndim, const int64_t *shape, lf_dtype dt, int64_t *numel)
@@ -134,6 +154,7 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     atomic_init(&s->refs, 1);
     s->device = dev;
     s->nbytes = nbytes;
+    note_alloc(dev, s->data, (int64_t)nbytes);
     *out = s;
     return LF_OK;
 }
@@ -141,6 +162,7 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
 static void storage_release(lf_storage *s)
 {
     if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
+        note_alloc(s->device, s->data, -(int64_t)s->nbytes);
         allocators[s->device].free(s->data, s->nbytes, allocators[s->device].ctx);
         free(s);
     }

@@ -356,6 +356,7 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     out->rows = rows;
     out->n_rows = n_rows;
     out->device_label = t->meta.device_label ? t->meta.device_label : "CUDA";
+    out->dropped_events = t->meta.dropped_events;
     rows = NULL;
     free(mem_total), free(mem_self);
 done:
@@ -516,17 +517,26 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     if (tab->has_device_mem)
         heads[ncol++] = h_mem, heads[ncol++] = h_smem;
     heads[ncol++] = "# of Calls";
+    /* PyTorch's widths: the name column, then 12 for every other (a longer header such as
+     * "CUDA time avg" just sticks out). A device label longer than "CUDA" widens its columns
+     * instead, so a linfuse CPU table stays aligned. */
+    int w[16];
+    for (int c = 0; c < ncol; c++) {
+        w[c] = c ? 12 : name_w;
+        if (c >= 6 && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
+            w[c] = (int)strlen(heads[c]);
+    }
     sbuf b = {0};
-#define SEP_LINE()                                                      \
-    do {                                                                \
-        for (int c = 0; c < ncol; c++)                                  \
-            for (int k = 0; k < (c ? 12 : name_w) + 2; k++)             \
-                sb_printf(&b, "%c", k < (c ? 12 : name_w) ? '-' : ' '); \
-        sb_printf(&b, "\n");                                            \
+#define SEP_LINE()                                         \
+    do {                                                   \
+        for (int c = 0; c < ncol; c++)                     \
+            for (int k = 0; k < w[c] + 2; k++)             \
+                sb_printf(&b, "%c", k < w[c] ? '-' : ' '); \
+        sb_printf(&b, "\n");                               \
     } while (0)
     SEP_LINE();
     for (int c = 0; c < ncol; c++)
-        sb_printf(&b, "%*s  ", c ? 12 : name_w, heads[c]);
+        sb_printf(&b, "%*s  ", w[c], heads[c]);
     sb_printf(&b, "\n");
     SEP_LINE();
     for (int64_t i = 0; i < limit; i++) {
@@ -545,22 +555,27 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         fmt_pct(cells[6], 32, r->self_device_ns, tab->self_device_total_ns);
         fmt_time(cells[7], 32, (double)r->device_total_ns);
         fmt_time(cells[8], 32, r->count ? (double)r->device_total_ns / (double)r->count : 0);
-        sb_printf(&b, "%*s  ", name_w, name);
-        for (int c = 0; c < 5; c++)
-            sb_printf(&b, "%12s  ", cells[c]);
-        if (tab->has_device)
-            for (int c = 5; c < 9; c++)
-                sb_printf(&b, "%12s  ", cells[c]);
-        char mem[4][32];
+        char mem[4][32], count[32];
         fmt_mem(mem[0], 32, r->cpu_mem);
         fmt_mem(mem[1], 32, r->self_cpu_mem);
         fmt_mem(mem[2], 32, r->device_mem);
         fmt_mem(mem[3], 32, r->self_device_mem);
+        snprintf(count, sizeof count, "%lld", (long long)r->count);
+        const char *cell[16];
+        int nc = 0;
+        cell[nc++] = name;
+        for (int c = 0; c < 5; c++)
+            cell[nc++] = cells[c];
+        for (int c = 5; tab->has_device && c < 9; c++)
+            cell[nc++] = cells[c];
         if (tab->has_cpu_mem)
-            sb_printf(&b, "%12s  %12s  ", mem[0], mem[1]);
+            cell[nc++] = mem[0], cell[nc++] = mem[1];
         if (tab->has_device_mem)
-            sb_printf(&b, "%12s  %12s  ", mem[2], mem[3]);
-        sb_printf(&b, "%12lld  \n", (long long)r->count);
+            cell[nc++] = mem[2], cell[nc++] = mem[3];
+        cell[nc++] = count;
+        for (int c = 0; c < nc; c++)
+            sb_printf(&b, "%*s  ", w[c], cell[c]);
+        sb_printf(&b, "\n");
     }
     SEP_LINE();
 #undef SEP_LINE
@@ -571,6 +586,9 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
         sb_printf(&b, "Self %s time total: %s\n", dl, tot);
     }
+    if (tab->dropped_events > 0)
+        sb_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
+                  (long long)tab->dropped_events);
     if (b.oom) {
         free(b.p);
         return lf_fail(LF_ENOMEM, "lf_table_format: out of memory");

@@ -1,0 +1,44 @@
+/* The experiments' configuration and results, shared by their commands and the tour.
+ * Layer: cli/. */
+#ifndef LF_CLI_EXPERIMENTS_H
+#define LF_CLI_EXPERIMENTS_H
+
+#include "linfuse/profiler.h"
+
+typedef enum exp_kind { EXP_MATMUL_ADD, EXP_LINEAR, EXP_SIMPLE_MLP, EXP_COUNT } exp_kind;
+
+typedef struct exp_cfg {
+    exp_kind kind;
+    int64_t size;                   /* matmul-add */
+    int64_t batch, in_dim, out_dim; /* linear (batch also for the MLP) */
+    int64_t seq, dim, hidden;       /* simple-mlp */
+    int batched, warm, compile, no_bias;
+    lf_dtype dtype;
+    lf_device device;
+    lf_prof_schedule sched;
+    const char *out_dir;
+    int row_limit;
+} exp_cfg;
+
+typedef struct exp_result {
+    char json_path[4400], txt_path[4400];
+    lf_trace_summary sum;
+    char summary[160];
+} exp_result;
+
+const char *lf_exp_name(exp_kind k);
+void lf_exp_defaults(exp_cfg *c, exp_kind k);
+/* Parse flags (argv[0] is the experiment's name). Returns LF_EXIT_OK, LF_EXIT_USAGE, or -1
+ * when --help was printed. */
+int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv);
+/* "64", "1024x32x64", "64x128x768x3072" */
+void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap);
+/* Run one experiment: files written, summary filled; prints the table when print is set. */
+int lf_exp_run(const exp_cfg *c, exp_result *r, int print);
+
+int lf_cli_experiment(exp_kind k, int argc, char **argv);
+int lf_cli_tour(int argc, char **argv);
+/* Write text to path through a temporary file and a rename; 1 on success. */
+int lf_cli_write_text(const char *path, const char *text);
+
+#endif

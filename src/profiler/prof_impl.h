@@ -1,0 +1,63 @@
+/* Inside the profiler: per-thread record buffers and the session they belong to.
+ * Layer: profiler/. */
+#ifndef LF_PROF_IMPL_H
+#define LF_PROF_IMPL_H
+
+#include <stdatomic.h>
+
+#include "core/core.h"
+#include "linfuse/ops.h"
+#include "linfuse/profiler.h"
+
+enum { REC_OP, REC_RANGE, REC_KERNEL, REC_MEM };
+enum { LF_REC_CHUNK = 8192, LF_ARENA_CHUNK = 1 << 20, LF_MAX_DEPTH = 64, LF_MAX_ARGS = 6 };
+
+/* One recorded event. Strings point at static op names or into the thread's arena. */
+typedef struct lf_rec {
+    uint8_t kind;
+    uint8_t n_args;
+    uint16_t device;
+    int32_t op;
+    int64_t t0, t1; /* ns on lf_prof_now_ns; t1 = -1 while open */
+    int64_t ext_id; /* this op's or range's id; for kernels, the launching op's */
+    int64_t corr;   /* kernels: flow id */
+    const char *name;
+    const struct lf_rec_arg *args; /* record_shapes: n_args entries, in the arena */
+    double flops, bytes;           /* kernels; ops add their kernels' FLOPs (with_flops) */
+    int64_t mem_bytes, mem_total, mem_addr;
+} lf_rec;
+
+/* One op argument as recorded: enough for Input Dims / Input type / Input Strides. */
+typedef struct lf_rec_arg {
+    int8_t kind; /* 0 absent, 1 tensor, 2 scalar */
+    int8_t ndim;
+    int8_t dtype;
+    int64_t shape[4], stride[4];
+} lf_rec_arg;
+
+typedef struct lf_rec_chunk {
+    struct lf_rec_chunk *next;
+    _Atomic int64_t n; /* published count: a reader sees only complete records */
+    lf_rec rec[LF_REC_CHUNK];
+} lf_rec_chunk;
+
+typedef struct lf_arena {
+    struct lf_arena *next;
+    size_t used;
+    char data[LF_ARENA_CHUNK];
+} lf_arena;
+
+/* A thread's buffer, registered with the session on that thread's first event. Only its
+ * thread writes it (no lock); the session reads it after recording stops. */
+typedef struct lf_tbuf {
+    struct lf_tbuf *next;
+    int64_t tid;
+    lf_rec_chunk *head, *tail;
+    lf_arena *arena;
+    lf_rec *open[LF_MAX_DEPTH]; /* ops and ranges begun and not yet ended */
+    int depth;
+    int64_t kernel_t0;
+    int64_t lost;
+} lf_tbuf;
+
+#endif
