@@ -1,5 +1,5 @@
 # A thin front for CMake. The two commands that matter:
-#   make run    install what is missing, build, run the main job
+#   make run    install what is missing, build, run the main job (linfuse tour)
 #   make test   install what is missing, build with ASan+UBSan, run every test
 BUILD      ?= build
 TEST_BUILD ?= build-test
@@ -11,7 +11,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 all: build
 
 run: build
-	./$(BUILD)/linfuse demo
+	./$(BUILD)/linfuse tour
 
 build:
 	@scripts/deps.sh build

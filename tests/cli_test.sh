@@ -45,5 +45,41 @@ check "demo runs" 0 "$bin" demo --batch 1 --seq 8 --dim 64 --hidden 96 --reps 2
 contains "demo chain" "lf::linear([1x8x64], [96x64], None)"
 contains "demo kernel" "-> kernel lf_cpu_gemm_bf16_"
 contains "demo count" "kernels per forward: 5"
+# the experiments: files, table, summary; bad input is exit 2 with nothing left behind
+dir=$(mktemp -d)
+check "linear runs" 0 "$bin" linear --out "$dir" --batch 64
+contains "linear table" "lf_cpu_gemm_bf16_12x32_tn_bias"
+contains "linear summary" "kernels/step=1 cpu_ops/step=3"
+[ -f "$dir/linear/64x32x64_bf16_cold_eager.json" ] && [ -f "$dir/linear/64x32x64_bf16_cold_eager.txt" ] ||
+    { fails=$((fails + 1)); echo "FAIL: linear files missing"; ls -R "$dir"; }
+checks=$((checks + 1))
+check "dashed and underscored flags" 0 "$bin" linear --out "$dir" --batch 8 --in-dim 16 --out_dim 24 --no-bias
+contains "no bias: mm" "lf::mm"
+check "matmul-add warm" 0 "$bin" matmul-add --out "$dir" --size 33 --warmup
+contains "matmul-add kernels" "kernels/step=2"
+[ -f "$dir/matmul-add/33_bf16_warm_eager.json" ] || { fails=$((fails + 1)); echo "FAIL: warm file name"; }
+checks=$((checks + 1))
+check "simple-mlp" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 4 --dim 32 --hidden 48 --dtype f32
+contains "mlp kernels" "kernels/step=5"
+check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
+contains "two steps" "  2  "
+before=$(find "$dir" -type f | wc -l)
+check "compile refused" 2 "$bin" linear --out "$dir" --compile
+contains "compile refused" "--compile is not available yet"
+check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
+contains "cuda refused" "no usable CUDA device"
+check "bad device" 2 "$bin" linear --device tpu
+check "zero size" 2 "$bin" simple-mlp --out "$dir" --dim 0
+check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4
+check "size that overflows memory" 2 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" linear --out "$dir" --batch 1099511627776 --in_dim 1099511627776
+check "unwritable out" 2 "$bin" linear --out /proc/linfuse-cannot-write
+contains "unwritable out" "--out: cannot"
+after=$(find "$dir" -type f | wc -l)
+checks=$((checks + 1))
+[ "$before" = "$after" ] || { fails=$((fails + 1)); echo "FAIL: failed runs left files ($before -> $after)"; }
+check "tour" 0 "$bin" tour --out "$dir"
+contains "tour table" "what changed"
+contains "tour mlp note" "batch 64 -> 8"
+rm -rf "$dir"
 echo "$checks passed, $fails failed" | sed "s/^$checks passed/$((checks - fails)) passed/"
 [ "$fails" = 0 ]

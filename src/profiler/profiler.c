@@ -27,6 +27,7 @@ struct lf_profiler {
     int state;
     int stopped;
     int step_range_open;
+    lf_rec *step_rec; /* the open ProfilerStep#N range */
     int64_t window_start;
     int64_t mono0, real0; /* the same instant on both clocks */
     _Atomic int64_t lost;
@@ -459,16 +460,31 @@ static void begin_step_range(lf_profiler *p)
         return;
     char name[48];
     snprintf(name, sizeof name, "ProfilerStep#%lld", (long long)p->step);
-    lf_prof_range_push(name);
+    lf_tbuf *b = thread_buf(p);
+    const char *copy = b ? arena_str(b, name) : NULL;
+    p->step_rec = copy ? open_rec(p, REC_RANGE, copy, -1) : NULL;
     p->step_range_open = 1;
 }
 
+/* Close the step's range wherever it sits on this thread's stack (a user range still open
+ * above it stays open), so a step() called inside a range cannot close the wrong one. */
 static void end_step_range(lf_profiler *p)
 {
-    if (p->step_range_open) {
-        lf_prof_range_pop();
-        p->step_range_open = 0;
-    }
+    if (!p->step_range_open)
+        return;
+    p->step_range_open = 0;
+    lf_tbuf *b = thread_buf(p);
+    if (!b || !p->step_rec)
+        return;
+    int top = b->depth < LF_MAX_DEPTH ? b->depth : LF_MAX_DEPTH;
+    for (int i = top - 1; i >= 0; i--)
+        if (b->open[i] == p->step_rec) {
+            p->step_rec->t1 = lf_prof_now_ns();
+            memmove(&b->open[i], &b->open[i + 1], (size_t)(top - 1 - i) * sizeof b->open[0]);
+            b->depth--;
+            break;
+        }
+    p->step_rec = NULL;
 }
 
 /* Save [window_start, now] as the trace, and start over with empty buffers. */

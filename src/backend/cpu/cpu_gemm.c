@@ -302,7 +302,9 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
 
     double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
     int T = lf_cpu_threads();
-    if (flops < 4e6) /* below ~50 us of work a second thread costs more than it gives */
+    /* Below ~0.2 ms of single-thread work, waking OpenMP workers (tens of us to a ms once they
+     * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. */
+    if (flops < 3.2e7)
         T = 1;
     int tm, tn;
     split(&pl, T, &tm, &tn);

@@ -91,7 +91,7 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
     int64_t rows = 1, n = pw->shape[nd - 1];
     for (int i = 0; i < nd - 1; i++)
         rows *= pw->shape[i];
-    int T = rows * n >= (1 << 16) && rows > 1 ? lf_cpu_threads() : 1;
+    int T = rows * n >= (1 << 18) && rows > 1 ? lf_cpu_threads() : 1; /* same reasoning as the GEMM */
 #pragma omp parallel for num_threads(T) if (T > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         int64_t off[3] = {0, 0, 0}, rem = r;

@@ -1,0 +1,203 @@
+/* The trace layer against PyTorch itself: for each reference trace made by torch.profiler on
+ * an H200, the table linfuse builds from the JSON agrees with PyTorch's own table of the same
+ * run, row by row (calls, every time and percentage, to the printed precision +-0.001) and in
+ * both footers. Then bad files: each a clear error, none a crash. Usage: test_trace REF_DIR */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "linfuse/trace.h"
+#include "testutil.h"
+
+typedef struct trow {
+    char name[128];
+    double v[9]; /* the nine numeric columns, times in us, percentages in % */
+    long calls;
+    int used;
+} trow;
+
+/* "2.314ms" -> 2314.0 us; "NaN" -> -1 */
+static double parse_cell(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (!strcmp(end, "ms"))
+        v *= 1e3;
+    else if (!strcmp(end, "s"))
+        v *= 1e6;
+    return v;
+}
+
+/* Parse table text into rows and the two footers. Returns the row count. */
+static int parse_table(const char *text, trow *rows, int cap, double *cpu_total, double *dev_total)
+{
+    char *copy = strdup(text), *save = NULL;
+    int n = 0, seps = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(line, "---", 3)) {
+            seps++;
+            continue;
+        }
+        if (!strncmp(line, "Self CPU time total: ", 21)) {
+            *cpu_total = parse_cell(line + 21);
+            continue;
+        }
+        if (!strncmp(line, "Self ", 5) && strstr(line, "time total: ")) {
+            *dev_total = parse_cell(strstr(line, "time total: ") + 12);
+            continue;
+        }
+        if (seps != 2 || n == cap)
+            continue;
+        /* the name is right-aligned in its column and may contain spaces: the last 10 cells
+         * are the numbers, separated by two or more spaces */
+        char *cells[16];
+        int nc = 0;
+        char *p = line + strlen(line);
+        while (p > line && nc < 10) {
+            while (p > line && p[-1] == ' ')
+                *--p = '\0';
+            char *q = p;
+            while (q > line && !(q[-1] == ' ' && q - 1 > line && q[-2] == ' '))
+                q--;
+            cells[nc++] = q;
+            p = q;
+        }
+        while (p > line && p[-1] == ' ')
+            *--p = '\0';
+        char *name = line;
+        while (*name == ' ')
+            name++;
+        trow *r = &rows[n++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->calls = atol(cells[0]);
+        for (int c = 1; c < 10; c++)
+            r->v[9 - c] = parse_cell(cells[c]);
+    }
+    free(copy);
+    return n;
+}
+
+static void compare_with_pytorch(const char *dir, const char *stem)
+{
+    char jpath[512], tpath[512];
+    snprintf(jpath, sizeof jpath, "%s/%s.json", dir, stem);
+    snprintf(tpath, sizeof tpath, "%s/%s.txt", dir, stem);
+    FILE *f = fopen(tpath, "r");
+    CHECK(f != NULL, "cannot open %s", tpath);
+    if (!f)
+        return;
+    static char want[1 << 16];
+    size_t len = fread(want, 1, sizeof want - 1, f);
+    want[len] = '\0';
+    fclose(f);
+    lf_trace *t = NULL;
+    OK(lf_trace_read_json(&t, jpath));
+    lf_table tab;
+    OK(lf_table_build(t, LF_SORT_DEVICE_TIME_TOTAL, &tab));
+    char *got = NULL;
+    lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 25};
+    OK(lf_table_format(&tab, &o, &got));
+    static trow a[64], b[64];
+    double ac = -2, ad = -2, bc = -3, bd = -3;
+    int na = parse_table(got, a, 64, &ac, &ad), nb = parse_table(want, b, 64, &bc, &bd);
+    CHECK(na == nb && nb > 0, "%s: %d rows, PyTorch has %d", stem, na, nb);
+    CHECK(fabs(ac - bc) <= 0.0015 && fabs(ad - bd) <= 0.0015, "%s: footers %.3f/%.3f vs PyTorch %.3f/%.3f", stem, ac,
+          ad, bc, bd);
+    /* each PyTorch row matches one of ours with the same name and numbers (order of ties may differ) */
+    for (int i = 0; i < nb; i++) {
+        int found = 0;
+        for (int j = 0; j < na && !found; j++) {
+            if (a[j].used || strcmp(a[j].name, b[i].name) || a[j].calls != b[i].calls)
+                continue;
+            int same = 1;
+            for (int c = 0; c < 9; c++)
+                same &= fabs(a[j].v[c] - b[i].v[c]) <= 0.0015 * (b[i].v[c] >= 1000 ? 1000 : 1);
+            if (same)
+                a[j].used = found = 1;
+        }
+        CHECK(found, "%s: PyTorch's row '%s' (%ld calls, self CPU %.3f, self device %.3f) has no match in:\n%s", stem,
+              b[i].name, b[i].calls, b[i].v[1], b[i].v[5], got);
+    }
+    free(got);
+    lf_table_free(&tab);
+    lf_trace_free(t);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_bad_files(void)
+{
+    char dir[] = "/tmp/lf_test_trace_XXXXXX", path[256];
+    if (!mkdtemp(dir))
+        return;
+    lf_trace *t = (lf_trace *)1;
+    FAILS(LF_EIO, "is a directory", lf_trace_read_json(&t, dir));
+    CHECK(t == NULL, "no trace on failure");
+    snprintf(path, sizeof path, "%s/missing.json", dir);
+    FAILS(LF_EIO, "No such file", lf_trace_read_json(&t, path));
+    static const struct {
+        const char *text, *needle;
+    } cases[] = {
+        {"", "is empty"},
+        {"{\"traceEvents\": [ {\"ph\": \"X\", ", ":1:"}, /* truncated: a position */
+        {"{\"traceEvents\": 5}", "no \"traceEvents\" array"},
+        {"[1, 2]", "is not an object"},
+        {"{\"traceEvents\": [{\"name\": \"a\"}]}", "no \"ph\""},
+        {"{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": \"soon\", \"dur\": 1}]}", "absurd"},
+        {"{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1e300, \"dur\": 1}]}", "absurd"},
+        {"{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1, \"dur\": 1}]}", "no \"name\""},
+        {"{\"a\": 1, \"a\": 2}", "duplicate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad%zu.json", dir, i);
+        write_file(path, cases[i].text);
+        FAILS(i ? LF_EINVAL : LF_EINVAL, cases[i].needle, lf_trace_read_json(&t, path));
+        unlink(path);
+    }
+    /* unknown categories and missing args are fine: kept, not tabled */
+    snprintf(path, sizeof path, "%s/odd.json", dir);
+    write_file(
+        path,
+        "[{\"ph\": \"X\", \"cat\": \"mystery\", \"name\": \"m\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": 2},"
+        " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 3}]");
+    t = NULL;
+    OK(lf_trace_read_json(&t, path));
+    lf_table tab;
+    OK(lf_table_build(t, LF_SORT_NONE, &tab));
+    CHECK(tab.n_rows == 1 && !strcmp(tab.rows[0].name, "op") && tab.rows[0].self_cpu_ns == 3000, "odd trace table");
+    lf_table_free(&tab);
+    /* write it back and read it again: the same events */
+    snprintf(path, sizeof path, "%s/again.json", dir);
+    OK(lf_trace_write_json(t, path));
+    lf_trace *t2 = NULL;
+    OK(lf_trace_read_json(&t2, path));
+    CHECK(lf_trace_count(t2) == 2 && lf_trace_get(t2, 1)->dur_ns == 3000, "round trip");
+    lf_trace_free(t2);
+    lf_trace_free(t);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/odd.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_trace REF_DIR\n");
+        return 2;
+    }
+    static const char *const stems[] = {"linear_1024x32x64_eager", "linear_1024x32x64_compile", "matmul_add_64_eager",
+                                        "mlp_64x128x768x3072_eager", "mlp_64x128x768x3072_compile"};
+    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
+        compare_with_pytorch(argv[1], stems[i]);
+    test_bad_files();
+    return lf_test_finish("test_trace");
+}
