@@ -63,8 +63,8 @@ typedef struct lf_gemm {
  * DESIGN.md: the name carries the work's identity, e.g. lf_cpu_gemm_bf16_12x32_tn_bias_gelu_tanh;
  * same name, same work. */
 typedef struct lf_kernel_info {
-    char name[96];
-    double flops; /* floating-point operations, an FMA counted as 2 */
+    const char *name; /* interned: valid for the life of the process, so it can be kept by pointer */
+    double flops;     /* floating-point operations, an FMA counted as 2 */
     double bytes; /* bytes read and written at least once */
 } lf_kernel_info;
 

@@ -2,7 +2,10 @@
  * naming kernels, routing to the device's table, and the float64 reference GEMM.
  * Layer: backend/. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend_impl.h"
 
@@ -40,7 +43,50 @@ const lf_backend_ops *lf_backend_for(lf_device dev)
     return NULL;
 }
 
-int lf_device_available(lf_device dev) { return dev == LF_DEVICE_CPU; }
+/* --- interned kernel names --- */
+
+typedef struct name_entry {
+    uint64_t key;
+    const char *name;
+} name_entry;
+
+enum { NAME_TABLE = 4096, NAME_CACHE = 64 };
+static name_entry name_table[NAME_TABLE]; /* global, so leak checkers see the strings as reachable */
+static int name_count;
+static pthread_mutex_t name_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local name_entry name_cache[NAME_CACHE];
+
+const char *lf_kernel_name(uint64_t key, lf_kernel_name_fmt fmt, const void *ctx)
+{
+    name_entry *c = &name_cache[(key * 0x9e3779b97f4a7c15ull) >> 58];
+    if (c->name && c->key == key)
+        return c->name;
+    pthread_mutex_lock(&name_lock);
+    const char *found = NULL;
+    for (int i = 0; i < name_count && !found; i++)
+        if (name_table[i].key == key)
+            found = name_table[i].name;
+    if (!found) {
+        char buf[160];
+        fmt(buf, sizeof buf, ctx);
+        char *copy = strdup(buf);
+        if (copy && name_count < NAME_TABLE) {
+            name_table[name_count++] = (name_entry){key, copy};
+            found = copy;
+        } else {
+            free(copy);
+            found = "lf_kernel_name_table_full";
+        }
+    }
+    pthread_mutex_unlock(&name_lock);
+    *c = (name_entry){key, found};
+    return found;
+}
+
+int lf_device_available(lf_device dev)
+{
+    return dev == LF_DEVICE_CPU;
+}
 
 static char layout_letter(const lf_matrix *m)
 {

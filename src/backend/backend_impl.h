@@ -20,4 +20,10 @@ const lf_backend_ops *lf_backend_for(lf_device dev);
 /* Layout and epilogue suffix shared by every backend's kernel names: "tn_bias_gelu_tanh". */
 void lf_gemm_name_suffix(const lf_gemm *g, char *buf, size_t cap);
 
+/* Kernel names are built once per distinct kernel and then found by a 64-bit key that says
+ * everything the name says (dtype, tile, layout, epilogue...): the profiler's hot path then
+ * costs a table lookup, not a snprintf. fmt writes the name into buf on a miss. */
+typedef void (*lf_kernel_name_fmt)(char *buf, size_t cap, const void *ctx);
+const char *lf_kernel_name(uint64_t key, lf_kernel_name_fmt fmt, const void *ctx);
+
 #endif

@@ -209,8 +209,9 @@ int lf_cli_bench(int argc, char **argv)
                 return LF_EXIT_USAGE;
             i++;
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: linfuse bench cpu [--reps N]\n"
-                   "  cpu: f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n");
+            printf("usage: linfuse bench cpu|profiler [--reps N]\n"
+                   "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
+                   "  profiler: what recording costs per event and per step, profiler on vs off\n");
             return LF_EXIT_OK;
         } else if (!what && argv[i][0] != '-') {
             what = argv[i];
@@ -219,8 +220,11 @@ int lf_cli_bench(int argc, char **argv)
             return LF_EXIT_USAGE;
         }
     }
+    if (what && !strcmp(what, "profiler"))
+        return lf_cli_bench_profiler((int)reps);
     if (!what || strcmp(what, "cpu")) {
-        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu`%s%s\n", what ? ", got " : "", what ? what : "");
+        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu` or `linfuse bench profiler`%s%s\n",
+                what ? ", got " : "", what ? what : "");
         return LF_EXIT_USAGE;
     }
     return bench_cpu((int)reps);

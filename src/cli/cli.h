@@ -5,12 +5,14 @@
 #include <stdint.h>
 
 #include "linfuse/nn.h"
+#include "linfuse/profiler.h"
 
 /* Exit statuses: 0 done, 1 the work failed, 2 the command line was wrong. */
 enum { LF_EXIT_OK = 0, LF_EXIT_FAIL = 1, LF_EXIT_USAGE = 2 };
 
 int lf_cli_demo(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
+int lf_cli_bench_profiler(int reps);
 
 /* Seconds on the monotonic clock. */
 double lf_cli_now(void);

@@ -12,7 +12,8 @@
 enum { REC_OP, REC_RANGE, REC_KERNEL, REC_MEM };
 enum { LF_REC_CHUNK = 8192, LF_ARENA_CHUNK = 1 << 20, LF_MAX_DEPTH = 64, LF_MAX_ARGS = 6 };
 
-/* One recorded event. Strings point at static op names or into the thread's arena. */
+/* One recorded event (72 bytes: recording streams these through memory, so they are kept small).
+ * Strings point at static op names, interned kernel names, or into the thread's arena. */
 typedef struct lf_rec {
     uint8_t kind;
     uint8_t n_args;
@@ -20,12 +21,21 @@ typedef struct lf_rec {
     int32_t op;
     int64_t t0, t1; /* ns on lf_prof_now_ns; t1 = -1 while open */
     int64_t ext_id; /* this op's or range's id; for kernels, the launching op's */
-    int64_t corr;   /* kernels: flow id */
     const char *name;
-    const struct lf_rec_arg *args; /* record_shapes: n_args entries, in the arena */
-    double flops, bytes;           /* kernels; ops add their kernels' FLOPs (with_flops) */
-    int64_t mem_bytes, mem_total, mem_addr;
+    double flops; /* kernels; ops add their kernels' FLOPs (with_flops) */
+    union {
+        const struct lf_rec_arg *args; /* ops with record_shapes: n_args entries in the arena */
+        struct {
+            int64_t corr; /* flow id */
+            double bytes;
+        } k;
+        struct {
+            int64_t bytes, total, addr;
+        } m;
+    } u;
 } lf_rec;
+
+_Static_assert(sizeof(lf_rec) <= 72, "records stay small: recording streams them through memory");
 
 /* One op argument as recorded: enough for Input Dims / Input type / Input Strides. */
 typedef struct lf_rec_arg {
@@ -57,6 +67,7 @@ typedef struct lf_tbuf {
     lf_rec *open[LF_MAX_DEPTH]; /* ops and ranges begun and not yet ended */
     int depth;
     int64_t kernel_t0;
+    int64_t next_ext; /* ids for this thread's events, from a block taken from the session */
     int64_t lost;
 } lf_tbuf;
 

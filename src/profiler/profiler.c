@@ -36,7 +36,7 @@ struct lf_profiler {
 
 static _Atomic(lf_profiler *) active;
 static _Atomic uint64_t generation;
-static _Atomic int64_t next_ext_id = 1, next_corr = 1;
+static _Atomic int64_t next_ext_id = 1 << 20;
 static _Thread_local lf_tbuf *tls_buf;
 static _Thread_local uint64_t tls_gen;
 
@@ -49,12 +49,23 @@ int64_t lf_prof_now_ns(void)
 
 /* --- per-thread buffers --- */
 
+/* A chunk whose pages are touched now, so recording into it never takes a page fault. */
+static lf_rec_chunk *chunk_new(void)
+{
+    lf_rec_chunk *c = malloc(sizeof *c);
+    if (c) {
+        memset(c, 0, sizeof *c);
+        atomic_init(&c->n, 0);
+    }
+    return c;
+}
+
 static lf_tbuf *thread_buf(lf_profiler *p)
 {
     if (__builtin_expect(tls_gen == p->gen && tls_buf, 1))
         return tls_buf;
     lf_tbuf *b = calloc(1, sizeof *b);
-    lf_rec_chunk *c = b ? calloc(1, sizeof *c) : NULL;
+    lf_rec_chunk *c = b ? chunk_new() : NULL;
     if (!c) {
         free(b);
         atomic_fetch_add(&p->lost, 1);
@@ -76,8 +87,8 @@ static lf_tbuf *thread_buf(lf_profiler *p)
 static lf_rec *rec_new(lf_tbuf *b)
 {
     int64_t n = atomic_load_explicit(&b->tail->n, memory_order_relaxed);
-    if (__builtin_expect(n == LF_REC_CHUNK, 0)) { /* grow: rare, so allocation here is fine */
-        lf_rec_chunk *c = calloc(1, sizeof *c);
+    if (__builtin_expect(n == LF_REC_CHUNK, 0)) { /* grow: once per 8192 events */
+        lf_rec_chunk *c = chunk_new();
         if (!c) {
             b->lost++;
             return NULL;
@@ -89,9 +100,19 @@ static lf_rec *rec_new(lf_tbuf *b)
     return &b->tail->rec[n];
 }
 
+/* Only the owning thread writes n, so a release store (a plain move on x86) publishes. */
 static void publish(lf_tbuf *b)
 {
-    atomic_fetch_add_explicit(&b->tail->n, 1, memory_order_release);
+    int64_t n = atomic_load_explicit(&b->tail->n, memory_order_relaxed);
+    atomic_store_explicit(&b->tail->n, n + 1, memory_order_release);
+}
+
+/* External ids come from per-thread blocks of 2^20, so taking one is not an atomic add. */
+static int64_t next_id(lf_tbuf *b)
+{
+    if (__builtin_expect((b->next_ext & 0xfffff) == 0, 0))
+        b->next_ext = atomic_fetch_add_explicit(&next_ext_id, 1 << 20, memory_order_relaxed);
+    return b->next_ext++;
 }
 
 static void *arena_alloc(lf_tbuf *b, size_t n)
@@ -103,6 +124,7 @@ static void *arena_alloc(lf_tbuf *b, size_t n)
         lf_arena *a = malloc(sizeof *a);
         if (!a)
             return NULL;
+        memset(a->data, 0, sizeof a->data); /* fault the pages in now, not while recording */
         a->used = 0;
         a->next = b->arena;
         b->arena = a;
@@ -159,7 +181,7 @@ static lf_rec *open_rec(lf_profiler *p, int kind, const char *name, int op)
     r->kind = (uint8_t)kind;
     r->op = op;
     r->name = name;
-    r->ext_id = atomic_fetch_add_explicit(&next_ext_id, 1, memory_order_relaxed);
+    r->ext_id = next_id(b);
     r->t1 = -1;
     r->t0 = lf_prof_now_ns();
     b->open[b->depth++] = r;
@@ -197,7 +219,7 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
         for (int d = 0; t && d < t->ndim; d++)
             a[i].shape[d] = t->shape[d], a[i].stride[d] = t->stride[d];
     }
-    r->args = a;
+    r->u.args = a;
     r->n_args = (uint8_t)n;
 }
 
@@ -223,7 +245,7 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
     if (!b || !info)
         return;
     lf_rec *r = rec_new(b);
-    const char *name = r ? arena_str(b, info->name) : NULL;
+    const char *name = info->name; /* interned by the backend: kept by pointer */
     if (!r || !name) {
         b->lost++;
         return;
@@ -234,9 +256,9 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
     r->name = name;
     r->t0 = b->kernel_t0;
     r->t1 = t1;
-    r->corr = atomic_fetch_add_explicit(&next_corr, 1, memory_order_relaxed);
+    r->u.k.corr = next_id(b); /* flow ids share the id space: unique either way */
     r->flops = info->flops;
-    r->bytes = info->bytes;
+    r->u.k.bytes = info->bytes;
     lf_rec *owner = b->depth > 0 && b->depth <= LF_MAX_DEPTH ? b->open[b->depth - 1] : NULL;
     if (owner) {
         r->ext_id = owner->ext_id;
@@ -261,9 +283,9 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
     r->device = (uint16_t)dev;
     r->name = "[memory]";
     r->t0 = r->t1 = lf_prof_now_ns();
-    r->mem_bytes = bytes;
-    r->mem_total = total;
-    r->mem_addr = (int64_t)(intptr_t)addr;
+    r->u.m.bytes = bytes;
+    r->u.m.total = total;
+    r->u.m.addr = (int64_t)(intptr_t)addr;
     publish(b);
 }
 
@@ -320,7 +342,7 @@ static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
     size_t n = 0;
     n += (size_t)snprintf(buf + n, cap - n, "[");
     for (int i = 0; i < r->n_args && n < cap; i++) {
-        const lf_rec_arg *a = &r->args[i];
+        const lf_rec_arg *a = &r->u.args[i];
         if (i)
             n += (size_t)snprintf(buf + n, cap - n, ", ");
         if (what == 2) {
@@ -382,7 +404,7 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                     e.cat = r->kind == REC_OP ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
                     e.ext_id = r->ext_id;
                     e.flops = r->flops;
-                    if (r->args && r->n_args) {
+                    if (r->n_args && r->u.args) {
                         put_dims(dims, sizeof dims, r, 0);
                         put_dims(strides, sizeof strides, r, 1);
                         put_dims(types, sizeof types, r, 2);
@@ -392,9 +414,9 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                 case REC_KERNEL:
                     e.cat = LF_TC_KERNEL;
                     e.ext_id = r->ext_id;
-                    e.correlation = r->corr;
+                    e.correlation = r->u.k.corr;
                     e.flops = r->flops;
-                    e.bytes = r->bytes;
+                    e.bytes = r->u.k.bytes;
                     e.device = 0;
                     e.flow_pid = pid, e.flow_tid = b->tid;
                     if (r->device == LF_DEVICE_CPU) {
@@ -406,10 +428,10 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                 default:
                     e.cat = LF_TC_MEMORY;
                     e.dur_ns = -1;
-                    e.mem_bytes = r->mem_bytes;
-                    e.mem_total_allocated = r->mem_total;
+                    e.mem_bytes = r->u.m.bytes;
+                    e.mem_total_allocated = r->u.m.total;
                     e.mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
-                    e.mem_addr = r->mem_addr;
+                    e.mem_addr = r->u.m.addr;
                     break;
                 }
                 st = lf_trace_add(t, &e);

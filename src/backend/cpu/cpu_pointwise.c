@@ -84,6 +84,19 @@ static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64
     }
 }
 
+typedef struct pw_name_ctx {
+    const lf_pointwise *pw;
+    int contiguous;
+} pw_name_ctx;
+
+static void pw_name(char *buf, size_t cap, const void *ctx)
+{
+    static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act"};
+    const pw_name_ctx *c = ctx;
+    const char *what = c->pw->op == LF_PW_ACT ? lf_act_name(c->pw->act) : op_names[c->pw->op];
+    snprintf(buf, cap, "lf_cpu_%s_%s%s", what, lf_dtype_name(c->pw->out.dtype), c->contiguous ? "" : "_strided");
+}
+
 lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
 {
     const lf_cpu_kernels *k = lf_cpu_kernels_active();
@@ -105,24 +118,18 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
         run_row(pw, k, off, n);
     }
     if (info) {
-        static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act"};
-        const char *what = pw->op == LF_PW_ACT ? lf_act_name(pw->act) : op_names[pw->op];
-        int contiguous = 1;
-        int64_t s = 1;
+        int contiguous = 1, nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
+        int64_t st = 1;
         for (int i = nd - 1; i >= 0; i--) {
-            contiguous &= pw->out.stride[i] == s || pw->shape[i] == 1;
-            s *= pw->shape[i];
+            contiguous &= pw->out.stride[i] == st || pw->shape[i] == 1;
+            for (int q = 0; q < nin; q++)
+                contiguous &= pw->in[q].stride[i] == st || pw->shape[i] == 1;
+            st *= pw->shape[i];
         }
-        int nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
-        for (int q = 0; q < nin; q++) {
-            s = 1;
-            for (int i = nd - 1; i >= 0; i--) {
-                contiguous &= pw->in[q].stride[i] == s || pw->shape[i] == 1;
-                s *= pw->shape[i];
-            }
-        }
-        snprintf(info->name, sizeof info->name, "lf_cpu_%s_%s%s", what, lf_dtype_name(pw->out.dtype),
-                 contiguous ? "" : "_strided");
+        pw_name_ctx nc = {pw, contiguous};
+        uint64_t key = (uint64_t)pw->op | (uint64_t)pw->act << 4 | (uint64_t)pw->out.dtype << 8 |
+                       (uint64_t)contiguous << 12 | (uint64_t)2 << 40;
+        info->name = lf_kernel_name(key, pw_name, &nc);
         double numel = (double)(rows * n);
         info->flops = pw->op == LF_PW_COPY ? 0.0 : numel;
         info->bytes = numel * (double)(lf_dtype_size(pw->out.dtype) + lf_dtype_size(pw->in[0].dtype) +

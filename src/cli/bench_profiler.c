@@ -1,0 +1,128 @@
+/* `linfuse bench profiler`: what recording costs. The same work runs with the profiler off and
+ * on, in alternating blocks; the difference divided by the events recorded is the cost of one
+ * event, and the difference per step is what a user's step pays. Layer: cli/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct pcase {
+    const char *name;
+    int kind; /* 0: lf_t on a small tensor (one cpu_op event, no kernel); 1: linear; 2: mlp */
+    int64_t batch, seq, dim, hidden;
+    int inner; /* calls per timed sample */
+    int record_shapes;
+} pcase;
+
+typedef struct work {
+    lf_tensor *x, *small;
+    lf_nn_linear lin;
+    lf_nn_geglu_mlp mlp;
+} work;
+
+static lf_status run_once(const pcase *c, work *w)
+{
+    lf_tensor *y = NULL;
+    lf_status s;
+    if (c->kind == 0)
+        s = lf_t(&y, w->small);
+    else if (c->kind == 1)
+        s = lf_nn_linear_forward(&w->lin, w->x, &y);
+    else
+        s = lf_nn_geglu_mlp_forward(&w->mlp, w->x, &y);
+    lf_tensor_free(y);
+    return s;
+}
+
+/* Median seconds per call over `samples` samples of c->inner calls, profiler on or off. With it
+ * on, one session spans every sample (as in real use: buffers grow as they fill, amortized),
+ * and the events per call are counted from its trace. */
+static lf_status measure(const pcase *c, work *w, int on, int samples, double *per_call, double *events_per_call)
+{
+    double *t = malloc((size_t)samples * sizeof *t);
+    if (!t)
+        return LF_ENOMEM;
+    lf_status s = LF_OK;
+    lf_profiler *p = NULL;
+    lf_prof_opts o = {.record_shapes = c->record_shapes};
+    if (on)
+        s = lf_prof_start(&p, &o);
+    for (int k = 0; k < c->inner && s == LF_OK; k++) /* warm-up block */
+        s = run_once(c, w);
+    for (int i = 0; i < samples && s == LF_OK; i++) {
+        double t0 = lf_cli_now();
+        for (int k = 0; k < c->inner && s == LF_OK; k++)
+            s = run_once(c, w);
+        t[i] = (lf_cli_now() - t0) / c->inner;
+    }
+    if (on) {
+        if (s == LF_OK)
+            s = lf_prof_stop(p);
+        const lf_trace *tr = NULL;
+        if (s == LF_OK && lf_prof_trace(p, &tr) == LF_OK)
+            *events_per_call = (double)lf_trace_count(tr) / ((double)(samples + 1) * c->inner);
+        lf_prof_free(p);
+    }
+    *per_call = lf_cli_median(t, samples);
+    free(t);
+    return s;
+}
+
+int lf_cli_bench_profiler(int reps)
+{
+    static const pcase cases[] = {
+        {"view_op_event", 0, 0, 0, 0, 0, 20000, 0},
+        {"view_op_event_record_shapes", 0, 0, 0, 0, 0, 20000, 1},
+        {"linear_1024x32x64_step", 1, 1024, 0, 32, 64, 50, 1},
+        {"simple_mlp_1x16x768x3072_step", 2, 1, 16, 768, 3072, 10, 1},
+        {"simple_mlp_8x128x768x3072_step", 2, 8, 128, 768, 3072, 2, 1},
+    };
+    printf("# profiler off vs on (record_shapes as named), same work, alternating blocks; median per call\n");
+    int rc = LF_EXIT_OK;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && rc == LF_EXIT_OK; i++) {
+        const pcase *c = &cases[i];
+        work w;
+        memset(&w, 0, sizeof w);
+        lf_rng rng;
+        lf_rng_seed(&rng, 3);
+        lf_status s = LF_OK;
+        int64_t small[2] = {4, 4};
+        if (c->kind == 0) {
+            s = lf_tensor_empty(&w.small, LF_DTYPE_F32, 2, small, LF_DEVICE_CPU);
+        } else if (c->kind == 1) {
+            lf_nn_linear_opts o = {c->dim, c->hidden, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            int64_t xs[2] = {c->batch, c->dim};
+            s = lf_nn_linear_init(&w.lin, &o, &rng);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&w.x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
+        } else {
+            lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            int64_t xs[3] = {c->batch, c->seq, c->dim};
+            s = lf_nn_geglu_mlp_init(&w.mlp, &o, &rng);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&w.x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
+        }
+        if (s == LF_OK && w.x)
+            s = lf_tensor_fill_uniform(w.x, &rng, -1, 1);
+        double off = 0, on = 0, off2 = 0, events = 0;
+        for (int round = 0; round < 2 && s == LF_OK; round++) { /* off, on, off: drift shows */
+            s = measure(c, &w, 0, reps, round ? &off2 : &off, &events);
+            if (s == LF_OK && !round)
+                s = measure(c, &w, 1, reps, &on, &events);
+        }
+        if (s != LF_OK) {
+            fprintf(stderr, "linfuse bench profiler: %s: %s\n", c->name, lf_last_error());
+            rc = LF_EXIT_FAIL;
+        } else {
+            double base = 0.5 * (off + off2);
+            printf("case=%s off_us=%.3f on_us=%.3f overhead_pct=%.2f events_per_call=%.0f ns_per_event=%.1f\n", c->name,
+                   base * 1e6, on * 1e6, 100.0 * (on - base) / base, events,
+                   events > 0 ? (on - base) * 1e9 / events : 0.0);
+        }
+        lf_tensor_free(w.x), lf_tensor_free(w.small);
+        lf_nn_linear_free(&w.lin);
+        lf_nn_geglu_mlp_free(&w.mlp);
+    }
+    return rc;
+}
