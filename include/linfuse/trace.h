@@ -145,7 +145,7 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
 
 typedef struct lf_trace_summary {
     int64_t steps;             /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
-    double kernels_per_step;   /* kernel, memcpy and memset events per step */
+    double kernels_per_step;   /* kernel events per step (memcpy and memset are not kernels) */
     double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
     double device_busy;        /* device time inside steps / step wall time, 0..1 */
     double step_ns;            /* mean wall time of a step */
@@ -156,6 +156,41 @@ typedef struct lf_trace_summary {
 lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline) */
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
+
+/* --- per-step profile and the eager-versus-compiled diff --- */
+
+typedef struct lf_name_count {
+    const char *name;
+    double per_step;    /* occurrences per step */
+    double ns_per_step; /* their time per step */
+} lf_name_count;
+
+typedef struct lf_step_profile {
+    int64_t steps;
+    lf_name_count *kernels; /* device work (kernels, memcpy, memset) by name */
+    /* kernels_per_step below counts kernels only */
+    int64_t n_kernels;
+    lf_name_count *ops; /* cpu_op events by name */
+    int64_t n_ops;
+    double launches_per_step;  /* runtime/driver calls that launch work (names with "Launch") */
+    double occupancy_per_step; /* occupancy queries (names with "Occupancy") */
+    double cpu_ns_per_step, device_ns_per_step;
+    double kernels_per_step, ops_per_step;
+} lf_step_profile;
+
+lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out);
+void lf_step_profile_free(lf_step_profile *p);
+
+/* What changed from a to b, per step, as text (with a plain-language paragraph) or JSON. */
+lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text);
+
+/* Draw one step (the step-th ProfilerStep, from 0; the whole trace when it has none) as an
+ * SVG timeline: host lanes with nested ops, device lanes with kernels, flow arrows, a time
+ * axis. Written atomically to path. */
+lf_status lf_trace_svg(const lf_trace *t, int step, const char *path);
+
+/* Read a trace held in memory (name is used in messages): the fuzzer's entry point. */
+lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -187,22 +188,9 @@ static lf_status read_events(lf_trace *t, json_t *events, const char *path)
     return st;
 }
 
-lf_status lf_trace_read_json(lf_trace **out, const char *path)
+/* Build a trace from a parsed document; root is released here. */
+static lf_status from_root(json_t *root, const char *path, lf_trace **out)
 {
-    LF_CHECK_PTR(out, "lf_trace_read_json", "out");
-    *out = NULL;
-    LF_CHECK_PTR(path, "lf_trace_read_json", "path");
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        return lf_fail(LF_EIO, "%s: is a directory, expected a trace file", path);
-    if (sb.st_size == 0)
-        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
-    json_error_t err;
-    json_t *root = json_load_file(path, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &err);
-    if (!root)
-        return lf_fail(LF_EINVAL, "%s:%d:%d: not valid JSON: %s", path, err.line, err.column, err.text);
     json_t *events = json_is_array(root) ? root : json_object_get(root, "traceEvents");
     lf_status st = LF_OK;
     lf_trace *t = NULL;
@@ -238,4 +226,80 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
     }
     *out = t;
     return LF_OK;
+}
+
+/* Documents nested deeper than this are refused: a trace is three levels deep, and deep
+ * nesting is how hostile JSON makes recursive parsers run out of stack. */
+enum { MAX_NESTING = 64 };
+
+static int too_deep(const char *data, size_t n)
+{
+    int depth = 0, in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = data[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > MAX_NESTING)
+                return 1;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return 0;
+}
+
+lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
+{
+    LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
+    *out = NULL;
+    LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
+    if (!name)
+        name = "(buffer)";
+    if (size == 0)
+        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
+    if (too_deep(data, size))
+        return lf_fail(LF_EINVAL, "%s: nested more than %d levels deep; not a trace", name, MAX_NESTING);
+    json_error_t err;
+    json_t *root = json_loadb(data, size, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+    if (!root)
+        return lf_fail(LF_EINVAL, "%s:%d:%d: not valid JSON: %s", name, err.line, err.column, err.text);
+    return from_root(root, name, out);
+}
+
+lf_status lf_trace_read_json(lf_trace **out, const char *path)
+{
+    LF_CHECK_PTR(out, "lf_trace_read_json", "out");
+    *out = NULL;
+    LF_CHECK_PTR(path, "lf_trace_read_json", "path");
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return lf_fail(LF_EIO, "%s: is a directory, expected a trace file", path);
+    if (!S_ISREG(sb.st_mode))
+        return lf_fail(LF_EIO, "%s: is not a regular file", path);
+    if (sb.st_size == 0)
+        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
+    char *data = malloc((size_t)sb.st_size);
+    size_t got = data ? fread(data, 1, (size_t)sb.st_size, f) : 0;
+    int rerr = ferror(f);
+    fclose(f);
+    if (!data)
+        return lf_fail(LF_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
+    if (rerr || got != (size_t)sb.st_size) {
+        free(data);
+        return lf_fail(LF_EIO, "%s: read %zu of %lld bytes", path, got, (long long)sb.st_size);
+    }
+    lf_status st = lf_trace_read_json_buffer(out, data, got, path);
+    free(data);
+    return st;
 }

@@ -40,22 +40,28 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
             step_ns += t->ev[i].dur_ns;
         }
     qsort(sp, (size_t)steps, sizeof *sp, by_lo);
-    /* device work and ops count when they start inside a step (or anywhere, without steps) */
+    int64_t *when = lf_trace_launch_times(t);
+    if (!when) {
+        free(sp);
+        return lf_fail(LF_ENOMEM, "lf_trace_summarize: out of memory");
+    }
+    /* ops count when they start inside a step, device work when it was launched inside one
+     * (or anywhere, without steps) */
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_event *e = &t->ev[i];
-        int64_t a = 0, b = steps; /* the last step starting at or before e */
+        int64_t a = 0, b = steps; /* the last step starting at or before e's launch */
         while (a < b) {
             int64_t mid = (a + b) / 2;
-            if (sp[mid].lo <= e->ts_ns)
+            if (sp[mid].lo <= when[i])
                 a = mid + 1;
             else
                 b = mid;
         }
-        int in_step = !steps || (a > 0 && e->ts_ns <= sp[a - 1].hi);
+        int in_step = !steps || (a > 0 && when[i] <= sp[a - 1].hi);
         if (!in_step || e->dur_ns < 0)
             continue;
         if (e->cat == LF_TC_KERNEL || e->cat == LF_TC_MEMCPY || e->cat == LF_TC_MEMSET) {
-            kernels++;
+            kernels += e->cat == LF_TC_KERNEL; /* memcpy and memset are device time, not kernels */
             dev_ns += e->dur_ns;
         } else if (e->cat == LF_TC_CPU_OP) {
             ops++;
@@ -66,6 +72,7 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
         }
     }
     free(sp);
+    free(when);
     if (!steps) { /* no steps: the span of host activity is one step */
         steps = 1;
         step_ns = hi > lo ? hi - lo : 0;

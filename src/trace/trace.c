@@ -136,3 +136,58 @@ lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char
     t->tracks[t->n_tracks++] = (lf_track_name){pid, tid, n};
     return LF_OK;
 }
+
+/* --- launch times --- */
+
+typedef struct ikey {
+    int64_t key, val;
+} ikey;
+
+/* Open addressing over int64 keys (0 is "empty": ids are never 0). */
+static int64_t *islot(ikey *tab, int64_t cap, int64_t key)
+{
+    uint64_t i = ((uint64_t)key * 0x9e3779b97f4a7c15ull) & (uint64_t)(cap - 1);
+    while (tab[i].key && tab[i].key != key)
+        i = (i + 1) & (uint64_t)(cap - 1);
+    if (!tab[i].key) {
+        tab[i].key = key;
+        tab[i].val = INT64_MIN;
+    }
+    return &tab[i].val;
+}
+
+int64_t *lf_trace_launch_times(const lf_trace *t)
+{
+    int64_t cap = 16;
+    while (cap < 2 * t->n + 16)
+        cap *= 2;
+    int64_t *ts = malloc((size_t)(t->n + 1) * sizeof *ts);
+    ikey *by_corr = calloc((size_t)cap, sizeof *by_corr), *by_ext = calloc((size_t)cap, sizeof *by_ext);
+    if (!ts || !by_corr || !by_ext) {
+        free(ts), free(by_corr), free(by_ext);
+        return NULL;
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation)
+            *islot(by_corr, cap, e->correlation) = e->ts_ns;
+        if (e->cat == LF_TC_CPU_OP && e->ext_id) {
+            int64_t *v = islot(by_ext, cap, e->ext_id);
+            if (*v == INT64_MIN)
+                *v = e->ts_ns;
+        }
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        ts[i] = e->ts_ns;
+        if (!lf_trace_cat_is_device(e->cat))
+            continue;
+        int64_t v = e->correlation ? *islot(by_corr, cap, e->correlation) : INT64_MIN;
+        if (v == INT64_MIN && e->ext_id)
+            v = *islot(by_ext, cap, e->ext_id);
+        if (v != INT64_MIN)
+            ts[i] = v;
+    }
+    free(by_corr), free(by_ext);
+    return ts;
+}

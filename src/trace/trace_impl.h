@@ -25,4 +25,10 @@ struct lf_trace {
     lf_trace_meta meta;
 };
 
+/* Each event's time on the host's clock of events: a device event's launch time (its runtime
+ * call by correlation, else the op by External id, else its own start), any other event's own
+ * start. Device work runs after the host moved on, so steps count device work by launch.
+ * Caller frees; NULL when out of memory. */
+int64_t *lf_trace_launch_times(const lf_trace *t);
+
 #endif

@@ -1,0 +1,313 @@
+/* Per-step profiles of a trace and the diff of two: the blog's eager-versus-compiled reading
+ * (which kernels vanished, which appeared, which stayed byte-identical, what the CPU stopped
+ * doing) done by the program. Layer: trace/. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+static int is_step(const lf_trace_event *e)
+{
+    return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
+}
+
+/* Add one occurrence of name (time ns) to a list kept in first-seen order. */
+static int count_name(lf_name_count **list, int64_t *n, int64_t *cap, const char *name, double ns)
+{
+    for (int64_t i = 0; i < *n; i++)
+        if (!strcmp((*list)[i].name, name)) {
+            (*list)[i].per_step += 1;
+            (*list)[i].ns_per_step += ns;
+            return 1;
+        }
+    if (*n == *cap) {
+        int64_t c = *cap ? 2 * *cap : 32;
+        lf_name_count *l = realloc(*list, (size_t)c * sizeof *l);
+        if (!l)
+            return 0;
+        *list = l;
+        *cap = c;
+    }
+    (*list)[(*n)++] = (lf_name_count){name, 1, ns};
+    return 1;
+}
+
+typedef struct span {
+    int64_t lo, hi;
+} span;
+
+static int by_lo(const void *a, const void *b)
+{
+    int64_t x = ((const span *)a)->lo, y = ((const span *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
+{
+    LF_CHECK_PTR(t, "lf_step_profile_build", "t");
+    LF_CHECK_PTR(out, "lf_step_profile_build", "out");
+    memset(out, 0, sizeof *out);
+    int64_t steps = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        steps += is_step(&t->ev[i]);
+    span *sp = malloc((size_t)(steps + 1) * sizeof *sp);
+    if (!sp)
+        return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
+    double cpu_ns = 0;
+    for (int64_t i = 0, k = 0; i < t->n; i++)
+        if (is_step(&t->ev[i])) {
+            sp[k++] = (span){t->ev[i].ts_ns, t->ev[i].ts_ns + t->ev[i].dur_ns};
+            cpu_ns += (double)t->ev[i].dur_ns;
+        }
+    qsort(sp, (size_t)steps, sizeof *sp, by_lo);
+    int64_t *when = lf_trace_launch_times(t);
+    if (!when) {
+        free(sp);
+        return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
+    }
+    int64_t kcap = 0, ocap = 0, lo = INT64_MAX, hi = INT64_MIN;
+    double launches = 0, occupancy = 0, dev_ns = 0, nk = 0, no = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (e->dur_ns < 0)
+            continue;
+        int64_t a = 0, b = steps;
+        while (a < b) {
+            int64_t mid = (a + b) / 2;
+            if (sp[mid].lo <= when[i])
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        if (steps && !(a > 0 && when[i] <= sp[a - 1].hi))
+            continue;
+        int ok = 1;
+        if (e->cat == LF_TC_KERNEL || e->cat == LF_TC_MEMCPY || e->cat == LF_TC_MEMSET) {
+            ok = count_name(&out->kernels, &out->n_kernels, &kcap, e->name, (double)e->dur_ns);
+            dev_ns += (double)e->dur_ns;
+            nk += e->cat == LF_TC_KERNEL; /* memcpy and memset: device work, not kernels */
+        } else if (e->cat == LF_TC_CPU_OP) {
+            ok = count_name(&out->ops, &out->n_ops, &ocap, e->name, (double)e->dur_ns);
+            no++;
+        } else if (e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) {
+            launches += strstr(e->name, "Launch") != NULL;
+            occupancy += strstr(e->name, "Occupancy") != NULL;
+        }
+        if (!ok) {
+            free(sp), free(when);
+            lf_step_profile_free(out);
+            return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
+        }
+        if (!steps && !lf_trace_cat_is_device(e->cat)) {
+            lo = e->ts_ns < lo ? e->ts_ns : lo;
+            hi = e->ts_ns + e->dur_ns > hi ? e->ts_ns + e->dur_ns : hi;
+        }
+    }
+    free(sp), free(when);
+    if (!steps) {
+        steps = 1;
+        cpu_ns = hi > lo ? (double)(hi - lo) : 0;
+    }
+    double s = (double)steps;
+    for (int64_t i = 0; i < out->n_kernels; i++)
+        out->kernels[i].per_step /= s, out->kernels[i].ns_per_step /= s;
+    for (int64_t i = 0; i < out->n_ops; i++)
+        out->ops[i].per_step /= s, out->ops[i].ns_per_step /= s;
+    out->steps = steps;
+    out->launches_per_step = launches / s;
+    out->occupancy_per_step = occupancy / s;
+    out->cpu_ns_per_step = cpu_ns / s;
+    out->device_ns_per_step = dev_ns / s;
+    out->kernels_per_step = nk / s;
+    out->ops_per_step = no / s;
+    return LF_OK;
+}
+
+void lf_step_profile_free(lf_step_profile *p)
+{
+    if (!p)
+        return;
+    free(p->kernels);
+    free(p->ops);
+    p->kernels = p->ops = NULL;
+    p->n_kernels = p->n_ops = 0;
+}
+
+/* --- text --- */
+
+typedef struct buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->n + (size_t)k + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+static void put_json_str(buf *b, const char *s)
+{
+    put(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            put(b, "\\%c", *s);
+        else if ((unsigned char)*s >= 0x20)
+            put(b, "%c", *s);
+    }
+    put(b, "\"");
+}
+
+static const lf_name_count *find(const lf_name_count *l, int64_t n, const char *name)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!strcmp(l[i].name, name))
+            return &l[i];
+    return NULL;
+}
+
+typedef enum { GONE, NEW, SAME } change;
+
+/* Call f for each name of a not in b (GONE), of b not in a (NEW), in both (SAME). */
+#define EACH_CHANGE(la, na, lb, nb, BODY)                                       \
+    do {                                                                        \
+        for (int64_t i_ = 0; i_ < (na); i_++) {                                 \
+            const lf_name_count *x = &(la)[i_], *y = find((lb), (nb), x->name); \
+            change ch = y ? SAME : GONE;                                        \
+            BODY;                                                               \
+        }                                                                       \
+        for (int64_t i_ = 0; i_ < (nb); i_++) {                                 \
+            const lf_name_count *y = &(lb)[i_], *x = NULL;                      \
+            if (find((la), (na), y->name))                                      \
+                continue;                                                       \
+            change ch = NEW;                                                    \
+            BODY;                                                               \
+        }                                                                       \
+    } while (0)
+
+static const char *const change_names[] = {"vanished", "appeared", "stayed"};
+
+lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text)
+{
+    LF_CHECK_PTR(a, "lf_trace_diff", "a");
+    LF_CHECK_PTR(b, "lf_trace_diff", "b");
+    LF_CHECK_PTR(text, "lf_trace_diff", "text");
+    *text = NULL;
+    buf o = {0};
+    int k_gone = 0, k_new = 0, k_same = 0, o_gone = 0, o_new = 0;
+    EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, (void)x; (void)y; k_gone += ch == GONE;
+                k_new += ch == NEW; k_same += ch == SAME);
+    EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, (void)x; (void)y; o_gone += ch == GONE; o_new += ch == NEW);
+    if (as_json) {
+        put(&o, "{\"steps\": [%lld, %lld], \"kernels_per_step\": [%g, %g], \"cpu_ops_per_step\": [%g, %g], ",
+            (long long)a->steps, (long long)b->steps, a->kernels_per_step, b->kernels_per_step, a->ops_per_step,
+            b->ops_per_step);
+        put(&o, "\"launches_per_step\": [%g, %g], \"occupancy_queries_per_step\": [%g, %g], ", a->launches_per_step,
+            b->launches_per_step, a->occupancy_per_step, b->occupancy_per_step);
+        put(&o, "\"cpu_us_per_step\": [%.3f, %.3f], \"device_us_per_step\": [%.3f, %.3f],\n \"kernels\": [",
+            a->cpu_ns_per_step / 1e3, b->cpu_ns_per_step / 1e3, a->device_ns_per_step / 1e3,
+            b->device_ns_per_step / 1e3);
+        int first = 1;
+        EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, {
+            const lf_name_count *any = x ? x : y;
+            put(&o, "%s\n  {\"name\": ", first ? "" : ",");
+            put_json_str(&o, any->name);
+            put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g], \"us_per_step\": [%.3f, %.3f]%s}", change_names[ch],
+                x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0, y ? y->ns_per_step / 1e3 : 0,
+                ch == SAME ? ", \"same_work\": true" : "");
+            first = 0;
+        });
+        put(&o, "],\n \"cpu_ops\": [");
+        first = 1;
+        EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, {
+            const lf_name_count *any = x ? x : y;
+            put(&o, "%s\n  {\"name\": ", first ? "" : ",");
+            put_json_str(&o, any->name);
+            put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g]}",
+                ch == GONE  ? "removed"
+                : ch == NEW ? "added"
+                            : "stayed",
+                x ? x->per_step : 0, y ? y->per_step : 0);
+            first = 0;
+        });
+        put(&o, "]}\n");
+    } else {
+        put(&o, "%-44s %12s %12s\n", "per step", "A", "B");
+        put(&o, "%-44s %12g %12g\n", "kernels", a->kernels_per_step, b->kernels_per_step);
+        put(&o, "%-44s %12g %12g\n", "CPU ops", a->ops_per_step, b->ops_per_step);
+        put(&o, "%-44s %12g %12g\n", "launches", a->launches_per_step, b->launches_per_step);
+        put(&o, "%-44s %12g %12g\n", "occupancy queries", a->occupancy_per_step, b->occupancy_per_step);
+        put(&o, "%-44s %12.3f %12.3f\n", "CPU time (us, step wall time)", a->cpu_ns_per_step / 1e3,
+            b->cpu_ns_per_step / 1e3);
+        put(&o, "%-44s %12.3f %12.3f\n", "device time (us)", a->device_ns_per_step / 1e3, b->device_ns_per_step / 1e3);
+        put(&o, "\ndevice work (kernels, copies, memsets):\n");
+        EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, {
+            const lf_name_count *any = x ? x : y;
+            put(&o, "  %-9s %-60.60s %5g -> %-5g %10.3f -> %.3f us%s\n", change_names[ch], any->name,
+                x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0, y ? y->ns_per_step / 1e3 : 0,
+                ch == SAME ? "  (same name: same work)" : "");
+        });
+        put(&o, "CPU ops:\n");
+        EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, {
+            const lf_name_count *any = x ? x : y;
+            if (ch != SAME || x->per_step != y->per_step)
+                put(&o, "  %-9s %-60.60s %5g -> %g\n",
+                    ch == GONE  ? "removed"
+                    : ch == NEW ? "added"
+                                : "changed",
+                    any->name, x ? x->per_step : 0, y ? y->per_step : 0);
+        });
+        /* the paragraph a person would write */
+        put(&o, "\nIn summary: B runs %g kernel%s per step where A ran %g", b->kernels_per_step,
+            b->kernels_per_step == 1 ? "" : "s", a->kernels_per_step);
+        if (k_gone || k_new)
+            put(&o, " (%d vanished, %d appeared)", k_gone, k_new);
+        put(&o, "; %d kernel%s stayed byte-identical, so %s the same work. ", k_same, k_same == 1 ? "" : "s",
+            k_same == 1 ? "it does" : "they do");
+        put(&o, "The CPU side went from %g to %g ops per step", a->ops_per_step, b->ops_per_step);
+        if (o_gone || o_new)
+            put(&o, " (%d kinds of op removed, %d added)", o_gone, o_new);
+        put(&o, " and from %g to %g launches. ", a->launches_per_step, b->launches_per_step);
+        double dd = b->device_ns_per_step - a->device_ns_per_step, dc = b->cpu_ns_per_step - a->cpu_ns_per_step;
+        put(&o,
+            "Device time per step %s by %.3f us (%.3f -> %.3f us); CPU time per step %s by %.3f us "
+            "(%.3f -> %.3f us).\n",
+            dd <= 0 ? "fell" : "rose", dd < 0 ? -dd / 1e3 : dd / 1e3, a->device_ns_per_step / 1e3,
+            b->device_ns_per_step / 1e3, dc <= 0 ? "fell" : "rose", dc < 0 ? -dc / 1e3 : dc / 1e3,
+            a->cpu_ns_per_step / 1e3, b->cpu_ns_per_step / 1e3);
+    }
+    if (o.oom) {
+        free(o.p);
+        return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
+    }
+    *text = o.p;
+    return LF_OK;
+}
