@@ -5,7 +5,7 @@ set -eu
 
 case "${1:-build}" in
 build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev" ;;
-test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev" ;;
+test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev clang libclang-rt-14-dev chromium fonts-dejavu-core python3" ;;
 bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev libopenblas0-pthread" ;;
 *) echo "deps.sh: unknown set '$1' (build, test or bench)" >&2; exit 2 ;;
 esac

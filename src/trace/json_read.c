@@ -34,14 +34,15 @@ static int64_t get_int(json_t *o, const char *key, int64_t def)
 }
 
 /* Microseconds (a JSON number) to nanoseconds; false for missing, non-finite or absurd values
- * (beyond +-1e16 us, about 300 years). */
+ * (beyond +-1e13 us, about 115 days: Kineto's times count from a base at most 3 months back,
+ * and this bound keeps every ts + dur far inside int64 nanoseconds). */
 static int get_us(json_t *o, const char *key, int64_t *ns)
 {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v))
         return 0;
     double us = json_number_value(v);
-    if (!isfinite(us) || fabs(us) > 1e16)
+    if (!isfinite(us) || fabs(us) > 1e13)
         return 0;
     *ns = llround(us * 1000.0);
     return 1;

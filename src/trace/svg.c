@@ -124,6 +124,16 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
         }
         const lf_trace_event *s = &t->ev[steps[step]];
         lo = s->ts_ns, hi = s->ts_ns + s->dur_ns, title = s->name;
+        /* device work launched in the step often runs after the host has moved on: widen the
+         * window so the step's kernels are drawn whole */
+        int64_t *when = lf_trace_launch_times(t);
+        int64_t end = hi;
+        for (int64_t i = 0; when && i < t->n; i++)
+            if (lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_GPU_ANNOTATION && when[i] >= lo &&
+                when[i] <= hi && t->ev[i].ts_ns + t->ev[i].dur_ns > end)
+                end = t->ev[i].ts_ns + t->ev[i].dur_ns;
+        free(when);
+        hi = end;
     } else {
         for (int64_t i = 0; i < t->n; i++)
             if (t->ev[i].dur_ns >= 0 && t->ev[i].cat != LF_TC_OTHER) {

@@ -1,0 +1,38 @@
+#!/bin/sh
+# Fuzz the trace reader (and the table, diff, summary and SVG built on it) with libFuzzer for a
+# bounded time, seeded with real traces: PyTorch's reference traces and traces linfuse writes
+# now. Earlier crashes live in tests/fuzz/regressions and are replayed first; a new crash fails
+# the test and is saved there to become a regression test.
+# Usage: fuzz_test.sh <source dir> <ref dir> <linfuse binary> <work dir> [seconds]
+set -eu
+src="$1" ref="$2" bin="$3" work="$4" secs="${5:-45}"
+cc=$(command -v clang || command -v clang-14 || true)
+[ -n "$cc" ] || { echo "fuzz_test: clang is missing (scripts/deps.sh test installs it)"; exit 1; }
+rm -rf "$work"
+mkdir -p "$work/corpus" "$work/traces"
+srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/json_read.c $src/src/trace/json_write.c
+      $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/core/status.c"
+# shellcheck disable=SC2086
+"$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_trace"
+cp "$ref"/*.json "$work/corpus/"
+"$bin" linear --out "$work/traces" --batch 16 >/dev/null
+"$bin" simple-mlp --out "$work/traces" --batch 1 --seq 4 --dim 32 --hidden 48 >/dev/null
+find "$work/traces" -name '*.json' -exec cp {} "$work/corpus/" \;
+# replay the regressions (each must run clean)
+if ls "$src"/tests/fuzz/regressions/* >/dev/null 2>&1; then
+    "$work/fuzz_trace" "$src"/tests/fuzz/regressions/*
+fi
+# then search for new failures, bounded in time and memory
+status=0
+(cd "$work" && ./fuzz_trace -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
+    -print_final_stats=1 corpus >fuzz.log 2>&1) || status=$?
+tail -15 "$work/fuzz.log"
+if [ "$status" != 0 ]; then
+    for f in "$work"/crash-* "$work"/timeout-* "$work"/leak-* "$work"/oom-*; do
+        [ -e "$f" ] && cp "$f" "$src/tests/fuzz/regressions/" && echo "saved $(basename "$f") to tests/fuzz/regressions"
+    done
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+echo "1 passed, 0 failed"

@@ -1,0 +1,147 @@
+#!/bin/sh
+# `linfuse trace` on PyTorch's reference traces: the table is PyTorch's own, byte for byte; the
+# diff tells the blog's eager-versus-compile story; expect's exit status; the SVG renders in
+# headless Chromium with the kernels where the SVG says; bad files exit 2 with a message.
+# Usage: trace_cli_test.sh <linfuse binary> <ref dir> <work dir>
+set -u
+bin="$1" ref="$2" work="$3"
+rm -rf "$work"
+mkdir -p "$work"
+fails=0 checks=0
+check() { # check "what" expected_status command...
+    what="$1" want="$2"
+    shift 2
+    checks=$((checks + 1))
+    LAST=$("$@" 2>&1)
+    got=$?
+    if [ "$got" != "$want" ]; then
+        fails=$((fails + 1))
+        echo "FAIL: $what: exit $got, expected $want"
+        echo "$LAST" | head -8
+    fi
+}
+contains() {
+    checks=$((checks + 1))
+    case "$LAST" in
+    *"$2"*) ;;
+    *) fails=$((fails + 1)); echo "FAIL: $1: output lacks '$2'"; echo "$LAST" | head -30 ;;
+    esac
+}
+
+# table: PyTorch's own text for the same trace
+for stem in linear_1024x32x64_eager linear_1024x32x64_compile matmul_add_64_eager mlp_64x128x768x3072_compile; do
+    checks=$((checks + 1))
+    "$bin" trace table "$ref/$stem.json" --sort-by cuda_time_total --row-limit 25 >"$work/$stem.txt" 2>&1
+    if ! cmp -s "$work/$stem.txt" "$ref/$stem.txt"; then
+        fails=$((fails + 1))
+        echo "FAIL: table of $stem differs from PyTorch's:"
+        diff "$work/$stem.txt" "$ref/$stem.txt" | head -10
+    fi
+done
+check "table sorted by self CPU" 0 "$bin" trace table "$ref/mlp_64x128x768x3072_eager.json" --sort-by self_cpu_time_total --row-limit 3
+contains "self cpu first" "aten::mm"
+check "bad sort key" 2 "$bin" trace table "$ref/linear_1024x32x64_eager.json" --sort-by speed
+contains "bad sort key" "unknown sort key 'speed'"
+
+# diff: the blog's reading of eager vs compile
+check "diff mlp" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref/mlp_64x128x768x3072_compile.json"
+contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared)"
+contains "diff fused" "appeared  triton_poi_fused__unsafe_view_gelu_mul_0"
+contains "diff same work" "(same name: same work)"
+contains "diff ops" "removed   aten::gelu"
+check "diff json" 0 "$bin" trace diff "$ref/linear_1024x32x64_eager.json" "$ref/linear_1024x32x64_compile.json" --json
+contains "diff json same work" '"change": "stayed", "per_step": [1, 1]'
+contains "diff json same work flag" '"same_work": true'
+checks=$((checks + 1))
+echo "$LAST" | python3 -c 'import json,sys; json.load(sys.stdin)' || { fails=$((fails + 1)); echo "FAIL: diff --json is not JSON"; }
+
+# expect: guess first, then look
+check "expect right" 0 "$bin" trace expect "$ref/linear_1024x32x64_eager.json" --kernels-per-step 1 --kernel 'bias' --no-kernel 'elementwise'
+check "expect wrong count" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step 4
+contains "expect says why" "kernels per step: expected 4, the trace has 5"
+check "expect forbidden kernel" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --no-kernel 'elementwise'
+check "expect missing kernel" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernel 'triton_poi'
+contains "expect lists kernels" "no kernel matches --kernel 'triton_poi'"
+check "expect compiled" 0 "$bin" trace expect "$ref/mlp_64x128x768x3072_compile.json" --kernels-per-step 4 --kernel 'triton_poi_fused.*gelu_mul'
+check "expect bad regex" 2 "$bin" trace expect "$ref/mlp_64x128x768x3072_compile.json" --kernel '('
+check "expect no guess" 2 "$bin" trace expect "$ref/mlp_64x128x768x3072_compile.json"
+
+# summary
+check "summary" 0 "$bin" trace summary "$ref/linear_1024x32x64_eager.json"
+contains "summary line" "kernels/step=1 cpu_ops/step=5 device_busy=2% verdict=overhead-bound"
+
+# bad files
+: >"$work/empty.json"
+check "empty file" 2 "$bin" trace summary "$work/empty.json"
+contains "empty file" "is empty"
+check "directory" 2 "$bin" trace table "$work"
+contains "directory" "is a directory"
+printf '{"traceEvents": [{"ph": "X",\n "name": ' >"$work/cut.json"
+check "truncated" 2 "$bin" trace table "$work/cut.json"
+contains "truncated position" "cut.json:2:"
+check "missing file" 2 "$bin" trace diff "$work/none.json" "$ref/linear_1024x32x64_eager.json"
+check "unknown verb" 2 "$bin" trace frob
+
+# svg: draw a step, render it with Chromium, find the first kernel where the SVG put it
+svg="$work/step.svg" png="$work/step.png"
+check "svg" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 1 -o "$svg"
+check "svg bad step" 2 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 9 -o "$work/x.svg"
+[ ! -e "$work/x.svg" ] || { fails=$((fails + 1)); echo "FAIL: a failed svg left a file"; }
+checks=$((checks + 1))
+chrome=$(command -v chromium || command -v chromium-browser || true)
+checks=$((checks + 1))
+if [ -z "$chrome" ]; then
+    fails=$((fails + 1))
+    echo "FAIL: chromium is missing (scripts/deps.sh test installs it)"
+else
+    timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
+        --user-data-dir="$work/chrome" --window-size=1400,300 --screenshot="$png" "file://$svg" >/dev/null 2>&1
+    python3 - "$svg" "$png" <<'PY' || fails=$((fails + 1))
+import re, struct, sys, zlib
+svg, png = open(sys.argv[1]).read(), open(sys.argv[2], "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+pos, chunks = 8, {}
+w = h = 0
+data = b""
+while pos < len(png):
+    n, kind = struct.unpack(">I4s", png[pos:pos + 8])
+    body = png[pos + 8:pos + 8 + n]
+    if kind == b"IHDR":
+        w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+        assert depth == 8 and ctype in (2, 6), (depth, ctype)
+        bpp = 3 if ctype == 2 else 4
+    elif kind == b"IDAT":
+        data += body
+    pos += 12 + n
+raw, rows, prev = zlib.decompress(data), [], bytearray(w * bpp)
+stride = w * bpp
+for y in range(h):  # undo the PNG row filters
+    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line); prev = line
+def px(x, y): return tuple(rows[y][x * bpp:x * bpp + 3])
+# the first kernel rectangle in the SVG, and its colour on screen at its centre
+m = re.search(r'<g class="kernel"><title>[^<]*</title><rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="(\d+)" fill="#e6550d"', svg)
+assert m, "no kernel rectangle in the SVG"
+x, y, wd, ht = (float(v) for v in m.groups())
+cx, cy = int(x + min(wd, 30) / 2), int(y + ht / 2)
+r, g, b = px(cx, cy)
+assert abs(r - 0xe6) < 40 and abs(g - 0x55) < 40 and abs(b - 0x0d) < 40, ("kernel pixel", (cx, cy), (r, g, b))
+# the host lane's ops are drawn too: some non-white pixels in the first lane, and text (dark pixels)
+dark = sum(1 for yy in range(0, h, 2) for xx in range(0, w, 2) if sum(px(xx, yy)) < 200)
+assert dark > 200, ("too little text or outline", dark)
+print("svg rendered: kernel at", (cx, cy), "is", (r, g, b), "; dark pixels", dark)
+PY
+fi
+rm -rf "$work"
+echo "$((checks - fails)) passed, $fails failed"
+[ "$fails" = 0 ]
