@@ -154,7 +154,14 @@ static void test_bad_files(void)
         {"{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": \"soon\", \"dur\": 1}]}", "absurd"},
         {"{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1e300, \"dur\": 1}]}", "absurd"},
         {"{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1, \"dur\": 1}]}", "no \"name\""},
-        {"{\"a\": 1, \"a\": 2}", "duplicate"},
+        {"{\"a\": 1, \"a\": 2}", "no \"traceEvents\""},
+        {"{\"traceEvents\": [{\"ph\": \"X\", \"ph\": \"i\"}]}", "duplicate"},
+        {"{\"traceEvents\": [], \"traceEvents\": []}", "two \"traceEvents\""},
+        {"{\"traceEvents\": []} trailing", ":1:21: not valid JSON: text after"},
+        {"{\"traceEvents\": [{\"ph\": \"i\", \"name\": \"a\"} {\"ph\": \"i\", \"name\": \"b\"}]}",
+         "expected ',' or ']'"},
+        {"{\"traceEvents\": [], \"x\": [1, 2, }", "not valid JSON"},
+        {"{\"traceEvents\": [], \"x\": tru}", "unexpected word"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s/bad%zu.json", dir, i);

@@ -2,6 +2,7 @@
  * Only what the table, diff and summary need is kept: category, name, track, times, External
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
  * Layer: trace/. */
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -88,171 +89,324 @@ static int cmp_flow(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static lf_status read_events(lf_trace *t, json_t *events, const char *path)
+/* The reader streams: a small scanner walks the top level and the traceEvents array, and
+ * jansson parses one event object at a time (JSON_DISABLE_EOF_CHECK tells it to stop at the
+ * object's end and say how far it read). A 200 MB trace then never becomes one 2 GB tree:
+ * memory is the file, the lf_trace, and one event. */
+typedef struct reader {
+    const char *p;
+    size_t n, pos;
+    const char *name;
+    lf_trace *t;
+    flow_start *flows;
+    size_t n_flows, cap_flows;
+} reader;
+
+/* An error at byte offset `at`, with the line and column a text editor shows. */
+static lf_status fail_at(const reader *r, size_t at, const char *what)
 {
-    size_t n = json_array_size(events);
-    flow_start *flows = malloc((n + 1) * sizeof *flows);
-    if (!flows)
-        return lf_fail(LF_ENOMEM, "%s: out of memory for %zu events", path, n);
-    size_t n_flows = 0;
-    lf_status st = LF_OK;
-    for (size_t i = 0; i < n && st == LF_OK; i++) {
-        json_t *e = json_array_get(events, i);
-        if (!json_is_object(e)) {
-            st = lf_fail(LF_EINVAL, "%s: traceEvents[%zu] is not an object", path, i);
-            break;
-        }
-        const char *ph = json_string_value(json_object_get(e, "ph"));
-        if (!ph) {
-            st = lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"ph\" string", path, i);
-            break;
-        }
-        json_t *args = json_object_get(e, "args");
-        if (args && !json_is_object(args))
-            args = NULL;
-        if (!strcmp(ph, "s")) {
-            flows[n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1)};
-            continue;
-        }
-        if (!strcmp(ph, "M")) {
-            const char *what = json_string_value(json_object_get(e, "name"));
-            const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
-            if (what && nm && !strcmp(what, "thread_name"))
-                st = lf_trace_name_thread(t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
-            continue;
-        }
-        const char *name = json_string_value(json_object_get(e, "name"));
-        int is_mem = !strcmp(ph, "i") && name && !strcmp(name, "[memory]");
-        if (strcmp(ph, "X") && !is_mem)
-            continue; /* instants, flow ends and anything else carry nothing the tools use */
-        if (!name) {
-            st = lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"name\" string", path, i);
-            break;
-        }
-        lf_trace_event ev = {.name = name, .device = -1, .flow_pid = -1, .flow_tid = -1, .dur_ns = -1};
-        const char *cat = json_string_value(json_object_get(e, "cat"));
-        ev.cat = is_mem ? LF_TC_MEMORY : cat ? cat_of(cat) : LF_TC_OTHER;
-        ev.pid = get_int(e, "pid", -1);
-        ev.tid = get_int(e, "tid", -1);
-        if (!get_us(e, "ts", &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns))) {
-            st = lf_fail(LF_EINVAL, "%s: traceEvents[%zu] (\"%s\") has a missing or absurd \"ts\" or \"dur\"", path, i,
-                         name);
-            break;
-        }
-        if (!is_mem && ev.dur_ns < 0)
-            ev.dur_ns = 0; /* Kineto clamps negative durations the same way */
-        if (ev.cat == LF_TC_GPU_ANNOTATION && ev.dur_ns >= 2) {
-            /* Kineto's export pads a device-side annotation by 1 ns on each side of the kernels
-             * it covers; PyTorch's own tables use the unpadded span */
-            ev.ts_ns += 1;
-            ev.dur_ns -= 2;
-        }
-        char *dims = NULL, *types = NULL, *strides = NULL;
-        if (args) {
-            ev.ext_id = get_int(args, "External id", 0);
-            ev.correlation = get_int(args, "correlation", 0);
-            ev.device = get_int(args, "device", -1);
-            json_t *fl = json_object_get(args, "FLOPs");
-            if (!fl)
-                fl = json_object_get(args, "flops");
-            ev.flops = json_is_number(fl) ? json_number_value(fl) : 0;
-            json_t *by = json_object_get(args, "bytes");
-            ev.bytes = json_is_number(by) ? json_number_value(by) : 0;
-            if (is_mem) {
-                ev.mem_bytes = get_int(args, "Bytes", 0);
-                ev.mem_total_allocated = get_int(args, "Total Allocated", 0);
-                ev.mem_device_type = get_int(args, "Device Type", 0);
-                ev.mem_addr = get_int(args, "Addr", 0);
-            }
-            dims = spaced(dump_compact(json_object_get(args, "Input Dims")));
-            types = spaced(dump_compact(json_object_get(args, "Input type")));
-            strides = spaced(dump_compact(json_object_get(args, "Input Strides")));
-            ev.input_dims = dims, ev.input_types = types, ev.input_strides = strides;
-        }
-        st = lf_trace_add(t, &ev);
-        free(dims), free(types), free(strides);
+    int line = 1, col = 1;
+    for (size_t i = 0; i < at && i < r->n; i++) {
+        if (r->p[i] == '\n')
+            line++, col = 1;
+        else
+            col++;
     }
+    return lf_fail(LF_EINVAL, "%s:%d:%d: %s", r->name, line, col, what);
+}
+
+static void ws(reader *r)
+{
+    while (r->pos < r->n &&
+           (r->p[r->pos] == ' ' || r->p[r->pos] == '\n' || r->p[r->pos] == '\r' || r->p[r->pos] == '\t'))
+        r->pos++;
+}
+
+static int take(reader *r, char c)
+{
+    ws(r);
+    if (r->pos < r->n && r->p[r->pos] == c) {
+        r->pos++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A string's raw bytes between its quotes (escapes left as they are). */
+static lf_status raw_string(reader *r, const char **s, size_t *len)
+{
+    ws(r);
+    if (r->pos >= r->n || r->p[r->pos] != '"')
+        return fail_at(r, r->pos, "not valid JSON: expected a string");
+    size_t start = ++r->pos;
+    while (r->pos < r->n && r->p[r->pos] != '"') {
+        if ((unsigned char)r->p[r->pos] < 0x20)
+            return fail_at(r, r->pos, "not valid JSON: control character in a string");
+        r->pos += r->p[r->pos] == '\\' ? 2 : 1;
+    }
+    if (r->pos >= r->n)
+        return fail_at(r, start - 1, "not valid JSON: unterminated string");
+    *s = r->p + start;
+    *len = r->pos - start;
+    r->pos++;
+    return LF_OK;
+}
+
+/* Skip any JSON value, checking its grammar; depth bounded. */
+static lf_status skip_value(reader *r, int depth)
+{
+    ws(r);
+    if (r->pos >= r->n)
+        return fail_at(r, r->pos, "not valid JSON: the file ends where a value should be");
+    if (depth > 64)
+        return fail_at(r, r->pos, "nested more than 64 levels deep; not a trace");
+    char c = r->p[r->pos];
+    const char *s;
+    size_t len;
+    if (c == '"')
+        return raw_string(r, &s, &len);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        r->pos++;
+        if (take(r, close))
+            return LF_OK;
+        do {
+            if (c == '{') {
+                LF_TRY(raw_string(r, &s, &len));
+                if (!take(r, ':'))
+                    return fail_at(r, r->pos, "not valid JSON: expected ':'");
+            }
+            LF_TRY(skip_value(r, depth + 1));
+        } while (take(r, ','));
+        if (!take(r, close))
+            return fail_at(r, r->pos,
+                           c == '{' ? "not valid JSON: expected ',' or '}'" : "not valid JSON: expected ',' or ']'");
+        return LF_OK;
+    }
+    size_t start = r->pos; /* a number or a literal */
+    while (r->pos < r->n && (isalnum((unsigned char)r->p[r->pos]) || strchr("+-.", r->p[r->pos])))
+        r->pos++;
+    size_t k = r->pos - start;
+    if (k == 0)
+        return fail_at(r, start, "not valid JSON: unexpected character");
+    if ((k == 4 && !memcmp(r->p + start, "true", 4)) || (k == 5 && !memcmp(r->p + start, "false", 5)) ||
+        (k == 4 && !memcmp(r->p + start, "null", 4)))
+        return LF_OK;
+    char num[64];
+    if (k >= sizeof num)
+        return fail_at(r, start, "not valid JSON: a number too long");
+    memcpy(num, r->p + start, k);
+    num[k] = '\0';
+    char *end;
+    strtod(num, &end);
+    if (*end || !(isdigit((unsigned char)num[0]) || num[0] == '-'))
+        return fail_at(r, start, "not valid JSON: unexpected word");
+    return LF_OK;
+}
+
+/* One element of traceEvents, already parsed. */
+static lf_status add_event(reader *r, json_t *e, size_t i)
+{
+    const char *path = r->name;
+    lf_trace *t = r->t;
+    const char *ph = json_string_value(json_object_get(e, "ph"));
+    if (!ph)
+        return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"ph\" string", path, i);
+    json_t *args = json_object_get(e, "args");
+    if (args && !json_is_object(args))
+        args = NULL;
+    if (!strcmp(ph, "s")) {
+        if (r->n_flows == r->cap_flows) {
+            size_t cap = r->cap_flows ? 2 * r->cap_flows : 1024;
+            flow_start *f = realloc(r->flows, cap * sizeof *f);
+            if (!f)
+                return lf_fail(LF_ENOMEM, "%s: out of memory for flows", path);
+            r->flows = f;
+            r->cap_flows = cap;
+        }
+        r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1)};
+        return LF_OK;
+    }
+    if (!strcmp(ph, "M")) {
+        const char *what = json_string_value(json_object_get(e, "name"));
+        const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
+        if (what && nm && !strcmp(what, "thread_name"))
+            return lf_trace_name_thread(t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
+        return LF_OK;
+    }
+    const char *name = json_string_value(json_object_get(e, "name"));
+    int is_mem = !strcmp(ph, "i") && name && !strcmp(name, "[memory]");
+    if (strcmp(ph, "X") && !is_mem)
+        return LF_OK; /* instants, flow ends and anything else carry nothing the tools use */
+    if (!name)
+        return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"name\" string", path, i);
+    lf_trace_event ev = {.name = name, .device = -1, .flow_pid = -1, .flow_tid = -1, .dur_ns = -1};
+    const char *cat = json_string_value(json_object_get(e, "cat"));
+    ev.cat = is_mem ? LF_TC_MEMORY : cat ? cat_of(cat) : LF_TC_OTHER;
+    ev.pid = get_int(e, "pid", -1);
+    ev.tid = get_int(e, "tid", -1);
+    if (!get_us(e, "ts", &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns)))
+        return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] (\"%s\") has a missing or absurd \"ts\" or \"dur\"", path, i,
+                       name);
+    if (!is_mem && ev.dur_ns < 0)
+        ev.dur_ns = 0; /* Kineto clamps negative durations the same way */
+    if (ev.cat == LF_TC_GPU_ANNOTATION && ev.dur_ns >= 2) {
+        /* Kineto's export pads a device-side annotation by 1 ns on each side of the kernels
+         * it covers; PyTorch's own tables use the unpadded span */
+        ev.ts_ns += 1;
+        ev.dur_ns -= 2;
+    }
+    char *dims = NULL, *types = NULL, *strides = NULL;
+    if (args) {
+        ev.ext_id = get_int(args, "External id", 0);
+        ev.correlation = get_int(args, "correlation", 0);
+        ev.device = get_int(args, "device", -1);
+        json_t *fl = json_object_get(args, "FLOPs");
+        if (!fl)
+            fl = json_object_get(args, "flops");
+        ev.flops = json_is_number(fl) ? json_number_value(fl) : 0;
+        json_t *by = json_object_get(args, "bytes");
+        ev.bytes = json_is_number(by) ? json_number_value(by) : 0;
+        if (is_mem) {
+            ev.mem_bytes = get_int(args, "Bytes", 0);
+            ev.mem_total_allocated = get_int(args, "Total Allocated", 0);
+            ev.mem_device_type = get_int(args, "Device Type", 0);
+            ev.mem_addr = get_int(args, "Addr", 0);
+        }
+        dims = spaced(dump_compact(json_object_get(args, "Input Dims")));
+        types = spaced(dump_compact(json_object_get(args, "Input type")));
+        strides = spaced(dump_compact(json_object_get(args, "Input Strides")));
+        ev.input_dims = dims, ev.input_types = types, ev.input_strides = strides;
+    }
+    lf_status st = lf_trace_add(t, &ev);
+    free(dims), free(types), free(strides);
+    return st;
+}
+
+static lf_status events_array(reader *r)
+{
+    if (!take(r, '['))
+        return fail_at(r, r->pos, "no \"traceEvents\" array (not a Chrome/Kineto trace)");
+    if (take(r, ']'))
+        return LF_OK;
+    size_t i = 0;
+    do {
+        ws(r);
+        if (r->pos >= r->n || r->p[r->pos] != '{') {
+            if (r->pos < r->n && r->p[r->pos] != ']')
+                return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] is not an object", r->name, i);
+            return fail_at(r, r->pos, "not valid JSON: the events end early");
+        }
+        json_error_t err;
+        json_t *e = json_loadb(r->p + r->pos, r->n - r->pos,
+                               JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+        if (!e) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "not valid JSON: %s", err.text);
+            return fail_at(r, r->pos + (size_t)(err.position > 0 ? err.position - 1 : 0), msg);
+        }
+        r->pos += (size_t)err.position;
+        lf_status st = add_event(r, e, i++);
+        json_decref(e);
+        LF_TRY(st);
+    } while (take(r, ','));
+    if (!take(r, ']'))
+        return fail_at(r, r->pos, "not valid JSON: expected ',' or ']' between events");
+    return LF_OK;
+}
+
+/* A top-level integer field (baseTimeNanoseconds, flags); other types are skipped. */
+static lf_status top_int(reader *r, int64_t *out)
+{
+    ws(r);
+    size_t start = r->pos;
+    LF_TRY(skip_value(r, 1));
+    char num[64];
+    size_t k = r->pos - start;
+    if (k && k < sizeof num && (isdigit((unsigned char)r->p[start]) || r->p[start] == '-')) {
+        memcpy(num, r->p + start, k);
+        num[k] = '\0';
+        double v = strtod(num, NULL);
+        if (isfinite(v) && fabs(v) < 9e18)
+            *out = (int64_t)v;
+    }
+    return LF_OK;
+}
+
+static lf_status parse_doc(reader *r)
+{
+    lf_trace_meta *m = lf_trace_meta_of(r->t);
+    ws(r);
+    if (r->pos < r->n && r->p[r->pos] == '[') {
+        LF_TRY(events_array(r));
+    } else {
+        if (!take(r, '{'))
+            return fail_at(r, r->pos, "not valid JSON: a trace is an object or an array");
+        int seen = 0;
+        if (!take(r, '}'))
+            do {
+                const char *k;
+                size_t len;
+                LF_TRY(raw_string(r, &k, &len));
+                if (!take(r, ':'))
+                    return fail_at(r, r->pos, "not valid JSON: expected ':'");
+                int64_t v = 0;
+#define KEY(s) (len == sizeof(s) - 1 && !memcmp(k, s, len))
+                if (KEY("traceEvents")) {
+                    if (seen)
+                        return fail_at(r, r->pos, "two \"traceEvents\" arrays");
+                    LF_TRY(events_array(r));
+                    seen = 1;
+                } else if (KEY("baseTimeNanoseconds")) {
+                    LF_TRY(top_int(r, &m->base_ns));
+                } else if (KEY("record_shapes")) {
+                    LF_TRY(top_int(r, &v));
+                    m->record_shapes = v != 0;
+                } else if (KEY("profile_memory")) {
+                    LF_TRY(top_int(r, &v));
+                    m->profile_memory = v != 0;
+                } else if (KEY("with_flops")) {
+                    LF_TRY(top_int(r, &v));
+                    m->with_flops = v != 0;
+                } else if (KEY("linfuse_dropped_events")) {
+                    LF_TRY(top_int(r, &m->dropped_events));
+                } else {
+                    LF_TRY(skip_value(r, 1));
+                }
+#undef KEY
+            } while (take(r, ','));
+        if (!take(r, '}'))
+            return fail_at(r, r->pos, "not valid JSON: expected ',' or '}'");
+        if (!seen)
+            return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
+    }
+    ws(r);
+    if (r->pos != r->n)
+        return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
     /* device events learn which host track launched them from the flow starts */
-    if (st == LF_OK && n_flows) {
-        qsort(flows, n_flows, sizeof *flows, cmp_flow);
-        for (int64_t i = 0; i < t->n; i++) {
-            lf_trace_event *ev = &t->ev[i];
+    if (r->n_flows) {
+        qsort(r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
+        for (int64_t i = 0; i < r->t->n; i++) {
+            lf_trace_event *ev = &r->t->ev[i];
             if (!lf_trace_cat_is_device(ev->cat) || !ev->correlation)
                 continue;
             flow_start key = {ev->correlation, 0, 0};
-            flow_start *f = bsearch(&key, flows, n_flows, sizeof *flows, cmp_flow);
+            flow_start *f = bsearch(&key, r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
             if (f)
                 ev->flow_pid = f->pid, ev->flow_tid = f->tid;
         }
     }
-    free(flows);
-    return st;
-}
-
-/* Build a trace from a parsed document; root is released here. */
-static lf_status from_root(json_t *root, const char *path, lf_trace **out)
-{
-    json_t *events = json_is_array(root) ? root : json_object_get(root, "traceEvents");
-    lf_status st = LF_OK;
-    lf_trace *t = NULL;
-    if (!json_is_array(events))
-        st = lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", path);
-    if (st == LF_OK)
-        st = lf_trace_create(&t);
-    if (st == LF_OK) {
-        lf_trace_meta *m = lf_trace_meta_of(t);
-        m->base_ns = json_is_object(root) ? get_int(root, "baseTimeNanoseconds", 0) : 0;
-        m->record_shapes = json_is_object(root) && get_int(root, "record_shapes", 0);
-        m->profile_memory = json_is_object(root) && get_int(root, "profile_memory", 0);
-        m->with_flops = json_is_object(root) && get_int(root, "with_flops", 0);
-        m->dropped_events = json_is_object(root) ? get_int(root, "linfuse_dropped_events", 0) : 0;
-        st = read_events(t, events, path);
-    }
-    if (st == LF_OK) {
-        /* the device label: CUDA unless every kernel ran on linfuse's CPU device */
-        int cuda = 0, cpu_dev = 0;
-        for (int64_t i = 0; i < t->n; i++)
-            if (lf_trace_cat_is_device(t->ev[i].cat)) {
-                if (!strncmp(t->ev[i].name, "lf_cpu_", 7))
-                    cpu_dev = 1;
-                else
-                    cuda = 1;
-            }
-        lf_trace_meta_of(t)->device_label = cpu_dev && !cuda ? "CPU-dev" : "CUDA";
-    }
-    json_decref(root);
-    if (st != LF_OK) {
-        lf_trace_free(t);
-        return st;
-    }
-    *out = t;
-    return LF_OK;
-}
-
-/* Documents nested deeper than this are refused: a trace is three levels deep, and deep
- * nesting is how hostile JSON makes recursive parsers run out of stack. */
-enum { MAX_NESTING = 64 };
-
-static int too_deep(const char *data, size_t n)
-{
-    int depth = 0, in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = data[i];
-        if (in_str) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_str = 0;
-        } else if (c == '"') {
-            in_str = 1;
-        } else if (c == '[' || c == '{') {
-            if (++depth > MAX_NESTING)
-                return 1;
-        } else if (c == ']' || c == '}') {
-            depth--;
+    /* the device label: CUDA unless every kernel ran on linfuse's CPU device */
+    int cuda = 0, cpu_dev = 0;
+    for (int64_t i = 0; i < r->t->n; i++)
+        if (lf_trace_cat_is_device(r->t->ev[i].cat)) {
+            if (!strncmp(r->t->ev[i].name, "lf_cpu_", 7))
+                cpu_dev = 1;
+            else
+                cuda = 1;
         }
-    }
-    return 0;
+    m->device_label = cpu_dev && !cuda ? "CPU-dev" : "CUDA";
+    return LF_OK;
 }
 
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
@@ -264,13 +418,16 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
         name = "(buffer)";
     if (size == 0)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    if (too_deep(data, size))
-        return lf_fail(LF_EINVAL, "%s: nested more than %d levels deep; not a trace", name, MAX_NESTING);
-    json_error_t err;
-    json_t *root = json_loadb(data, size, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
-    if (!root)
-        return lf_fail(LF_EINVAL, "%s:%d:%d: not valid JSON: %s", name, err.line, err.column, err.text);
-    return from_root(root, name, out);
+    reader r = {.p = data, .n = size, .name = name};
+    LF_TRY(lf_trace_create(&r.t));
+    lf_status st = parse_doc(&r);
+    free(r.flows);
+    if (st != LF_OK) {
+        lf_trace_free(r.t);
+        return st;
+    }
+    *out = r.t;
+    return LF_OK;
 }
 
 lf_status lf_trace_read_json(lf_trace **out, const char *path)
