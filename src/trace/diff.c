@@ -290,7 +290,8 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             b->kernels_per_step == 1 ? "" : "s", a->kernels_per_step);
         if (k_gone || k_new)
             put(&o, " (%d vanished, %d appeared)", k_gone, k_new);
-        put(&o, "; %d kernel%s stayed byte-identical, so %s the same work. ", k_same, k_same == 1 ? "" : "s",
+        put(&o, "; %d piece%s of device work kept %s exact name%s, so %s the same work. ", k_same,
+            k_same == 1 ? "" : "s", k_same == 1 ? "its" : "their", k_same == 1 ? "" : "s",
             k_same == 1 ? "it does" : "they do");
         put(&o, "The CPU side went from %g to %g ops per step", a->ops_per_step, b->ops_per_step);
         if (o_gone || o_new)

@@ -420,6 +420,7 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
     reader r = {.p = data, .n = size, .name = name};
     LF_TRY(lf_trace_create(&r.t));
+    lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
     lf_status st = parse_doc(&r);
     free(r.flows);
     if (st != LF_OK) {

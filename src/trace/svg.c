@@ -211,7 +211,7 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
     fprintf(f, " \xe2\x80\x94 ");
     put_time(f, span);
     fprintf(f, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">");
-    xml_text(f, path, 160);
+    xml_text(f, t->meta.trace_name ? t->meta.trace_name : path, 160);
     fprintf(f, "</text>\n");
     /* time axis with grid lines */
     double st = tick_step(span);
