@@ -142,6 +142,8 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
             }
     }
     free(steps);
+    if (lo > hi) /* nothing to draw: an empty window at 0 (found by the fuzzer) */
+        lo = hi = 0;
     if (hi <= lo)
         hi = lo + 1;
     /* the items in the window, grouped into lanes, nested into rows */
