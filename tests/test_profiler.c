@@ -376,7 +376,7 @@ static void test_memory_and_drops(void)
     CHECK(lf_prof_table(p, &to, &text) == LF_OK && strstr(text, "Events the profiler dropped: 6"), "drops shown");
     free(text);
     /* a trace that cannot be written leaves nothing behind */
-    FAILS(LF_EIO, "cannot write trace", lf_prof_export(p, "/nonexistent-dir/x.json"));
+    FAILS(LF_EIO, "cannot write /nonexistent-dir/x.json", lf_prof_export(p, "/nonexistent-dir/x.json"));
     lf_prof_free(p);
     FAILS(LF_EINVAL, "active >= 1", lf_prof_start(&p, &(lf_prof_opts){.use_schedule = 1}));
 }

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/experiments.h"
+#include "core/core.h"
 
 static const char *const exp_names[EXP_COUNT] = {"matmul-add", "linear", "simple-mlp"};
 static const char *const exp_labels[EXP_COUNT] = {"matmul_add", "linear_fwd", "mlp_fwd"};
@@ -204,20 +205,14 @@ static int prepare_dir(const char *dir, char *err, int cap)
     return 1;
 }
 
+static int put_text(FILE *f, void *ctx)
+{
+    return fputs(ctx, f) < 0 ? -1 : 0;
+}
+
 int lf_cli_write_text(const char *path, const char *text)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return 0;
-    FILE *f = fdopen(fd, "w");
-    int ok = f && fputs(text, f) >= 0;
-    ok &= f ? fclose(f) == 0 : (close(fd), 0);
-    if (ok && rename(tmp, path) == 0)
-        return 1;
-    unlink(tmp);
-    return 0;
+    return lf_write_file_atomic(path, put_text, (void *)text) == LF_OK;
 }
 
 void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)

@@ -3,7 +3,9 @@
 #ifndef LF_CORE_H
 #define LF_CORE_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "linfuse/status.h"
 
@@ -44,5 +46,20 @@ char *lf_fmt_shape(char *buf, int cap, int ndim, const int64_t *shape);
         if (!(p))                                                                 \
             return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", (fn), (name)); \
     } while (0)
+
+/* A growing text buffer for tables and reports. Printing never fails midway: running out of
+ * memory is remembered in oom and reported once by the caller. */
+typedef struct lf_sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} lf_sbuf;
+
+void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Write a file so that it either appears complete or not at all: write() fills a temporary
+ * file in the same directory (returning nonzero on failure), which is flushed and renamed
+ * over path. On failure nothing is left behind and the message names path. */
+lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx);
 
 #endif

@@ -51,6 +51,20 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
     return s;
 }
 
+lf_status lf_pointwise_into(lf_tensor **out, lf_tensor *y, lf_pointwise *p)
+{
+    p->out = lf_strided_of(y);
+    p->ndim = y->ndim;
+    memcpy(p->shape, y->shape, sizeof p->shape);
+    lf_status s = lf_launch_pointwise(lf_tensor_device(y), p);
+    if (s != LF_OK) {
+        lf_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return LF_OK;
+}
+
 lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
 {
     if (!t)

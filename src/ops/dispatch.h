@@ -45,6 +45,10 @@ lf_status lf_check_same(const char *op, const char *na, const lf_tensor *a, cons
 lf_matrix lf_matrix_of(const lf_tensor *t);
 lf_strided lf_strided_of(const lf_tensor *t);
 
+/* Run pointwise p writing into the fresh tensor y (p's out, ndim and shape are taken from y);
+ * *out = y on success, y freed on failure. */
+lf_status lf_pointwise_into(lf_tensor **out, lf_tensor *y, lf_pointwise *p);
+
 /* A new contiguous tensor like `like` but with the given shape. */
 lf_status lf_new_output(lf_tensor **out, const lf_tensor *like, int ndim, const int64_t *shape);
 

@@ -35,18 +35,11 @@ static lf_status binary_impl(lf_pw_op op, const char *fn, lf_tensor **out, const
     LF_TRY(broadcast(fn, a, b, &p.ndim, p.shape, sa, sb));
     lf_tensor *y;
     LF_TRY(lf_new_output(&y, a, p.ndim, p.shape));
-    p.out = lf_strided_of(y);
     p.in[0] = (lf_strided){lf_tensor_data(a), a->dtype, {0}};
     p.in[1] = (lf_strided){lf_tensor_data(b), b->dtype, {0}};
     memcpy(p.in[0].stride, sa, sizeof sa);
     memcpy(p.in[1].stride, sb, sizeof sb);
-    lf_status s = lf_launch_pointwise(lf_tensor_device(a), &p);
-    if (s != LF_OK) {
-        lf_tensor_free(y);
-        return s;
-    }
-    *out = y;
-    return LF_OK;
+    return lf_pointwise_into(out, y, &p);
 }
 
 lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
@@ -70,19 +63,9 @@ static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx a
         return lf_fail(LF_EINVAL, "lf_gelu: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
     lf_tensor *y;
     LF_TRY(lf_new_output(&y, x, x->ndim, x->shape));
-    lf_pointwise p = {.op = LF_PW_ACT,
-                      .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF,
-                      .ndim = x->ndim,
-                      .out = lf_strided_of(y),
-                      .in = {lf_strided_of(x)}};
-    memcpy(p.shape, x->shape, sizeof p.shape);
-    lf_status s = lf_launch_pointwise(lf_tensor_device(x), &p);
-    if (s != LF_OK) {
-        lf_tensor_free(y);
-        return s;
-    }
-    *out = y;
-    return LF_OK;
+    lf_pointwise p = {
+        .op = LF_PW_ACT, .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF, .in = {lf_strided_of(x)}};
+    return lf_pointwise_into(out, y, &p);
 }
 
 lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)

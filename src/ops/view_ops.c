@@ -43,15 +43,8 @@ static lf_status copy_contiguous(lf_tensor **out, const lf_tensor *x)
 {
     lf_tensor *y;
     LF_TRY(lf_new_output(&y, x, x->ndim, x->shape));
-    lf_pointwise p = {.op = LF_PW_COPY, .ndim = x->ndim, .out = lf_strided_of(y), .in = {lf_strided_of(x)}};
-    memcpy(p.shape, x->shape, sizeof p.shape);
-    lf_status s = lf_launch_pointwise(lf_tensor_device(x), &p);
-    if (s != LF_OK) {
-        lf_tensor_free(y);
-        return s;
-    }
-    *out = y;
-    return LF_OK;
+    lf_pointwise p = {.op = LF_PW_COPY, .in = {lf_strided_of(x)}};
+    return lf_pointwise_into(out, y, &p);
 }
 
 static lf_status contiguous_impl(lf_tensor **out, const lf_tensor *x)

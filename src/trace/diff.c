@@ -8,11 +8,6 @@
 
 #include "trace/trace_impl.h"
 
-static int is_step(const lf_trace_event *e)
-{
-    return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
-}
-
 /* Add one occurrence of name (time ns) to a list kept in first-seen order. */
 static int count_name(lf_name_count **list, int64_t *n, int64_t *cap, const char *name, double ns)
 {
@@ -34,34 +29,15 @@ static int count_name(lf_name_count **list, int64_t *n, int64_t *cap, const char
     return 1;
 }
 
-typedef struct span {
-    int64_t lo, hi;
-} span;
-
-static int by_lo(const void *a, const void *b)
-{
-    int64_t x = ((const span *)a)->lo, y = ((const span *)b)->lo;
-    return (x > y) - (x < y);
-}
-
 lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
 {
     LF_CHECK_PTR(t, "lf_step_profile_build", "t");
     LF_CHECK_PTR(out, "lf_step_profile_build", "out");
     memset(out, 0, sizeof *out);
-    int64_t steps = 0;
-    for (int64_t i = 0; i < t->n; i++)
-        steps += is_step(&t->ev[i]);
-    span *sp = malloc((size_t)(steps + 1) * sizeof *sp);
-    if (!sp)
-        return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
-    double cpu_ns = 0;
-    for (int64_t i = 0, k = 0; i < t->n; i++)
-        if (is_step(&t->ev[i])) {
-            sp[k++] = (span){t->ev[i].ts_ns, t->ev[i].ts_ns + t->ev[i].dur_ns};
-            cpu_ns += (double)t->ev[i].dur_ns;
-        }
-    qsort(sp, (size_t)steps, sizeof *sp, by_lo);
+    lf_span *sp;
+    int64_t steps, step_total;
+    LF_TRY(lf_trace_step_spans(t, &sp, &steps, &step_total));
+    double cpu_ns = (double)step_total;
     int64_t *when = lf_trace_launch_times(t);
     if (!when) {
         free(sp);
@@ -73,16 +49,8 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
         const lf_trace_event *e = &t->ev[i];
         if (e->dur_ns < 0)
             continue;
-        int64_t a = 0, b = steps;
-        while (a < b) {
-            int64_t mid = (a + b) / 2;
-            if (sp[mid].lo <= when[i])
-                a = mid + 1;
-            else
-                b = mid;
-        }
-        if (steps && !(a > 0 && when[i] <= sp[a - 1].hi))
-            continue;
+        if (steps && !lf_span_contains(sp, steps, when[i]))
+            continue; /* device work by its launch time, host events by their start */
         int ok = 1;
         if (e->cat == LF_TC_KERNEL || e->cat == LF_TC_MEMCPY || e->cat == LF_TC_MEMSET) {
             ok = count_name(&out->kernels, &out->n_kernels, &kcap, e->name, (double)e->dur_ns);
@@ -137,44 +105,9 @@ void lf_step_profile_free(lf_step_profile *p)
 
 /* --- text --- */
 
-typedef struct buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} buf;
+#define put lf_sbuf_printf
 
-static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(buf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? 2 * b->cap : 4096;
-        while (cap < b->n + (size_t)k + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
-static void put_json_str(buf *b, const char *s)
+static void put_json_str(lf_sbuf *b, const char *s)
 {
     put(b, "\"");
     for (; *s; s++) {
@@ -221,7 +154,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
     LF_CHECK_PTR(b, "lf_trace_diff", "b");
     LF_CHECK_PTR(text, "lf_trace_diff", "text");
     *text = NULL;
-    buf o = {0};
+    lf_sbuf o = {0};
     int k_gone = 0, k_new = 0, k_same = 0, o_gone = 0, o_new = 0;
     EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, (void)x; (void)y; k_gone += ch == GONE;
                 k_new += ch == NEW; k_same += ch == SAME);

@@ -2,12 +2,10 @@
  * Hand-written rather than built with jansson: a trace can hold millions of events, and a
  * streaming writer needs no tree of them in memory. Written to a temporary file that is
  * renamed over the target only when complete. Layer: trace/. */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "trace/trace_impl.h"
 
@@ -187,32 +185,21 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     return !ferror(f);
 }
 
+typedef struct write_ctx {
+    const lf_trace *t;
+    const char *path;
+} write_ctx;
+
+static int write_cb(FILE *f, void *ctx)
+{
+    const write_ctx *w = ctx;
+    return write_all(w->t, f, w->path) ? 0 : -1;
+}
+
 lf_status lf_trace_write_json(const lf_trace *t, const char *path)
 {
     LF_CHECK_PTR(t, "lf_trace_write_json", "t");
     LF_CHECK_PTR(path, "lf_trace_write_json", "path");
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return lf_fail(LF_ENOMEM, "lf_trace_write_json: out of memory");
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        lf_status s = lf_fail(LF_EIO, "cannot write trace %s: %s", path, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    FILE *f = fdopen(fd, "w");
-    int ok = f && write_all(t, f, path);
-    if (f)
-        ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= f ? fclose(f) == 0 : (close(fd), 0);
-    if (ok && rename(tmp, path) == 0) {
-        free(tmp);
-        return LF_OK;
-    }
-    int err = errno;
-    unlink(tmp);
-    free(tmp);
-    return lf_fail(LF_EIO, "cannot write trace %s: %s", path, strerror(err));
+    write_ctx w = {t, path};
+    return lf_write_file_atomic(path, write_cb, &w);
 }

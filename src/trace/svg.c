@@ -1,12 +1,10 @@
 /* One step of a trace drawn as an SVG timeline, for people without Perfetto: a lane per host
  * thread with ops nested by depth, a lane per device stream with kernels, arrows from each op
  * to the kernel it launched, a time axis. Layer: trace/. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "trace/trace_impl.h"
 
@@ -285,33 +283,27 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
     return ferror(f) ? -1 : 0;
 }
 
+typedef struct svg_ctx {
+    const lf_trace *t;
+    int step;
+    const char *path;
+    int rc;
+} svg_ctx;
+
+static int svg_cb(FILE *f, void *ctx)
+{
+    svg_ctx *c = ctx;
+    c->rc = draw(c->t, c->step, f, c->path);
+    return c->rc;
+}
+
 lf_status lf_trace_svg(const lf_trace *t, int step, const char *path)
 {
     LF_CHECK_PTR(t, "lf_trace_svg", "t");
     LF_CHECK_PTR(path, "lf_trace_svg", "path");
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return lf_fail(LF_ENOMEM, "lf_trace_svg: out of memory");
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        lf_status s = lf_fail(LF_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    FILE *f = fdopen(fd, "w");
-    int rc = f ? draw(t, step, f, path) : -1;
-    int ok = f && fclose(f) == 0 && rc == 0;
-    if (!f)
-        close(fd);
-    if (ok && rename(tmp, path) == 0) {
-        free(tmp);
-        return LF_OK;
-    }
-    unlink(tmp);
-    free(tmp);
-    if (rc == -2)
+    svg_ctx c = {t, step, path, 0};
+    lf_status s = lf_write_file_atomic(path, svg_cb, &c);
+    if (s != LF_OK && c.rc == -2)
         return lf_fail(LF_EINVAL, "lf_trace_svg: step %d does not exist in this trace", step);
-    return lf_fail(LF_EIO, "cannot write %s", path);
+    return s;
 }

@@ -407,43 +407,6 @@ lf_status lf_sort_key_parse(const char *s, lf_sort_key *out)
 
 /* --- text --- */
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = b->cap ? 2 * b->cap : 4096;
-        while (cap < b->n + (size_t)k + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 /* PyTorch's _format_time: seconds, milliseconds or microseconds with three decimals. */
 static void fmt_time(char *buf, size_t cap, double ns)
 {
@@ -526,18 +489,18 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         if (c >= 6 && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
             w[c] = (int)strlen(heads[c]);
     }
-    sbuf b = {0};
-#define SEP_LINE()                                         \
-    do {                                                   \
-        for (int c = 0; c < ncol; c++)                     \
-            for (int k = 0; k < w[c] + 2; k++)             \
-                sb_printf(&b, "%c", k < w[c] ? '-' : ' '); \
-        sb_printf(&b, "\n");                               \
+    lf_sbuf b = {0};
+#define SEP_LINE()                                              \
+    do {                                                        \
+        for (int c = 0; c < ncol; c++)                          \
+            for (int k = 0; k < w[c] + 2; k++)                  \
+                lf_sbuf_printf(&b, "%c", k < w[c] ? '-' : ' '); \
+        lf_sbuf_printf(&b, "\n");                               \
     } while (0)
     SEP_LINE();
     for (int c = 0; c < ncol; c++)
-        sb_printf(&b, "%*s  ", w[c], heads[c]);
-    sb_printf(&b, "\n");
+        lf_sbuf_printf(&b, "%*s  ", w[c], heads[c]);
+    lf_sbuf_printf(&b, "\n");
     SEP_LINE();
     for (int64_t i = 0; i < limit; i++) {
         const lf_table_row *r = &tab->rows[i];
@@ -574,21 +537,21 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
             cell[nc++] = mem[2], cell[nc++] = mem[3];
         cell[nc++] = count;
         for (int c = 0; c < nc; c++)
-            sb_printf(&b, "%*s  ", w[c], cell[c]);
-        sb_printf(&b, "\n");
+            lf_sbuf_printf(&b, "%*s  ", w[c], cell[c]);
+        lf_sbuf_printf(&b, "\n");
     }
     SEP_LINE();
 #undef SEP_LINE
     char tot[32];
     fmt_time(tot, sizeof tot, (double)tab->self_cpu_total_ns);
-    sb_printf(&b, "Self CPU time total: %s\n", tot);
+    lf_sbuf_printf(&b, "Self CPU time total: %s\n", tot);
     if (tab->has_device) {
         fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
-        sb_printf(&b, "Self %s time total: %s\n", dl, tot);
+        lf_sbuf_printf(&b, "Self %s time total: %s\n", dl, tot);
     }
     if (tab->dropped_events > 0)
-        sb_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
-                  (long long)tab->dropped_events);
+        lf_sbuf_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
+                       (long long)tab->dropped_events);
     if (b.oom) {
         free(b.p);
         return lf_fail(LF_ENOMEM, "lf_table_format: out of memory");

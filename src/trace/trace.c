@@ -191,3 +191,50 @@ int64_t *lf_trace_launch_times(const lf_trace *t)
     free(by_corr), free(by_ext);
     return ts;
 }
+
+/* --- steps --- */
+
+static int is_step(const lf_trace_event *e)
+{
+    return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
+}
+
+static int by_lo(const void *a, const void *b)
+{
+    int64_t x = ((const lf_span *)a)->lo, y = ((const lf_span *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, int64_t *total_ns)
+{
+    int64_t k = 0, total = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        k += is_step(&t->ev[i]);
+    lf_span *sp = malloc((size_t)(k + 1) * sizeof *sp);
+    if (!sp)
+        return lf_fail(LF_ENOMEM, "out of memory for %lld steps", (long long)k);
+    k = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        if (is_step(&t->ev[i])) {
+            sp[k++] = (lf_span){t->ev[i].ts_ns, t->ev[i].ts_ns + t->ev[i].dur_ns};
+            total += t->ev[i].dur_ns;
+        }
+    qsort(sp, (size_t)k, sizeof *sp, by_lo);
+    *spans = sp;
+    *n = k;
+    *total_ns = total;
+    return LF_OK;
+}
+
+int lf_span_contains(const lf_span *s, int64_t n, int64_t ts)
+{
+    int64_t a = 0, b = n; /* the last span starting at or before ts */
+    while (a < b) {
+        int64_t mid = (a + b) / 2;
+        if (s[mid].lo <= ts)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a > 0 && ts <= s[a - 1].hi;
+}

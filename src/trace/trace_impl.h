@@ -31,4 +31,12 @@ struct lf_trace {
  * Caller frees; NULL when out of memory. */
 int64_t *lf_trace_launch_times(const lf_trace *t);
 
+/* The ProfilerStep#N ranges of a trace, sorted by start, and their total time. */
+typedef struct lf_span {
+    int64_t lo, hi;
+} lf_span;
+lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, int64_t *total_ns);
+/* Whether time ts falls in one of the sorted spans (binary search). */
+int lf_span_contains(const lf_span *s, int64_t n, int64_t ts);
+
 #endif

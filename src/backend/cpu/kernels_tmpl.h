@@ -84,7 +84,7 @@ static void LF_K(pack_rows_)(const void *base, lf_dtype dt, int64_t rs, const in
                 const uint16_t *restrict x = (const uint16_t *)base + off;
 #pragma omp simd
                 for (int p = 0; p < v; p++)
-                    o[p] = lf_bits_to_f32((uint32_t)x[p] << 16);
+                    o[p] = lf_f32_from_bits((uint32_t)x[p] << 16);
             } else {
                 const uint16_t *restrict x = (const uint16_t *)base + off;
                 for (int p = 0; p < v; p++)

@@ -6,21 +6,8 @@
 #ifndef LF_VMATH_H
 #define LF_VMATH_H
 
-#include <stdint.h>
-#include <string.h>
+#include "linfuse/tensor.h" /* lf_f32_bits, lf_f32_from_bits */
 
-static inline float lf_bits_to_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint32_t lf_f32_to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation
  * < 6e-9), 2^n put in the exponent bits. Inputs are clamped to [-87, 88], so the result is a
@@ -43,8 +30,8 @@ static inline float lf_vexpf(float x)
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t ni = (int32_t)(lf_f32_to_bits(t) - 0x4B400000u);
-    return p * lf_bits_to_f32((uint32_t)(ni + 127) << 23);
+    int32_t ni = (int32_t)(lf_f32_bits(t) - 0x4B400000u);
+    return p * lf_f32_from_bits((uint32_t)(ni + 127) << 23);
 }
 
 static inline float lf_vrelu(float x)
@@ -91,7 +78,7 @@ static inline float lf_vgelu_erf(float x)
 /* bf16/f16 stores inside vector loops (the same rounding as tensor.h's, written branch-free). */
 static inline uint16_t lf_vbf16(float f)
 {
-    uint32_t x = lf_f32_to_bits(f);
+    uint32_t x = lf_f32_bits(f);
     uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     uint32_t nan = (x >> 16) | 0x40u;
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : r);
