@@ -3,6 +3,10 @@
  * Hot path (op begin/end, kernel end): a thread-local lookup, two clock reads, stores into a
  * preallocated chunk; no lock, no formatting. Layer: profiler/. */
 #include <pthread.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@ struct lf_profiler {
     lf_rec *step_rec; /* the open ProfilerStep#N range */
     int64_t window_start;
     int64_t mono0, real0; /* the same instant on both clocks */
+    int64_t tick0;        /* and on the event stamps' clock */
     _Atomic int64_t lost;
     lf_trace *trace; /* the last completed window */
 };
@@ -45,6 +50,31 @@ int64_t lf_prof_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Events are stamped with the CPU's time-stamp counter where it is invariant (a few ns to read,
+ * against ~25 ns for clock_gettime in a VM: two stamps per op are most of an event's cost), and
+ * mapped to CLOCK_MONOTONIC when a window becomes a trace, through two anchors taken on both
+ * clocks (as CUPTI maps GPU stamps to the CPU clock, and as Kineto does with its TSC clock).
+ * Without an invariant TSC the stamps are CLOCK_MONOTONIC nanoseconds themselves. */
+static int use_tsc; /* set once, before any stamp is taken by the first session */
+
+static void tsc_init(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u && __get_cpuid(0x80000007u, &a, &b, &c, &d))
+        use_tsc = (d >> 8) & 1; /* invariant TSC: constant rate, runs in every power state */
+#endif
+}
+
+static inline int64_t ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_expect(use_tsc, 1))
+        return (int64_t)__rdtsc();
+#endif
+    return lf_prof_now_ns();
 }
 
 /* --- per-thread buffers --- */
@@ -177,13 +207,16 @@ static lf_rec *open_rec(lf_profiler *p, int kind, const char *name, int op)
         b->open[b->depth++] = NULL;
         return NULL;
     }
-    memset(r, 0, sizeof *r);
-    r->kind = (uint8_t)kind;
+    r->kind = (uint8_t)kind; /* every field an op or range uses, set once (no memset) */
+    r->n_args = 0;
+    r->device = 0;
     r->op = op;
     r->name = name;
     r->ext_id = next_id(b);
+    r->flops = 0;
+    r->u.args = NULL;
     r->t1 = -1;
-    r->t0 = lf_prof_now_ns();
+    r->t0 = ticks();
     b->open[b->depth++] = r;
     publish(b);
     return r;
@@ -196,7 +229,7 @@ static void close_rec(lf_profiler *p)
         return;
     b->depth--;
     if (b->depth < LF_MAX_DEPTH && b->open[b->depth])
-        b->open[b->depth]->t1 = lf_prof_now_ns();
+        b->open[b->depth]->t1 = ticks();
 }
 
 static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *args)
@@ -234,13 +267,13 @@ static void on_kernel_begin(void *user, lf_device dev)
     (void)dev;
     lf_tbuf *b = thread_buf(user);
     if (b)
-        b->kernel_t0 = lf_prof_now_ns();
+        b->kernel_t0 = ticks();
 }
 
 static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
 {
     lf_profiler *p = user;
-    int64_t t1 = lf_prof_now_ns();
+    int64_t t1 = ticks();
     lf_tbuf *b = thread_buf(p);
     if (!b || !info)
         return;
@@ -282,7 +315,7 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
     r->kind = REC_MEM;
     r->device = (uint16_t)dev;
     r->name = "[memory]";
-    r->t0 = r->t1 = lf_prof_now_ns();
+    r->t0 = r->t1 = ticks();
     r->u.m.bytes = bytes;
     r->u.m.total = total;
     r->u.m.addr = (int64_t)(intptr_t)addr;
@@ -361,14 +394,42 @@ static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
         snprintf(buf + n, cap - n, "]");
 }
 
+/* Stamps to CLOCK_MONOTONIC ns: a line through (tick0, mono0) and a second anchor taken now,
+ * at least 5 ms later so the rate is exact to a few parts per million. */
+typedef struct clock_map {
+    int64_t tick0, mono0;
+    double ns_per_tick;
+} clock_map;
+
+static clock_map map_clock(const lf_profiler *p)
+{
+    clock_map m = {p->tick0, p->mono0, 1.0};
+    if (!use_tsc)
+        return m;
+    int64_t t1 = ticks(), m1 = lf_prof_now_ns();
+    while (m1 - p->mono0 < 5000000) {
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+        t1 = ticks(), m1 = lf_prof_now_ns();
+    }
+    m.ns_per_tick = (double)(m1 - p->mono0) / (double)(t1 - p->tick0);
+    return m;
+}
+
+static int64_t to_ns(const clock_map *m, int64_t tick)
+{
+    return m->mono0 + (int64_t)((double)(tick - m->tick0) * m->ns_per_tick);
+}
+
 static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_trace **out)
 {
     lf_trace *t;
     LF_TRY(lf_trace_create(&t));
+    const clock_map cm = map_clock(p);
     lf_trace_meta *m = lf_trace_meta_of(t);
     /* Kineto's base: epoch ns floored to a 7,889,238 s boundary; ts are offsets from it */
     const int64_t span = INT64_C(7889238) * 1000000000;
-    const int64_t real_begin = p->real0 + (t_begin - p->mono0);
+    const int64_t real_begin = p->real0 + (to_ns(&cm, t_begin) - p->mono0);
     m->base_ns = real_begin / span * span;
     const int64_t to_base = p->real0 - p->mono0 - m->base_ns; /* mono ns -> ns since base */
     m->record_shapes = p->o.record_shapes;
@@ -501,7 +562,7 @@ static void end_step_range(lf_profiler *p)
     int top = b->depth < LF_MAX_DEPTH ? b->depth : LF_MAX_DEPTH;
     for (int i = top - 1; i >= 0; i--)
         if (b->open[i] == p->step_rec) {
-            p->step_rec->t1 = lf_prof_now_ns();
+            p->step_rec->t1 = ticks();
             memmove(&b->open[i], &b->open[i + 1], (size_t)(top - 1 - i) * sizeof b->open[0]);
             b->depth--;
             break;
@@ -513,7 +574,7 @@ static void end_step_range(lf_profiler *p)
 static lf_status save_window(lf_profiler *p)
 {
     lf_trace *t;
-    LF_TRY(build_trace(p, p->window_start, lf_prof_now_ns(), &t));
+    LF_TRY(build_trace(p, p->window_start, ticks(), &t));
     lf_trace_free(p->trace);
     p->trace = t;
     pthread_mutex_lock(&p->mu);
@@ -531,7 +592,7 @@ static void enter_state(lf_profiler *p, int prev, int cur)
     p->state = cur;
     set_recording(p, cur != ST_NONE);
     if (rec_cur && (!rec_prev || prev == ST_RECORD_AND_SAVE))
-        p->window_start = lf_prof_now_ns(); /* warm-up events before this are dropped */
+        p->window_start = ticks(); /* warm-up events before this are dropped */
 }
 
 lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
@@ -560,7 +621,10 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
         p->o.activities = LF_PROF_CPU | LF_PROF_DEVICE;
     pthread_mutex_init(&p->mu, NULL);
     p->gen = atomic_fetch_add(&generation, 1) + 1;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, tsc_init);
     struct timespec rt;
+    p->tick0 = ticks();
     p->mono0 = lf_prof_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     p->real0 = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
