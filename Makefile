@@ -6,7 +6,7 @@ TEST_BUILD ?= build-test
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all run build test install bench format clean
+.PHONY: all run build test test-gpu install bench format clean
 
 all: build
 
@@ -23,6 +23,13 @@ test:
 	cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
 	cmake --build $(TEST_BUILD) -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD) --output-on-failure -j $(JOBS)
+
+# On a GPU machine: the CUDA backend against the CPU (CI only builds this test).
+test-gpu:
+	@scripts/deps.sh build
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
+	cmake --build $(BUILD) -j $(JOBS)
+	./$(BUILD)/tests/test_cuda
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

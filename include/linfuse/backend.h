@@ -81,6 +81,10 @@ lf_status lf_gemm_validate(const lf_gemm *g);
  * usable GPU). */
 int lf_device_available(lf_device dev);
 
+/* Wait until the device has finished all work queued so far (timing, before reading results
+ * through raw pointers). A no-op on the CPU, whose kernels finish before they return. */
+lf_status lf_device_synchronize(lf_device dev);
+
 /* Run a GEMM on the device that holds its memory. info may be NULL. */
 lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info);
 

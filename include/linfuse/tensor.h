@@ -170,10 +170,13 @@ void *lf_tensor_data(const lf_tensor *t);
 /* Same storage, so possibly overlapping memory. */
 int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b);
 
-/* --- host data in and out (CPU tensors; device tensors come with the CUDA backend) --- */
+/* --- host data in and out --- */
 
-/* Copy every element, in row-major order of the logical shape, into dst as float.
- * cap is dst's capacity in elements and must be >= numel. */
+/* A contiguous copy of t on device dev (same dtype): how data moves between host and GPU. */
+lf_status lf_tensor_to_device(lf_tensor **out, const lf_tensor *t, lf_device dev);
+
+/* Copy every element, in row-major order of the logical shape, into dst as float (device
+ * tensors are copied to the host first). cap is dst's capacity in elements, >= numel. */
 lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap);
 /* Fill every element (through strides) with uniform values in [lo, hi), rounded to dtype. */
 lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "tensor/tensor_impl.h"
 
 lf_epilogue lf_epilogue_default(void)
 {
@@ -39,6 +40,15 @@ const lf_backend_ops *lf_backend_for(lf_device dev)
 {
     if (dev == LF_DEVICE_CPU)
         return &lf_cpu_backend_ops;
+#ifdef LF_HAVE_CUDA
+    const char *why = NULL;
+    if (dev == LF_DEVICE_CUDA) {
+        if (lf_cuda_available(&why))
+            return &lf_cuda_backend_ops;
+        lf_fail(LF_EDEVICE, "cuda: %s", why);
+        return NULL;
+    }
+#endif
     lf_fail(LF_EDEVICE, "no %s backend in this build or on this machine", lf_device_name(dev));
     return NULL;
 }
@@ -85,7 +95,32 @@ const char *lf_kernel_name(uint64_t key, lf_kernel_name_fmt fmt, const void *ctx
 
 int lf_device_available(lf_device dev)
 {
+#ifdef LF_HAVE_CUDA
+    if (dev == LF_DEVICE_CUDA)
+        return lf_cuda_available(NULL);
+#endif
     return dev == LF_DEVICE_CPU;
+}
+
+#ifdef LF_HAVE_CUDA
+lf_status lf_cuda_synchronize(void);
+#endif
+
+lf_status lf_device_synchronize(lf_device dev)
+{
+    if (dev == LF_DEVICE_CPU)
+        return LF_OK;
+#ifdef LF_HAVE_CUDA
+    if (dev == LF_DEVICE_CUDA)
+        return lf_cuda_synchronize();
+#endif
+    return lf_fail(LF_EDEVICE, "no %s backend in this build or on this machine", lf_device_name(dev));
+}
+
+/* Tensors on a device start its backend on first use (the tensor layer cannot call up). */
+__attribute__((constructor)) static void register_starter(void)
+{
+    lf_tensor_set_device_starter(lf_device_available);
 }
 
 static char layout_letter(const lf_matrix *m)

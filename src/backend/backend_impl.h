@@ -13,6 +13,11 @@ typedef struct lf_backend_ops {
 } lf_backend_ops;
 
 extern const lf_backend_ops lf_cpu_backend_ops;
+#ifdef LF_HAVE_CUDA
+extern const lf_backend_ops lf_cuda_backend_ops;
+/* Start the CUDA backend once; 0 (with *why saying why) when there is no usable GPU. */
+int lf_cuda_available(const char **why);
+#endif
 
 /* The table for dev, or NULL (with the message set) when that device has no backend. */
 const lf_backend_ops *lf_backend_for(lf_device dev);

@@ -211,7 +211,8 @@ int lf_cli_bench(int argc, char **argv)
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: linfuse bench cpu|profiler [--reps N]\n"
                    "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
-                   "  profiler: what recording costs per event and per step, profiler on vs off\n");
+                   "  profiler: what recording costs per event and per step, profiler on vs off\n"
+                   "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them)\n");
             return LF_EXIT_OK;
         } else if (!what && argv[i][0] != '-') {
             what = argv[i];
@@ -222,6 +223,8 @@ int lf_cli_bench(int argc, char **argv)
     }
     if (what && !strcmp(what, "profiler"))
         return lf_cli_bench_profiler((int)reps);
+    if (what && !strcmp(what, "cuda"))
+        return lf_cli_bench_cuda((int)reps);
     if (!what || strcmp(what, "cpu")) {
         fprintf(stderr, "linfuse bench: expected `linfuse bench cpu` or `linfuse bench profiler`%s%s\n",
                 what ? ", got " : "", what ? what : "");

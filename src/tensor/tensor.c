@@ -64,7 +64,14 @@ static void cpu_free(void *p, size_t n, void *ctx)
     (void)n, (void)ctx, free(p);
 }
 
-static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL}};
+static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL, NULL}};
+
+static int (*device_starter)(lf_device dev);
+
+void lf_tensor_set_device_starter(int (*start)(lf_device dev))
+{
+    device_starter = start;
+}
 
 void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a)
 {
@@ -140,6 +147,8 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     if ((unsigned)dev >= LF_DEVICE_COUNT)
         return lf_fail(LF_EDEVICE, "%s: device %d is not cpu or cuda", what, (int)dev);
     const lf_allocator *a = &allocators[dev];
+    if (!a->alloc && device_starter)
+        device_starter(dev);
     if (!a->alloc)
         return lf_fail(LF_EDEVICE, "%s: no %s backend is running (this build or this machine has none)", what,
                        lf_device_name(dev));
@@ -253,6 +262,15 @@ int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b)
 
 /* --- host data --- */
 
+static lf_status host_check(const lf_tensor *t, const char *fn)
+{
+    LF_CHECK_PTR(t, fn, "t");
+    if (lf_tensor_device(t) != LF_DEVICE_CPU)
+        return lf_fail(LF_EDEVICE, "%s: tensor is on %s, expected cpu (copy it to the host first)", fn,
+                       lf_device_name(lf_tensor_device(t)));
+    return LF_OK;
+}
+
 /* Walk every element of t in row-major order of its logical shape, calling body with the
  * element's offset (from lf_tensor_data) and its linear index. */
 #define LF_FOR_EACH_ELEMENT(t, off, lin, body)                                               \
@@ -271,26 +289,79 @@ int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b)
                     }                                                                        \
     } while (0)
 
-static lf_status host_check(const lf_tensor *t, const char *fn)
+/* The bytes of t's storage on the host: the storage itself for CPU tensors, else a staged copy
+ * (*staged, freed by the caller). */
+static lf_status host_bytes(const lf_tensor *t, const char *fn, const void **bytes, void **staged)
 {
-    LF_CHECK_PTR(t, fn, "t");
-    if (lf_tensor_device(t) != LF_DEVICE_CPU)
-        return lf_fail(LF_EDEVICE, "%s: tensor is on %s, expected cpu (copy it to the host first)", fn,
-                       lf_device_name(lf_tensor_device(t)));
+    *staged = NULL;
+    lf_device dev = lf_tensor_device(t);
+    if (dev == LF_DEVICE_CPU) {
+        *bytes = t->storage->data;
+        return LF_OK;
+    }
+    const lf_allocator *a = &allocators[dev];
+    void *h = malloc(t->storage->nbytes ? t->storage->nbytes : 1);
+    if (!h)
+        return lf_fail(LF_ENOMEM, "%s: out of host memory to stage %zu bytes", fn, t->storage->nbytes);
+    if (!a->copy || a->copy(h, t->storage->data, t->storage->nbytes, 1, a->ctx) != 0) {
+        free(h);
+        return lf_fail(LF_EDEVICE, "%s: copying %zu bytes from %s failed", fn, t->storage->nbytes, lf_device_name(dev));
+    }
+    *bytes = h;
+    *staged = h;
+    return LF_OK;
+}
+
+lf_status lf_tensor_to_device(lf_tensor **out, const lf_tensor *t, lf_device dev)
+{
+    LF_CHECK_PTR(out, "lf_tensor_to_device", "out");
+    *out = NULL;
+    LF_CHECK_PTR(t, "lf_tensor_to_device", "t");
+    const void *src;
+    void *staged;
+    LF_TRY(host_bytes(t, "lf_tensor_to_device", &src, &staged));
+    /* gather the view into a contiguous host buffer, then place it */
+    lf_tensor *h = NULL, *y = NULL;
+    lf_status s = lf_tensor_empty(&h, t->dtype, t->ndim, t->shape, LF_DEVICE_CPU);
+    if (s == LF_OK) {
+        const size_t es = lf_dtype_size(t->dtype);
+        char *dst = h->storage->data;
+        const char *base = (const char *)src + t->offset * (int64_t)es;
+        LF_FOR_EACH_ELEMENT(t, off, lin, memcpy(dst + lin * (int64_t)es, base + off * (int64_t)es, es));
+        if (dev == LF_DEVICE_CPU) {
+            y = h, h = NULL;
+        } else {
+            s = lf_tensor_empty(&y, t->dtype, t->ndim, t->shape, dev);
+            if (s == LF_OK && allocators[dev].copy(y->storage->data, h->storage->data, h->storage->nbytes, 0,
+                                                   allocators[dev].ctx) != 0)
+                s = lf_fail(LF_EDEVICE, "lf_tensor_to_device: copying to %s failed", lf_device_name(dev));
+        }
+    }
+    free(staged);
+    lf_tensor_free(h);
+    if (s != LF_OK) {
+        lf_tensor_free(y);
+        return s;
+    }
+    *out = y;
     return LF_OK;
 }
 
 lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap)
 {
-    LF_TRY(host_check(t, "lf_tensor_to_f32"));
+    LF_CHECK_PTR(t, "lf_tensor_to_f32", "t");
     LF_CHECK_PTR(dst, "lf_tensor_to_f32", "dst");
     int64_t n = lf_tensor_numel(t);
     if (cap < n)
         return lf_fail(LF_EINVAL, "lf_tensor_to_f32: dst holds %lld elements, tensor has %lld", (long long)cap,
                        (long long)n);
-    const void *p = lf_tensor_data(t);
+    const void *bytes;
+    void *staged;
+    LF_TRY(host_bytes(t, "lf_tensor_to_f32", &bytes, &staged));
+    const void *p = (const char *)bytes + t->offset * (int64_t)lf_dtype_size(t->dtype);
     lf_dtype dt = t->dtype;
     LF_FOR_EACH_ELEMENT(t, off, lin, dst[lin] = lf_load_f32(p, dt, off));
+    free(staged);
     return LF_OK;
 }
 

@@ -20,10 +20,17 @@ struct lf_storage {
 typedef struct lf_allocator {
     void *(*alloc)(size_t nbytes, void *ctx); /* NULL on failure */
     void (*free)(void *p, size_t nbytes, void *ctx);
+    /* Copy n bytes between this device and the host (to_host says which way), finished when it
+     * returns. NULL for the CPU. */
+    int (*copy)(void *dst, const void *src, size_t n, int to_host, void *ctx);
     void *ctx;
 } lf_allocator;
 
 void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a);
+
+/* Called when a tensor is wanted on a device with no allocator yet, so a backend that starts
+ * lazily can start (and register its allocator). Set by the backend layer at load time. */
+void lf_tensor_set_device_starter(int (*start)(lf_device dev));
 
 /* Check ndim and every dim (>= 1), and that numel and bytes fit; names `what` in messages. */
 lf_status lf_shape_check(const char *what, int ndim, const int64_t *shape, lf_dtype dt, int64_t *numel);

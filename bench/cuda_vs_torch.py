@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""linfuse against PyTorch on the GPU, in one run: `linfuse bench cuda` then the same forwards in
+PyTorch (eager and torch.compile), timed the same way: many forwards back to back, one
+synchronize, divided; median of samples. usage: bench/cuda_vs_torch.py build/linfuse"""
+import re, subprocess, sys, time
+
+import torch
+import torch.nn.functional as F
+
+linfuse = sys.argv[1]
+out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20"], capture_output=True, text=True)
+print(out.stdout, end="")
+if out.returncode:
+    sys.exit(out.stderr)
+ours = {m.group(1): float(m.group(2)) for m in re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+)", out.stdout)}
+
+dev, dt = "cuda", torch.bfloat16
+torch.manual_seed(0)
+
+
+def bench(fn, samples=20, per=50):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        for _ in range(per):
+            fn()
+        torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) / per)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e6
+
+
+def cases():
+    for n in (4096, 64):
+        x, w, b = (torch.rand(n, n, device=dev, dtype=dt) * 2 - 1 for _ in range(3))
+        yield "matmul_add_%d" % n, lambda x=x, w=w, b=b: torch.add(torch.matmul(x, w), b)
+    for (bs, seq, d, h) in ((64, 128, 768, 3072), (8, 1024, 4096, 11008)):
+        g = torch.nn.Linear(d, h, bias=False, device=dev, dtype=dt)
+        u = torch.nn.Linear(d, h, bias=False, device=dev, dtype=dt)
+        dn = torch.nn.Linear(h, d, bias=False, device=dev, dtype=dt)
+        x = torch.rand(bs, seq, d, device=dev, dtype=dt) * 2 - 1
+        yield "mlp_%dx%dx%dx%d" % (bs, seq, d, h), lambda x=x, g=g, u=u, dn=dn: dn(F.gelu(g(x), approximate="tanh") * u(x))
+    lin = torch.nn.Linear(32, 64, device=dev, dtype=dt)
+    x = torch.rand(1024, 32, device=dev, dtype=dt)
+    yield "linear_1024x32x64", lambda: lin(x)
+
+
+print("\n%-26s %12s %12s %12s %10s" % ("case", "linfuse us", "torch eager", "torch.compile", "ratio eager"))
+with torch.no_grad():
+    for name, fn in cases():
+        eager = bench(fn)
+        comp = bench(torch.compile(fn))
+        ours_us = ours.get(name, float("nan"))
+        print("%-26s %12.2f %12.2f %12.2f %10.3f" % (name, ours_us, eager, comp, ours_us / eager))

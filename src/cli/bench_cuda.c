@@ -1,0 +1,136 @@
+/* `linfuse bench cuda`: the blog's forwards on the GPU, for side-by-side runs with PyTorch
+ * (bench/cuda_vs_torch.py runs both). GPU time per forward: many forwards queued back to back,
+ * synchronized once, divided (the GPU is the bottleneck for these sizes, so the queue never
+ * runs dry). Host time per call: the same at a size where the GPU is not the bottleneck.
+ * Layer: cli/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct gcase {
+    const char *name;
+    int kind; /* 0 matmul-add, 1 linear, 2 mlp */
+    int64_t a, b, c, d;
+} gcase;
+
+static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
+                         const lf_nn_geglu_mlp *mlp)
+{
+    lf_tensor *y = NULL, *t = NULL;
+    lf_status s;
+    if (g->kind == 0) {
+        s = lf_matmul(&t, x, w);
+        if (s == LF_OK)
+            s = lf_add(&y, t, b);
+    } else if (g->kind == 1) {
+        s = lf_nn_linear_forward(lin, x, &y);
+    } else {
+        s = lf_nn_geglu_mlp_forward(mlp, x, &y);
+    }
+    lf_tensor_free(t), lf_tensor_free(y);
+    return s;
+}
+
+static lf_status to_cuda(lf_tensor **t)
+{
+    lf_tensor *g = NULL;
+    lf_status s = lf_tensor_to_device(&g, *t, LF_DEVICE_CUDA);
+    if (s != LF_OK)
+        return s;
+    lf_tensor_free(*t);
+    *t = g;
+    return LF_OK;
+}
+
+int lf_cli_bench_cuda(int reps)
+{
+    if (!lf_device_available(LF_DEVICE_CUDA)) {
+        lf_device_synchronize(LF_DEVICE_CUDA);
+        fprintf(stderr, "linfuse bench cuda: %s\n", lf_last_error());
+        return LF_EXIT_FAIL;
+    }
+    static const gcase cases[] = {
+        {"matmul_add_4096", 0, 4096, 0, 0, 0},
+        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072},
+        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008},
+        {"linear_1024x32x64", 1, 1024, 32, 64, 0},
+        {"matmul_add_64", 0, 64, 0, 0, 0},
+    };
+    printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const gcase *g = &cases[i];
+        lf_rng rng;
+        lf_rng_seed(&rng, 1);
+        lf_tensor *x = NULL, *w = NULL, *b = NULL;
+        lf_nn_linear lin = {0};
+        lf_nn_geglu_mlp mlp = {0};
+        lf_status s = LF_OK;
+        if (g->kind == 0) {
+            int64_t sq[2] = {g->a, g->a};
+            s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&w, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&b, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+            if (s == LF_OK)
+                s = lf_tensor_fill_uniform(w, &rng, -1, 1);
+            if (s == LF_OK)
+                s = lf_tensor_fill_uniform(b, &rng, -1, 1);
+            if (s == LF_OK)
+                s = to_cuda(&w);
+            if (s == LF_OK)
+                s = to_cuda(&b);
+        } else if (g->kind == 1) {
+            lf_nn_linear_opts o = {g->b, g->c, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            int64_t xs[2] = {g->a, g->b};
+            s = lf_nn_linear_init(&lin, &o, &rng);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
+            if (s == LF_OK)
+                s = to_cuda(&lin.weight);
+            if (s == LF_OK)
+                s = to_cuda(&lin.bias);
+        } else {
+            lf_nn_geglu_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            int64_t xs[3] = {g->a, g->b, g->c};
+            s = lf_nn_geglu_mlp_init(&mlp, &o, &rng);
+            if (s == LF_OK)
+                s = lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
+            if (s == LF_OK)
+                s = to_cuda(&mlp.gate.weight);
+            if (s == LF_OK)
+                s = to_cuda(&mlp.up.weight);
+            if (s == LF_OK)
+                s = to_cuda(&mlp.down.weight);
+        }
+        if (s == LF_OK)
+            s = lf_tensor_fill_uniform(x, &rng, -1, 1);
+        if (s == LF_OK)
+            s = to_cuda(&x);
+        double t[64];
+        int n = reps < 64 ? reps : 64;
+        const int per = 50;
+        for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
+            s = forward(g, x, w, b, &lin, &mlp);
+        if (s == LF_OK)
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
+        for (int r = 0; r < n && s == LF_OK; r++) {
+            double t0 = lf_cli_now();
+            for (int k = 0; k < per && s == LF_OK; k++)
+                s = forward(g, x, w, b, &lin, &mlp);
+            if (s == LF_OK)
+                s = lf_device_synchronize(LF_DEVICE_CUDA);
+            t[r] = (lf_cli_now() - t0) / per;
+        }
+        if (s != LF_OK) {
+            fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
+            return LF_EXIT_FAIL;
+        }
+        printf("case=%s linfuse_us_per_forward=%.2f\n", g->name, lf_cli_median(t, n) * 1e6);
+        lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
+        lf_nn_linear_free(&lin);
+        lf_nn_geglu_mlp_free(&mlp);
+    }
+    return LF_EXIT_OK;
+}
