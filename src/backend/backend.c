@@ -45,7 +45,7 @@ const lf_backend_ops *lf_backend_for(lf_device dev)
     if (dev == LF_DEVICE_CUDA) {
         if (lf_cuda_available(&why))
             return &lf_cuda_backend_ops;
-        lf_fail(LF_EDEVICE, "cuda: %s", why);
+        lf_fail(LF_EDEVICE, "no cuda backend on this machine: %s", why);
         return NULL;
     }
 #endif

@@ -382,8 +382,8 @@ const lf_backend_ops lf_cuda_backend_ops = {"cuda", cuda_gemm, cuda_pointwise};
 
 lf_status lf_cuda_synchronize(void)
 {
-    if (!cu.available)
-        return lf_fail(LF_EDEVICE, "cuda: %s", cu.why);
+    if (!lf_cuda_available(NULL))
+        return lf_fail(LF_EDEVICE, "no cuda backend on this machine: %s", cu.why);
     cudaError_t e = cudaStreamSynchronize(cu.stream);
     return e == cudaSuccess ? LF_OK : lf_fail(LF_EDEVICE, "cuda: %s", cudaGetErrorString(e));
 }
