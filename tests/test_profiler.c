@@ -3,6 +3,7 @@
  * flows), the table built from the file equal to the one built in memory, shapes, memory
  * events, dropped-event accounting, bad paths. */
 #include <jansson.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -334,6 +335,30 @@ static void test_scope_macro(void)
     lf_prof_free(p);
 }
 
+/* Durations in the trace are real time: a 30 ms sleep inside a range reads as 30 ms (the
+ * stamps' clock, the TSC where there is one, is mapped to CLOCK_MONOTONIC at export). */
+static void test_clock(void)
+{
+    lf_profiler *p = NULL;
+    lf_prof_opts o = {0};
+    CHECK(lf_prof_start(&p, &o) == LF_OK, "start");
+    int64_t t0 = lf_prof_now_ns();
+    lf_prof_range_push("sleep");
+    struct timespec ts = {0, 30000000};
+    nanosleep(&ts, NULL);
+    lf_prof_range_pop();
+    int64_t wall = lf_prof_now_ns() - t0;
+    CHECK(lf_prof_stop(p) == LF_OK, "stop");
+    const lf_trace *t = NULL;
+    CHECK(lf_prof_trace(p, &t) == LF_OK && lf_trace_count(t) == 1, "one range");
+    if (t && lf_trace_count(t) == 1) {
+        int64_t d = lf_trace_get(t, 0)->dur_ns;
+        CHECK(d >= 29000000 && d <= wall + 100000, "the range lasted %.3f ms on the trace, %.3f ms on the wall",
+              d / 1e6, wall / 1e6);
+    }
+    lf_prof_free(p);
+}
+
 static void test_memory_and_drops(void)
 {
     char path[256];
@@ -391,6 +416,7 @@ int main(void)
     test_other_models();
     test_memory_and_drops();
     test_scope_macro();
+    test_clock();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

@@ -450,11 +450,12 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                 if (r->t0 < t_begin || r->t0 > t_end)
                     continue;
                 int64_t t1 = r->t1 < 0 || r->t1 > t_end ? t_end : r->t1; /* still open: ends with the window */
+                const int64_t ns0 = to_ns(&cm, r->t0);                   /* stamps to CLOCK_MONOTONIC ns */
                 lf_trace_event e = {.name = r->name,
                                     .pid = pid,
                                     .tid = b->tid,
-                                    .ts_ns = r->t0 + to_base,
-                                    .dur_ns = t1 - r->t0,
+                                    .ts_ns = ns0 + to_base,
+                                    .dur_ns = to_ns(&cm, t1) - ns0,
                                     .device = -1,
                                     .flow_pid = -1,
                                     .flow_tid = -1};
