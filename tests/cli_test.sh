@@ -67,7 +67,7 @@ before=$(find "$dir" -type f | wc -l)
 check "compile refused" 2 "$bin" linear --out "$dir" --compile
 contains "compile refused" "--compile is not available yet"
 check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
-contains "cuda refused" "--device cuda:"
+contains "cuda refused" "no usable CUDA device"
 check "bad device" 2 "$bin" linear --device tpu
 check "zero size" 2 "$bin" simple-mlp --out "$dir" --dim 0
 check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4

@@ -65,7 +65,14 @@ typedef struct lf_gemm {
 typedef struct lf_kernel_info {
     const char *name; /* interned: valid for the life of the process, so it can be kept by pointer */
     double flops;     /* floating-point operations, an FMA counted as 2 */
-    double bytes; /* bytes read and written at least once */
+    double bytes;     /* bytes read and written at least once */
+    /* Device work runs after its launch returns. A backend that times it on the device leaves
+     * a handle here; the profiler later calls resolve(timing, ...) (which waits for the work)
+     * for its start and end on CLOCK_MONOTONIC, and the handle is then spent. NULL: the kernel
+     * ran between kernel_begin and kernel_end (the CPU). */
+    void *timing;
+    int (*resolve)(void *timing, int64_t *begin_ns, int64_t *end_ns);
+    int device_index, stream;
 } lf_kernel_info;
 
 /* The layout letters of a GEMM in cuBLAS's column-major reading (GPU_NOTES.md section 1): first

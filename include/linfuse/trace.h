@@ -54,6 +54,7 @@ typedef struct lf_trace_event {
     const char *input_types; /* "Input type" as JSON text, or NULL */
     const char *input_strides;
     const char *extra_args;     /* further args as JSON members ("\"grid\": [1, 1, 1], ..."), or NULL */
+    int64_t flow_ts;            /* device events: when the launch happened (flow start), -1: ts */
     int64_t flow_pid, flow_tid; /* device events: the host track that launched them (ac2g flow
                                  * start), -1 when unknown */
 } lf_trace_event;

@@ -166,17 +166,9 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
                 exp_names[k]);
         return LF_EXIT_USAGE;
     }
-    if (!strcmp(device, "cuda")) {
-        /* The GPU runs these ops (see `linfuse bench cuda`), but a trace of them needs the
-         * GPU's own kernel timestamps (CUPTI), which are not built yet: host-side launch
-         * times dressed as kernels would mislead, so say so instead. */
-        fprintf(stderr,
-                "linfuse %s: --device cuda: profiling GPU kernels needs CUPTI activity tracing, which this "
-                "build does not have yet; use --device cpu (`linfuse bench cuda` times the GPU)\n",
-                exp_names[k]);
-        return LF_EXIT_USAGE;
-    }
-    c->device = LF_DEVICE_CPU; /* auto: the CPU until GPU kernels can be traced */
+    c->device = !strcmp(device, "cuda") || (!strcmp(device, "auto") && lf_device_available(LF_DEVICE_CUDA))
+                    ? LF_DEVICE_CUDA
+                    : LF_DEVICE_CPU;
     return LF_EXIT_OK;
 }
 
@@ -267,11 +259,11 @@ static lf_status model_build(const exp_cfg *c, model *m)
     switch (c->kind) {
     case EXP_MATMUL_ADD: {
         int64_t sq[2] = {c->size, c->size}, b3[3] = {8, c->size, c->size};
-        s = lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, c->device);
+        s = lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, LF_DEVICE_CPU);
         if (s == LF_OK)
-            s = lf_tensor_empty(&m->w, c->dtype, 2, sq, c->device);
+            s = lf_tensor_empty(&m->w, c->dtype, 2, sq, LF_DEVICE_CPU);
         if (s == LF_OK) /* a 2-D bias, as in the blog: matmul(x, w) + b */
-            s = lf_tensor_empty(&m->b, c->dtype, 2, sq, c->device);
+            s = lf_tensor_empty(&m->b, c->dtype, 2, sq, LF_DEVICE_CPU);
         if (s == LF_OK)
             s = lf_tensor_fill_uniform(m->w, &rng, -1, 1);
         if (s == LF_OK)
@@ -279,24 +271,43 @@ static lf_status model_build(const exp_cfg *c, model *m)
         break;
     }
     case EXP_LINEAR: {
-        lf_nn_linear_opts o = {c->in_dim, c->out_dim, !c->no_bias, c->dtype, c->device};
+        lf_nn_linear_opts o = {c->in_dim, c->out_dim, !c->no_bias, c->dtype, LF_DEVICE_CPU};
         int64_t xs[2] = {c->batch, c->in_dim};
         s = lf_nn_linear_init(&m->lin, &o, &rng);
         if (s == LF_OK)
-            s = lf_tensor_empty(&m->x, c->dtype, 2, xs, c->device);
+            s = lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU);
         break;
     }
     default: {
-        lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, c->dtype, c->device};
+        lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU};
         int64_t xs[3] = {c->batch, c->seq, c->dim};
         s = lf_nn_geglu_mlp_init(&m->mlp, &o, &rng);
         if (s == LF_OK)
-            s = lf_tensor_empty(&m->x, c->dtype, 3, xs, c->device);
+            s = lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
         break;
     }
     }
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
+    if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
+        lf_tensor **all[] = {&m->x,
+                             &m->w,
+                             &m->b,
+                             &m->lin.weight,
+                             &m->lin.bias,
+                             &m->mlp.gate.weight,
+                             &m->mlp.up.weight,
+                             &m->mlp.down.weight};
+        for (size_t i = 0; i < sizeof all / sizeof all[0] && s == LF_OK; i++)
+            if (*all[i]) {
+                lf_tensor *d = NULL;
+                s = lf_tensor_to_device(&d, *all[i], c->device);
+                if (s == LF_OK) {
+                    lf_tensor_free(*all[i]);
+                    *all[i] = d;
+                }
+            }
+    }
     if (s != LF_OK)
         model_free(m);
     return s;
@@ -350,6 +361,9 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", exp_names[c->kind], shape, lf_last_error());
         return s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
+    if (c->device == LF_DEVICE_CUDA && print)
+        printf("note: GPU kernel times come from CUDA events around each launch (CUPTI tracing is not built "
+               "yet): no runtime/driver calls or launch arguments in this trace\n");
     for (int i = 0; c->warm && i < 3 && s == LF_OK; i++) /* the blog's --warmup: run before profiling */
         s = forward(c, &m);
     lf_profiler *p = NULL;

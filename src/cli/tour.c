@@ -26,7 +26,7 @@ int lf_cli_tour(int argc, char **argv)
     for (int k = 0; k < EXP_COUNT; k++) {
         lf_exp_defaults(&cfg[k], (exp_kind)k);
         cfg[k].out_dir = out;
-        cfg[k].device = LF_DEVICE_CPU; /* GPU kernels cannot be traced yet (no CUPTI source) */
+        cfg[k].device = lf_device_available(LF_DEVICE_CUDA) ? LF_DEVICE_CUDA : LF_DEVICE_CPU;
     }
     if (cfg[EXP_SIMPLE_MLP].device == LF_DEVICE_CPU) {
         /* 64 x 128 tokens through three 768x3072 GEMMs is ~0.4 s a forward on a small CPU */
@@ -64,6 +64,9 @@ int lf_cli_tour(int argc, char **argv)
                res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6, changed[k]);
     }
     printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "
-           "wall time;\n on the CPU the kernels run on the same cores, so both columns measure the same seconds)\n");
+           "wall time%s)\n",
+           cfg[0].device == LF_DEVICE_CPU
+               ? ";\n on the CPU the kernels run on the same cores, so both columns measure the same seconds"
+               : "");
     return LF_EXIT_OK;
 }

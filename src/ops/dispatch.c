@@ -32,7 +32,7 @@ lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_gemm(dev, g, NULL);
-    lf_kernel_info info = {NULL, 0, 0};
+    lf_kernel_info info = {0};
     o->kernel_begin(o->user, dev);
     lf_status s = lf_backend_gemm(dev, g, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
@@ -44,7 +44,7 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_pointwise(dev, p, NULL);
-    lf_kernel_info info = {NULL, 0, 0};
+    lf_kernel_info info = {0};
     o->kernel_begin(o->user, dev);
     lf_status s = lf_backend_pointwise(dev, p, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);

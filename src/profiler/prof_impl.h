@@ -12,12 +12,13 @@
 enum { REC_OP, REC_RANGE, REC_KERNEL, REC_MEM };
 enum { LF_REC_CHUNK = 8192, LF_ARENA_CHUNK = 1 << 20, LF_MAX_DEPTH = 64, LF_MAX_ARGS = 6 };
 
-/* One recorded event (72 bytes: recording streams these through memory, so they are kept small).
+/* One recorded event (80 bytes: recording streams these through memory, so they are kept small).
  * Strings point at static op names, interned kernel names, or into the thread's arena. */
 typedef struct lf_rec {
     uint8_t kind;
     uint8_t n_args;
-    uint16_t device;
+    uint8_t device;
+    uint8_t stream;
     int32_t op;
     int64_t t0, t1; /* ns on lf_prof_now_ns; t1 = -1 while open */
     int64_t ext_id; /* this op's or range's id; for kernels, the launching op's */
@@ -28,6 +29,8 @@ typedef struct lf_rec {
         struct {
             int64_t corr; /* flow id */
             double bytes;
+            void *timing; /* the backend's device-timing handle, or NULL */
+            int (*resolve)(void *timing, int64_t *begin_ns, int64_t *end_ns);
         } k;
         struct {
             int64_t bytes, total, addr;
@@ -35,7 +38,7 @@ typedef struct lf_rec {
     } u;
 } lf_rec;
 
-_Static_assert(sizeof(lf_rec) <= 72, "records stay small: recording streams them through memory");
+_Static_assert(sizeof(lf_rec) <= 80, "records stay small: recording streams them through memory");
 
 /* One op argument as recorded: enough for Input Dims / Input type / Input Strides. */
 typedef struct lf_rec_arg {

@@ -173,12 +173,25 @@ static const char *arena_str(lf_tbuf *b, const char *s)
     return d;
 }
 
+/* A device-timed kernel holds a backend handle until resolved; records dropped unread spend
+ * theirs here. */
+static void spend_timing(lf_rec *r)
+{
+    if (r->kind == REC_KERNEL && r->u.k.timing) {
+        int64_t a, b;
+        r->u.k.resolve(r->u.k.timing, &a, &b);
+        r->u.k.timing = NULL;
+    }
+}
+
 static void free_bufs(lf_tbuf *b)
 {
     while (b) {
         lf_tbuf *next = b->next;
         for (lf_rec_chunk *c = b->head, *cn; c; c = cn) {
             cn = c->next;
+            for (int64_t i = 0; i < atomic_load(&c->n); i++)
+                spend_timing(&c->rec[i]);
             free(c);
         }
         for (lf_arena *a = b->arena, *an; a; a = an) {
@@ -285,13 +298,16 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
     }
     memset(r, 0, sizeof *r);
     r->kind = REC_KERNEL;
-    r->device = (uint16_t)dev;
     r->name = name;
     r->t0 = b->kernel_t0;
     r->t1 = t1;
     r->u.k.corr = next_id(b); /* flow ids share the id space: unique either way */
     r->flops = info->flops;
     r->u.k.bytes = info->bytes;
+    r->u.k.timing = info->timing;
+    r->u.k.resolve = info->resolve;
+    r->stream = (uint8_t)info->stream;
+    r->device = (uint8_t)(dev == LF_DEVICE_CPU ? LF_DEVICE_CPU : LF_DEVICE_CUDA);
     lf_rec *owner = b->depth > 0 && b->depth <= LF_MAX_DEPTH ? b->open[b->depth - 1] : NULL;
     if (owner) {
         r->ext_id = owner->ext_id;
@@ -313,7 +329,7 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
     }
     memset(r, 0, sizeof *r);
     r->kind = REC_MEM;
-    r->device = (uint16_t)dev;
+    r->device = (uint8_t)dev;
     r->name = "[memory]";
     r->t0 = r->t1 = ticks();
     r->u.m.bytes = bytes;
@@ -439,6 +455,7 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
     m->cpu_device_pid = -1;
     int64_t dropped = atomic_load(&p->lost);
     const int64_t pid = (int64_t)getpid();
+    int cuda_stream = -1;
     lf_status st = LF_OK;
     for (lf_tbuf *b = p->bufs; b && st == LF_OK; b = b->next) {
         dropped += b->lost;
@@ -447,8 +464,10 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
             int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
             for (int64_t i = 0; i < n && st == LF_OK; i++) {
                 const lf_rec *r = &c->rec[i];
-                if (r->t0 < t_begin || r->t0 > t_end)
+                if (r->t0 < t_begin || r->t0 > t_end) {
+                    spend_timing((lf_rec *)r);
                     continue;
+                }
                 int64_t t1 = r->t1 < 0 || r->t1 > t_end ? t_end : r->t1; /* still open: ends with the window */
                 const int64_t ns0 = to_ns(&cm, r->t0);                   /* stamps to CLOCK_MONOTONIC ns */
                 lf_trace_event e = {.name = r->name,
@@ -457,6 +476,7 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                                     .ts_ns = ns0 + to_base,
                                     .dur_ns = to_ns(&cm, t1) - ns0,
                                     .device = -1,
+                                    .flow_ts = -1,
                                     .flow_pid = -1,
                                     .flow_tid = -1};
                 char dims[512], types[256], strides[512];
@@ -475,6 +495,16 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                     break;
                 case REC_KERNEL:
                     e.cat = LF_TC_KERNEL;
+                    if (r->u.k.timing) { /* timed on the device: its clock, placed on ours */
+                        int64_t a = 0, z = 0;
+                        int ok = r->u.k.resolve(r->u.k.timing, &a, &z) == 0;
+                        ((lf_rec *)r)->u.k.timing = NULL;
+                        e.flow_ts = ns0 + to_base;
+                        if (ok) {
+                            e.ts_ns = a + to_base;
+                            e.dur_ns = z - a;
+                        }
+                    }
                     e.ext_id = r->ext_id;
                     e.correlation = r->u.k.corr;
                     e.flops = r->flops;
@@ -485,6 +515,11 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                         e.pid = LF_CPU_DEVICE_PID;
                         e.tid = LF_CPU_STREAM;
                         m->cpu_device_pid = LF_CPU_DEVICE_PID;
+                    } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
+                        e.pid = 0;
+                        e.tid = r->stream;
+                        m->device_label = "CUDA";
+                        cuda_stream = r->stream;
                     }
                     break;
                 default:
@@ -508,6 +543,11 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
     }
     if (st == LF_OK && m->cpu_device_pid >= 0)
         st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, LF_CPU_STREAM, "cpu stream 1 ");
+    if (st == LF_OK && cuda_stream >= 0) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "stream %d ", cuda_stream);
+        st = lf_trace_name_thread(t, 0, cuda_stream, nm);
+    }
     m->dropped_events = dropped;
     if (st != LF_OK) {
         lf_trace_free(t);

@@ -240,7 +240,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         return LF_OK; /* instants, flow ends and anything else carry nothing the tools use */
     if (!name)
         return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"name\" string", path, i);
-    lf_trace_event ev = {.name = name, .device = -1, .flow_pid = -1, .flow_tid = -1, .dur_ns = -1};
+    lf_trace_event ev = {.name = name, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1, .dur_ns = -1};
     const char *cat = json_string_value(json_object_get(e, "cat"));
     ev.cat = is_mem ? LF_TC_MEMORY : cat ? cat_of(cat) : LF_TC_OTHER;
     ev.pid = get_int(e, "pid", -1);

@@ -151,7 +151,7 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
         /* flows: the launch side binds to the topmost open slice on the host track (the op),
          * the device side, with bp "e", to the kernel itself */
         if (lf_trace_cat_is_device(e->cat) && e->correlation && e->flow_pid >= 0) {
-            put_flow(f, 's', e->correlation, e->flow_pid, e->flow_tid, e->ts_ns);
+            put_flow(f, 's', e->correlation, e->flow_pid, e->flow_tid, e->flow_ts >= 0 ? e->flow_ts : e->ts_ns);
             put_flow(f, 'f', e->correlation, e->pid, e->tid, e->ts_ns);
         }
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../testutil.h"
+#include "linfuse/profiler.h"
 
 static lf_tensor *to_gpu(const lf_tensor *t)
 {
@@ -174,6 +175,52 @@ static void test_allocator_and_errors(void)
     lf_tensor_free(c), lf_tensor_free(gc);
 }
 
+/* Profiling on the GPU: one kernel per linear step, named for its bias epilogue, timed on the
+ * device (inside its step's time span, after its launch), on a CUDA lane. */
+static void test_profiled_linear(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 9);
+    lf_nn_linear lin;
+    lf_nn_linear_opts o = {32, 64, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+    OK(lf_nn_linear_init(&lin, &o, &rng));
+    lf_tensor *w = to_gpu(lin.weight), *b = to_gpu(lin.bias);
+    lf_tensor_free(lin.weight), lf_tensor_free(lin.bias);
+    lin.weight = w, lin.bias = b;
+    int64_t xs[2] = {1024, 32};
+    lf_tensor *xc = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *x = to_gpu(xc);
+    lf_profiler *p = NULL;
+    lf_prof_opts po = {.use_schedule = 1, .schedule = {1, 1, 3, 1, 0}, .record_shapes = 1};
+    OK(lf_prof_start(&p, &po));
+    for (int i = 0; i < 5; i++) {
+        lf_tensor *y = NULL;
+        OK(lf_nn_linear_forward(&lin, x, &y));
+        lf_tensor_free(y);
+        OK(lf_prof_step(p));
+    }
+    OK(lf_prof_stop(p));
+    const lf_trace *t = NULL;
+    OK(lf_prof_trace(p, &t));
+    int kernels = 0, named = 0, placed = 0;
+    for (int64_t i = 0; i < lf_trace_count(t); i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        if (e->cat != LF_TC_KERNEL)
+            continue;
+        kernels++;
+        named += strstr(e->name, "_tn_bias") != NULL;
+        placed += e->dur_ns > 0 && e->dur_ns < 1000000 && e->flow_ts >= 0 && e->ts_ns >= e->flow_ts && e->pid == 0;
+    }
+    CHECK(kernels == 3 && named == 3 && placed == 3, "3 steps: %d kernels, %d named _tn_bias, %d timed on the device",
+          kernels, named, placed);
+    CHECK(!strcmp(lf_trace_meta_get(t)->device_label, "CUDA"), "device columns say CUDA");
+    lf_trace_summary s;
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.kernels_per_step == 1, "one kernel per step, got %g", s.kernels_per_step);
+    lf_prof_free(p);
+    lf_tensor_free(x), lf_tensor_free(xc);
+    lf_nn_linear_free(&lin);
+}
+
 int main(void)
 {
     if (!lf_device_available(LF_DEVICE_CUDA)) {
@@ -184,5 +231,6 @@ int main(void)
     test_gemms();
     test_linear_and_pointwise();
     test_allocator_and_errors();
+    test_profiled_linear();
     return lf_test_finish("test_cuda");
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cuda/cuda_impl.h"
@@ -131,6 +132,99 @@ int lf_cuda_available(const char **why)
     if (why)
         *why = cu.why;
     return cu.available;
+}
+
+/* --- timing launches on the device (until CUPTI reports kernels itself) ---
+ * A pair of events around each launch; an anchor event, recorded and waited for, ties the
+ * GPU's clock to CLOCK_MONOTONIC (it reads a few microseconds late: the wait's return). Anchors
+ * are renewed each second so float milliseconds between events stay precise. */
+
+typedef struct timing {
+    struct timing *next;
+    cudaEvent_t start, end;
+    cudaEvent_t anchor;
+    int64_t anchor_ns;
+} timing;
+
+static pthread_mutex_t timing_lock = PTHREAD_MUTEX_INITIALIZER;
+static timing *timing_free;
+static cudaEvent_t anchor_ev;
+static int64_t anchor_ns = -1;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static timing *timing_begin(void)
+{
+    pthread_mutex_lock(&timing_lock);
+    timing *t = timing_free;
+    if (t)
+        timing_free = t->next;
+    int64_t now = mono_ns();
+    if (anchor_ns < 0 || now - anchor_ns > 1000000000) {
+        if (cudaEventCreate(&anchor_ev) == cudaSuccess && cudaEventRecord(anchor_ev, cu.stream) == cudaSuccess &&
+            cudaEventSynchronize(anchor_ev) == cudaSuccess)
+            anchor_ns = mono_ns();
+    }
+    pthread_mutex_unlock(&timing_lock);
+    if (!t) {
+        t = malloc(sizeof *t);
+        if (!t || cudaEventCreate(&t->start) != cudaSuccess || cudaEventCreate(&t->end) != cudaSuccess) {
+            free(t);
+            return NULL;
+        }
+    }
+    t->anchor = anchor_ev;
+    t->anchor_ns = anchor_ns;
+    cudaEventRecord(t->start, cu.stream);
+    return t;
+}
+
+static int timing_resolve(void *h, int64_t *begin_ns, int64_t *end_ns)
+{
+    timing *t = h;
+    float a = 0, b = 0;
+    int ok = cudaEventSynchronize(t->end) == cudaSuccess &&
+             cudaEventElapsedTime(&a, t->anchor, t->start) == cudaSuccess &&
+             cudaEventElapsedTime(&b, t->anchor, t->end) == cudaSuccess;
+    *begin_ns = t->anchor_ns + (int64_t)((double)a * 1e6);
+    *end_ns = t->anchor_ns + (int64_t)((double)b * 1e6);
+    pthread_mutex_lock(&timing_lock);
+    t->next = timing_free;
+    timing_free = t;
+    pthread_mutex_unlock(&timing_lock);
+    return ok ? 0 : -1;
+}
+
+static void time_cancel(timing *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&timing_lock);
+    t->next = timing_free;
+    timing_free = t;
+    pthread_mutex_unlock(&timing_lock);
+}
+
+/* Start timing a launch when the profiler asks (info != NULL); finish after it. */
+static timing *time_begin(lf_kernel_info *info)
+{
+    return info ? timing_begin() : NULL;
+}
+
+static void time_end(lf_kernel_info *info, timing *t)
+{
+    if (!info || !t)
+        return;
+    cudaEventRecord(t->end, cu.stream);
+    info->timing = t;
+    info->resolve = timing_resolve;
+    info->device_index = 0;
+    info->stream = 1;
 }
 
 /* --- GEMM through cuBLASLt --- */
@@ -326,20 +420,26 @@ static lf_status cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     lt_plan *pl = NULL;
     LF_TRY(plan_for(&c, &pl));
     const float alpha = g->ep.alpha, beta = c.has_c ? g->ep.beta : 0.0f;
+    timing *tm = time_begin(info);
     if (c.epi & CUBLASLT_EPILOGUE_BIAS) /* the bias pointer changes per call; the plan does not */
         cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias, sizeof g->ep.bias);
     cublasStatus_t s = cublasLtMatmul(cu.lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data, pl->b, &beta,
                                       c.has_c ? g->c.data : g->d.data, pl->c, g->d.data, pl->d, &pl->algo, cu.workspace,
                                       WORKSPACE_BYTES, cu.stream);
-    if (s != CUBLAS_STATUS_SUCCESS)
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        time_cancel(tm);
         return lf_fail(LF_EDEVICE, "cuda gemm: cublasLtMatmul failed with status %d", (int)s);
-    if (g->ep.act == LF_ACT_GELU_ERF) { /* no cuBLASLt epilogue for it: an in-place kernel */
+    }
+    if (g->ep.act == LF_ACT_GELU_ERF) { /* no cuBLASLt epilogue for it: an in-place kernel (timed with the GEMM) */
         lf_pointwise p = {.op = LF_PW_ACT, .act = LF_ACT_GELU_ERF, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
         p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
         p.in[0] = p.out;
-        if (lf_cuda_pointwise_launch(&p, cu.stream) != cudaSuccess)
+        if (lf_cuda_pointwise_launch(&p, cu.stream) != cudaSuccess) {
+            time_cancel(tm);
             return lf_fail(LF_EDEVICE, "cuda gemm: the gelu_erf kernel failed to launch");
+        }
     }
+    time_end(info, tm);
     if (info) {
         char lay[3];
         lf_gemm_layout(g, lay);
@@ -364,8 +464,12 @@ static void pw_name(char *buf, size_t cap, const void *ctx)
 
 static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
 {
-    if (lf_cuda_pointwise_launch(p, cu.stream) != cudaSuccess)
+    timing *tm = time_begin(info);
+    if (lf_cuda_pointwise_launch(p, cu.stream) != cudaSuccess) {
+        time_cancel(tm);
         return lf_fail(LF_EDEVICE, "cuda pointwise: launch failed: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    time_end(info, tm);
     if (info) {
         uint64_t key = (uint64_t)p->op | (uint64_t)p->act << 4 | (uint64_t)p->out.dtype << 8 | (uint64_t)4 << 40;
         info->name = lf_kernel_name(key, pw_name, p);
