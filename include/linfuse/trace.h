@@ -80,6 +80,7 @@ typedef struct lf_trace_meta {
     int record_shapes, profile_memory, with_flops;
     int64_t dropped_events; /* events the profiler could not keep (0 is the goal) */
     int64_t cpu_device_pid; /* pid of linfuse's CPU-kernel track, or -1 */
+    const char *device_properties; /* Kineto's deviceProperties array as JSON text, or NULL ([]) */
 } lf_trace_meta;
 
 lf_trace_meta *lf_trace_meta_of(lf_trace *t);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "profiler/prof_impl.h"
+#include "profiler/prof_source.h"
 
 enum { ST_NONE, ST_WARMUP, ST_RECORD, ST_RECORD_AND_SAVE };
 
@@ -32,6 +33,7 @@ struct lf_profiler {
     int stopped;
     int step_range_open;
     lf_rec *step_rec; /* the open ProfilerStep#N range */
+    int source_on;    /* the device source (CUPTI) is collecting for this session */
     int64_t window_start;
     int64_t mono0, real0; /* the same instant on both clocks */
     int64_t tick0;        /* and on the event stamps' clock */
@@ -40,6 +42,12 @@ struct lf_profiler {
 };
 
 static _Atomic(lf_profiler *) active;
+static const lf_prof_source *device_source; /* registered by a backend at load (CUPTI) */
+
+void lf_prof_register_source(const lf_prof_source *s)
+{
+    device_source = s;
+}
 static _Atomic uint64_t generation;
 static _Atomic int64_t next_ext_id = 1 << 20;
 static _Thread_local lf_tbuf *tls_buf;
@@ -249,6 +257,8 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
 {
     lf_profiler *p = user;
     lf_rec *r = open_rec(p, REC_OP, lf_op_name(op), (int)op);
+    if (p->source_on) /* device records will carry this op's id */
+        device_source->push(r ? r->ext_id : 0);
     if (!r || !p->o.record_shapes)
         return;
     int n = n_args < LF_MAX_ARGS ? n_args : LF_MAX_ARGS;
@@ -272,7 +282,10 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
 static void on_op_end(void *user, lf_op_id op, lf_status s)
 {
     (void)op, (void)s;
-    close_rec(user);
+    lf_profiler *p = user;
+    if (p->source_on)
+        device_source->pop();
+    close_rec(p);
 }
 
 static void on_kernel_begin(void *user, lf_device dev)
@@ -437,6 +450,29 @@ static int64_t to_ns(const clock_map *m, int64_t tick)
     return m->mono0 + (int64_t)((double)(tick - m->tick0) * m->ns_per_tick);
 }
 
+/* Device-source events inside the window go into the trace, on its time base. */
+typedef struct source_sink {
+    lf_trace *t;
+    int64_t lo, hi, to_base;
+    lf_status st;
+    int stream;
+} source_sink;
+
+static void sink_add(void *user, const lf_trace_event *e)
+{
+    source_sink *k = user;
+    int64_t when = e->flow_ts >= 0 ? e->flow_ts : e->ts_ns; /* device work: by its launch */
+    if (k->st != LF_OK || when < k->lo || when > k->hi)
+        return;
+    lf_trace_event c = *e;
+    c.ts_ns += k->to_base;
+    if (c.flow_ts >= 0)
+        c.flow_ts += k->to_base;
+    if (c.cat == LF_TC_KERNEL)
+        k->stream = (int)c.tid;
+    k->st = lf_trace_add(k->t, &c);
+}
+
 static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_trace **out)
 {
     lf_trace *t;
@@ -464,8 +500,9 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
             int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
             for (int64_t i = 0; i < n && st == LF_OK; i++) {
                 const lf_rec *r = &c->rec[i];
-                if (r->t0 < t_begin || r->t0 > t_end) {
-                    spend_timing((lf_rec *)r);
+                if (r->t0 < t_begin || r->t0 > t_end ||
+                    (r->kind == REC_KERNEL && r->device != LF_DEVICE_CPU && p->source_on)) {
+                    spend_timing((lf_rec *)r); /* the device source reports these kernels itself */
                     continue;
                 }
                 int64_t t1 = r->t1 < 0 || r->t1 > t_end ? t_end : r->t1; /* still open: ends with the window */
@@ -540,6 +577,14 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                 }
             }
         }
+    }
+    if (st == LF_OK && p->source_on) {
+        source_sink k = {t, to_ns(&cm, t_begin), to_ns(&cm, t_end), to_base, LF_OK, -1};
+        dropped += device_source->drain(&k, sink_add);
+        st = k.st;
+        m->device_label = "CUDA";
+        m->device_properties = device_source->device_properties ? device_source->device_properties() : NULL;
+        cuda_stream = k.stream;
     }
     if (st == LF_OK && m->cpu_device_pid >= 0)
         st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, LF_CPU_STREAM, "cpu stream 1 ");
@@ -669,6 +714,14 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
     p->mono0 = lf_prof_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     p->real0 = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
+    if ((p->o.activities & LF_PROF_DEVICE) && lf_device_available(LF_DEVICE_CUDA) && device_source) {
+        p->source_on = device_source->start() == 0;
+        if (!p->source_on)
+            fprintf(stderr,
+                    "linfuse profiler: %s could not start; GPU kernels are timed with CUDA events around "
+                    "each launch instead\n",
+                    device_source->name);
+    }
     enter_state(p, ST_NONE, sched_state(&p->o, 0));
     begin_step_range(p);
     *out = p;
@@ -708,6 +761,10 @@ lf_status lf_prof_stop(lf_profiler *p)
         st = save_window(p);
         if (st == LF_OK && p->o.on_trace_ready && p->o.use_schedule)
             p->o.on_trace_ready(p, p->o.user);
+    }
+    if (p->source_on) {
+        device_source->stop();
+        p->source_on = 0;
     }
     p->state = ST_NONE;
     p->stopped = 1;

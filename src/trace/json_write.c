@@ -124,7 +124,8 @@ static void put_meta(FILE *f, const char *what, int64_t pid, int64_t tid, const 
 static int write_all(const lf_trace *t, FILE *f, const char *path)
 {
     const lf_trace_meta *m = &t->meta;
-    fputs("{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": [],\n", f);
+    fprintf(f, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": %s,\n",
+            m->device_properties ? m->device_properties : "[]");
     if (m->record_shapes)
         fputs("  \"record_shapes\": 1,\n", f);
     if (m->profile_memory)

@@ -207,12 +207,24 @@ static void test_profiled_linear(void)
         if (e->cat != LF_TC_KERNEL)
             continue;
         kernels++;
-        named += strstr(e->name, "_tn_bias") != NULL;
+        named += strstr(e->name, "bias") != NULL; /* cuBLAS's name (CUPTI) or linfuse's (event timing) */
         placed += e->dur_ns > 0 && e->dur_ns < 1000000 && e->flow_ts >= 0 && e->ts_ns >= e->flow_ts && e->pid == 0;
     }
-    CHECK(kernels == 3 && named == 3 && placed == 3, "3 steps: %d kernels, %d named _tn_bias, %d timed on the device",
-          kernels, named, placed);
+    CHECK(kernels == 3 && named == 3 && placed == 3,
+          "3 steps: %d kernels, %d named for the bias, %d timed on the device", kernels, named, placed);
     CHECK(!strcmp(lf_trace_meta_get(t)->device_label, "CUDA"), "device columns say CUDA");
+    int launches = 0, linked = 0;
+    for (int64_t i = 0; i < lf_trace_count(t); i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        launches += (e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && strstr(e->name, "Launch");
+        if (e->cat == LF_TC_KERNEL)
+            for (int64_t j = 0; j < lf_trace_count(t); j++)
+                linked += lf_trace_get(t, j)->cat == LF_TC_CPU_OP && !strcmp(lf_trace_get(t, j)->name, "lf::addmm") &&
+                          lf_trace_get(t, j)->ext_id == e->ext_id;
+    }
+    printf("profiled linear on the GPU: %d kernels (e.g. %s), %d launch calls, %d kernels linked to lf::addmm\n",
+           kernels, kernels ? "see trace" : "-", launches, linked);
+    CHECK(linked == 3, "each kernel carries its lf::addmm's External id (%d of 3)", linked);
     lf_trace_summary s;
     OK(lf_trace_summarize(t, &s));
     CHECK(s.kernels_per_step == 1, "one kernel per step, got %g", s.kernels_per_step);

@@ -16,6 +16,8 @@
 
 enum { WORKSPACE_BYTES = 32 << 20 /* cuBLASLt's Hopper kernels want up to 32 MiB (llm.c) */ };
 
+void lf_cupti_register(void);
+
 static struct {
     int available;
     cudaStream_t stream;
@@ -123,6 +125,7 @@ static void start(void)
     lf_allocator a = {cu_alloc, cu_free, cu_copy, NULL};
     lf_tensor_set_allocator(LF_DEVICE_CUDA, &a);
     cu.available = 1;
+    lf_cupti_register(); /* the profiler's device source for this GPU */
 }
 
 int lf_cuda_available(const char **why)

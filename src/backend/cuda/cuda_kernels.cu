@@ -90,30 +90,78 @@ template <> __device__ __forceinline__ float from_f<float>(float v) { return v; 
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
-template <typename T>
-__global__ void flat_kernel(int op, int a, const T *__restrict__ x, const T *__restrict__ y, long long row,
-                            T *__restrict__ out, long long n)
+} // namespace
+
+// Kernels are named by what they do (a functor type in the template), so a profiler shows
+// lf::flat_kernel<__nv_bfloat16, lf::mul_op> and lf::flat_kernel<__nv_bfloat16, lf::gelu_tanh_op>:
+// same name, same work.
+namespace lf {
+struct copy_op {
+    static __device__ __forceinline__ float f(float x, float) { return x; }
+};
+struct add_op {
+    static __device__ __forceinline__ float f(float x, float y) { return x + y; }
+};
+struct mul_op {
+    static __device__ __forceinline__ float f(float x, float y) { return x * y; }
+};
+struct relu_op {
+    static __device__ __forceinline__ float f(float x, float) { return act(LF_ACT_RELU, x); }
+};
+struct gelu_tanh_op {
+    static __device__ __forceinline__ float f(float x, float) { return act(LF_ACT_GELU_TANH, x); }
+};
+struct gelu_erf_op {
+    static __device__ __forceinline__ float f(float x, float) { return act(LF_ACT_GELU_ERF, x); }
+};
+
+template <typename T, typename Op>
+__global__ void flat_kernel(const T *__restrict__ x, const T *__restrict__ y, long long row, T *__restrict__ out,
+                            long long n, int binary)
 {
     constexpr int V = 16 / sizeof(T);
     const long long nv = n / V;
     for (long long v = blockIdx.x * (long long)blockDim.x + threadIdx.x; v < nv; v += (long long)gridDim.x * blockDim.x) {
         T xs[V], ys[V], os[V];
         *reinterpret_cast<uint4 *>(xs) = reinterpret_cast<const uint4 *>(x)[v];
-        if (op == LF_PW_ADD || op == LF_PW_MUL) {
+        if (binary) {
             if (row == 0)
                 *reinterpret_cast<uint4 *>(ys) = reinterpret_cast<const uint4 *>(y)[v];
             else
                 *reinterpret_cast<uint4 *>(ys) = reinterpret_cast<const uint4 *>(y)[(v * V % row) / V];
         }
 #pragma unroll
-        for (int k = 0; k < V; k++) {
-            float f = to_f(xs[k]);
-            float r = op == LF_PW_ADD ? f + to_f(ys[k]) : op == LF_PW_MUL ? f * to_f(ys[k]) : op == LF_PW_ACT ? act(a, f) : f;
-            os[k] = from_f<T>(r);
-        }
+        for (int k = 0; k < V; k++)
+            os[k] = from_f<T>(Op::f(to_f(xs[k]), binary ? to_f(ys[k]) : 0.f));
         reinterpret_cast<uint4 *>(out)[v] = *reinterpret_cast<uint4 *>(os);
     }
 }
+
+template <typename T>
+static void launch_flat(const lf_pointwise *p, const void *y, long long row, long long n, unsigned blocks,
+                        cudaStream_t stream)
+{
+    const T *x = (const T *)p->in[0].data, *yy = (const T *)y;
+    T *o = (T *)p->out.data;
+    switch (p->op) {
+    case LF_PW_ADD: flat_kernel<T, add_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 1); break;
+    case LF_PW_MUL: flat_kernel<T, mul_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 1); break;
+    case LF_PW_ACT:
+        if (p->act == LF_ACT_RELU)
+            flat_kernel<T, relu_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
+        else if (p->act == LF_ACT_GELU_TANH)
+            flat_kernel<T, gelu_tanh_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
+        else if (p->act == LF_ACT_GELU_ERF)
+            flat_kernel<T, gelu_erf_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
+        else
+            flat_kernel<T, copy_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
+        break;
+    default: flat_kernel<T, copy_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0); break;
+    }
+}
+} // namespace lf
+
+namespace {
 
 // Whether p is the fast case; *row = 0 (second operand full) or its row length (broadcast).
 static bool flat_case(const lf_pointwise *p, long long *row)
@@ -166,19 +214,9 @@ extern "C" cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStrea
             blocks = 132 * 16;
         const void *y = p->in[1].data ? p->in[1].data : p->in[0].data;
         switch (p->out.dtype) {
-        case LF_DTYPE_BF16:
-            flat_kernel<__nv_bfloat16><<<(unsigned)blocks, 256, 0, stream>>>(
-                p->op, p->act, (const __nv_bfloat16 *)p->in[0].data, (const __nv_bfloat16 *)y, row,
-                (__nv_bfloat16 *)p->out.data, n);
-            break;
-        case LF_DTYPE_F16:
-            flat_kernel<__half><<<(unsigned)blocks, 256, 0, stream>>>(p->op, p->act, (const __half *)p->in[0].data,
-                                                                      (const __half *)y, row, (__half *)p->out.data, n);
-            break;
-        default:
-            flat_kernel<float><<<(unsigned)blocks, 256, 0, stream>>>(p->op, p->act, (const float *)p->in[0].data,
-                                                                     (const float *)y, row, (float *)p->out.data, n);
-            break;
+        case LF_DTYPE_BF16: lf::launch_flat<__nv_bfloat16>(p, y, row, n, (unsigned)blocks, stream); break;
+        case LF_DTYPE_F16: lf::launch_flat<__half>(p, y, row, n, (unsigned)blocks, stream); break;
+        default: lf::launch_flat<float>(p, y, row, n, (unsigned)blocks, stream); break;
         }
         return cudaGetLastError();
     }

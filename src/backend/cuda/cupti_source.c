@@ -1,0 +1,303 @@
+/* CUPTI activity as the profiler's device source: kernels, copies and memsets with the GPU's
+ * own timestamps, runtime and driver calls that launch work, and External ids tying each
+ * record to the linfuse op that caused it (TRACE_FORMAT.md section 2, GPU_NOTES.md section 5).
+ * Layer: backend/cuda (it knows CUDA), reporting to profiler/ through lf_prof_source. */
+#include <cupti.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend_impl.h"
+#include "profiler/prof_source.h"
+
+/* libstdc++'s demangler (the CUDA backend links it): kernels built from templates have
+ * mangled names; cuBLAS's are plain. */
+char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
+
+enum { BUF_BYTES = 4 << 20, MAX_BUFS = 256 };
+
+static struct {
+    int active;
+    int64_t mono_minus_cupti; /* CLOCK_MONOTONIC ns minus CUPTI ns */
+    pthread_mutex_t lock;
+    uint8_t *done[MAX_BUFS];
+    size_t done_size[MAX_BUFS];
+    int n_done;
+    int64_t dropped;
+    int sms;
+    char props[1024];
+} cs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+int lf_cupti_active(void)
+{
+    return cs.active;
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records)
+{
+    *buf = aligned_alloc(8, BUF_BYTES);
+    *size = *buf ? BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+    (void)ctx, (void)stream, (void)size;
+    pthread_mutex_lock(&cs.lock);
+    if (cs.n_done < MAX_BUFS) {
+        cs.done[cs.n_done] = buf;
+        cs.done_size[cs.n_done++] = valid;
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&cs.lock);
+    if (buf) { /* more full buffers than we hold: their records are lost, and counted */
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS)
+            cs.dropped++;
+        free(buf);
+    }
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int src_start(void)
+{
+    const char *why;
+    if (!lf_cuda_available(&why))
+        return -1;
+    if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
+        return -1;
+    /* OS thread ids (gettid), as the profiler's host events use: a launch call then nests
+     * inside the op that made it (CUPTI's default is pthread_self) */
+    cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                               CUPTI_ACTIVITY_KIND_RUNTIME,
+                                               CUPTI_ACTIVITY_KIND_DRIVER,
+                                               CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET,
+                                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (cuptiActivityEnable(kinds[i]) != CUPTI_SUCCESS) {
+            for (size_t j = 0; j < i; j++)
+                cuptiActivityDisable(kinds[j]);
+            return -1;
+        }
+    uint64_t t;
+    cuptiGetTimestamp(&t);
+    cs.mono_minus_cupti = mono_ns() - (int64_t)t;
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) {
+        cs.sms = p.multiProcessorCount;
+        snprintf(cs.props, sizeof cs.props,
+                 "[{\"id\": 0, \"name\": \"%s\", \"totalGlobalMem\": %zu, \"computeMajor\": %d, \"computeMinor\": %d, "
+                 "\"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, \"regsPerBlock\": %d, "
+                 "\"warpSize\": %d, \"sharedMemPerBlock\": %zu, \"numSms\": %d, \"regsPerMultiprocessor\": %d, "
+                 "\"sharedMemPerBlockOptin\": %zu, \"sharedMemPerMultiprocessor\": %zu}]",
+                 p.name, p.totalGlobalMem, p.major, p.minor, p.maxThreadsPerBlock, p.maxThreadsPerMultiProcessor,
+                 p.regsPerBlock, p.warpSize, p.sharedMemPerBlock, p.multiProcessorCount, p.regsPerMultiprocessor,
+                 p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor);
+    }
+    cs.dropped = 0;
+    cs.active = 1;
+    return 0;
+}
+
+static void src_push(int64_t id)
+{
+    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, (uint64_t)id);
+}
+
+static void src_pop(void)
+{
+    uint64_t id;
+    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+}
+
+/* Runtime and driver calls worth a row: those that launch, copy, set, wait or ask occupancy
+ * (start-up brings hundreds of attribute queries; Kineto mutes them too). */
+static int interesting(const char *name)
+{
+    return name && (strstr(name, "Launch") || strstr(name, "Memcpy") || strstr(name, "Memset") ||
+                    strstr(name, "Synchronize") || strstr(name, "Occupancy"));
+}
+
+typedef struct corr_map {
+    uint32_t corr;
+    int64_t ext, api_ts;
+    uint32_t pid, tid;
+} corr_map;
+
+static int by_corr(const void *a, const void *b)
+{
+    uint32_t x = ((const corr_map *)a)->corr, y = ((const corr_map *)b)->corr;
+    return (x > y) - (x < y);
+}
+
+static corr_map *find(corr_map *m, size_t n, uint32_t corr)
+{
+    corr_map key = {corr, 0, 0, 0, 0};
+    return bsearch(&key, m, n, sizeof *m, by_corr);
+}
+
+static int64_t src_drain(void *sink, lf_prof_sink add)
+{
+    cudaDeviceSynchronize();
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&cs.lock);
+    int n = cs.n_done;
+    uint8_t *bufs[MAX_BUFS];
+    size_t sizes[MAX_BUFS];
+    memcpy(bufs, cs.done, (size_t)n * sizeof *bufs);
+    memcpy(sizes, cs.done_size, (size_t)n * sizeof *sizes);
+    cs.n_done = 0;
+    pthread_mutex_unlock(&cs.lock);
+    /* pass 1: correlation -> External id, launching call's time and thread */
+    size_t cap = 1024, nm = 0;
+    corr_map *m = malloc(cap * sizeof *m);
+    for (int b = 0; b < n && m; b++) {
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(bufs[b], sizes[b], &r) == CUPTI_SUCCESS) {
+            if (nm == cap) {
+                corr_map *g = realloc(m, 2 * cap * sizeof *m);
+                if (!g)
+                    break;
+                m = g, cap *= 2;
+            }
+            if (r->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+                const CUpti_ActivityExternalCorrelation *x = (const void *)r;
+                m[nm++] = (corr_map){x->correlationId, (int64_t)x->externalId, -1, 0, 0};
+            } else if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME || r->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+                const CUpti_ActivityAPI *a = (const void *)r;
+                m[nm++] =
+                    (corr_map){a->correlationId, 0, (int64_t)a->start + cs.mono_minus_cupti, a->processId, a->threadId};
+            }
+        }
+    }
+    if (m) { /* merge entries of one correlation: the External id and the call */
+        qsort(m, nm, sizeof *m, by_corr);
+        size_t k = 0;
+        for (size_t i = 0; i < nm; i++) {
+            if (k && m[k - 1].corr == m[i].corr) {
+                if (m[i].ext)
+                    m[k - 1].ext = m[i].ext;
+                if (m[i].api_ts >= 0)
+                    m[k - 1].api_ts = m[i].api_ts, m[k - 1].pid = m[i].pid, m[k - 1].tid = m[i].tid;
+            } else {
+                m[k++] = m[i];
+            }
+        }
+        nm = k;
+    }
+    /* pass 2: events */
+    for (int b = 0; b < n; b++) {
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(bufs[b], sizes[b], &r) == CUPTI_SUCCESS) {
+            lf_trace_event e = {.device = 0, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
+            char extra[512], *dem = NULL;
+            corr_map *c = NULL;
+            if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+                const CUpti_ActivityKernel10 *k = (const void *)r;
+                int status = -1;
+                dem = k->name ? __cxa_demangle(k->name, NULL, NULL, &status) : NULL;
+                e.cat = LF_TC_KERNEL;
+                e.name = dem && status == 0 ? dem : k->name ? k->name : "kernel";
+                e.pid = k->deviceId, e.tid = k->streamId;
+                e.ts_ns = (int64_t)k->start + cs.mono_minus_cupti;
+                e.dur_ns = (int64_t)(k->end - k->start);
+                e.correlation = k->correlationId;
+                double blocks = (double)k->gridX * k->gridY * k->gridZ,
+                       threads = (double)k->blockX * k->blockY * k->blockZ;
+                double bps = cs.sms ? blocks / cs.sms : 0;
+                snprintf(extra, sizeof extra,
+                         "\"context\": %u, \"registers per thread\": %u, \"shared memory\": %d, \"blocks per SM\": %f, "
+                         "\"warps per SM\": %f, \"grid\": [%d, %d, %d], \"block\": [%d, %d, %d]",
+                         k->contextId, k->registersPerThread, k->staticSharedMemory + k->dynamicSharedMemory, bps,
+                         bps * threads / 32, k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ);
+                e.extra_args = extra;
+                c = m ? find(m, nm, k->correlationId) : NULL;
+            } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY || r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+                const CUpti_ActivityMemcpy6 *cp = (const void *)r;
+                const CUpti_ActivityMemset4 *ms = (const void *)r;
+                int is_copy = r->kind == CUPTI_ACTIVITY_KIND_MEMCPY;
+                e.cat = is_copy ? LF_TC_MEMCPY : LF_TC_MEMSET;
+                e.name = is_copy ? "Memcpy" : "Memset (Device)";
+                e.pid = is_copy ? cp->deviceId : ms->deviceId, e.tid = is_copy ? cp->streamId : ms->streamId;
+                e.ts_ns = (int64_t)(is_copy ? cp->start : ms->start) + cs.mono_minus_cupti;
+                e.dur_ns = (int64_t)(is_copy ? cp->end - cp->start : ms->end - ms->start);
+                e.correlation = is_copy ? cp->correlationId : ms->correlationId;
+                e.bytes = (double)(is_copy ? cp->bytes : ms->bytes);
+                c = m ? find(m, nm, (uint32_t)e.correlation) : NULL;
+            } else if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME || r->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+                const CUpti_ActivityAPI *a = (const void *)r;
+                const char *name = NULL;
+                int rt = r->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+                cuptiGetCallbackName(rt ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a->cbid, &name);
+                if (!interesting(name))
+                    continue;
+                e.cat = rt ? LF_TC_RUNTIME : LF_TC_DRIVER;
+                char nm_buf[128];
+                snprintf(nm_buf, sizeof nm_buf, "%s", name);
+                char *v = strstr(nm_buf, "_v"); /* cudaLaunchKernel_v7000 -> cudaLaunchKernel */
+                if (v)
+                    *v = '\0';
+                e.name = nm_buf;
+                e.pid = a->processId, e.tid = a->threadId;
+                e.ts_ns = (int64_t)a->start + cs.mono_minus_cupti;
+                e.dur_ns = (int64_t)(a->end - a->start);
+                e.correlation = a->correlationId;
+                corr_map *cc = m ? find(m, nm, a->correlationId) : NULL;
+                e.ext_id = cc ? cc->ext : 0;
+                add(sink, &e);
+                continue;
+            } else {
+                continue;
+            }
+            if (c) {
+                e.ext_id = c->ext;
+                if (c->api_ts >= 0)
+                    e.flow_ts = c->api_ts, e.flow_pid = c->pid, e.flow_tid = c->tid;
+            }
+            add(sink, &e);
+            free(dem);
+        }
+        free(bufs[b]);
+    }
+    free(m);
+    size_t dropped = 0;
+    cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped);
+    return cs.dropped + (int64_t)dropped;
+}
+
+static void src_stop(void)
+{
+    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                               CUPTI_ACTIVITY_KIND_RUNTIME,
+                                               CUPTI_ACTIVITY_KIND_DRIVER,
+                                               CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET,
+                                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        cuptiActivityDisable(kinds[i]);
+    cs.active = 0;
+}
+
+static const char *src_props(void)
+{
+    return cs.props[0] ? cs.props : NULL;
+}
+
+static const lf_prof_source cupti_source = {"cupti", src_start, src_push, src_pop, src_drain, src_stop, src_props};
+
+/* Called when the CUDA backend starts (a call, not a load-time constructor: the linker keeps
+ * an archive member only when something calls into it). */
+void lf_cupti_register(void)
+{
+    lf_prof_register_source(&cupti_source);
+}
