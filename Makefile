@@ -30,6 +30,7 @@ test-gpu:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cuda
+	tests/gpu/experiments_gpu.sh ./$(BUILD)/linfuse $(BUILD)/gpu-traces
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

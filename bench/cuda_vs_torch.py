@@ -12,7 +12,8 @@ out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20"], capture_output=
 print(out.stdout, end="")
 if out.returncode:
     sys.exit(out.stderr)
-ours = {m.group(1): float(m.group(2)) for m in re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+)", out.stdout)}
+found = re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+) linfuse_host_us_per_call=([\d.]+)", out.stdout)
+ours = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in found}
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)
@@ -33,6 +34,19 @@ def bench(fn, samples=20, per=50):
     return ts[len(ts) // 2] * 1e6
 
 
+def host(fn, samples=20):
+    """one call timed alone after the queue has drained: the caller's host time to queue it"""
+    ts = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    ts.sort()
+    return ts[len(ts) // 2] * 1e6
+
+
 def cases():
     for n in (4096, 64):
         x, w, b = (torch.rand(n, n, device=dev, dtype=dt) * 2 - 1 for _ in range(3))
@@ -48,10 +62,18 @@ def cases():
     yield "linear_1024x32x64", lambda: lin(x)
 
 
-print("\n%-26s %12s %12s %12s %10s" % ("case", "linfuse us", "torch eager", "torch.compile", "ratio eager"))
+print("\nGPU time per forward, us (back-to-back forwards, one synchronize)")
+print("%-24s %10s %12s %14s %12s" % ("case", "linfuse", "torch eager", "torch.compile", "ratio eager"))
+hosts = []
 with torch.no_grad():
     for name, fn in cases():
         eager = bench(fn)
-        comp = bench(torch.compile(fn))
-        ours_us = ours.get(name, float("nan"))
-        print("%-26s %12.2f %12.2f %12.2f %10.3f" % (name, ours_us, eager, comp, ours_us / eager))
+        comp_fn = torch.compile(fn)
+        comp = bench(comp_fn)
+        ours_gpu, ours_host = ours.get(name, (float("nan"), float("nan")))
+        print("%-24s %10.2f %12.2f %14.2f %12.3f" % (name, ours_gpu, eager, comp, ours_gpu / eager))
+        hosts.append((name, ours_host, host(fn), host(comp_fn)))
+print("\nhost time per call, us (one call after the queue drained)")
+print("%-24s %10s %12s %14s %12s" % ("case", "linfuse", "torch eager", "torch.compile", "ratio eager"))
+for name, o, e, c in hosts:
+    print("%-24s %10.2f %12.2f %14.2f %12.3f" % (name, o, e, c, o / e))

@@ -195,6 +195,48 @@ static void test_bad_files(void)
     rmdir(dir);
 }
 
+/* CUPTI's overhead records go to Kineto's pid -1, named "CUPTI Overhead", and are not taken
+ * for the host process nor tabled. */
+static void test_overhead_written(void)
+{
+    char dir[] = "/tmp/lf_trace_ovXXXXXX", path[256];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lf_trace *t = NULL;
+    OK(lf_trace_create(&t));
+    lf_trace_event ov = {.name = "Activity Buffer Request", .cat = LF_TC_OVERHEAD, .pid = -1, .tid = 41,
+                         .ts_ns = 1000, .dur_ns = 2500, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
+    lf_trace_event op = {.name = "lf::addmm", .cat = LF_TC_CPU_OP, .pid = 7, .tid = 41, .ts_ns = 5000,
+                         .dur_ns = 3000, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
+    OK(lf_trace_add(t, &ov));
+    OK(lf_trace_add(t, &op));
+    snprintf(path, sizeof path, "%s/ov.json", dir);
+    OK(lf_trace_write_json(t, path));
+    lf_trace_free(t);
+    char text[8192] = {0};
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    CHECK(n > 0 && strstr(text, "\"pid\": -1, \"tid\": 0, \"args\": {\"name\": \"CUPTI Overhead\"}"),
+          "overhead process named");
+    CHECK(strstr(text, "\"process_labels\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 7,") != NULL,
+          "host process is the op's, not the overhead's");
+    t = NULL;
+    OK(lf_trace_read_json(&t, path));
+    CHECK(t && lf_trace_count(t) >= 2 && lf_trace_get(t, 0)->cat == LF_TC_OVERHEAD && lf_trace_get(t, 0)->pid == -1,
+          "overhead read back");
+    lf_table tab;
+    OK(lf_table_build(t, LF_SORT_NONE, &tab));
+    CHECK(tab.n_rows == 1 && !strcmp(tab.rows[0].name, "lf::addmm"), "overhead not tabled");
+    lf_table_free(&tab);
+    lf_trace_free(t);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -206,5 +248,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
         compare_with_pytorch(argv[1], stems[i]);
     test_bad_files();
+    test_overhead_written();
     return lf_test_finish("test_trace");
 }

@@ -1,7 +1,8 @@
 /* `linfuse bench cuda`: the blog's forwards on the GPU, for side-by-side runs with PyTorch
  * (bench/cuda_vs_torch.py runs both). GPU time per forward: many forwards queued back to back,
  * synchronized once, divided (the GPU is the bottleneck for these sizes, so the queue never
- * runs dry). Host time per call: the same at a size where the GPU is not the bottleneck.
+ * runs dry). Host time per call: one forward timed alone after the queue has drained, so it
+ * is what the caller's thread spends to queue the work.
  * Layer: cli/. */
 #include <stdio.h>
 #include <string.h>
@@ -123,11 +124,24 @@ int lf_cli_bench_cuda(int reps)
                 s = lf_device_synchronize(LF_DEVICE_CUDA);
             t[r] = (lf_cli_now() - t0) / per;
         }
+        /* host time per call: the queue emptied first, so the call returns as soon as its
+         * launches are queued; nothing waits on the GPU inside the timed span */
+        double h[64];
+        for (int r = 0; r < n && s == LF_OK; r++) {
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
+            double t0 = lf_cli_now();
+            if (s == LF_OK)
+                s = forward(g, x, w, b, &lin, &mlp);
+            h[r] = lf_cli_now() - t0;
+        }
+        if (s == LF_OK)
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
         if (s != LF_OK) {
             fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
             return LF_EXIT_FAIL;
         }
-        printf("case=%s linfuse_us_per_forward=%.2f\n", g->name, lf_cli_median(t, n) * 1e6);
+        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f\n", g->name,
+               lf_cli_median(t, n) * 1e6, lf_cli_median(h, n) * 1e6);
         lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
         lf_nn_linear_free(&lin);
         lf_nn_geglu_mlp_free(&mlp);

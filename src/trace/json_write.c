@@ -158,9 +158,12 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     }
     /* M events: processes, then named tracks */
     int64_t host_pid = -1;
-    for (int64_t i = 0; i < t->n && host_pid < 0; i++)
-        if (!lf_trace_cat_is_device(t->ev[i].cat))
+    int overhead = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        overhead |= t->ev[i].cat == LF_TC_OVERHEAD;
+        if (host_pid < 0 && !lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_OVERHEAD)
             host_pid = t->ev[i].pid;
+    }
     if (first)
         fputs("{\"name\": \"Trace\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {}}", f);
     if (host_pid >= 0) {
@@ -173,6 +176,8 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
         put_meta(f, "process_labels", m->cpu_device_pid, 0, "labels", "CPU kernels", 0);
         put_meta(f, "process_sort_index", m->cpu_device_pid, 0, "sort_index", NULL, 5000000);
     }
+    if (overhead) /* CUPTI's own costs, on Kineto's pid -1 */
+        put_meta(f, "process_name", -1, 0, "name", "CUPTI Overhead", 0);
     for (int64_t i = 0; i < t->n_tracks; i++) {
         put_meta(f, "thread_name", t->tracks[i].pid, t->tracks[i].tid, "name", t->tracks[i].name, 0);
         put_meta(f, "thread_sort_index", t->tracks[i].pid, t->tracks[i].tid, "sort_index", NULL, t->tracks[i].tid);

@@ -2,6 +2,7 @@
  * own timestamps, runtime and driver calls that launch work, and External ids tying each
  * record to the linfuse op that caused it (TRACE_FORMAT.md section 2, GPU_NOTES.md section 5).
  * Layer: backend/cuda (it knows CUDA), reporting to profiler/ through lf_prof_source. */
+#include <cuda_occupancy.h>
 #include <cupti.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,13 @@ char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
 
 enum { BUF_BYTES = 4 << 20, MAX_BUFS = 256 };
 
+/* What we ask CUPTI for (GPU_NOTES.md section 5); OVERHEAD brings the blog's "Activity Buffer
+ * Request" and CUPTI's other costs, so the trace shows what tracing itself took. */
+static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                           CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_MEMCPY,
+                                           CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                           CUPTI_ACTIVITY_KIND_OVERHEAD};
+
 static struct {
     int active;
     int64_t mono_minus_cupti; /* CLOCK_MONOTONIC ns minus CUPTI ns */
@@ -27,6 +35,7 @@ static struct {
     int n_done;
     int64_t dropped;
     int sms;
+    cudaOccDeviceProp occ; /* the device, as the occupancy calculator wants it */
     char props[1024];
 } cs = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -77,12 +86,6 @@ static int src_start(void)
     /* OS thread ids (gettid), as the profiler's host events use: a launch call then nests
      * inside the op that made it (CUPTI's default is pthread_self) */
     cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                               CUPTI_ACTIVITY_KIND_RUNTIME,
-                                               CUPTI_ACTIVITY_KIND_DRIVER,
-                                               CUPTI_ACTIVITY_KIND_MEMCPY,
-                                               CUPTI_ACTIVITY_KIND_MEMSET,
-                                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (cuptiActivityEnable(kinds[i]) != CUPTI_SUCCESS) {
             for (size_t j = 0; j < i; j++)
@@ -95,6 +98,18 @@ static int src_start(void)
     struct cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) {
         cs.sms = p.multiProcessorCount;
+        cs.occ = (cudaOccDeviceProp){p.major,
+                                     p.minor,
+                                     p.maxThreadsPerBlock,
+                                     p.maxThreadsPerMultiProcessor,
+                                     p.regsPerBlock,
+                                     p.regsPerMultiprocessor,
+                                     p.warpSize,
+                                     p.sharedMemPerBlock,
+                                     p.sharedMemPerMultiprocessor,
+                                     p.multiProcessorCount,
+                                     p.sharedMemPerBlockOptin,
+                                     p.reservedSharedMemPerBlock};
         snprintf(cs.props, sizeof cs.props,
                  "[{\"id\": 0, \"name\": \"%s\", \"totalGlobalMem\": %zu, \"computeMajor\": %d, \"computeMinor\": %d, "
                  "\"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, \"regsPerBlock\": %d, "
@@ -126,6 +141,46 @@ static int interesting(const char *name)
 {
     return name && (strstr(name, "Launch") || strstr(name, "Memcpy") || strstr(name, "Memset") ||
                     strstr(name, "Synchronize") || strstr(name, "Occupancy"));
+}
+
+/* Kineto's "est. achieved occupancy %": the blocks each SM gets (grid / SMs), capped by what the
+ * occupancy calculator says fits, times threads per block over the SM's thread limit. The
+ * kernel is described as Kineto describes it (static shared memory, default shared-memory
+ * limit), so a GEMM that opted into more shared memory than the default reads 0 in both. */
+static int est_occupancy(const CUpti_ActivityKernel10 *k, double blocks_per_sm)
+{
+    cudaOccFuncAttributes fa = {.maxThreadsPerBlock = INT32_MAX,
+                                .numRegs = (int)k->registersPerThread,
+                                .sharedSizeBytes = (size_t)k->staticSharedMemory,
+                                .partitionedGCConfig = PARTITIONED_GC_OFF,
+                                .shmemLimitConfig = FUNC_SHMEM_LIMIT_DEFAULT,
+                                .numBlockBarriers = 1};
+    cudaOccDeviceState st = {.cacheConfig = CACHE_PREFER_NONE, .carveoutConfig = SHAREDMEM_CARVEOUT_DEFAULT};
+    cudaOccResult r;
+    int block = (int)(k->blockX * k->blockY * k->blockZ);
+    if (!cs.occ.maxThreadsPerMultiprocessor ||
+        cudaOccMaxActiveBlocksPerMultiprocessor(&r, &cs.occ, &fa, &st, block, (size_t)k->dynamicSharedMemory) !=
+            CUDA_OCC_SUCCESS)
+        return -1;
+    if (r.activeBlocksPerMultiprocessor < blocks_per_sm)
+        blocks_per_sm = r.activeBlocksPerMultiprocessor;
+    return (int)(blocks_per_sm * block / cs.occ.maxThreadsPerMultiprocessor * 100);
+}
+
+static const char *overhead_name(CUpti_ActivityOverheadKind k)
+{
+    switch (k) {
+    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: return "Driver Compiler";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: return "Buffer Flush";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: return "Instrumentation";
+    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: return "Resource";
+    case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING: return "Runtime Triggered Module Loading";
+    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: return "Lazy Function Loading";
+    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: return "Command Buffer Full";
+    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: return "Activity Buffer Request";
+    case CUPTI_ACTIVITY_OVERHEAD_UVM_ACTIVITY_INIT: return "UVM Activity Init";
+    default: return "Unknown";
+    }
 }
 
 typedef struct corr_map {
@@ -215,11 +270,14 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
                 double blocks = (double)k->gridX * k->gridY * k->gridZ,
                        threads = (double)k->blockX * k->blockY * k->blockZ;
                 double bps = cs.sms ? blocks / cs.sms : 0;
-                snprintf(extra, sizeof extra,
+                int n_extra = snprintf(extra, sizeof extra,
                          "\"context\": %u, \"registers per thread\": %u, \"shared memory\": %d, \"blocks per SM\": %f, "
                          "\"warps per SM\": %f, \"grid\": [%d, %d, %d], \"block\": [%d, %d, %d]",
                          k->contextId, k->registersPerThread, k->staticSharedMemory + k->dynamicSharedMemory, bps,
                          bps * threads / 32, k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ);
+                int occ = est_occupancy(k, bps);
+                if (occ >= 0 && n_extra > 0 && (size_t)n_extra < sizeof extra)
+                    snprintf(extra + n_extra, sizeof extra - (size_t)n_extra, ", \"est. achieved occupancy %%\": %d", occ);
                 e.extra_args = extra;
                 c = m ? find(m, nm, k->correlationId) : NULL;
             } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY || r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
@@ -256,6 +314,19 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
                 e.ext_id = cc ? cc->ext : 0;
                 add(sink, &e);
                 continue;
+            } else if (r->kind == CUPTI_ACTIVITY_KIND_OVERHEAD) {
+                const CUpti_ActivityOverhead3 *o = (const void *)r;
+                free(o->overheadData); /* ours to free, says cupti_activity.h */
+                if (!o->start && !o->end)
+                    continue; /* CUPTI could not time it */
+                e.cat = LF_TC_OVERHEAD;
+                e.name = overhead_name(o->overheadKind);
+                e.pid = -1; /* Kineto's "CUPTI Overhead" process */
+                e.tid = o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? (int64_t)o->objectId.pt.threadId : 0;
+                e.ts_ns = (int64_t)o->start + cs.mono_minus_cupti;
+                e.dur_ns = (int64_t)(o->end - o->start);
+                add(sink, &e);
+                continue;
             } else {
                 continue;
             }
@@ -277,12 +348,6 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
 
 static void src_stop(void)
 {
-    static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
-                                               CUPTI_ACTIVITY_KIND_RUNTIME,
-                                               CUPTI_ACTIVITY_KIND_DRIVER,
-                                               CUPTI_ACTIVITY_KIND_MEMCPY,
-                                               CUPTI_ACTIVITY_KIND_MEMSET,
-                                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         cuptiActivityDisable(kinds[i]);
     cs.active = 0;

@@ -1,0 +1,86 @@
+#!/bin/sh
+# Every experiment on the GPU, and the invariants its trace must hold: kernels per step and
+# their names (linfuse trace expect), then, in the JSON itself, no dropped records, every
+# kernel's flow matched at both ends, every kernel's launch call nested inside the op whose
+# External id the kernel carries, and kernel args as Kineto writes them.
+# Usage: experiments_gpu.sh <linfuse binary> <work dir>   (run on a GPU machine)
+set -u
+bin="$1" work="$2"
+rm -rf "$work"
+mkdir -p "$work"
+fails=0 checks=0
+run() { # run "what" command...
+    what="$1"
+    shift
+    checks=$((checks + 1))
+    if ! out=$("$@" 2>&1); then
+        fails=$((fails + 1))
+        echo "FAIL: $what"
+        echo "$out" | tail -8
+    fi
+}
+
+run "matmul-add on cuda" "$bin" matmul-add --device cuda --out "$work"
+run "linear on cuda" "$bin" linear --device cuda --out "$work"
+run "simple-mlp on cuda" "$bin" simple-mlp --device cuda --out "$work"
+run "tour (auto picks the GPU)" "$bin" tour --out "$work/tour"
+
+ma=$(ls "$work"/matmul-add/*.json) lin=$(ls "$work"/linear/*.json) mlp=$(ls "$work"/simple-mlp/*.json)
+# matmul then add: a GEMM and an add kernel; the linear: one GEMM with the bias in its
+# epilogue and nothing else; the MLP: three GEMMs, a GELU and a mul
+run "matmul-add: 2 kernels" "$bin" trace expect "$ma" --kernels-per-step 2 --kernel 'add'
+run "linear: 1 kernel, bias epilogue" "$bin" trace expect "$lin" --kernels-per-step 1 --kernel 'bias' --no-kernel 'add_op'
+run "simple-mlp: 5 kernels" "$bin" trace expect "$mlp" --kernels-per-step 5 --kernel 'gelu' --kernel 'mul'
+
+for f in "$ma" "$lin" "$mlp"; do
+    checks=$((checks + 1))
+    if ! python3 - "$f" <<'EOF'; then
+import json, sys
+path = sys.argv[1]
+d = json.load(open(path))
+ev = d["traceEvents"]
+bad = []
+if d.get("linfuse_dropped_events", 0):
+    bad.append("%d dropped records" % d["linfuse_dropped_events"])
+if not d.get("deviceProperties"):
+    bad.append("no deviceProperties")
+kernels = [e for e in ev if e.get("cat") == "kernel"]
+starts = {e["id"]: e for e in ev if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+ends = {e["id"]: e for e in ev if e.get("ph") == "f" and e.get("cat") == "ac2g"}
+launches = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+ops = [e for e in ev if e.get("cat") == "cpu_op"]
+if not kernels:
+    bad.append("no kernels")
+for k in kernels:
+    a = k["args"]
+    c = a.get("correlation")
+    for key in ("grid", "block", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
+                "est. achieved occupancy %", "External id"):
+        if key not in a:
+            bad.append("%s lacks %r" % (k["name"][:40], key))
+    if not 0 <= a.get("est. achieved occupancy %", -1) <= 100:
+        bad.append("%s occupancy %r" % (k["name"][:40], a.get("est. achieved occupancy %")))
+    if c not in starts or c not in ends:
+        bad.append("kernel %s: flow %s not matched" % (k["name"][:40], c))
+        continue
+    l = launches.get(c)
+    if l is None:
+        bad.append("kernel %s: no launch call" % k["name"][:40])
+        continue
+    if not (l["ts"] <= k["ts"]):
+        bad.append("kernel %s starts before its launch" % k["name"][:40])
+    owner = [o for o in ops if o["args"].get("External id") == a["External id"] and o["tid"] == l["tid"]
+             and o["ts"] <= l["ts"] and l["ts"] + l["dur"] <= o["ts"] + o["dur"] + 0.002]
+    if not owner:
+        bad.append("kernel %s: launch not nested in its op" % k["name"][:40])
+if bad:
+    print("FAIL: %s:\n  %s" % (path, "\n  ".join(sorted(set(bad))[:12])))
+    sys.exit(1)
+print("%s: %d kernels, flows matched, launches nested, no drops" % (path.split("/")[-2], len(kernels)))
+EOF
+        fails=$((fails + 1))
+    fi
+done
+
+echo "experiments_gpu: $checks checks, $fails failed"
+[ "$fails" = 0 ]
