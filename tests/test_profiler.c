@@ -367,17 +367,24 @@ static void test_memory_and_drops(void)
     lf_profiler *p = profile(M_LINEAR, path, &o);
     json_t *root = load(path);
     json_t *evs = root ? json_object_get(root, "traceEvents") : NULL;
-    int mem = 0, freed = 0;
+    int mem = 0, freed = 0, reserved_is_allocated = 0;
     for (size_t i = 0; i < json_array_size(evs); i++) {
         json_t *e = json_array_get(evs, i);
         const char *name = json_string_value(json_object_get(e, "name"));
         if (name && !strcmp(name, "[memory]")) {
-            json_int_t bytes = json_integer_value(json_object_get(json_object_get(e, "args"), "Bytes"));
+            json_t *a = json_object_get(e, "args");
+            json_int_t bytes = json_integer_value(json_object_get(a, "Bytes"));
             mem += bytes == 1024 * 64 * 2; /* the linear's bf16 output */
             freed += bytes == -(1024 * 64 * 2);
+            /* the CPU allocator caches nothing: what it holds is what is in use */
+            reserved_is_allocated += json_integer_value(json_object_get(a, "Total Reserved")) ==
+                                         json_integer_value(json_object_get(a, "Total Allocated")) &&
+                                     json_integer_value(json_object_get(a, "Total Allocated")) > 0;
         }
     }
     CHECK(mem == 3 && freed == 3, "[memory] events: %d allocations and %d frees of the output", mem, freed);
+    CHECK(reserved_is_allocated >= mem + freed, "CPU: Total Reserved == Total Allocated (%d of %d events)",
+          reserved_is_allocated, mem + freed);
     char *text = NULL;
     lf_table_opts to = {LF_SORT_CPU_TIME_TOTAL, -1};
     CHECK(lf_prof_table(p, &to, &text) == LF_OK && strstr(text, "CPU Mem") && strstr(text, "384.00 KB"),

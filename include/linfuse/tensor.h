@@ -157,7 +157,8 @@ void lf_tensor_free(lf_tensor *t);
 
 /* Told of every storage allocation (bytes > 0) and release (bytes < 0), with the device's
  * running total of allocated bytes: the profiler's memory events. NULL removes it. */
-typedef void (*lf_alloc_observer)(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total_allocated);
+typedef void (*lf_alloc_observer)(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total_allocated,
+                                  int64_t total_reserved);
 void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
 
 /* --- facts --- */

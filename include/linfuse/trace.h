@@ -48,6 +48,7 @@ typedef struct lf_trace_event {
     double flops, bytes; /* kernels: work and traffic, 0 when unknown */
     int64_t mem_bytes;   /* [memory]: bytes allocated (negative: freed) */
     int64_t mem_total_allocated;
+    int64_t mem_total_reserved; /* held by the allocator: in use plus cached */
     int64_t mem_device_type; /* 0 cpu, 1 cuda */
     int64_t mem_addr;
     const char *input_dims;  /* "Input Dims" as JSON text, or NULL */

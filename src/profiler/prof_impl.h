@@ -33,7 +33,7 @@ typedef struct lf_rec {
             int (*resolve)(void *timing, int64_t *begin_ns, int64_t *end_ns);
         } k;
         struct {
-            int64_t bytes, total, addr;
+            int64_t bytes, total, reserved, addr;
         } m;
     } u;
 } lf_rec;

@@ -330,7 +330,7 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
     publish(b);
 }
 
-static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total)
+static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total, int64_t reserved)
 {
     lf_profiler *p = user;
     lf_tbuf *b = thread_buf(p);
@@ -347,6 +347,7 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
     r->t0 = r->t1 = ticks();
     r->u.m.bytes = bytes;
     r->u.m.total = total;
+    r->u.m.reserved = reserved;
     r->u.m.addr = (int64_t)(intptr_t)addr;
     publish(b);
 }
@@ -564,6 +565,7 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
                     e.dur_ns = -1;
                     e.mem_bytes = r->u.m.bytes;
                     e.mem_total_allocated = r->u.m.total;
+                    e.mem_total_reserved = r->u.m.reserved;
                     e.mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
                     e.mem_addr = r->u.m.addr;
                     break;

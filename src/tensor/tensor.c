@@ -64,7 +64,7 @@ static void cpu_free(void *p, size_t n, void *ctx)
     (void)n, (void)ctx, free(p);
 }
 
-static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL, NULL}};
+static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL, NULL, NULL}};
 
 static int (*device_starter)(lf_device dev);
 
@@ -98,8 +98,11 @@ static void note_alloc(lf_device dev, const void *p, int64_t bytes)
 {
     long long total = atomic_fetch_add(&allocated_bytes[dev], bytes) + bytes;
     lf_alloc_observer fn = atomic_load_explicit(&alloc_obs, memory_order_acquire);
-    if (__builtin_expect(fn != NULL, 0))
-        fn(atomic_load(&alloc_obs_user), dev, p, bytes, (int64_t)total);
+    if (__builtin_expect(fn != NULL, 0)) {
+        const lf_allocator *a = &allocators[dev];
+        int64_t reserved = a->reserved ? a->reserved(a->ctx) : (int64_t)total;
+        fn(atomic_load(&alloc_obs_user), dev, p, bytes, (int64_t)total, reserved);
+    }
 }
 
 /* --- shapes --- */

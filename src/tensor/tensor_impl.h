@@ -23,6 +23,9 @@ typedef struct lf_allocator {
     /* Copy n bytes between this device and the host (to_host says which way), finished when it
      * returns. NULL for the CPU. */
     int (*copy)(void *dst, const void *src, size_t n, int to_host, void *ctx);
+    /* Bytes held from the device: in use plus cached for reuse (PyTorch's "Total Reserved").
+     * NULL when the allocator caches nothing, so reserved is what is in use. */
+    int64_t (*reserved)(void *ctx);
     void *ctx;
 } lf_allocator;
 

@@ -270,6 +270,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         if (is_mem) {
             ev.mem_bytes = get_int(args, "Bytes", 0);
             ev.mem_total_allocated = get_int(args, "Total Allocated", 0);
+            ev.mem_total_reserved = get_int(args, "Total Reserved", ev.mem_total_allocated);
             ev.mem_device_type = get_int(args, "Device Type", 0);
             ev.mem_addr = get_int(args, "Addr", 0);
         }

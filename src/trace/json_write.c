@@ -103,7 +103,7 @@ static void put_memory(FILE *f, const lf_trace_event *e, int64_t idx)
     fprintf(f,
             ", \"args\": {\"Total Reserved\": %" PRId64 ", \"Total Allocated\": %" PRId64 ", \"Bytes\": %" PRId64
             ", \"Addr\": %" PRId64 ", \"Device Type\": %" PRId64 ", \"Device Id\": %d, \"Ev Idx\": %" PRId64 "}}",
-            e->mem_total_allocated, e->mem_total_allocated, e->mem_bytes, e->mem_addr, e->mem_device_type,
+            e->mem_total_reserved, e->mem_total_allocated, e->mem_bytes, e->mem_addr, e->mem_device_type,
             e->mem_device_type ? 0 : -1, idx);
 }
 

@@ -233,6 +233,50 @@ static void test_profiled_linear(void)
     lf_nn_linear_free(&lin);
 }
 
+/* profile_memory on the GPU: [memory] events say CUDA, and Total Reserved is the caching
+ * allocator's holding: a free keeps the block (allocated falls, reserved stays) and the next
+ * allocation of that size reuses it (reserved still unchanged). */
+static void test_profiled_memory(void)
+{
+    lf_profiler *p = NULL;
+    lf_prof_opts po = {.profile_memory = 1};
+    OK(lf_prof_start(&p, &po));
+    int64_t s[2] = {512, 1000}; /* 2,048,000 bytes of f32: a size no earlier test cached */
+    lf_tensor *a = NULL, *b = NULL;
+    OK(lf_tensor_empty(&a, LF_DTYPE_F32, 2, s, LF_DEVICE_CUDA));
+    lf_tensor_free(a);
+    OK(lf_tensor_empty(&b, LF_DTYPE_F32, 2, s, LF_DEVICE_CUDA));
+    lf_tensor_free(b);
+    OK(lf_prof_stop(p));
+    const lf_trace *t = NULL;
+    OK(lf_prof_trace(p, &t));
+    const lf_trace_event *ev[4];
+    int n = 0;
+    for (int64_t i = 0; i < lf_trace_count(t) && n < 4; i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        if (e->cat == LF_TC_MEMORY && e->mem_device_type == 1 && llabs(e->mem_bytes) == 2048000)
+            ev[n++] = e;
+    }
+    CHECK(n == 4, "4 CUDA [memory] events, got %d", n);
+    if (n == 4) {
+        CHECK(ev[0]->mem_bytes > 0 && ev[1]->mem_bytes < 0 && ev[2]->mem_bytes > 0 && ev[3]->mem_bytes < 0,
+              "alloc, free, alloc, free");
+        for (int i = 0; i < 4; i++)
+            CHECK(ev[i]->mem_total_reserved >= ev[i]->mem_total_allocated, "event %d: reserved %lld >= allocated %lld",
+                  i, (long long)ev[i]->mem_total_reserved, (long long)ev[i]->mem_total_allocated);
+        CHECK(ev[1]->mem_total_allocated == ev[0]->mem_total_allocated - 2048000 &&
+                  ev[1]->mem_total_reserved == ev[0]->mem_total_reserved,
+              "a free keeps the block: allocated %lld -> %lld, reserved %lld -> %lld",
+              (long long)ev[0]->mem_total_allocated, (long long)ev[1]->mem_total_allocated,
+              (long long)ev[0]->mem_total_reserved, (long long)ev[1]->mem_total_reserved);
+        CHECK(ev[2]->mem_total_reserved == ev[0]->mem_total_reserved, "the next allocation reuses it: reserved %lld",
+              (long long)ev[2]->mem_total_reserved);
+        printf("profile_memory on the GPU: reserved %lld B, allocated %lld B at the first allocation\n",
+               (long long)ev[0]->mem_total_reserved, (long long)ev[0]->mem_total_allocated);
+    }
+    lf_prof_free(p);
+}
+
 int main(void)
 {
     if (!lf_device_available(LF_DEVICE_CUDA)) {
@@ -244,5 +288,6 @@ int main(void)
     test_linear_and_pointwise();
     test_allocator_and_errors();
     test_profiled_linear();
+    test_profiled_memory();
     return lf_test_finish("test_cuda");
 }

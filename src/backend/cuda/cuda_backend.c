@@ -36,6 +36,7 @@ typedef struct block {
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static block *pool; /* free blocks */
 static size_t pool_n, pool_cap;
+static int64_t reserved_bytes; /* everything cudaMalloc gave us and we still hold: in use + pool */
 
 static size_t round_size(size_t n)
 {
@@ -58,8 +59,10 @@ static void *cu_alloc(size_t n, void *ctx)
     void *p = NULL;
     if (cudaMalloc(&p, n) != cudaSuccess) { /* out of memory: give the cache back, try once more */
         pthread_mutex_lock(&pool_lock);
-        for (size_t i = 0; i < pool_n; i++)
+        for (size_t i = 0; i < pool_n; i++) {
             cudaFree(pool[i].p);
+            reserved_bytes -= (int64_t)pool[i].size;
+        }
         pool_n = 0;
         pthread_mutex_unlock(&pool_lock);
         cudaGetLastError();
@@ -68,6 +71,9 @@ static void *cu_alloc(size_t n, void *ctx)
             return NULL;
         }
     }
+    pthread_mutex_lock(&pool_lock);
+    reserved_bytes += (int64_t)n;
+    pthread_mutex_unlock(&pool_lock);
     return p;
 }
 
@@ -81,6 +87,7 @@ static void cu_free(void *p, size_t n, void *ctx)
         size_t cap = pool_cap ? 2 * pool_cap : 64;
         block *b = realloc(pool, cap * sizeof *b);
         if (!b) {
+            reserved_bytes -= (int64_t)round_size(n);
             pthread_mutex_unlock(&pool_lock);
             cudaFree(p);
             return;
@@ -90,6 +97,15 @@ static void cu_free(void *p, size_t n, void *ctx)
     }
     pool[pool_n++] = (block){p, round_size(n)};
     pthread_mutex_unlock(&pool_lock);
+}
+
+static int64_t cu_reserved(void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&pool_lock);
+    int64_t r = reserved_bytes;
+    pthread_mutex_unlock(&pool_lock);
+    return r;
 }
 
 static int cu_copy(void *dst, const void *src, size_t n, int to_host, void *ctx)
@@ -122,7 +138,7 @@ static void start(void)
         snprintf(cu.why, sizeof cu.why, "cuBLASLt could not start");
         return;
     }
-    lf_allocator a = {cu_alloc, cu_free, cu_copy, NULL};
+    lf_allocator a = {cu_alloc, cu_free, cu_copy, cu_reserved, NULL};
     lf_tensor_set_allocator(LF_DEVICE_CUDA, &a);
     cu.available = 1;
     lf_cupti_register(); /* the profiler's device source for this GPU */
