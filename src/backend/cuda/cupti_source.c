@@ -17,7 +17,7 @@
  * mangled names; cuBLAS's are plain. */
 char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
 
-enum { BUF_BYTES = 4 << 20, MAX_BUFS = 256 };
+enum { BUF_BYTES = 4 << 20, MAX_BUFS = 256, POOL_BUFS = 8 };
 
 /* What we ask CUPTI for (GPU_NOTES.md section 5); OVERHEAD brings the blog's "Activity Buffer
  * Request" and CUPTI's other costs, so the trace shows what tracing itself took. */
@@ -33,6 +33,8 @@ static struct {
     uint8_t *done[MAX_BUFS];
     size_t done_size[MAX_BUFS];
     int n_done;
+    uint8_t *pool[MAX_BUFS]; /* empty buffers, allocated at start and returned after each drain */
+    int n_pool;
     int64_t dropped;
     int sms;
     cudaOccDeviceProp occ; /* the device, as the occupancy calculator wants it */
@@ -44,11 +46,29 @@ int lf_cupti_active(void)
     return cs.active;
 }
 
+/* CUPTI waits on this callback (its "Activity Buffer Request" overhead), so it hands out a
+ * buffer from the pool; it allocates only when the pool has run dry. */
 static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records)
 {
-    *buf = aligned_alloc(8, BUF_BYTES);
+    pthread_mutex_lock(&cs.lock);
+    *buf = cs.n_pool ? cs.pool[--cs.n_pool] : NULL;
+    pthread_mutex_unlock(&cs.lock);
+    if (!*buf)
+        *buf = aligned_alloc(8, BUF_BYTES);
     *size = *buf ? BUF_BYTES : 0;
     *max_records = 0;
+}
+
+/* A drained buffer goes back to the pool (or is freed when the pool is full). */
+static void buffer_return(uint8_t *buf)
+{
+    pthread_mutex_lock(&cs.lock);
+    if (cs.n_pool < MAX_BUFS) {
+        cs.pool[cs.n_pool++] = buf;
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&cs.lock);
+    free(buf);
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
@@ -65,7 +85,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         CUpti_Activity *r = NULL;
         while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS)
             cs.dropped++;
-        free(buf);
+        buffer_return(buf);
     }
 }
 
@@ -81,6 +101,14 @@ static int src_start(void)
     const char *why;
     if (!lf_cuda_available(&why))
         return -1;
+    pthread_mutex_lock(&cs.lock);
+    while (cs.n_pool < POOL_BUFS) {
+        uint8_t *b = aligned_alloc(8, BUF_BYTES);
+        if (!b)
+            break;
+        cs.pool[cs.n_pool++] = b;
+    }
+    pthread_mutex_unlock(&cs.lock);
     if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
         return -1;
     /* OS thread ids (gettid), as the profiler's host events use: a launch call then nests
@@ -338,7 +366,7 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
             add(sink, &e);
             free(dem);
         }
-        free(bufs[b]);
+        buffer_return(bufs[b]);
     }
     free(m);
     size_t dropped = 0;
