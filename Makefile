@@ -26,7 +26,7 @@ test:
 
 # On a GPU machine: the CUDA backend against the CPU (CI only builds this test).
 test-gpu:
-	@scripts/deps.sh build
+	@scripts/deps.sh test-gpu
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cuda

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Make sure the Debian packages a make target needs are installed: install them when running
-# as root, otherwise say exactly what to run. Usage: scripts/deps.sh build|test|bench
+# as root, otherwise say exactly what to run. Usage: scripts/deps.sh build|test|test-gpu|bench
 set -eu
 
 case "${1:-build}" in
 build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev" ;;
 test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev clang libclang-rt-14-dev chromium fonts-dejavu-core python3" ;;
+test-gpu) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev python3" ;; # python3 reads the GPU traces
 bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev libopenblas0-pthread" ;;
-*) echo "deps.sh: unknown set '$1' (build, test or bench)" >&2; exit 2 ;;
+*) echo "deps.sh: unknown set '$1' (build, test, test-gpu or bench)" >&2; exit 2 ;;
 esac
 
 missing=""
