@@ -61,6 +61,15 @@ contains "matmul-add kernels" "kernels/step=2"
 checks=$((checks + 1))
 check "simple-mlp" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 4 --dim 32 --hidden 48 --dtype f32
 contains "mlp kernels" "kernels/step=5"
+check "kernels-mlp" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --dtype f32
+contains "kernels-mlp: 4 kernels" "kernels/step=4"
+contains "kernels-mlp: the fused kernel" "lf_cpu_gelu_tanh_mul_f32"
+[ -f "$dir/kernels-mlp/1x5x32x48_f32_cold_fused.json" ] || { fails=$((fails + 1)); echo "FAIL: kernels-mlp file name"; }
+checks=$((checks + 1))
+check "kernels-mlp gated" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant gated
+contains "gated: 2 kernels" "kernels/step=2"
+contains "gated: the gated GEMM" "lf_cpu_gemm_bf16_12x32_tn_gelu_tanh_gated"
+check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated --no-kernel 'gelu_tanh_mul'
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
 before=$(find "$dir" -type f | wc -l)
@@ -70,6 +79,9 @@ check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
 contains "cuda refused" "no usable CUDA device"
 check "bad device" 2 "$bin" linear --device tpu
 check "zero size" 2 "$bin" simple-mlp --out "$dir" --dim 0
+check "bad variant" 2 "$bin" kernels-mlp --out "$dir" --variant fastest
+contains "bad variant" "--variant must be fused or gated, got fastest"
+check "variant is kernels-mlp's" 2 "$bin" simple-mlp --out "$dir" --variant gated
 check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4
 check "size that overflows memory" 2 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" linear --out "$dir" --batch 1099511627776 --in_dim 1099511627776
 check "unwritable out" 2 "$bin" linear --out /proc/linfuse-cannot-write

@@ -40,7 +40,8 @@ static void test_linear_init(void)
     lf_nn_linear_free(&a), lf_nn_linear_free(&b), lf_nn_linear_free(&c);
 }
 
-/* The MLP forward equals down(gelu_tanh(gate(x)) * up(x)) computed in float64. */
+/* Every MLP variant (eager, fused, gated) equals down(gelu_tanh(gate(x)) * up(x)) computed in
+ * float64, on odd token counts and a hidden size that is no multiple of any kernel's tile. */
 static void test_mlp_forward(void)
 {
     lf_rng rng;
@@ -53,6 +54,9 @@ static void test_mlp_forward(void)
         OK(lf_nn_geglu_mlp_init(&m, &o, &rng));
         int64_t xs[3] = {B, S, D};
         lf_tensor *x = rand_tensor(&rng, d, 3, xs), *y = NULL;
+        CHECK(lf_tensor_shares_storage(m.gate.weight, m.gate_up) && lf_tensor_shares_storage(m.up.weight, m.gate_up) &&
+                  lf_tensor_data(m.up.weight) == (char *)lf_tensor_data(m.gate_up) + H * D * lf_dtype_size(d),
+              "gate and up weights are the two row halves of gate_up");
         OK(lf_nn_geglu_mlp_forward(&m, x, &y));
         CHECK(y->ndim == 3 && y->shape[0] == B && y->shape[1] == S && y->shape[2] == D, "output shape");
         double *X = to_f64(x), *Wg = to_f64(m.gate.weight), *Wu = to_f64(m.up.weight), *Wd = to_f64(m.down.weight);
@@ -78,10 +82,25 @@ static void test_mlp_forward(void)
                 mag[t * D + j] = sm;
             }
         double *Y = to_f64(y);
-        int64_t where = 0;
-        double e = worst_err(Y, ref, mag, T * D, d, &where);
-        CHECK(e < tol_for(d), "mlp forward %s: err %.3g at %lld (got %.9g ref %.9g)", lf_dtype_name(d), e,
-              (long long)where, Y[where], ref[where]);
+        for (int v = 0; v < LF_MLP_VARIANT_COUNT; v++) {
+            lf_tensor *yv = NULL;
+            OK(lf_nn_geglu_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &yv));
+            if (!yv)
+                continue;
+            CHECK(yv->ndim == 3 && yv->shape[0] == B && yv->shape[1] == S && yv->shape[2] == D, "%s output shape",
+                  lf_mlp_variant_name((lf_mlp_variant)v));
+            double *V = to_f64(yv);
+            int64_t where = 0;
+            double e = worst_err(V, ref, mag, T * D, d, &where);
+            CHECK(e < tol_for(d), "mlp forward %s %s: err %.3g at %lld (got %.9g ref %.9g)",
+                  lf_mlp_variant_name((lf_mlp_variant)v), lf_dtype_name(d), e, (long long)where, V[where], ref[where]);
+            /* the hand-fused middle rounds gelu(g) as the eager one does: the same bits */
+            if (v == LF_MLP_FUSED)
+                CHECK(!memcmp(V, Y, (size_t)(T * D) * sizeof *V), "fused forward == eager forward bit for bit (%s)",
+                      lf_dtype_name(d));
+            free(V);
+            lf_tensor_free(yv);
+        }
         free(X), free(Wg), free(Wu), free(Wd), free(h), free(hm), free(ref), free(mag), free(Y);
         lf_tensor_free(x), lf_tensor_free(y);
         lf_nn_geglu_mlp_free(&m);
@@ -109,6 +128,22 @@ static void test_nn_errors(void)
     lf_nn_geglu_mlp_opts mo = {16, 0, LF_DTYPE_F32, LF_DEVICE_CPU};
     FAILS(LF_ESHAPE, NULL, lf_nn_geglu_mlp_init(&m, &mo, &rng));
     FAILS(LF_EINVAL, "'rng' is NULL", lf_nn_linear_init(&l, &ok, NULL));
+    mo.hidden = 32;
+    OK(lf_nn_geglu_mlp_init(&m, &mo, &rng));
+    int64_t bad_x[2] = {5, 15};
+    x = rand_tensor(&rng, LF_DTYPE_F32, 2, bad_x);
+    FAILS(LF_ESHAPE, "dim = 16", lf_nn_geglu_mlp_forward_variant(&m, LF_MLP_GATED, x, &y));
+    CHECK(y == NULL, "no output on failure (gated)");
+    FAILS(LF_ESHAPE, NULL, lf_nn_geglu_mlp_forward_variant(&m, LF_MLP_FUSED, x, &y));
+    FAILS(LF_EINVAL, "variant 7", lf_nn_geglu_mlp_forward_variant(&m, (lf_mlp_variant)7, x, &y));
+    if (!lf_device_available(LF_DEVICE_CUDA)) {
+        lf_tensor *gu = m.gate_up;
+        FAILS(LF_EDEVICE, NULL, lf_nn_geglu_mlp_to_device(&m, LF_DEVICE_CUDA));
+        CHECK(m.gate_up == gu && lf_tensor_shares_storage(m.gate.weight, gu), "a failed move leaves the module as it was");
+    }
+    lf_tensor_free(x);
+    lf_nn_geglu_mlp_free(&m);
+    lf_nn_geglu_mlp_free(&m);
 }
 
 int main(void)

@@ -174,7 +174,7 @@ static void test_addmm(void)
             for (int al = 0; al < 2; al++) {
                 lf_tensor *y = NULL;
                 recorder rec = {0};
-                lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec};
+                lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
                 lf_ops_set_observer(&obs);
                 lf_status s = lf_addmm(&y, biases[bi], a, b, betas[be], alphas[al]);
                 lf_ops_set_observer(NULL);
@@ -220,7 +220,7 @@ static void test_dispatch_chain(void)
     int64_t xs[2] = {1024, 32};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *y = NULL;
     recorder rec = {0};
-    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec};
+    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
     lf_ops_set_observer(&obs);
     lf_status s = lf_nn_linear_forward(&lin, x, &y);
     lf_ops_set_observer(NULL);
@@ -277,7 +277,7 @@ static void test_mlp_chain(void)
     int64_t xs[3] = {2, 7, 64};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *y = NULL;
     recorder rec = {0};
-    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec};
+    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
     lf_ops_set_observer(&obs);
     lf_status s = lf_nn_geglu_mlp_forward(&mlp, x, &y);
     lf_ops_set_observer(NULL);
@@ -412,6 +412,59 @@ static void test_gelu_values(void)
         }
 }
 
+/* gelu_mul == mul(gelu(g), u) bit for bit: every dtype, odd row lengths, views whose rows
+ * are strided (the two halves of one [tokens, 2H] product) and transposed inputs; and its
+ * errors. */
+static void test_gelu_mul(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 23);
+    static const int64_t sizes[][2] = {{1, 1}, {3, 7}, {17, 257}, {64, 3072}};
+    for (int dt = 0; dt < LF_DTYPE_COUNT; dt++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (int layout = 0; layout < 3; layout++) {
+                const int64_t R = sizes[si][0], C = sizes[si][1];
+                lf_tensor *g = NULL, *u = NULL, *gu = NULL;
+                if (layout == 0) { /* contiguous */
+                    int64_t sh[2] = {R, C};
+                    g = rand_tensor(&rng, (lf_dtype)dt, 2, sh);
+                    u = rand_tensor(&rng, (lf_dtype)dt, 2, sh);
+                } else if (layout == 1) { /* halves of one (R, 2C) product: row stride 2C */
+                    int64_t sh[2] = {R, 2 * C}, half[2] = {R, C}, st[2] = {2 * C, 1};
+                    gu = rand_tensor(&rng, (lf_dtype)dt, 2, sh);
+                    OK(lf_tensor_as_strided(&g, gu, 2, half, st, 0));
+                    OK(lf_tensor_as_strided(&u, gu, 2, half, st, C));
+                } else { /* transposed views: columns contiguous */
+                    g = rand_colmajor(&rng, (lf_dtype)dt, R, C);
+                    u = rand_colmajor(&rng, (lf_dtype)dt, R, C);
+                }
+                lf_tensor *fused = NULL, *a = NULL, *two = NULL;
+                OK(lf_gelu_mul(&fused, g, u, LF_GELU_TANH));
+                OK(lf_gelu(&a, g, LF_GELU_TANH));
+                OK(lf_mul(&two, a, u));
+                if (fused && two) {
+                    CHECK(lf_tensor_is_contiguous(fused) && fused->shape[0] == R && fused->shape[1] == C,
+                          "gelu_mul output is a new (%lld, %lld) tensor", (long long)R, (long long)C);
+                    double *F = to_f64(fused), *T = to_f64(two);
+                    CHECK(!memcmp(F, T, (size_t)(R * C) * sizeof *F), "gelu_mul == mul(gelu) bit for bit: %s %lldx%lld layout %d",
+                          lf_dtype_name((lf_dtype)dt), (long long)R, (long long)C, layout);
+                    free(F), free(T);
+                }
+                lf_tensor *list[] = {g, u, gu, fused, a, two};
+                for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+                    lf_tensor_free(list[i]);
+            }
+    int64_t s1[2] = {4, 6}, s2[2] = {4, 5};
+    lf_tensor *g = rand_tensor(&rng, LF_DTYPE_F32, 2, s1), *u = rand_tensor(&rng, LF_DTYPE_F32, 2, s2);
+    lf_tensor *ub = rand_tensor(&rng, LF_DTYPE_BF16, 2, s1), *o = NULL;
+    FAILS(LF_ESHAPE, "must have one shape", lf_gelu_mul(&o, g, u, LF_GELU_TANH));
+    FAILS(LF_EDTYPE, "expected one dtype", lf_gelu_mul(&o, g, ub, LF_GELU_TANH));
+    FAILS(LF_EINVAL, "approximate = 9", lf_gelu_mul(&o, g, g, (lf_gelu_approx)9));
+    FAILS(LF_EINVAL, "'u' is NULL", lf_gelu_mul(&o, g, NULL, LF_GELU_TANH));
+    CHECK(o == NULL, "no output on failure");
+    lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(ub);
+}
+
 int main(void)
 {
     test_linear_values();
@@ -422,5 +475,6 @@ int main(void)
     test_fused_equals_unfused();
     test_matmul_noncontiguous();
     test_gelu_values();
+    test_gelu_mul();
     return lf_test_finish("test_ops");
 }

@@ -92,6 +92,11 @@ int lf_device_available(lf_device dev);
  * through raw pointers). A no-op on the CPU, whose kernels finish before they return. */
 lf_status lf_device_synchronize(lf_device dev);
 
+/* LF_OK when dev's backend runs g as described, else LF_EUNSUPPORTED with a message saying
+ * why (a layout, dtype or shape the kernel does not take): callers that have another way to
+ * compute g ask first. Invalid descriptions fail as lf_backend_gemm would. */
+lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g);
+
 /* Run a GEMM on the device that holds its memory. info may be NULL. */
 lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info);
 
@@ -106,8 +111,17 @@ typedef enum lf_pw_op {
     LF_PW_ADD,  /* out = in0 + in1 */
     LF_PW_MUL,  /* out = in0 * in1 */
     LF_PW_ACT,  /* out = act(in0) */
+    /* out = act(in0) * in1, the activation rounded to out's dtype before the product, so the
+     * result equals the two-pass act-then-mul bit for bit (Liger's GeGLU kernel does the same) */
+    LF_PW_ACT_MUL,
     LF_PW_COUNT
 } lf_pw_op;
+
+/* How many inputs op reads: 2 for add, mul and act_mul, else 1. */
+static inline int lf_pw_arity(lf_pw_op op)
+{
+    return op == LF_PW_ADD || op == LF_PW_MUL || op == LF_PW_ACT_MUL ? 2 : 1;
+}
 
 typedef struct lf_strided {
     void *data;
@@ -119,7 +133,7 @@ typedef struct lf_strided {
  * strides (a broadcast input has stride 0), math is in float. */
 typedef struct lf_pointwise {
     lf_pw_op op;
-    lf_act act; /* for LF_PW_ACT */
+    lf_act act; /* for LF_PW_ACT and LF_PW_ACT_MUL */
     int ndim;
     int64_t shape[LF_MAX_DIMS];
     lf_strided out;

@@ -63,6 +63,11 @@ lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 typedef enum lf_gelu_approx { LF_GELU_ERF, LF_GELU_TANH } lf_gelu_approx;
 lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
+/* out = gelu(g) * u in one pass (GeGLU's middle): g and u of one shape and dtype, any strides.
+ * gelu(g) is rounded to the dtype before the product, so the result equals
+ * lf_mul(lf_gelu(g), u) bit for bit while reading g and u once and writing out once. On CUDA
+ * one block per row, its width chosen from the row length as Liger's kernel does. */
+lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx);
 
 /* --- the observer: how the profiler (or a test) sees the dispatcher --- */
 
@@ -80,6 +85,9 @@ typedef struct lf_op_observer {
     void (*kernel_begin)(void *user, lf_device dev);
     void (*kernel_end)(void *user, lf_device dev, const lf_kernel_info *info);
     void *user;
+    /* optional: a named span inside an op, e.g. a fallback and why it was taken (text copied) */
+    void (*note_begin)(void *user, const char *text);
+    void (*note_end)(void *user);
 } lf_op_observer;
 
 /* Install (or with NULL remove) the process-wide observer. The struct must outlive its use. While

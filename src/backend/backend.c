@@ -236,6 +236,18 @@ lf_status lf_gemm_validate(const lf_gemm *g)
     return LF_OK;
 }
 
+lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g)
+{
+    LF_TRY(lf_gemm_validate(g));
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    char why[256];
+    if (b->gemm_supports && !b->gemm_supports(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "%s gemm: %s", b->name, why);
+    return LF_OK;
+}
+
 lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info)
 {
     LF_TRY(lf_gemm_validate(g));
@@ -292,14 +304,14 @@ lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_i
     LF_CHECK_PTR(p, "lf_pointwise", "p");
     if ((unsigned)p->op >= LF_PW_COUNT)
         return lf_fail(LF_EINVAL, "lf_pointwise: op %d is unknown", (int)p->op);
-    if (p->op == LF_PW_ACT && (unsigned)p->act >= LF_ACT_COUNT)
+    if ((p->op == LF_PW_ACT || p->op == LF_PW_ACT_MUL) && (unsigned)p->act >= LF_ACT_COUNT)
         return lf_fail(LF_EINVAL, "lf_pointwise: activation %d is unknown", (int)p->act);
     if (p->ndim < 1 || p->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "lf_pointwise: %d dims, expected 1 to %d", p->ndim, LF_MAX_DIMS);
     for (int i = 0; i < p->ndim; i++)
         if (p->shape[i] < 1)
             return lf_fail(LF_ESHAPE, "lf_pointwise: dim %d is %lld, expected >= 1", i, (long long)p->shape[i]);
-    int nin = p->op == LF_PW_ADD || p->op == LF_PW_MUL ? 2 : 1;
+    int nin = lf_pw_arity(p->op);
     if (!p->out.data || !p->in[0].data || (nin == 2 && !p->in[1].data))
         return lf_fail(LF_EINVAL, "lf_pointwise: an operand has no data pointer");
     const lf_backend_ops *b = lf_backend_for(dev);

@@ -10,6 +10,8 @@ typedef struct lf_backend_ops {
     const char *name;
     lf_status (*gemm)(const lf_gemm *g, lf_kernel_info *info);
     lf_status (*pointwise)(const lf_pointwise *p, lf_kernel_info *info);
+    /* Whether gemm can run g as described (1), else 0 with why filled. NULL: every valid GEMM. */
+    int (*gemm_supports)(const lf_gemm *g, char *why, size_t cap);
 } lf_backend_ops;
 
 extern const lf_backend_ops lf_cpu_backend_ops;

@@ -11,8 +11,9 @@
 
 typedef struct gcase {
     const char *name;
-    int kind; /* 0 matmul-add, 1 linear, 2 mlp */
+    int kind; /* 0 matmul-add, 1 linear, 2 mlp, 3 the gated GEMM alone, 4 one GEMM over [Wg; Wu] */
     int64_t a, b, c, d;
+    lf_mlp_variant variant; /* kind 2 */
 } gcase;
 
 static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
@@ -26,8 +27,12 @@ static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *
             s = lf_add(&y, t, b);
     } else if (g->kind == 1) {
         s = lf_nn_linear_forward(lin, x, &y);
-    } else {
-        s = lf_nn_geglu_mlp_forward(mlp, x, &y);
+    } else if (g->kind == 2) {
+        s = lf_nn_geglu_mlp_forward_variant(mlp, g->variant, x, &y);
+    } else { /* x is (tokens, dim); the gated GEMM against the plain GEMM with the same FLOPs */
+        s = lf_t(&t, mlp->gate_up);
+        if (s == LF_OK)
+            s = g->kind == 3 ? lf_mm_gated(&y, x, t, LF_ACT_GELU_TANH, mlp->hidden) : lf_mm(&y, x, t);
     }
     lf_tensor_free(t), lf_tensor_free(y);
     return s;
@@ -52,11 +57,19 @@ int lf_cli_bench_cuda(int reps)
         return LF_EXIT_FAIL;
     }
     static const gcase cases[] = {
-        {"matmul_add_4096", 0, 4096, 0, 0, 0},
-        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072},
-        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008},
-        {"linear_1024x32x64", 1, 1024, 32, 64, 0},
-        {"matmul_add_64", 0, 64, 0, 0, 0},
+        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0},
+        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER},
+        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED},
+        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED},
+        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0},
+        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0},
+        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER},
+        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED},
+        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED},
+        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0},
+        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0},
+        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0},
+        {"matmul_add_64", 0, 64, 0, 0, 0, 0},
     };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -92,18 +105,15 @@ int lf_cli_bench_cuda(int reps)
                 s = to_cuda(&lin.weight);
             if (s == LF_OK)
                 s = to_cuda(&lin.bias);
-        } else {
+        } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
             lf_nn_geglu_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU};
-            int64_t xs[3] = {g->a, g->b, g->c};
+            int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
             s = lf_nn_geglu_mlp_init(&mlp, &o, &rng);
             if (s == LF_OK)
-                s = lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
+                s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
+                                 : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
             if (s == LF_OK)
-                s = to_cuda(&mlp.gate.weight);
-            if (s == LF_OK)
-                s = to_cuda(&mlp.up.weight);
-            if (s == LF_OK)
-                s = to_cuda(&mlp.down.weight);
+                s = lf_nn_geglu_mlp_to_device(&mlp, LF_DEVICE_CUDA);
         }
         if (s == LF_OK)
             s = lf_tensor_fill_uniform(x, &rng, -1, 1);

@@ -157,7 +157,7 @@ int lf_cli_demo(int argc, char **argv)
            lf_cpu_isa_name(lf_cpu_isa_active()), lf_cpu_threads());
 
     demo_log *log = calloc(1, sizeof *log);
-    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log};
+    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log, NULL, NULL};
     int rc = LF_EXIT_OK;
     if (!log) {
         fprintf(stderr, "linfuse demo: out of memory\n");

@@ -1,4 +1,4 @@
-/* The blog's experiments as commands: matmul-add, linear, simple-mlp. Each builds its model,
+/* The blog's experiments as commands: matmul-add, linear, simple-mlp, kernels-mlp. Each builds its model,
  * runs profiled steps under a torch-like schedule, writes
  * <out>/<experiment>/<shape>_<dtype>_<cold|warm>_<mode>.json and .txt, prints the table and a
  * one-line summary. Layer: cli/. */
@@ -13,8 +13,13 @@
 #include "cli/experiments.h"
 #include "core/core.h"
 
-static const char *const exp_names[EXP_COUNT] = {"matmul-add", "linear", "simple-mlp"};
-static const char *const exp_labels[EXP_COUNT] = {"matmul_add", "linear_fwd", "mlp_fwd"};
+static const char *const exp_names[EXP_COUNT] = {"matmul-add", "linear", "simple-mlp", "kernels-mlp"};
+static const char *const exp_labels[EXP_COUNT] = {"matmul_add", "linear_fwd", "mlp_fwd", "mlp_fwd"};
+
+static int is_mlp(exp_kind k)
+{
+    return k == EXP_SIMPLE_MLP || k == EXP_KERNELS_MLP;
+}
 
 const char *lf_exp_name(exp_kind k)
 {
@@ -34,6 +39,7 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->sched = (lf_prof_schedule){.wait = 1, .warmup = 1, .active = 3, .repeat = 1};
     c->out_dir = "traces";
     c->row_limit = 25;
+    c->variant = k == EXP_KERNELS_MLP ? LF_MLP_FUSED : LF_MLP_EAGER;
 }
 
 /* "--in_dim" and "--in-dim" are one flag: compare with '_' read as '-'. */
@@ -51,6 +57,7 @@ static void usage(FILE *f, exp_kind k)
         "[--size N] [--batched] [--warmup]",
         "[--batch N] [--in_dim N] [--out_dim N] [--no-bias]",
         "[--batch N] [--seq N] [--dim N] [--hidden N]",
+        "[--batch N] [--seq N] [--dim N] [--hidden N] [--variant fused|gated]",
     };
     fprintf(f,
             "usage: linfuse %s %s [--compile]\n"
@@ -59,6 +66,11 @@ static void usage(FILE *f, exp_kind k)
             "Profiles the blog's %s (defaults are the blog's sizes) and writes a trace and a table\n"
             "to DIR/%s/ (DIR defaults to traces).\n",
             exp_names[k], shapes[k], exp_names[k], exp_names[k]);
+    if (k == EXP_KERNELS_MLP)
+        fprintf(f, "--variant fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels)\n"
+                   "--variant gated: one gated GEMM over [Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down\n"
+                   "                 (two kernels; where the device has no gated kernel for the shape, the trace\n"
+                   "                 says why and one GEMM plus the fused kernel run instead)\n");
 }
 
 int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
@@ -92,12 +104,21 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             dst = &c->in_dim;
         } else if (k == EXP_LINEAR && flag_is(f, "--out-dim")) {
             dst = &c->out_dim;
-        } else if (k == EXP_SIMPLE_MLP && flag_is(f, "--seq")) {
+        } else if (is_mlp(k) && flag_is(f, "--seq")) {
             dst = &c->seq;
-        } else if (k == EXP_SIMPLE_MLP && flag_is(f, "--dim")) {
+        } else if (is_mlp(k) && flag_is(f, "--dim")) {
             dst = &c->dim;
-        } else if (k == EXP_SIMPLE_MLP && flag_is(f, "--hidden")) {
+        } else if (is_mlp(k) && flag_is(f, "--hidden")) {
             dst = &c->hidden;
+        } else if (k == EXP_KERNELS_MLP && flag_is(f, "--variant")) {
+            if (!v || (strcmp(v, "fused") && strcmp(v, "gated"))) {
+                fprintf(stderr, "linfuse %s: --variant must be fused or gated%s%s\n", exp_names[k], v ? ", got " : "",
+                        v ? v : "");
+                return LF_EXIT_USAGE;
+            }
+            c->variant = !strcmp(v, "gated") ? LF_MLP_GATED : LF_MLP_FUSED;
+            i++;
+            continue;
         } else if (flag_is(f, "--wait")) {
             idst = &c->sched.wait;
         } else if (flag_is(f, "--warmup-steps")) {
@@ -289,15 +310,10 @@ static lf_status model_build(const exp_cfg *c, model *m)
     }
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
+    if (s == LF_OK && c->device != LF_DEVICE_CPU && is_mlp(c->kind))
+        s = lf_nn_geglu_mlp_to_device(&m->mlp, c->device);
     if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
-        lf_tensor **all[] = {&m->x,
-                             &m->w,
-                             &m->b,
-                             &m->lin.weight,
-                             &m->lin.bias,
-                             &m->mlp.gate.weight,
-                             &m->mlp.up.weight,
-                             &m->mlp.down.weight};
+        lf_tensor **all[] = {&m->x, &m->w, &m->b, &m->lin.weight, &m->lin.bias};
         for (size_t i = 0; i < sizeof all / sizeof all[0] && s == LF_OK; i++)
             if (*all[i]) {
                 lf_tensor *d = NULL;
@@ -327,7 +343,7 @@ static lf_status forward(const exp_cfg *c, const model *m)
         s = lf_nn_linear_forward(&m->lin, m->x, &y);
         break;
     default:
-        s = lf_nn_geglu_mlp_forward(&m->mlp, m->x, &y);
+        s = lf_nn_geglu_mlp_forward_variant(&m->mlp, c->variant, m->x, &y);
         break;
     }
     lf_tensor_free(t);
@@ -350,10 +366,12 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         return LF_EXIT_USAGE;
     }
     lf_exp_shape(c, shape, sizeof shape);
-    snprintf(r->json_path, sizeof r->json_path, "%s/%s_%s_%s_eager.json", dir, shape, lf_dtype_name(c->dtype),
-             c->warm ? "warm" : "cold");
-    snprintf(r->txt_path, sizeof r->txt_path, "%s/%s_%s_%s_eager.txt", dir, shape, lf_dtype_name(c->dtype),
-             c->warm ? "warm" : "cold");
+    /* the mode says how the forward ran: eager, or kernels-mlp's fused / gated middle */
+    const char *mode = c->kind == EXP_KERNELS_MLP ? lf_mlp_variant_name(c->variant) : "eager";
+    snprintf(r->json_path, sizeof r->json_path, "%s/%s_%s_%s_%s.json", dir, shape, lf_dtype_name(c->dtype),
+             c->warm ? "warm" : "cold", mode);
+    snprintf(r->txt_path, sizeof r->txt_path, "%s/%s_%s_%s_%s.txt", dir, shape, lf_dtype_name(c->dtype),
+             c->warm ? "warm" : "cold", mode);
 
     model m;
     lf_status s = model_build(c, &m);
@@ -361,9 +379,6 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", exp_names[c->kind], shape, lf_last_error());
         return s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
-    if (c->device == LF_DEVICE_CUDA && print)
-        printf("note: GPU kernel times come from CUDA events around each launch (CUPTI tracing is not built "
-               "yet): no runtime/driver calls or launch arguments in this trace\n");
     for (int i = 0; c->warm && i < 3 && s == LF_OK; i++) /* the blog's --warmup: run before profiling */
         s = forward(c, &m);
     lf_profiler *p = NULL;

@@ -3,9 +3,10 @@
 #ifndef LF_CLI_EXPERIMENTS_H
 #define LF_CLI_EXPERIMENTS_H
 
+#include "linfuse/nn.h"
 #include "linfuse/profiler.h"
 
-typedef enum exp_kind { EXP_MATMUL_ADD, EXP_LINEAR, EXP_SIMPLE_MLP, EXP_COUNT } exp_kind;
+typedef enum exp_kind { EXP_MATMUL_ADD, EXP_LINEAR, EXP_SIMPLE_MLP, EXP_KERNELS_MLP, EXP_COUNT } exp_kind;
 
 typedef struct exp_cfg {
     exp_kind kind;
@@ -13,6 +14,7 @@ typedef struct exp_cfg {
     int64_t batch, in_dim, out_dim; /* linear (batch also for the MLP) */
     int64_t seq, dim, hidden;       /* simple-mlp */
     int batched, warm, compile, no_bias;
+    lf_mlp_variant variant; /* kernels-mlp: fused (default) or gated */
     lf_dtype dtype;
     lf_device device;
     lf_prof_schedule sched;

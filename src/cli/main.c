@@ -15,6 +15,7 @@ static void usage(FILE *f)
           "  matmul-add  Part 1: matmul then add, profiled (trace + table)\n"
           "  linear      Part 2: nn.Linear with bias, profiled\n"
           "  simple-mlp  Part 2: the GeGLU MLP, profiled\n"
+          "  kernels-mlp Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel (--variant gated: a gated GEMM)\n"
           "  trace       read any PyTorch or linfuse trace: table, diff, expect, svg, summary\n"
           "  demo        run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
           "  bench cpu   CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
@@ -39,6 +40,8 @@ int main(int argc, char **argv)
         return lf_cli_experiment(EXP_LINEAR, argc - 1, argv + 1);
     if (!strcmp(cmd, "simple-mlp") || !strcmp(cmd, "simple_mlp"))
         return lf_cli_experiment(EXP_SIMPLE_MLP, argc - 1, argv + 1);
+    if (!strcmp(cmd, "kernels-mlp") || !strcmp(cmd, "kernels_mlp"))
+        return lf_cli_experiment(EXP_KERNELS_MLP, argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))
         return lf_cli_trace(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo"))

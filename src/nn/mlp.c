@@ -1,42 +1,148 @@
-/* The GeGLU MLP of the blog's simple-mlp: y = down(gelu_tanh(gate(x)) * up(x)). Eager: each
- * step is its own op and kernel, so a trace shows all five. Layer: nn/. */
+/* The GeGLU MLP of the blog's simple-mlp and kernels-mlp: y = down(gelu_tanh(gate(x)) * up(x)),
+ * in three variants that differ only in how many kernels carry the middle (nn.h). Layer: nn/. */
+#include <math.h>
+
 #include "core/core.h"
 #include "linfuse/nn.h"
+
+const char *lf_mlp_variant_name(lf_mlp_variant v)
+{
+    static const char *const names[LF_MLP_VARIANT_COUNT] = {"eager", "fused", "gated"};
+    return (unsigned)v < LF_MLP_VARIANT_COUNT ? names[v] : "?";
+}
+
+/* gate.weight and up.weight as row views of gate_up (old views dropped). */
+static lf_status make_views(lf_nn_geglu_mlp *m)
+{
+    const int64_t H = m->hidden, D = m->dim, shape[2] = {H, D}, stride[2] = {D, 1};
+    lf_tensor *g = NULL, *u = NULL;
+    lf_status s = lf_tensor_as_strided(&g, m->gate_up, 2, shape, stride, 0);
+    if (s == LF_OK)
+        s = lf_tensor_as_strided(&u, m->gate_up, 2, shape, stride, H * D);
+    if (s != LF_OK) {
+        lf_tensor_free(g);
+        return s;
+    }
+    lf_tensor_free(m->gate.weight);
+    lf_tensor_free(m->up.weight);
+    m->gate.weight = g;
+    m->up.weight = u;
+    return LF_OK;
+}
 
 lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o, lf_rng *rng)
 {
     LF_CHECK_PTR(m, "lf_nn_geglu_mlp_init", "m");
     memset(m, 0, sizeof *m);
     LF_CHECK_PTR(o, "lf_nn_geglu_mlp_init", "opts");
-    lf_nn_linear_opts in = {o->dim, o->hidden, 0, o->dtype, o->device};
-    lf_nn_linear_opts outo = {o->hidden, o->dim, 0, o->dtype, o->device};
-    lf_status s = lf_nn_linear_init(&m->gate, &in, rng);
+    LF_CHECK_PTR(rng, "lf_nn_geglu_mlp_init", "rng");
+    if (o->dim < 1 || o->hidden < 1)
+        return lf_fail(LF_ESHAPE, "lf_nn_geglu_mlp_init: dim = %lld and hidden = %lld, expected both >= 1",
+                       (long long)o->dim, (long long)o->hidden);
+    if (o->device != LF_DEVICE_CPU)
+        return lf_fail(LF_EDEVICE,
+                       "lf_nn_geglu_mlp_init: device %s: parameters are created on cpu; move them with "
+                       "lf_nn_geglu_mlp_to_device",
+                       lf_device_name(o->device));
+    /* gate then up, drawn in that order as two nn.Linear(dim, hidden) would be */
+    const double bound = 1.0 / sqrt((double)o->dim);
+    int64_t gu[2] = {2 * o->hidden, o->dim};
+    lf_nn_linear_opts outo = {o->hidden, o->dim, 0, o->dtype, LF_DEVICE_CPU};
+    lf_status s = lf_tensor_empty(&m->gate_up, o->dtype, 2, gu, LF_DEVICE_CPU);
     if (s == LF_OK)
-        s = lf_nn_linear_init(&m->up, &in, rng);
+        s = lf_tensor_fill_uniform(m->gate_up, rng, -bound, bound);
+    m->dim = o->dim;
+    m->hidden = o->hidden;
+    if (s == LF_OK)
+        s = make_views(m);
+    m->gate.in_features = m->up.in_features = o->dim;
+    m->gate.out_features = m->up.out_features = o->hidden;
     if (s == LF_OK)
         s = lf_nn_linear_init(&m->down, &outo, rng);
     if (s != LF_OK) {
         lf_nn_geglu_mlp_free(m);
         return s;
     }
-    m->dim = o->dim;
-    m->hidden = o->hidden;
     return LF_OK;
 }
 
-lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **y)
+lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev)
+{
+    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_to_device", "m");
+    if (!m->gate_up || !m->down.weight)
+        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_to_device: the module is not initialised");
+    lf_tensor *gu = NULL, *dw = NULL;
+    lf_status s = lf_tensor_to_device(&gu, m->gate_up, dev);
+    if (s == LF_OK)
+        s = lf_tensor_to_device(&dw, m->down.weight, dev);
+    if (s != LF_OK) {
+        lf_tensor_free(gu);
+        return s;
+    }
+    lf_tensor *old_gu = m->gate_up;
+    m->gate_up = gu;
+    s = make_views(m);
+    if (s != LF_OK) { /* put the old storage back: the views still point into it */
+        m->gate_up = old_gu;
+        lf_tensor_free(gu);
+        lf_tensor_free(dw);
+        return s;
+    }
+    lf_tensor_free(old_gu);
+    lf_tensor_free(m->down.weight);
+    m->down.weight = dw;
+    return LF_OK;
+}
+
+/* act(x . Wg^T) * (x . Wu^T) in one gated GEMM over gate_up; x (..., dim) -> (..., hidden). */
+static lf_status gated_middle(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **h)
+{
+    *h = NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
+        return lf_fail(LF_ESHAPE, "lf_nn_geglu_mlp_forward: x's last dim is %lld, expected dim = %lld",
+                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    const int64_t tokens = lf_tensor_numel(x) / m->dim;
+    int64_t flat[2] = {tokens, m->dim}, back[LF_MAX_DIMS];
+    memcpy(back, x->shape, sizeof back);
+    back[x->ndim - 1] = m->hidden;
+    lf_tensor *x2 = NULL, *wt = NULL, *h2 = NULL;
+    lf_status s = lf_reshape(&x2, x, 2, flat);
+    if (s == LF_OK)
+        s = lf_t(&wt, m->gate_up);
+    if (s == LF_OK)
+        s = lf_mm_gated(&h2, x2, wt, LF_ACT_GELU_TANH, m->hidden);
+    if (s == LF_OK)
+        s = lf_view(h, h2, x->ndim, back);
+    lf_tensor_free(x2);
+    lf_tensor_free(wt);
+    lf_tensor_free(h2);
+    return s;
+}
+
+lf_status lf_nn_geglu_mlp_forward_variant(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+                                          lf_tensor **y)
 {
     LF_CHECK_PTR(m, "lf_nn_geglu_mlp_forward", "m");
     LF_CHECK_PTR(y, "lf_nn_geglu_mlp_forward", "y");
     *y = NULL;
+    LF_CHECK_PTR(x, "lf_nn_geglu_mlp_forward", "x");
+    if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
+        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_forward: variant %d is not eager, fused or gated", (int)v);
     lf_tensor *g = NULL, *u = NULL, *a = NULL, *h = NULL;
-    lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
-    if (s == LF_OK)
-        s = lf_nn_linear_forward(&m->up, x, &u);
-    if (s == LF_OK)
-        s = lf_gelu(&a, g, LF_GELU_TANH);
-    if (s == LF_OK)
-        s = lf_mul(&h, a, u);
+    lf_status s = LF_OK;
+    if (v == LF_MLP_GATED) {
+        s = gated_middle(m, x, &h);
+    } else {
+        s = lf_nn_linear_forward(&m->gate, x, &g);
+        if (s == LF_OK)
+            s = lf_nn_linear_forward(&m->up, x, &u);
+        if (s == LF_OK && v == LF_MLP_FUSED)
+            s = lf_gelu_mul(&h, g, u, LF_GELU_TANH);
+        if (s == LF_OK && v == LF_MLP_EAGER)
+            s = lf_gelu(&a, g, LF_GELU_TANH);
+        if (s == LF_OK && v == LF_MLP_EAGER)
+            s = lf_mul(&h, a, u);
+    }
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->down, h, y);
     lf_tensor_free(g);
@@ -46,6 +152,11 @@ lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, 
     return s;
 }
 
+lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **y)
+{
+    return lf_nn_geglu_mlp_forward_variant(m, LF_MLP_EAGER, x, y);
+}
+
 void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m)
 {
     if (!m)
@@ -53,4 +164,6 @@ void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m)
     lf_nn_linear_free(&m->gate);
     lf_nn_linear_free(&m->up);
     lf_nn_linear_free(&m->down);
+    lf_tensor_free(m->gate_up);
+    m->gate_up = NULL;
 }

@@ -131,6 +131,34 @@ lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *
     LF_DISPATCH(ADDMM_ACT, args, addmm_act_impl(out, bias, a, b, act));
 }
 
+/* The gated GEMM when the backend has no kernel for it (on CUDA: not Hopper, not bf16, a
+ * gate_group the kernel cannot tile...): one plain GEMM over all 2H columns, then act(g) * u
+ * in one pass over column-group views of that product. The trace shows why, as a note. */
+static lf_status gated_fallback(lf_tensor *y, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+{
+    const lf_op_observer *o = lf_obs();
+    char why[320];
+    snprintf(why, sizeof why, "lf::mm_gated fallback (%s)", lf_last_error());
+    if (o && o->note_begin)
+        o->note_begin(o->user, why);
+    lf_tensor *p = NULL;
+    lf_status s = lf_mm(&p, a, b);
+    if (s == LF_OK) {
+        /* p (M, 2H) as (M, H/G, G) twice: gates at column 2G*blk + j, their partners G later */
+        const int64_t M = p->shape[0], H = p->shape[1] / 2, G = group;
+        lf_pointwise pw = {.op = LF_PW_ACT_MUL, .act = act, .ndim = 3, .shape = {M, H / G, G}};
+        pw.out = (lf_strided){lf_tensor_data(y), y->dtype, {y->stride[0], G * y->stride[1], y->stride[1]}};
+        pw.in[0] = (lf_strided){lf_tensor_data(p), p->dtype, {p->stride[0], 2 * G * p->stride[1], p->stride[1]}};
+        pw.in[1] = pw.in[0];
+        pw.in[1].data = (char *)pw.in[0].data + G * p->stride[1] * (int64_t)lf_dtype_size(p->dtype);
+        s = lf_launch_pointwise(lf_tensor_device(y), &pw);
+    }
+    lf_tensor_free(p);
+    if (o && o->note_end)
+        o->note_end(o->user);
+    return s;
+}
+
 static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
 {
     LF_CHECK_PTR(out, "lf_mm_gated", "out");
@@ -145,7 +173,24 @@ static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_ten
     g.ep.act = act;
     g.ep.gate = LF_GATE_PAIRED;
     g.ep.gate_group = group;
-    return run_gemm(out, a, b, b->shape[1] / 2, &g);
+    int64_t shape[2] = {a->shape[0], b->shape[1] / 2};
+    lf_tensor *y;
+    LF_TRY(lf_new_output(&y, a, 2, shape));
+    g.a = lf_matrix_of(a);
+    g.b = lf_matrix_of(b);
+    g.d = lf_matrix_of(y);
+    const lf_device dev = lf_tensor_device(a);
+    lf_status s = lf_backend_gemm_supported(dev, &g);
+    if (s == LF_OK)
+        s = lf_launch_gemm(dev, &g);
+    else if (s == LF_EUNSUPPORTED)
+        s = gated_fallback(y, a, b, act, group);
+    if (s != LF_OK) {
+        lf_tensor_free(y);
+        return s;
+    }
+    *out = y;
+    return LF_OK;
 }
 
 lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)

@@ -1,4 +1,4 @@
-/* Pointwise ops with numpy broadcasting: add, mul, gelu. A broadcast operand is a stride-0
+/* Pointwise ops with numpy broadcasting: add, mul, gelu, and the fused gelu_mul. A broadcast operand is a stride-0
  * view, never an expanded copy. Layer: ops/. */
 #include "ops/dispatch.h"
 
@@ -72,4 +72,31 @@ lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
 {
     lf_op_arg args[] = {LF_ARG(x)};
     LF_DISPATCH(GELU, args, gelu_impl(out, x, approx));
+}
+
+static lf_status gelu_mul_impl(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
+{
+    char x[LF_SHAPE_STR_CAP], y[LF_SHAPE_STR_CAP];
+    LF_CHECK_PTR(out, "lf_gelu_mul", "out");
+    *out = NULL;
+    LF_TRY(lf_check_tensor("lf_gelu_mul", "g", g));
+    LF_TRY(lf_check_tensor("lf_gelu_mul", "u", u));
+    LF_TRY(lf_check_same("lf_gelu_mul", "g", g, "u", u));
+    if (approx != LF_GELU_ERF && approx != LF_GELU_TANH)
+        return lf_fail(LF_EINVAL, "lf_gelu_mul: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
+    if (g->ndim != u->ndim || memcmp(g->shape, u->shape, (size_t)g->ndim * sizeof g->shape[0]))
+        return lf_fail(LF_ESHAPE, "lf_gelu_mul: g %s and u %s must have one shape",
+                       lf_fmt_shape(x, sizeof x, g->ndim, g->shape), lf_fmt_shape(y, sizeof y, u->ndim, u->shape));
+    lf_tensor *o;
+    LF_TRY(lf_new_output(&o, g, g->ndim, g->shape));
+    lf_pointwise p = {.op = LF_PW_ACT_MUL,
+                      .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF,
+                      .in = {lf_strided_of(g), lf_strided_of(u)}};
+    return lf_pointwise_into(out, o, &p);
+}
+
+lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
+{
+    lf_op_arg args[] = {LF_ARG(g), LF_ARG(u)};
+    LF_DISPATCH(GELU_MUL, args, gelu_mul_impl(out, g, u, approx));
 }

@@ -352,12 +352,25 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
     publish(b);
 }
 
+/* A note from the dispatcher (a fallback and its reason) is a user range in the trace. */
+static void on_note_begin(void *user, const char *text)
+{
+    (void)user;
+    (void)lf_prof_range_push(text);
+}
+
+static void on_note_end(void *user)
+{
+    (void)user;
+    (void)lf_prof_range_pop();
+}
+
 static lf_op_observer observer; /* filled at start, points at the session */
 
 static void set_recording(lf_profiler *p, int on)
 {
     if (on) {
-        observer = (lf_op_observer){on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, p};
+        observer = (lf_op_observer){on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, p, on_note_begin, on_note_end};
         lf_ops_set_observer(&observer);
         if (p->o.profile_memory)
             lf_tensor_set_alloc_observer(on_alloc, p);

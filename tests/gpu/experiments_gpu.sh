@@ -23,16 +23,27 @@ run() { # run "what" command...
 run "matmul-add on cuda" "$bin" matmul-add --device cuda --out "$work"
 run "linear on cuda" "$bin" linear --device cuda --out "$work"
 run "simple-mlp on cuda" "$bin" simple-mlp --device cuda --out "$work"
+run "kernels-mlp on cuda" "$bin" kernels-mlp --device cuda --out "$work"
+run "kernels-mlp gated on cuda" "$bin" kernels-mlp --device cuda --variant gated --out "$work"
+run "kernels-mlp gated, f16 (falls back)" "$bin" kernels-mlp --device cuda --variant gated --dtype f16 --out "$work"
 run "tour (auto picks the GPU)" "$bin" tour --out "$work/tour"
 
 ma=$(ls "$work"/matmul-add/*.json) lin=$(ls "$work"/linear/*.json) mlp=$(ls "$work"/simple-mlp/*.json)
+kf=$(ls "$work"/kernels-mlp/*bf16*_fused.json) kg=$(ls "$work"/kernels-mlp/*bf16*_gated.json)
+kh=$(ls "$work"/kernels-mlp/*f16*_gated.json | grep -v bf16)
 # matmul then add: a GEMM and an add kernel; the linear: one GEMM with the bias in its
 # epilogue and nothing else; the MLP: three GEMMs, a GELU and a mul
 run "matmul-add: 2 kernels" "$bin" trace expect "$ma" --kernels-per-step 2 --kernel 'add'
 run "linear: 1 kernel, bias epilogue" "$bin" trace expect "$lin" --kernels-per-step 1 --kernel 'bias' --no-kernel 'add_op'
 run "simple-mlp: 5 kernels" "$bin" trace expect "$mlp" --kernels-per-step 5 --kernel 'gelu' --kernel 'mul'
+# kernels-mlp: the hand-fused middle (4 kernels, no separate gelu or mul); gated: the Hopper
+# kernel and down's GEMM (2); f16 has no gated kernel: one GEMM over [Wg; Wu] + the fused middle
+run "kernels-mlp: 4 kernels" "$bin" trace expect "$kf" --kernels-per-step 4 --kernel 'act_mul_kernel' --no-kernel 'flat_kernel'
+run "gated: 2 kernels" "$bin" trace expect "$kg" --kernels-per-step 2 --kernel 'gated_gemm_bf16_gelu_tanh' --no-kernel 'act_mul'
+run "gated f16 fallback: 3 kernels" "$bin" trace expect "$kh" --kernels-per-step 3 --kernel 'act_mul_kernel'
+run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel is bf16 only' "$kh"
 
-for f in "$ma" "$lin" "$mlp"; do
+for f in "$ma" "$lin" "$mlp" "$kf" "$kg"; do
     checks=$((checks + 1))
     if ! python3 - "$f" <<'EOF'; then
 import json, sys

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/cpu_impl.h"
 
-const lf_backend_ops lf_cpu_backend_ops = {"cpu", lf_cpu_gemm, lf_cpu_pointwise};
+const lf_backend_ops lf_cpu_backend_ops = {"cpu", lf_cpu_gemm, lf_cpu_pointwise, NULL};
 
 static const char *const isa_names[LF_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 

@@ -52,11 +52,22 @@ static void store_chunk(const lf_strided *s, int64_t base, int64_t step, int64_t
     }
 }
 
+/* Round each value to dtype and back, as a store and a reload would. */
+static void round_to(lf_dtype dt, float *v, int64_t n)
+{
+    if (dt == LF_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = lf_f32_from_bf16(lf_bf16_from_f32(v[i]));
+    else if (dt == LF_DTYPE_F16)
+        for (int64_t i = 0; i < n; i++)
+            v[i] = lf_f32_from_f16(lf_f16_from_f32(v[i]));
+}
+
 static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64_t *off, int64_t n)
 {
     const int d = pw->ndim - 1;
     float x[CHUNK], y[CHUNK], o[CHUNK];
-    const int nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
+    const int nin = lf_pw_arity(pw->op);
     for (int64_t j = 0; j < n; j += CHUNK) {
         int64_t m = n - j < CHUNK ? n - j : CHUNK;
         load_chunk(&pw->in[0], off[1] + j * pw->in[0].stride[d], pw->in[0].stride[d], m, x);
@@ -76,6 +87,13 @@ static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64
         case LF_PW_ACT:
             k->act_row(pw->act, x, o, m);
             break;
+        case LF_PW_ACT_MUL: /* one pass: the activation never leaves this chunk */
+            k->act_row(pw->act, x, o, m);
+            round_to(pw->out.dtype, o, m);
+#pragma omp simd
+            for (int64_t i = 0; i < m; i++)
+                o[i] *= y[i];
+            break;
         default:
             memcpy(o, x, (size_t)m * sizeof *o);
             break;
@@ -91,10 +109,11 @@ typedef struct pw_name_ctx {
 
 static void pw_name(char *buf, size_t cap, const void *ctx)
 {
-    static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act"};
+    static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act", "act_mul"};
     const pw_name_ctx *c = ctx;
-    const char *what = c->pw->op == LF_PW_ACT ? lf_act_name(c->pw->act) : op_names[c->pw->op];
-    snprintf(buf, cap, "lf_cpu_%s_%s%s", what, lf_dtype_name(c->pw->out.dtype), c->contiguous ? "" : "_strided");
+    const char *what = c->pw->op == LF_PW_ACT || c->pw->op == LF_PW_ACT_MUL ? lf_act_name(c->pw->act) : op_names[c->pw->op];
+    snprintf(buf, cap, "lf_cpu_%s%s_%s%s", what, c->pw->op == LF_PW_ACT_MUL ? "_mul" : "", lf_dtype_name(c->pw->out.dtype),
+             c->contiguous ? "" : "_strided");
 }
 
 lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
@@ -118,7 +137,7 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
         run_row(pw, k, off, n);
     }
     if (info) {
-        int contiguous = 1, nin = pw->op == LF_PW_ADD || pw->op == LF_PW_MUL ? 2 : 1;
+        int contiguous = 1, nin = lf_pw_arity(pw->op);
         int64_t st = 1;
         for (int i = nd - 1; i >= 0; i--) {
             contiguous &= pw->out.stride[i] == st || pw->shape[i] == 1;
@@ -131,7 +150,7 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
                        (uint64_t)contiguous << 12 | (uint64_t)2 << 40;
         info->name = lf_kernel_name(key, pw_name, &nc);
         double numel = (double)(rows * n);
-        info->flops = pw->op == LF_PW_COPY ? 0.0 : numel;
+        info->flops = pw->op == LF_PW_COPY ? 0.0 : pw->op == LF_PW_ACT_MUL ? 2.0 * numel : numel;
         info->bytes = numel * (double)(lf_dtype_size(pw->out.dtype) + lf_dtype_size(pw->in[0].dtype) +
                                        (nin == 2 ? lf_dtype_size(pw->in[1].dtype) : 0));
     }

@@ -323,10 +323,6 @@ static lf_status describe(const lf_gemm *g, lt_call *c)
     c->align[1] = alignment(A->data, c->ldb, A->dtype);
     c->align[2] = c->has_c ? alignment(g->c.data, c->ldc, g->c.dtype) : 256;
     c->align[3] = alignment(D->data, c->ldc, D->dtype);
-    if (g->ep.gate != LF_GATE_NONE)
-        return lf_fail(LF_EUNSUPPORTED,
-                       "cuda gemm: the paired-gate epilogue has no cuBLASLt form; the gated GEMM kernel "
-                       "comes with the fused-GeGLU work");
     int bias = g->ep.bias != NULL;
     c->bias_dt = g->ep.bias_dtype;
     switch (g->ep.act) {
@@ -432,8 +428,44 @@ static void gemm_name(char *buf, size_t cap, const void *ctx)
     snprintf(buf, cap, "lf_cublaslt_gemm_%s_%s", lf_dtype_name(g->a.dtype), suffix);
 }
 
+static void gated_name(char *buf, size_t cap, const void *ctx)
+{
+    (void)ctx;
+    snprintf(buf, cap, "lf::gated::gated_gemm_bf16_gelu_tanh_128x256");
+}
+
+/* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel (gated_gemm.cu) runs it. */
+static lf_status cuda_gated(const lf_gemm *g, lf_kernel_info *info)
+{
+    char why[256];
+    if (!lf_cuda_gated_supported(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
+    timing *tm = time_begin(info);
+    cudaError_t e = lf_cuda_gated_launch(g, cu.stream);
+    if (e != cudaSuccess) {
+        time_cancel(tm);
+        return lf_fail(LF_EDEVICE, "cuda gemm: the gated kernel failed to launch: %s", cudaGetErrorString(e));
+    }
+    time_end(info, tm);
+    if (info) {
+        info->name = lf_kernel_name((uint64_t)5 << 40, gated_name, NULL);
+        info->flops = 2.0 * (double)g->a.rows * (double)g->a.cols * (double)g->b.cols + 2.0 * (double)g->d.rows * (double)g->d.cols;
+        info->bytes = (double)(g->a.rows * g->a.cols + g->b.rows * g->b.cols + g->d.rows * g->d.cols) * 2.0;
+    }
+    return LF_OK;
+}
+
+static int cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
+{
+    if (g->ep.gate != LF_GATE_NONE)
+        return lf_cuda_gated_supported(g, why, cap);
+    return 1;
+}
+
 static lf_status cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
 {
+    if (g->ep.gate != LF_GATE_NONE)
+        return cuda_gated(g, info);
     lt_call c = {0};
     LF_TRY(describe(g, &c));
     lt_plan *pl = NULL;
@@ -475,9 +507,10 @@ static lf_status cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
 
 static void pw_name(char *buf, size_t cap, const void *ctx)
 {
-    static const char *const ops[LF_PW_COUNT] = {"copy", "add", "mul", "act"};
+    static const char *const ops[LF_PW_COUNT] = {"copy", "add", "mul", "act", "act_mul"};
     const lf_pointwise *p = ctx;
-    snprintf(buf, cap, "lf_cuda_%s_%s", p->op == LF_PW_ACT ? lf_act_name(p->act) : ops[p->op],
+    int act = p->op == LF_PW_ACT || p->op == LF_PW_ACT_MUL;
+    snprintf(buf, cap, "lf_cuda_%s%s_%s", act ? lf_act_name(p->act) : ops[p->op], p->op == LF_PW_ACT_MUL ? "_mul" : "",
              lf_dtype_name(p->out.dtype));
 }
 
@@ -495,13 +528,14 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
         double n = 1;
         for (int d = 0; d < p->ndim; d++)
             n *= (double)p->shape[d];
-        info->flops = p->op == LF_PW_COPY ? 0 : n;
-        info->bytes = n * (double)(lf_dtype_size(p->out.dtype) + lf_dtype_size(p->in[0].dtype));
+        info->flops = p->op == LF_PW_COPY ? 0 : p->op == LF_PW_ACT_MUL ? 2 * n : n;
+        info->bytes = n * (double)(lf_dtype_size(p->out.dtype) + lf_dtype_size(p->in[0].dtype) +
+                                   (lf_pw_arity(p->op) == 2 ? lf_dtype_size(p->in[1].dtype) : 0));
     }
     return LF_OK;
 }
 
-const lf_backend_ops lf_cuda_backend_ops = {"cuda", cuda_gemm, cuda_pointwise};
+const lf_backend_ops lf_cuda_backend_ops = {"cuda", cuda_gemm, cuda_pointwise, cuda_gemm_supports};
 
 lf_status lf_cuda_synchronize(void)
 {

@@ -46,6 +46,16 @@ __device__ __forceinline__ float act(int a, float x)
     }
 }
 
+// x rounded to dtype and widened back, as a store and a reload would.
+__device__ __forceinline__ float round_to(int dtype, float x)
+{
+    switch (dtype) {
+    case LF_DTYPE_BF16: return __bfloat162float(__float2bfloat16_rn(x));
+    case LF_DTYPE_F16: return __half2float(__float2half_rn(x));
+    default: return x;
+    }
+}
+
 struct pw_args {
     int op, act, ndim;
     long long shape[4];
@@ -72,6 +82,7 @@ __global__ void pointwise_kernel(pw_args a)
         case LF_PW_ADD: r = v + load(a.in1, x1); break;
         case LF_PW_MUL: r = v * load(a.in1, x1); break;
         case LF_PW_ACT: r = act(a.act, v); break;
+        case LF_PW_ACT_MUL: r = round_to(a.out_dtype, act(a.act, v)) * load(a.in1, x1); break;
         default: r = v; break;
         }
         store(a.out, a.out_dtype, o, r);
@@ -137,6 +148,68 @@ __global__ void flat_kernel(const T *__restrict__ x, const T *__restrict__ y, lo
     }
 }
 
+// out = act(g) * u over rows, one block per row: the GeGLU middle of kernels-mlp. The
+// activation is rounded to T before the product, so the result equals gelu-then-mul bit for
+// bit. vec: 16-byte vectors (every row aligned, cols a multiple of the vector width), else
+// one element per thread-step. Launch shape: see act_mul_threads.
+template <typename T, typename Op>
+__global__ void act_mul_kernel(const T *__restrict__ g, long long gs, const T *__restrict__ u, long long us,
+                               T *__restrict__ out, long long os, long long cols, int vec)
+{
+    const long long r = blockIdx.x;
+    g += r * gs, u += r * us, out += r * os;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        for (long long c = threadIdx.x * (long long)V; c < cols; c += (long long)blockDim.x * V) {
+            T gv[V], uv[V], ov[V];
+            *reinterpret_cast<uint4 *>(gv) = *reinterpret_cast<const uint4 *>(g + c);
+            *reinterpret_cast<uint4 *>(uv) = *reinterpret_cast<const uint4 *>(u + c);
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                ov[k] = from_f<T>(to_f(from_f<T>(Op::f(to_f(gv[k]), 0.f))) * to_f(uv[k]));
+            *reinterpret_cast<uint4 *>(out + c) = *reinterpret_cast<uint4 *>(ov);
+        }
+    } else {
+        for (long long c = threadIdx.x; c < cols; c += blockDim.x)
+            out[c] = from_f<T>(to_f(from_f<T>(Op::f(to_f(g[c]), 0.f))) * to_f(u[c]));
+    }
+}
+
+// Threads per row from the row length alone, as Liger's calculate_settings does for its
+// Triton GeGLU: the row padded to a power of two picks 4, 8, 16 or 32 warps (>= 2048, 8192,
+// 32768 elements). One compiled kernel then serves every shape: nothing to tune or recompile.
+static unsigned act_mul_threads(long long cols)
+{
+    long long block = 1;
+    while (block < cols)
+        block <<= 1;
+    const int warps = block >= 32768 ? 32 : block >= 8192 ? 16 : block >= 2048 ? 8 : 4;
+    return (unsigned)warps * 32u;
+}
+
+template <typename T>
+static void launch_act_mul(const lf_pointwise *p, long long rows, long long cols, const long long *rs, int vec,
+                           cudaStream_t stream)
+{
+    const T *g = (const T *)p->in[0].data, *u = (const T *)p->in[1].data;
+    T *o = (T *)p->out.data;
+    const unsigned threads = act_mul_threads(cols);
+    switch (p->act) {
+    case LF_ACT_RELU:
+        act_mul_kernel<T, relu_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
+        break;
+    case LF_ACT_GELU_ERF:
+        act_mul_kernel<T, gelu_erf_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
+        break;
+    case LF_ACT_GELU_TANH:
+        act_mul_kernel<T, gelu_tanh_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
+        break;
+    default:
+        act_mul_kernel<T, copy_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
+        break;
+    }
+}
+
 template <typename T>
 static void launch_flat(const lf_pointwise *p, const void *y, long long row, long long n, unsigned blocks,
                         cudaStream_t stream)
@@ -166,7 +239,7 @@ namespace {
 // Whether p is the fast case; *row = 0 (second operand full) or its row length (broadcast).
 static bool flat_case(const lf_pointwise *p, long long *row)
 {
-    const int nin = p->op == LF_PW_ADD || p->op == LF_PW_MUL ? 2 : 1;
+    const int nin = lf_pw_arity((lf_pw_op)p->op);
     const size_t es = lf_dtype_size(p->out.dtype);
     long long n = 1;
     for (int d = p->ndim - 1; d >= 0; d--) {
@@ -200,12 +273,58 @@ static bool flat_case(const lf_pointwise *p, long long *row)
     return true;
 }
 
+// Whether an act_mul is rows of contiguous elements: the last dim of every operand has
+// stride 1 and the leading dims fold into one row index with one stride per operand (rs[0]
+// out, rs[1] g, rs[2] u). *vec: 16-byte vectors can be used throughout.
+static bool rows_case(const lf_pointwise *p, long long *rows, long long *cols, long long rs[3], int *vec)
+{
+    const lf_strided *ops[3] = {&p->out, &p->in[0], &p->in[1]};
+    const int nd = p->ndim;
+    *cols = p->shape[nd - 1];
+    *rows = 1;
+    for (int d = 0; d < nd - 1; d++)
+        *rows *= p->shape[d];
+    if (*rows > 0x7fffffffLL)
+        return false;
+    int aligned = 1;
+    const size_t es = lf_dtype_size(p->out.dtype);
+    for (int q = 0; q < 3; q++) {
+        if (ops[q]->dtype != p->out.dtype || (ops[q]->stride[nd - 1] != 1 && *cols > 1))
+            return false;
+        long long step = 0; // the row stride: that of the innermost leading dim longer than 1
+        for (int d = nd - 2; d >= 0; d--)
+            if (p->shape[d] > 1) {
+                if (step == 0)
+                    step = ops[q]->stride[d];
+                long long inner = 1; // elements between consecutive indices of dim d, in rows
+                for (int e = d + 1; e < nd - 1; e++)
+                    inner *= p->shape[e];
+                if (ops[q]->stride[d] != step * inner)
+                    return false;
+            }
+        rs[q] = step;
+        aligned &= (uintptr_t)ops[q]->data % 16 == 0 && (step * (long long)es) % 16 == 0;
+    }
+    *vec = aligned && (*cols * (long long)es) % 16 == 0;
+    return true;
+}
+
 } // namespace
 
 extern "C" cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 {
+    long long rows, cols, rs[3];
+    int vec;
+    if (p->op == LF_PW_ACT_MUL && rows_case(p, &rows, &cols, rs, &vec)) {
+        switch (p->out.dtype) {
+        case LF_DTYPE_BF16: lf::launch_act_mul<__nv_bfloat16>(p, rows, cols, rs, vec, stream); break;
+        case LF_DTYPE_F16: lf::launch_act_mul<__half>(p, rows, cols, rs, vec, stream); break;
+        default: lf::launch_act_mul<float>(p, rows, cols, rs, vec, stream); break;
+        }
+        return cudaGetLastError();
+    }
     long long row = 0;
-    if (flat_case(p, &row)) {
+    if (p->op != LF_PW_ACT_MUL && flat_case(p, &row)) {
         long long n = 1;
         for (int d = 0; d < p->ndim; d++)
             n *= p->shape[d];

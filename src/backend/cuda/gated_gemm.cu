@@ -1,0 +1,348 @@
+// The gated GEMM for Hopper (sm_90a): m = gelu_tanh(x . Wg^T) * (x . Wu^T) in one kernel.
+// g and u live only in registers: each output tile's accumulators hold 128 gate columns next
+// to their 128 up columns, and the epilogue writes act(g) * u, half the columns a GEMM over
+// [Wg; Wu] would write and none of them read again.
+//
+// Shape of the kernel (GPU_NOTES.md section 4; DESIGN.md "The gated GEMM"):
+//   - tiles of 128 tokens x 256 product columns (128 gates + their 128 ups), K in steps of 64;
+//   - three warpgroups: one producer issues TMA bulk-tensor copies (128-byte swizzle) into a
+//     4-stage shared-memory ring, two consumers each run wgmma m64n256k16 on 64 of the rows;
+//     full/empty mbarriers with phase parity hand stages back and forth; setmaxnreg gives the
+//     consumers the registers (240 each) the producer does not need (24);
+//   - persistent: one CTA per SM walks tiles in bands of 16 row-tiles so the weights a band
+//     reads stay in L2.
+// The weight is the module's [Wg; Wu] in blocks of `gate_group` rows (lf_gate, LF_GATE_PAIRED):
+// gate rows j of block b at 2*G*b + j, their partners G rows later. A tile's gate half and up
+// half are two TMA copies from those rows, so any G that is a multiple of 128 works, from the
+// "(h two)"-style interleave in 128-row blocks to G = H (the weights simply stacked).
+//
+// Written against the PTX ISA; the pieces are the ones pranjalssh/fast.cu and CUTLASS use
+// (cuBLASLt has no epilogue that pairs columns, and CUTLASS's dual GEMM is an SM80 kernel).
+// Layer: backend/cuda.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_impl.h"
+
+namespace lf {
+namespace gated {
+
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
+constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;         // 48 KiB
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align the ring to 1024 B
+constexpr int BAND = 16;                               // row-tiles per band of the tile order
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+// One box of a 2-D tensor map into shared memory; completion is counted on bar.
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
+                 "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// A wgmma shared-memory descriptor for a K-major tile written by TMA with the 128-byte
+// swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the
+// leading byte offset unused in this mode (1), swizzle mode 1 in bits 62-63.
+__device__ __forceinline__ uint64_t smem_desc(const void *p)
+{
+    uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+// d (64 x 256 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 256); both operands K-major
+// in shared memory. scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
+{
+#define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64), LF_D8(72),
+          LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120)
+        : "l"(da), "l"(db), "r"(scale_d));
+#undef LF_D8
+}
+
+// Keep the compiler from moving accumulator reads or writes across wgmma's asynchrony.
+__device__ __forceinline__ void fence_acc(float (&d)[128])
+{
+#pragma unroll
+    for (int i = 0; i < 128; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ float gelu_tanh(float x)
+{
+    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.f + __expf(-2.f * u)); // x * sigmoid(2u), as every linfuse gelu_tanh
+}
+
+// Tile t of the persistent walk -> (row-tile, column-tile of m): row-tiles vary fastest
+// within bands of BAND, so CTAs running together share the weight tiles they load.
+__device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int &mb, int &nb)
+{
+    const int band = t / (BAND * n_tiles), rem = t % (BAND * n_tiles);
+    const int first = band * BAND, rows = min(BAND, m_tiles - first);
+    mb = first + rem % rows;
+    nb = rem / rows;
+}
+#endif
+
+// x: tensor map over (M, K) bf16 row-major; w: over (2H, K) bf16, [Wg; Wu] in blocks of G
+// rows; out (M, H) bf16 with row stride ldo.
+__global__ void __launch_bounds__(384, 1)
+    gated_gemm_bf16_gelu_tanh_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
+                                      __nv_bfloat16 *__restrict__ out, long long ldo, int M, int H, int K, int G)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+    unsigned char *ring = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles;
+    const int kb = (K + BK - 1) / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);  // the producer's expect_tx arrival (+ the copies' bytes)
+            mbar_init(&empty[s], 2); // one arrival per consumer warpgroup
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) { // producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if (tid == 0) {
+            int stage = 0, phase = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int mb, nb;
+                tile_of(t, m_tiles, n_tiles, mb, nb);
+                const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
+                for (int k = 0; k < kb; k++) {
+                    mbar_wait(&empty[stage], phase ^ 1);
+                    unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
+                    mbar_expect_tx(&full[stage], STAGE_BYTES);
+                    tma_load(a, &x, &full[stage], k * BK, mb * BM);
+                    tma_load(b, &w, &full[stage], k * BK, gate_row);
+                    tma_load(b + HALF_B_BYTES, &w, &full[stage], k * BK, gate_row + G);
+                    if (++stage == STAGES)
+                        stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else { // consumers: warpgroup 1 takes rows 0-63 of each tile, warpgroup 2 rows 64-127
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+        const int half = wg - 1, warp = tid / 32, lane = tid % 32;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; i++)
+            d[i] = 0.f;
+        int stage = 0, phase = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int mb, nb;
+            tile_of(t, m_tiles, n_tiles, mb, nb);
+            for (int k = 0; k < kb; k++) {
+                mbar_wait(&full[stage], phase);
+                const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
+                const uint64_t da = smem_desc(a + half * (BM / 2) * BK * 2), db = smem_desc(b);
+                fence_acc(d);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < BK / 16; kk++) // 16 k = 32 bytes = 2 descriptor units
+                    wgmma_256(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                fence_acc(d);
+                if (tid == 0)
+                    mbar_arrive(&empty[stage]);
+                if (++stage == STAGES)
+                    stage = 0, phase ^= 1;
+            }
+            // Epilogue. wgmma's D fragment: register 4i + 2h + e holds row 16*warp + lane/4 + 8h,
+            // column 8i + 2*(lane%4) + e; columns 0-127 are gates, 128-255 their ups, so gate
+            // register r pairs with up register r + 64 in the same thread.
+            const int row0 = mb * BM + half * (BM / 2) + warp * 16 + lane / 4;
+            __nv_bfloat16 *o = out + (long long)nb * (BN / 2) + 2 * (lane % 4);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = row0 + 8 * h;
+                if (row < M) {
+                    __nv_bfloat16 *orow = o + (long long)row * ldo;
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        const int r = 4 * i + 2 * h;
+                        __nv_bfloat162 v =
+                            __floats2bfloat162_rn(gelu_tanh(d[r]) * d[r + 64], gelu_tanh(d[r + 1]) * d[r + 65]);
+                        *reinterpret_cast<__nv_bfloat162 *>(orow + 8 * i) = v;
+                    }
+                }
+            }
+        }
+    }
+#else
+    __trap(); // built only for sm_90a; the host checks the device before launching
+#endif
+}
+
+} // namespace gated
+} // namespace lf
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
+int sm_count;
+char why_not[160];
+
+// Once per process (a C++ static's initialisation is thread-safe): the device can run the
+// kernel, its shared-memory limit is raised, the driver's tensor-map encoder is found.
+bool init_impl()
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        snprintf(why_not, sizeof why_not, "no CUDA device");
+        return false;
+    }
+    if (prop.major != 9 || prop.minor != 0) {
+        snprintf(why_not, sizeof why_not, "the gated kernel is built for sm_90a (Hopper); this GPU is sm_%d%d",
+                 prop.major, prop.minor);
+        return false;
+    }
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) != cudaSuccess ||
+        cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, lf::gated::SMEM_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why_not, sizeof why_not, "the gated kernel cannot be loaded on this GPU");
+        return false;
+    }
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        cudaGetLastError();
+        snprintf(why_not, sizeof why_not, "the driver has no cuTensorMapEncodeTiled");
+        return false;
+    }
+    encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    sm_count = prop.multiProcessorCount;
+    return true;
+}
+
+bool init_once()
+{
+    static const bool ok = init_impl();
+    return ok;
+}
+
+// A (rows, cols) bf16 row-major matrix with row stride ld elements, read in boxes of
+// box_rows x 64 columns with the 128-byte swizzle; out-of-range reads give zeros.
+bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows)
+{
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {lf::gated::BK, (cuuint32_t)box_rows};
+    cuuint32_t elem[2] = {1, 1};
+    return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dims, strides, box, elem,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+} // namespace
+
+extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
+{
+#define NO(...) return snprintf(why, cap, __VA_ARGS__), 0
+    if (!init_once())
+        NO("%s", why_not);
+    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
+    if (g->ep.gate != LF_GATE_PAIRED || g->ep.act != LF_ACT_GELU_TANH)
+        NO("the gated kernel computes gelu_tanh(g) * u only (act %s)", lf_act_name(g->ep.act));
+    if (A->dtype != LF_DTYPE_BF16 || B->dtype != LF_DTYPE_BF16 || D->dtype != LF_DTYPE_BF16)
+        NO("the gated kernel is bf16 only (x %s, w %s, out %s)", lf_dtype_name(A->dtype), lf_dtype_name(B->dtype),
+           lf_dtype_name(D->dtype));
+    if (g->c.data || g->ep.bias || g->ep.alpha != 1.0f)
+        NO("the gated kernel takes no bias, no C input and alpha 1");
+    if (g->ep.gate_group % 128)
+        NO("gate_group %lld is not a multiple of 128 (the kernel's half tile)", (long long)g->ep.gate_group);
+    if (A->cs != 1 || A->rs % 8 || (uintptr_t)A->data % 16 || A->cols % 8)
+        NO("x must be row-major with rows a multiple of 8 elements and 16-byte aligned (dim %lld, row stride %lld)",
+           (long long)A->cols, (long long)A->rs);
+    if (B->rs != 1 || B->cs % 8 || (uintptr_t)B->data % 16)
+        NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 8 elements");
+    if (D->cs != 1 || D->rs % 2 || (uintptr_t)D->data % 4)
+        NO("out must be row-major with an even row stride");
+    if (A->rows > 0x7fffffffLL || B->cols > 0x7fffffffLL || A->cols > 0x7fffffffLL)
+        NO("dimensions beyond 2^31");
+    return 1;
+#undef NO
+}
+
+extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream)
+{
+    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
+    CUtensorMap xm, wm;
+    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, lf::gated::BM) ||
+        !make_map(&wm, B->data, B->cols, B->rows, B->cs, lf::gated::BN / 2))
+        return cudaErrorInvalidValue;
+    const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
+    const long long tiles = (long long)((M + lf::gated::BM - 1) / lf::gated::BM) * (H / (lf::gated::BN / 2));
+    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(
+        xm, wm, (__nv_bfloat16 *)D->data, (long long)D->rs, M, H, K, G);
+    return cudaGetLastError();
+}
