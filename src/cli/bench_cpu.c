@@ -202,17 +202,24 @@ static int bench_cpu(int reps)
 int lf_cli_bench(int argc, char **argv)
 {
     int64_t reps = 10;
-    const char *what = NULL;
+    const char *what = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps")) {
             if (!lf_cli_parse_pos("--reps", i + 1 < argc ? argv[i + 1] : NULL, 200, &reps))
                 return LF_EXIT_USAGE;
             i++;
+        } else if (!strcmp(argv[i], "--case")) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                fprintf(stderr, "linfuse bench: --case needs a name (or part of one)\n");
+                return LF_EXIT_USAGE;
+            }
+            only = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: linfuse bench cpu|profiler [--reps N]\n"
+            printf("usage: linfuse bench cpu|profiler|cuda [--reps N] [--case NAME]\n"
                    "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
                    "  profiler: what recording costs per event and per step, profiler on vs off\n"
-                   "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them)\n");
+                   "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
+                   "            --case runs only the cases whose names contain NAME\n");
             return LF_EXIT_OK;
         } else if (!what && argv[i][0] != '-') {
             what = argv[i];
@@ -224,9 +231,13 @@ int lf_cli_bench(int argc, char **argv)
     if (what && !strcmp(what, "profiler"))
         return lf_cli_bench_profiler((int)reps);
     if (what && !strcmp(what, "cuda"))
-        return lf_cli_bench_cuda((int)reps);
+        return lf_cli_bench_cuda((int)reps, only);
+    if (only) {
+        fprintf(stderr, "linfuse bench: --case is for `linfuse bench cuda`\n");
+        return LF_EXIT_USAGE;
+    }
     if (!what || strcmp(what, "cpu")) {
-        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu` or `linfuse bench profiler`%s%s\n",
+        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu`, `linfuse bench profiler` or `linfuse bench cuda`%s%s\n",
                 what ? ", got " : "", what ? what : "");
         return LF_EXIT_USAGE;
     }

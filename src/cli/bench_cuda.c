@@ -49,7 +49,7 @@ static lf_status to_cuda(lf_tensor **t)
     return LF_OK;
 }
 
-int lf_cli_bench_cuda(int reps)
+int lf_cli_bench_cuda(int reps, const char *only)
 {
     if (!lf_device_available(LF_DEVICE_CUDA)) {
         lf_device_synchronize(LF_DEVICE_CUDA);
@@ -74,6 +74,8 @@ int lf_cli_bench_cuda(int reps)
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const gcase *g = &cases[i];
+        if (only && !strstr(g->name, only))
+            continue;
         lf_rng rng;
         lf_rng_seed(&rng, 1);
         lf_tensor *x = NULL, *w = NULL, *b = NULL;

@@ -13,7 +13,7 @@ enum { LF_EXIT_OK = 0, LF_EXIT_FAIL = 1, LF_EXIT_USAGE = 2 };
 int lf_cli_demo(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
-int lf_cli_bench_cuda(int reps);
+int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
 int lf_cli_trace(int argc, char **argv);
 
 /* Seconds on the monotonic clock. */

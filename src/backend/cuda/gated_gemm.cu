@@ -33,7 +33,8 @@ namespace gated {
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
 constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;         // 48 KiB
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align the ring to 1024 B
+constexpr int OUT_BYTES = BM * (BN / 2) * 2;            // the output tile staged for TMA stores: 32 KiB
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + OUT_BYTES + 1024; // + room to align to 1024 B
 constexpr int BAND = 16;                               // row-tiles per band of the tile order
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -80,6 +81,20 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint
                  : "memory");
 }
 
+// A box of shared memory out to a 2-D tensor map (rows past the map's end are not written).
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// A barrier for the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void wg_barrier(int id)
+{
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
 // A wgmma shared-memory descriptor for a K-major tile written by TMA with the 128-byte
 // swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the
 // leading byte offset unused in this mode (1), swizzle mode 1 in bits 62-63.
@@ -124,10 +139,13 @@ __device__ __forceinline__ void fence_acc(float (&d)[128])
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// 0.5 x (1 + tanh(u)) with the hardware tanh (one MUFU op; relative error about 2^-11, under
+// the 2^-9 of the bf16 result it feeds), so the epilogue's math stays short.
 __device__ __forceinline__ float gelu_tanh(float x)
 {
-    float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.f + __expf(-2.f * u)); // x * sigmoid(2u), as every linfuse gelu_tanh
+    float u = 0.7978845608028654f * x * (1.f + 0.044715f * x * x), t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+    return 0.5f * x * (1.f + t);
 }
 
 // Tile t of the persistent walk -> (row-tile, column-tile of m): row-tiles vary fastest
@@ -142,15 +160,16 @@ __device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int &mb
 #endif
 
 // x: tensor map over (M, K) bf16 row-major; w: over (2H, K) bf16, [Wg; Wu] in blocks of G
-// rows; out (M, H) bf16 with row stride ldo.
+// rows; out: over (M, H) bf16, written in 64 x 64 boxes.
 __global__ void __launch_bounds__(384, 1)
     gated_gemm_bf16_gelu_tanh_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
-                                      __nv_bfloat16 *__restrict__ out, long long ldo, int M, int H, int K, int G)
+                                      const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
     unsigned char *ring = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *out_tile = ring + STAGES * STAGE_BYTES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles;
     const int kb = (K + BK - 1) / BK;
@@ -194,6 +213,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int mb, nb;
             tile_of(t, m_tiles, n_tiles, mb, nb);
+            int prev = -1;
             for (int k = 0; k < kb; k++) {
                 mbar_wait(&full[stage], phase);
                 const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
@@ -204,33 +224,54 @@ __global__ void __launch_bounds__(384, 1)
                 for (int kk = 0; kk < BK / 16; kk++) // 16 k = 32 bytes = 2 descriptor units
                     wgmma_256(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                fence_acc(d);
-                if (tid == 0)
-                    mbar_arrive(&empty[stage]);
+                // keep this step's group in flight; the previous step's is done, so its
+                // stage goes back to the producer
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                if (prev >= 0 && tid == 0)
+                    mbar_arrive(&empty[prev]);
+                prev = stage;
                 if (++stage == STAGES)
                     stage = 0, phase ^= 1;
             }
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            fence_acc(d);
+            if (prev >= 0 && tid == 0)
+                mbar_arrive(&empty[prev]);
             // Epilogue. wgmma's D fragment: register 4i + 2h + e holds row 16*warp + lane/4 + 8h,
             // column 8i + 2*(lane%4) + e; columns 0-127 are gates, 128-255 their ups, so gate
-            // register r pairs with up register r + 64 in the same thread.
-            const int row0 = mb * BM + half * (BM / 2) + warp * 16 + lane / 4;
-            __nv_bfloat16 *o = out + (long long)nb * (BN / 2) + 2 * (lane % 4);
+            // register r pairs with up register r + 64 in the same thread. The results go to
+            // this warpgroup's 64 x 128 staging tile (two 64 x 64 boxes in the 128-byte swizzle,
+            // so the 8 rows a warp writes at once fall in 8 different bank groups), and one
+            // thread hands them to the TMA engine: the consumers go back to their tensor cores
+            // without waiting for global memory.
+            unsigned char *stage_out = out_tile + half * (OUT_BYTES / 2);
+            if (tid == 0) // the previous tile's stores have finished reading the staging tile
+                asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            wg_barrier(1 + half);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int row = row0 + 8 * h;
-                if (row < M) {
-                    __nv_bfloat16 *orow = o + (long long)row * ldo;
+                const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
 #pragma unroll
-                    for (int i = 0; i < 16; i++) {
-                        const int r = 4 * i + 2 * h;
-                        __nv_bfloat162 v =
-                            __floats2bfloat162_rn(gelu_tanh(d[r]) * d[r + 64], gelu_tanh(d[r + 1]) * d[r + 65]);
-                        *reinterpret_cast<__nv_bfloat162 *>(orow + 8 * i) = v;
-                    }
+                for (int i = 0; i < 16; i++) {
+                    const int q = 4 * i + 2 * h;
+                    __nv_bfloat162 v =
+                        __floats2bfloat162_rn(gelu_tanh(d[q]) * d[q + 64], gelu_tanh(d[q + 1]) * d[q + 65]);
+                    const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
+                    *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
+                                                        (lane % 4) * 4) = v;
                 }
             }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // visible to the TMA engine
+            wg_barrier(1 + half);
+            if (tid == 0) {
+                const int row = mb * BM + half * (BM / 2), col = nb * (BN / 2);
+                tma_store(&out, stage_out, col, row);
+                tma_store(&out, stage_out + 8192, col + 64, row);
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
         }
+        if (tid == 0) // the last stores must have read shared memory before the CTA leaves
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
 #else
     __trap(); // built only for sm_90a; the host checks the device before launching
@@ -289,13 +330,13 @@ bool init_once()
     return ok;
 }
 
-// A (rows, cols) bf16 row-major matrix with row stride ld elements, read in boxes of
-// box_rows x 64 columns with the 128-byte swizzle; out-of-range reads give zeros.
+// A (rows, cols) bf16 row-major matrix with row stride ld elements, in boxes of box_rows x 64
+// columns with the 128-byte swizzle; reads past the end give zeros, writes there are dropped.
 bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows)
 {
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {lf::gated::BK, (cuuint32_t)box_rows};
+    cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
     cuuint32_t elem[2] = {1, 1};
     return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dims, strides, box, elem,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -324,8 +365,9 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
            (long long)A->cols, (long long)A->rs);
     if (B->rs != 1 || B->cs % 8 || (uintptr_t)B->data % 16)
         NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 8 elements");
-    if (D->cs != 1 || D->rs % 2 || (uintptr_t)D->data % 4)
-        NO("out must be row-major with an even row stride");
+    if (D->cs != 1 || D->rs % 8 || (uintptr_t)D->data % 16)
+        NO("out must be row-major with rows a multiple of 8 elements and 16-byte aligned (row stride %lld)",
+           (long long)D->rs);
     if (A->rows > 0x7fffffffLL || B->cols > 0x7fffffffLL || A->cols > 0x7fffffffLL)
         NO("dimensions beyond 2^31");
     return 1;
@@ -335,14 +377,15 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    CUtensorMap xm, wm;
+    CUtensorMap xm, wm, om;
     if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, lf::gated::BM) ||
-        !make_map(&wm, B->data, B->cols, B->rows, B->cs, lf::gated::BN / 2))
+        !make_map(&wm, B->data, B->cols, B->rows, B->cs, lf::gated::BN / 2) ||
+        !make_map(&om, D->data, D->rows, D->cols, D->rs, lf::gated::BM / 2))
         return cudaErrorInvalidValue;
     const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
     const long long tiles = (long long)((M + lf::gated::BM - 1) / lf::gated::BM) * (H / (lf::gated::BN / 2));
     const int grid = (int)(tiles < sm_count ? tiles : sm_count);
     lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(
-        xm, wm, (__nv_bfloat16 *)D->data, (long long)D->rs, M, H, K, G);
+        xm, wm, om, M, H, K, G);
     return cudaGetLastError();
 }
