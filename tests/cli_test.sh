@@ -64,7 +64,7 @@ contains "mlp kernels" "kernels/step=5"
 check "kernels-mlp" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --dtype f32
 contains "kernels-mlp: 4 kernels" "kernels/step=4"
 contains "kernels-mlp: the fused kernel" "lf_cpu_gelu_tanh_mul_f32"
-[ -f "$dir/kernels-mlp/1x5x32x48_f32_cold_fused.json" ] || { fails=$((fails + 1)); echo "FAIL: kernels-mlp file name"; }
+[ -f "$dir/kernels-mlp/1x5x32x48_f32_cold_kernels.json" ] || { fails=$((fails + 1)); echo "FAIL: kernels-mlp file name"; }
 checks=$((checks + 1))
 check "kernels-mlp gated" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant gated
 contains "gated: 2 kernels" "kernels/step=2"

@@ -366,8 +366,9 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         return LF_EXIT_USAGE;
     }
     lf_exp_shape(c, shape, sizeof shape);
-    /* the mode says how the forward ran: eager, or kernels-mlp's fused / gated middle */
-    const char *mode = c->kind == EXP_KERNELS_MLP ? lf_mlp_variant_name(c->variant) : "eager";
+    /* the mode says how the forward ran (DESIGN.md's artifact names): eager, kernels (the
+     * hand-fused middle) or gated */
+    const char *mode = c->kind != EXP_KERNELS_MLP ? "eager" : c->variant == LF_MLP_GATED ? "gated" : "kernels";
     snprintf(r->json_path, sizeof r->json_path, "%s/%s_%s_%s_%s.json", dir, shape, lf_dtype_name(c->dtype),
              c->warm ? "warm" : "cold", mode);
     snprintf(r->txt_path, sizeof r->txt_path, "%s/%s_%s_%s_%s.txt", dir, shape, lf_dtype_name(c->dtype),

@@ -29,7 +29,7 @@ run "kernels-mlp gated, f16 (falls back)" "$bin" kernels-mlp --device cuda --var
 run "tour (auto picks the GPU)" "$bin" tour --out "$work/tour"
 
 ma=$(ls "$work"/matmul-add/*.json) lin=$(ls "$work"/linear/*.json) mlp=$(ls "$work"/simple-mlp/*.json)
-kf=$(ls "$work"/kernels-mlp/*bf16*_fused.json) kg=$(ls "$work"/kernels-mlp/*bf16*_gated.json)
+kf=$(ls "$work"/kernels-mlp/*bf16*_kernels.json) kg=$(ls "$work"/kernels-mlp/*bf16*_gated.json)
 kh=$(ls "$work"/kernels-mlp/*f16*_gated.json | grep -v bf16)
 # matmul then add: a GEMM and an add kernel; the linear: one GEMM with the bias in its
 # epilogue and nothing else; the MLP: three GEMMs, a GELU and a mul
