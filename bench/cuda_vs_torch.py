@@ -2,10 +2,12 @@
 """linfuse against PyTorch on the GPU, in one run: `linfuse bench cuda` then the same forwards in
 PyTorch (eager and torch.compile), timed the same way: many forwards back to back, one
 synchronize, divided; median of samples. usage: bench/cuda_vs_torch.py build/linfuse"""
-import re, subprocess, sys, time
+import re, subprocess, sys
 
 import torch
 import torch.nn.functional as F
+
+from torch_timing import bench, host
 
 linfuse = sys.argv[1]
 out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20"], capture_output=True, text=True)
@@ -17,34 +19,6 @@ ours = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in found}
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)
-
-
-def bench(fn, samples=20, per=50):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        for _ in range(per):
-            fn()
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) / per)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
-
-
-def host(fn, samples=20):
-    """one call timed alone after the queue has drained: the caller's host time to queue it"""
-    ts = []
-    for _ in range(samples):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
 
 
 def cases():

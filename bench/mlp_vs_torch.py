@@ -11,6 +11,8 @@ import re, subprocess, sys, time
 import torch
 import torch.nn.functional as F
 
+from torch_timing import bench
+
 linfuse = sys.argv[1]
 ours = {}
 for which in ("mlp_", "gemm_"):
@@ -23,22 +25,6 @@ for which in ("mlp_", "gemm_"):
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)
-
-
-def bench(fn, samples=20, per=50):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        for _ in range(per):
-            fn()
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) / per)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
-
 
 print("\nGPU time per forward, us (back-to-back forwards, one synchronize, median of 20)", flush=True)
 nan = float("nan")

@@ -91,3 +91,34 @@ double tol_for(lf_dtype dt)
 {
     return dt == LF_DTYPE_F32 ? 1e-5 : 1e-2;
 }
+
+/* The worst error of y (tokens, dim) against down(gelu_tanh(gate(x)) * up(x)) in float64, over
+ * tokens `step` apart, by the measure of test_nn (mag: the magnitudes of every term). */
+double geglu_mlp_err(const lf_nn_geglu_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step)
+{
+    const int64_t D = m->dim, H = m->hidden, T = lf_tensor_numel(x) / D;
+    double *X = to_f64(x), *Wg = to_f64(m->gate.weight), *Wu = to_f64(m->up.weight), *Wd = to_f64(m->down.weight);
+    double *Y = to_f64(y), *h = malloc((size_t)H * sizeof *h), *hm = malloc((size_t)H * sizeof *hm);
+    double *ref = malloc((size_t)D * sizeof *ref), *mag = malloc((size_t)D * sizeof *mag), worst = 0;
+    for (int64_t t = 0; t < T; t += step) {
+        for (int64_t j = 0; j < H; j++) {
+            double g = 0, u = 0, gm = 0, um = 0;
+            for (int64_t k = 0; k < D; k++) {
+                g += X[t * D + k] * Wg[j * D + k], gm += fabs(X[t * D + k] * Wg[j * D + k]);
+                u += X[t * D + k] * Wu[j * D + k], um += fabs(X[t * D + k] * Wu[j * D + k]);
+            }
+            double a = lf_act_ref(LF_ACT_GELU_TANH, g);
+            h[j] = a * u, hm[j] = (fabs(a) + gm) * (fabs(u) + um);
+        }
+        for (int64_t j = 0; j < D; j++) {
+            double sum = 0, sm = 0;
+            for (int64_t k = 0; k < H; k++)
+                sum += h[k] * Wd[j * H + k], sm += hm[k] * fabs(Wd[j * H + k]);
+            ref[j] = sum, mag[j] = sm;
+        }
+        double e = worst_err(Y + t * D, ref, mag, D, y->dtype, NULL);
+        worst = e > worst ? e : worst;
+    }
+    free(X), free(Wg), free(Wu), free(Wd), free(Y), free(h), free(hm), free(ref), free(mag);
+    return worst;
+}
