@@ -142,6 +142,50 @@ typedef struct lf_pointwise {
 
 lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_info *info);
 
+/* --- fused pointwise (compile mode) --- */
+
+/* A chain of pointwise ops fused into one pass over `shape`: the inputs are read through their
+ * strides, a short program runs in float (no rounding between its steps, as Inductor's fused
+ * kernels do), the last step's value is stored to out. Registers 0..n_in-1 hold the inputs;
+ * step i writes register n_in + i from src[0] (and src[1] for add and mul). */
+enum { LF_FUSED_MAX_IN = 4, LF_FUSED_MAX_OPS = 8 };
+typedef struct lf_fused_op {
+    lf_pw_op op; /* LF_PW_ADD, LF_PW_MUL, LF_PW_ACT (LF_PW_COPY passes a value through) */
+    lf_act act;
+    int src[2];
+} lf_fused_op;
+
+typedef struct lf_fused {
+    char name[64]; /* what it fused, numbered within its plan: "lf_poi_fused_gelu_mul_0" */
+    int ndim;
+    int64_t shape[LF_MAX_DIMS];
+    int n_in;
+    lf_strided in[LF_FUSED_MAX_IN];
+    int n_ops;
+    lf_fused_op ops[LF_FUSED_MAX_OPS];
+    lf_strided out;
+    void *prepared; /* the backend's compiled form (CUDA: a kernel built with NVRTC), or NULL */
+} lf_fused;
+
+/* Build f's kernel for dev once, before it runs: on CUDA the program's shape and strides are
+ * written into CUDA C, compiled with NVRTC and cached in cache_dir (NULL: the default,
+ * $XDG_CACHE_HOME/linfuse or ~/.cache/linfuse) under a hash of the source; verbose prints the
+ * file, as Inductor prints its kernels' paths. On the CPU there is nothing to build. Only the
+ * data pointers of f may change between prepare and run. */
+lf_status lf_backend_fused_prepare(lf_device dev, lf_fused *f, const char *cache_dir, int verbose);
+lf_status lf_backend_fused(lf_device dev, const lf_fused *f, lf_kernel_info *info);
+void lf_backend_fused_release(lf_device dev, lf_fused *f);
+
+/* --- CUDA graphs (compile mode's replay) --- */
+
+/* Record every launch dev's backend makes between begin and end into a graph instead of running
+ * it; *graph is then launched with lf_backend_graph_launch, as one call. LF_EUNSUPPORTED on a
+ * device without graphs (the CPU). */
+lf_status lf_backend_graph_begin(lf_device dev);
+lf_status lf_backend_graph_end(lf_device dev, void **graph);
+lf_status lf_backend_graph_launch(lf_device dev, void *graph);
+void lf_backend_graph_free(lf_device dev, void *graph);
+
 /* Scalar activations in float64, the reference for every fast path. */
 double lf_act_ref(lf_act act, double x);
 const char *lf_act_name(lf_act act); /* "none", "relu", "gelu_tanh", "gelu_erf" */

@@ -319,3 +319,89 @@ lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_i
         return LF_EDEVICE;
     return b->pointwise(p, info);
 }
+
+static lf_status check_fused(const lf_fused *f)
+{
+    LF_CHECK_PTR(f, "lf_fused", "f");
+    if (f->ndim < 1 || f->ndim > LF_MAX_DIMS || f->n_in < 1 || f->n_in > LF_FUSED_MAX_IN || f->n_ops < 1 ||
+        f->n_ops > LF_FUSED_MAX_OPS)
+        return lf_fail(LF_EINVAL, "lf_fused %s: %d dims, %d inputs, %d steps (limits %d, %d, %d)", f->name, f->ndim,
+                       f->n_in, f->n_ops, LF_MAX_DIMS, LF_FUSED_MAX_IN, LF_FUSED_MAX_OPS);
+    for (int i = 0; i < f->n_ops; i++) {
+        const lf_fused_op *o = &f->ops[i];
+        int regs = f->n_in + i, nsrc = lf_pw_arity(o->op);
+        if ((unsigned)o->op >= LF_PW_COUNT || o->op == LF_PW_ACT_MUL || (unsigned)o->act >= LF_ACT_COUNT)
+            return lf_fail(LF_EINVAL, "lf_fused %s: step %d has op %d", f->name, i, (int)o->op);
+        for (int k = 0; k < nsrc; k++)
+            if (o->src[k] < 0 || o->src[k] >= regs)
+                return lf_fail(LF_EINVAL, "lf_fused %s: step %d reads register %d of %d", f->name, i, o->src[k], regs);
+    }
+    return LF_OK;
+}
+
+lf_status lf_backend_fused_prepare(lf_device dev, lf_fused *f, const char *cache_dir, int verbose)
+{
+    LF_TRY(check_fused(f));
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->fused)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no fused pointwise kernels", b->name);
+    return b->fused_prepare ? b->fused_prepare(f, cache_dir, verbose) : LF_OK;
+}
+
+lf_status lf_backend_fused(lf_device dev, const lf_fused *f, lf_kernel_info *info)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->fused)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no fused pointwise kernels", b->name);
+    return b->fused(f, info);
+}
+
+void lf_backend_fused_release(lf_device dev, lf_fused *f)
+{
+    const lf_backend_ops *b = f && f->prepared ? lf_backend_for(dev) : NULL;
+    if (b && b->fused_release)
+        b->fused_release(f);
+    if (f)
+        f->prepared = NULL;
+}
+
+lf_status lf_backend_graph_begin(lf_device dev)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->graph_begin)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
+    return b->graph_begin();
+}
+
+lf_status lf_backend_graph_end(lf_device dev, void **graph)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->graph_end)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
+    return b->graph_end(graph);
+}
+
+lf_status lf_backend_graph_launch(lf_device dev, void *graph)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->graph_launch)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
+    return b->graph_launch(graph);
+}
+
+void lf_backend_graph_free(lf_device dev, void *graph)
+{
+    const lf_backend_ops *b = graph ? lf_backend_for(dev) : NULL;
+    if (b && b->graph_free)
+        b->graph_free(graph);
+}

@@ -12,6 +12,15 @@ typedef struct lf_backend_ops {
     lf_status (*pointwise)(const lf_pointwise *p, lf_kernel_info *info);
     /* Whether gemm can run g as described (1), else 0 with why filled. NULL: every valid GEMM. */
     int (*gemm_supports)(const lf_gemm *g, char *why, size_t cap);
+    /* Fused pointwise chains (compile mode); prepare/release may be NULL (nothing to build). */
+    lf_status (*fused_prepare)(lf_fused *f, const char *cache_dir, int verbose);
+    lf_status (*fused)(const lf_fused *f, lf_kernel_info *info);
+    void (*fused_release)(lf_fused *f);
+    /* CUDA graphs; NULL where the device has none. */
+    lf_status (*graph_begin)(void);
+    lf_status (*graph_end)(void **graph);
+    lf_status (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
 } lf_backend_ops;
 
 extern const lf_backend_ops lf_cpu_backend_ops;

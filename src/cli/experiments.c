@@ -40,7 +40,19 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->out_dir = "traces";
     c->row_limit = 25;
     c->variant = k == EXP_KERNELS_MLP ? LF_MLP_FUSED : LF_MLP_EAGER;
+    c->passes = LF_PASSES_DEFAULT;
 }
+
+/* The pass flags of --compile: each turns one pass off, except --gated, which turns one on. */
+static const struct {
+    const char *flag;
+    unsigned pass;
+    int on;
+} pass_flags[] = {
+    {"--no-fold-views", LF_PASS_FOLD_VIEWS, 0},       {"--no-bias-epilogue", LF_PASS_BIAS_EPILOGUE, 0},
+    {"--no-pointwise-fusion", LF_PASS_POINTWISE_FUSION, 0}, {"--no-act-epilogue", LF_PASS_ACT_EPILOGUE, 0},
+    {"--gated", LF_PASS_GATED_GEMM, 1},
+};
 
 /* "--in_dim" and "--in-dim" are one flag: compare with '_' read as '-'. */
 static int flag_is(const char *arg, const char *name)
@@ -49,6 +61,14 @@ static int flag_is(const char *arg, const char *name)
         if (*arg != *name && !(*arg == '_' && *name == '-'))
             return 0;
     return !*arg && !*name;
+}
+
+static int pass_flag(const char *arg)
+{
+    for (int i = 0; i < (int)(sizeof pass_flags / sizeof pass_flags[0]); i++)
+        if (flag_is(arg, pass_flags[i].flag))
+            return i;
+    return -1;
 }
 
 static void usage(FILE *f, exp_kind k)
@@ -60,12 +80,16 @@ static void usage(FILE *f, exp_kind k)
         "[--batch N] [--seq N] [--dim N] [--hidden N] [--variant fused|gated]",
     };
     fprintf(f,
-            "usage: linfuse %s %s [--compile]\n"
+            "usage: linfuse %s %s [--compile [compile flags]]\n"
             "         [--device auto|cpu|cuda] [--dtype bf16|f16|f32] [--out DIR]\n"
             "         [--wait N] [--warmup-steps N] [--active N] [--repeat N] [--row-limit N]\n"
             "Profiles the blog's %s (defaults are the blog's sizes) and writes a trace and a table\n"
             "to DIR/%s/ (DIR defaults to traces).\n",
             exp_names[k], shapes[k], exp_names[k], exp_names[k]);
+    if (k != EXP_KERNELS_MLP)
+        fprintf(f, "--compile: capture one forward, fuse, replay a plan (on CUDA one graph launch). Compile flags:\n"
+                   "  --no-cuda-graph --no-fold-views --no-bias-epilogue --no-pointwise-fusion --no-act-epilogue\n"
+                   "  --gated (two GEMMs meeting in act(a)*b become one gated GEMM) --compile-verbose\n");
     if (k == EXP_KERNELS_MLP)
         fprintf(f, "--variant fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels)\n"
                    "--variant gated: one gated GEMM over [Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down\n"
@@ -86,6 +110,12 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             return -1;
         } else if (flag_is(f, "--compile")) {
             c->compile = 1;
+            continue;
+        } else if (flag_is(f, "--no-cuda-graph")) {
+            c->no_cuda_graph = c->compile_flag_seen = 1;
+            continue;
+        } else if (flag_is(f, "--compile-verbose")) {
+            c->compile_verbose = c->compile_flag_seen = 1;
             continue;
         } else if (k == EXP_MATMUL_ADD && flag_is(f, "--batched")) {
             c->batched = 1;
@@ -127,6 +157,11 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             idst = &c->sched.active;
         } else if (flag_is(f, "--repeat")) {
             idst = &c->sched.repeat;
+        } else if (pass_flag(f) >= 0) {
+            int pf = pass_flag(f);
+            c->passes = pass_flags[pf].on ? c->passes | pass_flags[pf].pass : c->passes & ~pass_flags[pf].pass;
+            c->compile_flag_seen = 1;
+            continue;
         } else if (flag_is(f, "--row-limit")) {
             idst = &c->row_limit;
         } else if (flag_is(f, "--device")) {
@@ -173,11 +208,13 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         }
         i++;
     }
-    if (c->compile) {
-        fprintf(stderr,
-                "linfuse %s: --compile is not available yet: compile mode (capture, fusion passes, guards) is "
-                "still being built; run without --compile to see the eager dispatch\n",
-                exp_names[k]);
+    if (c->compile && k == EXP_KERNELS_MLP) {
+        fprintf(stderr, "linfuse kernels-mlp: no --compile here: kernels-mlp is the hand-fused path (the blog's "
+                        "point: no compile); use simple-mlp --compile\n");
+        return LF_EXIT_USAGE;
+    }
+    if (c->compile_flag_seen && !c->compile) {
+        fprintf(stderr, "linfuse %s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", exp_names[k]);
         return LF_EXIT_USAGE;
     }
     if (!strcmp(device, "cuda") && !lf_device_available(LF_DEVICE_CUDA)) {
@@ -329,10 +366,39 @@ static lf_status model_build(const exp_cfg *c, model *m)
     return s;
 }
 
-static lf_status forward(const exp_cfg *c, const model *m)
+/* The forward as compile mode captures it: x is the input, the model's tensors are parameters. */
+typedef struct fwd_ctx {
+    const exp_cfg *c;
+    const model *m;
+} fwd_ctx;
+
+static lf_status forward_of(void *ctx, int n_in, lf_tensor *const *in, lf_tensor **out)
+{
+    const fwd_ctx *f = ctx;
+    lf_tensor *t = NULL;
+    lf_status s;
+    (void)n_in;
+    switch (f->c->kind) {
+    case EXP_MATMUL_ADD:
+        s = lf_matmul(&t, in[0], f->m->w);
+        if (s == LF_OK)
+            s = lf_add(out, t, f->m->b);
+        lf_tensor_free(t);
+        return s;
+    case EXP_LINEAR: return lf_nn_linear_forward(&f->m->lin, in[0], out);
+    default: return lf_nn_geglu_mlp_forward_variant(&f->m->mlp, f->c->variant, in[0], out);
+    }
+}
+
+static lf_status forward(const exp_cfg *c, const model *m, lf_compiled *compiled)
 {
     lf_tensor *y = NULL, *t = NULL;
     lf_status s;
+    if (compiled) {
+        s = lf_compiled_run(compiled, 1, &m->x, &y);
+        lf_tensor_free(y);
+        return s;
+    }
     switch (c->kind) {
     case EXP_MATMUL_ADD:
         s = lf_matmul(&t, m->x, m->w);
@@ -368,7 +434,10 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     lf_exp_shape(c, shape, sizeof shape);
     /* the mode says how the forward ran (DESIGN.md's artifact names): eager, kernels (the
      * hand-fused middle) or gated */
-    const char *mode = c->kind != EXP_KERNELS_MLP ? "eager" : c->variant == LF_MLP_GATED ? "gated" : "kernels";
+    const char *mode = c->compile                   ? "compile"
+                       : c->kind != EXP_KERNELS_MLP ? "eager"
+                       : c->variant == LF_MLP_GATED ? "gated"
+                                                    : "kernels";
     snprintf(r->json_path, sizeof r->json_path, "%s/%s_%s_%s_%s.json", dir, shape, lf_dtype_name(c->dtype),
              c->warm ? "warm" : "cold", mode);
     snprintf(r->txt_path, sizeof r->txt_path, "%s/%s_%s_%s_%s.txt", dir, shape, lf_dtype_name(c->dtype),
@@ -380,8 +449,29 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", exp_names[c->kind], shape, lf_last_error());
         return s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
+    lf_compiled *compiled = NULL;
+    fwd_ctx fc = {c, &m};
+    if (c->compile) { /* the first call's work, once, before the profiled steps */
+        lf_compile_opts co = lf_compile_opts_default();
+        co.name = exp_labels[c->kind];
+        co.passes = c->passes;
+        co.no_cuda_graph = c->no_cuda_graph;
+        co.verbose = c->compile_verbose;
+        s = lf_compile(&compiled, forward_of, &fc, 1, &m.x, &co);
+        if (s != LF_OK) {
+            fprintf(stderr, "linfuse %s: --compile: %s\n", exp_names[c->kind], lf_last_error());
+            model_free(&m);
+            return LF_EXIT_FAIL;
+        }
+        lf_compiled_stats st = lf_compiled_get_stats(compiled);
+        if (print)
+            printf("compile: %.1f ms, once before the profiled steps; each step replays a plan of %d kernel%s%s%s\n",
+                   st.compile_ms, st.kernels, st.kernels == 1 ? "" : "s", st.views ? " and view ops" : "",
+                   st.graph ? " as one CUDA graph launch" : "");
+        r->compile_ms = st.compile_ms;
+    }
     for (int i = 0; c->warm && i < 3 && s == LF_OK; i++) /* the blog's --warmup: run before profiling */
-        s = forward(c, &m);
+        s = forward(c, &m, compiled);
     lf_profiler *p = NULL;
     lf_prof_opts po = {.use_schedule = 1, .schedule = c->sched, .record_shapes = 1, .with_flops = 1};
     if (s == LF_OK)
@@ -389,7 +479,7 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
     for (int i = 0; i < steps && s == LF_OK; i++) {
         lf_prof_range_push(exp_labels[c->kind]);
-        s = forward(c, &m);
+        s = forward(c, &m, compiled);
         lf_prof_range_pop();
         if (s == LF_OK)
             s = lf_prof_step(p);
@@ -424,6 +514,7 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     }
     free(table);
     lf_prof_free(p);
+    lf_compiled_free(compiled);
     model_free(&m);
     return rc;
 }

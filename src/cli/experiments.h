@@ -3,6 +3,7 @@
 #ifndef LF_CLI_EXPERIMENTS_H
 #define LF_CLI_EXPERIMENTS_H
 
+#include "linfuse/compile.h"
 #include "linfuse/nn.h"
 #include "linfuse/profiler.h"
 
@@ -14,6 +15,8 @@ typedef struct exp_cfg {
     int64_t batch, in_dim, out_dim; /* linear (batch also for the MLP) */
     int64_t seq, dim, hidden;       /* simple-mlp */
     int batched, warm, compile, no_bias;
+    unsigned passes;    /* --compile: LF_PASS_* bits (LF_PASSES_DEFAULT, changed by the pass flags) */
+    int no_cuda_graph, compile_verbose, compile_flag_seen;
     lf_mlp_variant variant; /* kernels-mlp: fused (default) or gated */
     lf_dtype dtype;
     lf_device device;
@@ -26,6 +29,7 @@ typedef struct exp_result {
     char json_path[4400], txt_path[4400];
     lf_trace_summary sum;
     char summary[160];
+    double compile_ms; /* --compile: capture, passes and kernel builds, before the steps */
 } exp_result;
 
 const char *lf_exp_name(exp_kind k);

@@ -27,8 +27,13 @@ void lf_ops_set_observer(const lf_op_observer *obs)
     atomic_store_explicit(&lf_observer_ptr, obs, memory_order_release);
 }
 
+_Thread_local const lf_capture_hooks *lf_capture_tls;
+
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
 {
+    const lf_capture_hooks *c = lf_capture_tls;
+    if (__builtin_expect(c != NULL, 0))
+        c->gemm(c->user, dev, g);
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_gemm(dev, g, NULL);
@@ -41,6 +46,9 @@ lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
 
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
 {
+    const lf_capture_hooks *c = lf_capture_tls;
+    if (__builtin_expect(c != NULL, 0))
+        c->pointwise(c->user, dev, p);
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_pointwise(dev, p, NULL);
@@ -49,6 +57,32 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
     lf_status s = lf_backend_pointwise(dev, p, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
     return s;
+}
+
+lf_status lf_launch_fused(lf_device dev, const lf_fused *f)
+{
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_backend_fused(dev, f, NULL);
+    lf_kernel_info info = {0};
+    o->kernel_begin(o->user, dev);
+    lf_status s = lf_backend_fused(dev, f, &info);
+    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    return s;
+}
+
+void lf_ops_note_begin(const char *text)
+{
+    const lf_op_observer *o = lf_obs();
+    if (o && o->note_begin)
+        o->note_begin(o->user, text);
+}
+
+void lf_ops_note_end(void)
+{
+    const lf_op_observer *o = lf_obs();
+    if (o && o->note_end)
+        o->note_end(o->user);
 }
 
 lf_status lf_pointwise_into(lf_tensor **out, lf_tensor *y, lf_pointwise *p)

@@ -16,14 +16,34 @@ static inline const lf_op_observer *lf_obs(void)
     return atomic_load_explicit(&lf_observer_ptr, memory_order_acquire);
 }
 
-/* Run `call` (an lf_status expression) as op `id` with the given arguments; the observer,
- * if any, sees the op begin before and end after. Returns from the enclosing function. */
-#define LF_DISPATCH(id, args, call)                                                            \
+/* Compile mode's capture (compile/ sets these around one forward): while a thread's hooks are
+ * set, each op on that thread and each launch is reported to them as well; the ops still run.
+ * op_end gets the op's result (NULL on failure). */
+typedef struct lf_capture_hooks {
+    void (*op_begin)(void *user, lf_op_id op);
+    void (*op_end)(void *user, lf_op_id op, int n_args, const lf_op_arg *args, const lf_tensor *out);
+    void (*gemm)(void *user, lf_device dev, const lf_gemm *g);
+    void (*pointwise)(void *user, lf_device dev, const lf_pointwise *p);
+    void *user;
+} lf_capture_hooks;
+
+extern _Thread_local const lf_capture_hooks *lf_capture_tls;
+
+/* Run `call` (an lf_status expression) as op `id` producing *out; the observer, if any, sees the
+ * op begin before and end after, and so does a capture on this thread. Returns from the
+ * enclosing function. */
+#define LF_DISPATCH(id, args, out, call)                                                       \
     do {                                                                                       \
         const lf_op_observer *o_ = lf_obs();                                                   \
+        const lf_capture_hooks *c_ = lf_capture_tls;                                           \
+        const int n_ = (int)(sizeof(args) / sizeof((args)[0]));                                \
         if (__builtin_expect(o_ != NULL, 0))                                                   \
-            o_->op_begin(o_->user, LF_OP_##id, (int)(sizeof(args) / sizeof((args)[0])), args); \
+            o_->op_begin(o_->user, LF_OP_##id, n_, args);                                      \
+        if (__builtin_expect(c_ != NULL, 0))                                                   \
+            c_->op_begin(c_->user, LF_OP_##id);                                                \
         lf_status s_ = (call);                                                                 \
+        if (__builtin_expect(c_ != NULL, 0))                                                   \
+            c_->op_end(c_->user, LF_OP_##id, n_, args, s_ == LF_OK && (out) ? *(out) : NULL);  \
         if (__builtin_expect(o_ != NULL, 0))                                                   \
             o_->op_end(o_->user, LF_OP_##id, s_);                                              \
         return s_;                                                                             \
@@ -35,6 +55,11 @@ static inline const lf_op_observer *lf_obs(void)
 /* Launch through dev's backend, with the observer told about the kernel. */
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
+lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
+
+/* A note span for the observer (a fallback and why; a compiled region): text is copied. */
+void lf_ops_note_begin(const char *text);
+void lf_ops_note_end(void);
 
 /* Checks that name the op and the argument in their messages. */
 lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t);

@@ -47,7 +47,7 @@ static lf_status mm_impl(lf_tensor **out, const lf_tensor *a, const lf_tensor *b
 lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
 {
     lf_op_arg args[] = {LF_ARG(a), LF_ARG(b)};
-    LF_DISPATCH(MM, args, mm_impl(out, a, b));
+    LF_DISPATCH(MM, args, out, mm_impl(out, a, b));
 }
 
 /* Check a bias for an (M, N) result and say how to apply it: as the epilogue's bias vector
@@ -95,7 +95,7 @@ lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, c
                    float alpha)
 {
     lf_op_arg args[] = {LF_ARG(bias), LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(beta), LF_ARG_SCALAR(alpha)};
-    LF_DISPATCH(ADDMM, args, addmm_impl(out, bias, a, b, beta, alpha));
+    LF_DISPATCH(ADDMM, args, out, addmm_impl(out, bias, a, b, beta, alpha));
 }
 
 static lf_status addmm_act_impl(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
@@ -128,7 +128,7 @@ static lf_status addmm_act_impl(lf_tensor **out, const lf_tensor *bias, const lf
 lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act)
 {
     lf_op_arg args[] = {LF_ARG(bias), LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(act)};
-    LF_DISPATCH(ADDMM_ACT, args, addmm_act_impl(out, bias, a, b, act));
+    LF_DISPATCH(ADDMM_ACT, args, out, addmm_act_impl(out, bias, a, b, act));
 }
 
 /* The gated GEMM when the backend has no kernel for it (on CUDA: not Hopper, not bf16, a
@@ -136,11 +136,9 @@ lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *
  * in one pass over column-group views of that product. The trace shows why, as a note. */
 static lf_status gated_fallback(lf_tensor *y, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
 {
-    const lf_op_observer *o = lf_obs();
     char why[320];
     snprintf(why, sizeof why, "lf::mm_gated fallback (%s)", lf_last_error());
-    if (o && o->note_begin)
-        o->note_begin(o->user, why);
+    lf_ops_note_begin(why);
     lf_tensor *p = NULL;
     lf_status s = lf_mm(&p, a, b);
     if (s == LF_OK) {
@@ -154,8 +152,7 @@ static lf_status gated_fallback(lf_tensor *y, const lf_tensor *a, const lf_tenso
         s = lf_launch_pointwise(lf_tensor_device(y), &pw);
     }
     lf_tensor_free(p);
-    if (o && o->note_end)
-        o->note_end(o->user);
+    lf_ops_note_end();
     return s;
 }
 
@@ -196,7 +193,7 @@ static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_ten
 lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
 {
     lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(act), LF_ARG_SCALAR((double)group)};
-    LF_DISPATCH(MM_GATED, args, mm_gated_impl(out, a, b, act, group));
+    LF_DISPATCH(MM_GATED, args, out, mm_gated_impl(out, a, b, act, group));
 }
 
 /* (B, S, K) -> (B*S, K) through reshape, run f on 2-D, view the result back as (B, S, N).
@@ -251,7 +248,7 @@ static lf_status matmul_impl(lf_tensor **out, const lf_tensor *a, const lf_tenso
 lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
 {
     lf_op_arg args[] = {LF_ARG(a), LF_ARG(b)};
-    LF_DISPATCH(MATMUL, args, matmul_impl(out, a, b));
+    LF_DISPATCH(MATMUL, args, out, matmul_impl(out, a, b));
 }
 
 typedef struct addmm_ctx {
@@ -302,5 +299,5 @@ static lf_status linear_impl(lf_tensor **out, const lf_tensor *x, const lf_tenso
 lf_status lf_linear(lf_tensor **out, const lf_tensor *x, const lf_tensor *w, const lf_tensor *b)
 {
     lf_op_arg args[] = {LF_ARG(x), LF_ARG(w), LF_ARG(b)};
-    LF_DISPATCH(LINEAR, args, linear_impl(out, x, w, b));
+    LF_DISPATCH(LINEAR, args, out, linear_impl(out, x, w, b));
 }

@@ -45,13 +45,13 @@ static lf_status binary_impl(lf_pw_op op, const char *fn, lf_tensor **out, const
 lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
 {
     lf_op_arg args[] = {LF_ARG(a), LF_ARG(b)};
-    LF_DISPATCH(ADD, args, binary_impl(LF_PW_ADD, "lf_add", out, a, b));
+    LF_DISPATCH(ADD, args, out, binary_impl(LF_PW_ADD, "lf_add", out, a, b));
 }
 
 lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
 {
     lf_op_arg args[] = {LF_ARG(a), LF_ARG(b)};
-    LF_DISPATCH(MUL, args, binary_impl(LF_PW_MUL, "lf_mul", out, a, b));
+    LF_DISPATCH(MUL, args, out, binary_impl(LF_PW_MUL, "lf_mul", out, a, b));
 }
 
 static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
@@ -71,7 +71,7 @@ static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx a
 lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
 {
     lf_op_arg args[] = {LF_ARG(x)};
-    LF_DISPATCH(GELU, args, gelu_impl(out, x, approx));
+    LF_DISPATCH(GELU, args, out, gelu_impl(out, x, approx));
 }
 
 static lf_status gelu_mul_impl(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
@@ -98,5 +98,5 @@ static lf_status gelu_mul_impl(lf_tensor **out, const lf_tensor *g, const lf_ten
 lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
 {
     lf_op_arg args[] = {LF_ARG(g), LF_ARG(u)};
-    LF_DISPATCH(GELU_MUL, args, gelu_mul_impl(out, g, u, approx));
+    LF_DISPATCH(GELU_MUL, args, out, gelu_mul_impl(out, g, u, approx));
 }

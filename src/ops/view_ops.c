@@ -11,7 +11,7 @@ static lf_status t_impl(lf_tensor **out, const lf_tensor *x)
 lf_status lf_t(lf_tensor **out, const lf_tensor *x)
 {
     lf_op_arg args[] = {LF_ARG(x)};
-    LF_DISPATCH(T, args, t_impl(out, x));
+    LF_DISPATCH(T, args, out, t_impl(out, x));
 }
 
 static lf_status transpose_impl(lf_tensor **out, const lf_tensor *x, int d0, int d1)
@@ -23,7 +23,7 @@ static lf_status transpose_impl(lf_tensor **out, const lf_tensor *x, int d0, int
 lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1)
 {
     lf_op_arg args[] = {LF_ARG(x), LF_ARG_SCALAR(d0), LF_ARG_SCALAR(d1)};
-    LF_DISPATCH(TRANSPOSE, args, transpose_impl(out, x, d0, d1));
+    LF_DISPATCH(TRANSPOSE, args, out, transpose_impl(out, x, d0, d1));
 }
 
 static lf_status view_impl(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
@@ -35,7 +35,7 @@ static lf_status view_impl(lf_tensor **out, const lf_tensor *x, int ndim, const 
 lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
 {
     lf_op_arg args[] = {LF_ARG(x)};
-    LF_DISPATCH(VIEW, args, view_impl(out, x, ndim, shape));
+    LF_DISPATCH(VIEW, args, out, view_impl(out, x, ndim, shape));
 }
 
 /* The copy kernel behind contiguous and reshape: a new row-major tensor with x's values. */
@@ -60,7 +60,7 @@ static lf_status contiguous_impl(lf_tensor **out, const lf_tensor *x)
 lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x)
 {
     lf_op_arg args[] = {LF_ARG(x)};
-    LF_DISPATCH(CONTIGUOUS, args, contiguous_impl(out, x));
+    LF_DISPATCH(CONTIGUOUS, args, out, contiguous_impl(out, x));
 }
 
 static lf_status reshape_impl(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape_in)
@@ -86,5 +86,5 @@ static lf_status reshape_impl(lf_tensor **out, const lf_tensor *x, int ndim, con
 lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
 {
     lf_op_arg args[] = {LF_ARG(x)};
-    LF_DISPATCH(RESHAPE, args, reshape_impl(out, x, ndim, shape));
+    LF_DISPATCH(RESHAPE, args, out, reshape_impl(out, x, ndim, shape));
 }

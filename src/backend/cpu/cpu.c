@@ -8,7 +8,8 @@
 
 #include "backend/cpu/cpu_impl.h"
 
-const lf_backend_ops lf_cpu_backend_ops = {"cpu", lf_cpu_gemm, lf_cpu_pointwise, NULL};
+const lf_backend_ops lf_cpu_backend_ops = {
+    .name = "cpu", .gemm = lf_cpu_gemm, .pointwise = lf_cpu_pointwise, .fused = lf_cpu_fused};
 
 static const char *const isa_names[LF_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 

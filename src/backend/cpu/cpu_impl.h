@@ -59,5 +59,6 @@ void lf_cpu_ws_release(lf_cpu_ws *ws);
 
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info);
 lf_status lf_cpu_pointwise(const lf_pointwise *p, lf_kernel_info *info);
+lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info);
 
 #endif

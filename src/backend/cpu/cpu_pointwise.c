@@ -156,3 +156,80 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
     }
     return LF_OK;
 }
+
+/* --- fused chains (compile mode): the same row walk, the program run per chunk --- */
+
+static void run_fused_row(const lf_fused *f, const lf_cpu_kernels *k, const int64_t *off, int64_t n)
+{
+    const int d = f->ndim - 1;
+    float regs[LF_FUSED_MAX_IN + LF_FUSED_MAX_OPS][CHUNK];
+    for (int64_t j = 0; j < n; j += CHUNK) {
+        int64_t m = n - j < CHUNK ? n - j : CHUNK;
+        for (int q = 0; q < f->n_in; q++)
+            load_chunk(&f->in[q], off[1 + q] + j * f->in[q].stride[d], f->in[q].stride[d], m, regs[q]);
+        for (int i = 0; i < f->n_ops; i++) {
+            const lf_fused_op *o = &f->ops[i];
+            float *dst = regs[f->n_in + i];
+            const float *x = regs[o->src[0]], *y = regs[o->src[1]];
+            switch (o->op) {
+            case LF_PW_ADD:
+#pragma omp simd
+                for (int64_t t = 0; t < m; t++)
+                    dst[t] = x[t] + y[t];
+                break;
+            case LF_PW_MUL:
+#pragma omp simd
+                for (int64_t t = 0; t < m; t++)
+                    dst[t] = x[t] * y[t];
+                break;
+            case LF_PW_ACT:
+                k->act_row(o->act, x, dst, m);
+                break;
+            default:
+                memcpy(dst, x, (size_t)m * sizeof *dst);
+                break;
+            }
+        }
+        store_chunk(&f->out, off[0] + j * f->out.stride[d], f->out.stride[d], m, regs[f->n_in + f->n_ops - 1]);
+    }
+}
+
+static void fused_name(char *buf, size_t cap, const void *ctx)
+{
+    snprintf(buf, cap, "%s", (const char *)ctx);
+}
+
+lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info)
+{
+    const lf_cpu_kernels *k = lf_cpu_kernels_active();
+    const int nd = f->ndim;
+    int64_t rows = 1, n = f->shape[nd - 1];
+    for (int i = 0; i < nd - 1; i++)
+        rows *= f->shape[i];
+    int T = rows * n >= (1 << 18) && rows > 1 ? lf_cpu_threads() : 1;
+#pragma omp parallel for num_threads(T) if (T > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off[1 + LF_FUSED_MAX_IN] = {0}, rem = r;
+        for (int i = nd - 2; i >= 0; i--) {
+            int64_t idx = rem % f->shape[i];
+            rem /= f->shape[i];
+            off[0] += idx * f->out.stride[i];
+            for (int q = 0; q < f->n_in; q++)
+                off[1 + q] += idx * f->in[q].stride[i];
+        }
+        run_fused_row(f, k, off, n);
+    }
+    if (info) {
+        /* the name is the plan's (same name, same work); interned by its text */
+        uint64_t h = 1469598103934665603ull;
+        for (const char *c = f->name; *c; c++)
+            h = (h ^ (uint8_t)*c) * 1099511628211ull;
+        info->name = lf_kernel_name(h | (uint64_t)1 << 63, fused_name, f->name);
+        double numel = (double)(rows * n), bytes = numel * (double)lf_dtype_size(f->out.dtype);
+        for (int q = 0; q < f->n_in; q++)
+            bytes += numel * (double)lf_dtype_size(f->in[q].dtype);
+        info->flops = numel * f->n_ops;
+        info->bytes = bytes;
+    }
+    return LF_OK;
+}

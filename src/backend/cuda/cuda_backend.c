@@ -535,7 +535,82 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
     return LF_OK;
 }
 
-const lf_backend_ops lf_cuda_backend_ops = {"cuda", cuda_gemm, cuda_pointwise, cuda_gemm_supports};
+static void fused_kernel_name(char *buf, size_t cap, const void *ctx)
+{
+    snprintf(buf, cap, "%s", (const char *)ctx);
+}
+
+static lf_status lf_cuda_fused(const lf_fused *f, lf_kernel_info *info)
+{
+    timing *tm = time_begin(info);
+    lf_status s = lf_cuda_fused_launch(f, cu.stream);
+    if (s != LF_OK) {
+        time_cancel(tm);
+        return s;
+    }
+    time_end(info, tm);
+    if (info) {
+        uint64_t h = 1469598103934665603ull;
+        for (const char *c = f->name; *c; c++)
+            h = (h ^ (uint8_t)*c) * 1099511628211ull;
+        info->name = lf_kernel_name(h | (uint64_t)1 << 63, fused_kernel_name, f->name);
+        double n = 1, bytes;
+        for (int d = 0; d < f->ndim; d++)
+            n *= (double)f->shape[d];
+        bytes = n * (double)lf_dtype_size(f->out.dtype);
+        for (int q = 0; q < f->n_in; q++)
+            bytes += n * (double)lf_dtype_size(f->in[q].dtype);
+        info->flops = n * f->n_ops;
+        info->bytes = bytes;
+    }
+    return LF_OK;
+}
+
+/* --- CUDA graphs: the backend's stream captured, then replayed as one launch --- */
+
+static lf_status cuda_graph_begin(void)
+{
+    cudaError_t e = cudaStreamBeginCapture(cu.stream, cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? LF_OK : lf_fail(LF_EDEVICE, "cuda graph: cannot capture: %s", cudaGetErrorString(e));
+}
+
+static lf_status cuda_graph_end(void **out)
+{
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    cudaError_t e = cudaStreamEndCapture(cu.stream, &g);
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&x, g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (e != cudaSuccess)
+        return lf_fail(LF_EDEVICE, "cuda graph: capture failed: %s", cudaGetErrorString(e));
+    *out = x;
+    return LF_OK;
+}
+
+static lf_status cuda_graph_launch(void *graph)
+{
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, cu.stream);
+    return e == cudaSuccess ? LF_OK : lf_fail(LF_EDEVICE, "cuda graph: launch failed: %s", cudaGetErrorString(e));
+}
+
+static void cuda_graph_free(void *graph)
+{
+    cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+const lf_backend_ops lf_cuda_backend_ops = {.name = "cuda",
+                                            .gemm = cuda_gemm,
+                                            .pointwise = cuda_pointwise,
+                                            .gemm_supports = cuda_gemm_supports,
+                                            .fused_prepare = lf_cuda_fused_prepare,
+                                            .fused = lf_cuda_fused,
+                                            .fused_release = lf_cuda_fused_release,
+                                            .graph_begin = cuda_graph_begin,
+                                            .graph_end = cuda_graph_end,
+                                            .graph_launch = cuda_graph_launch,
+                                            .graph_free = cuda_graph_free};
 
 lf_status lf_cuda_synchronize(void)
 {

@@ -19,6 +19,11 @@ cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream);
 
+/* Fused pointwise kernels built with NVRTC (fused_nvrtc.c). */
+lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose);
+lf_status lf_cuda_fused_launch(const lf_fused *f, cudaStream_t stream);
+void lf_cuda_fused_release(lf_fused *f);
+
 #ifdef __cplusplus
 }
 #endif
