@@ -70,11 +70,28 @@ check "kernels-mlp gated" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --
 contains "gated: 2 kernels" "kernels/step=2"
 contains "gated: the gated GEMM" "lf_cpu_gemm_bf16_12x32_tn_gelu_tanh_gated"
 check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated --no-kernel 'gelu_tanh_mul'
+check "linear --compile" 0 "$bin" linear --out "$dir" --batch 64 --compile
+contains "compiled linear: one kernel, no view op" "kernels/step=1 cpu_ops/step=0"
+contains "compiled linear: eager's kernel" "lf_cpu_gemm_bf16_12x32_tn_bias"
+contains "compiled linear: the region" "Compiled Region: linear_fwd"
+[ -f "$dir/linear/64x32x64_bf16_cold_compile.json" ] || { fails=$((fails + 1)); echo "FAIL: compile file name"; }
+checks=$((checks + 1))
+check "linear --compile --no-fold-views" 0 "$bin" linear --out "$dir" --batch 64 --compile --no-fold-views
+contains "views kept: lf::t dispatched" "lf::t"
+check "matmul-add --compile" 0 "$bin" matmul-add --out "$dir" --size 48 --compile
+contains "compiled matmul-add: one GEMM reading the bias as C" "kernels/step=1"
+contains "compiled matmul-add: C input" "lf_cpu_gemm_bf16_12x32_nn_c"
+check "simple-mlp --compile" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile
+contains "compiled mlp: 4 kernels" "kernels/step=4"
+contains "compiled mlp: the fused kernel" "lf_poi_fused_gelu_mul_0"
+check "simple-mlp --compile --gated" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --gated
+contains "compiled mlp, gated: 2 kernels" "kernels/step=2"
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
 before=$(find "$dir" -type f | wc -l)
-check "compile refused" 2 "$bin" linear --out "$dir" --compile
-contains "compile refused" "--compile is not available yet"
+check "compile flags need --compile" 2 "$bin" linear --out "$dir" --gated
+contains "compile flags need --compile" "need --compile"
+check "kernels-mlp takes no --compile" 2 "$bin" kernels-mlp --out "$dir" --compile
 check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
 contains "cuda refused" "no usable CUDA device"
 check "bad device" 2 "$bin" linear --device tpu

@@ -316,6 +316,15 @@ static int same_dims(int n, const int64_t *a, const int64_t *b)
     return !memcmp(a, b, (size_t)n * sizeof *a);
 }
 
+/* Two operands' strides over one shape agree where they matter (dims longer than 1). */
+static int same_strides(int n, const int64_t *shape, const int64_t *a, const int64_t *b)
+{
+    for (int d = 0; d < n; d++)
+        if (shape[d] > 1 && a[d] != b[d])
+            return 0;
+    return 1;
+}
+
 static int ref_eq(ref a, ref b)
 {
     return a.kind == b.kind && (a.kind == R_CONST ? a.ptr == b.ptr : a.idx == b.idx && a.off == b.off);
@@ -534,7 +543,7 @@ static int pass_gated(graph *g, char *log, size_t cap)
             if (!adjacent || !reads_matrix(P1, &P1->f.in[0], &A1->g.d) || !reads_matrix(P2, &P2->f.in[1 - k], &A2->g.d) ||
                 !out_matrix(P2, &out) || P1->f.ndim != P2->f.ndim ||
                 !same_dims(P1->f.ndim, P1->f.shape, P2->f.shape) ||
-                !same_dims(P1->f.ndim, P1->f.out.stride, P2->f.in[k].stride))
+                !same_strides(P1->f.ndim, P1->f.shape, P1->f.out.stride, P2->f.in[k].stride))
                 continue;
             lf_gemm t = A1->g;
             t.b.cols = 2 * H;
@@ -567,7 +576,7 @@ static int pass_gated(graph *g, char *log, size_t cap)
 static int find_input(const lf_fused *f, const ref *refs, int n, const lf_strided *s, ref r)
 {
     for (int q = 0; q < n; q++)
-        if (ref_eq(refs[q], r) && f->in[q].dtype == s->dtype && same_dims(f->ndim, f->in[q].stride, s->stride))
+        if (ref_eq(refs[q], r) && f->in[q].dtype == s->dtype && same_strides(f->ndim, f->shape, f->in[q].stride, s->stride))
             return q;
     return -1;
 }
@@ -644,7 +653,7 @@ static int pass_pointwise(graph *g, char *log, size_t cap)
                 continue;
             int k = -1;
             for (int q = 0; q < Q->f.n_in; q++)
-                if (is_value(Q->fin[q], v) && same_dims(P->f.ndim, Q->f.in[q].stride, P->f.out.stride))
+                if (is_value(Q->fin[q], v) && same_strides(P->f.ndim, P->f.shape, Q->f.in[q].stride, P->f.out.stride))
                     k = q;
             if (k < 0 || !merge(P, Q, k))
                 continue;

@@ -27,6 +27,11 @@ run "kernels-mlp on cuda" "$bin" kernels-mlp --device cuda --out "$work"
 run "kernels-mlp gated on cuda" "$bin" kernels-mlp --device cuda --variant gated --out "$work"
 run "kernels-mlp gated, f16 (falls back)" "$bin" kernels-mlp --device cuda --variant gated --dtype f16 --out "$work"
 run "tour (auto picks the GPU)" "$bin" tour --out "$work/tour"
+run "simple-mlp --compile (one CUDA graph)" "$bin" simple-mlp --device cuda --compile --out "$work/c"
+run "simple-mlp --compile --gated" "$bin" simple-mlp --device cuda --compile --gated --out "$work/cg"
+run "simple-mlp --compile --no-cuda-graph" "$bin" simple-mlp --device cuda --compile --no-cuda-graph --out "$work/cn"
+run "matmul-add --compile" "$bin" matmul-add --device cuda --compile --out "$work/c"
+run "linear --compile" "$bin" linear --device cuda --compile --out "$work/c"
 
 ma=$(ls "$work"/matmul-add/*.json) lin=$(ls "$work"/linear/*.json) mlp=$(ls "$work"/simple-mlp/*.json)
 kf=$(ls "$work"/kernels-mlp/*bf16*_kernels.json) kg=$(ls "$work"/kernels-mlp/*bf16*_gated.json)
@@ -42,6 +47,17 @@ run "kernels-mlp: 4 kernels" "$bin" trace expect "$kf" --kernels-per-step 4 --ke
 run "gated: 2 kernels" "$bin" trace expect "$kg" --kernels-per-step 2 --kernel 'gated_gemm_bf16_gelu_tanh' --no-kernel 'act_mul'
 run "gated f16 fallback: 3 kernels" "$bin" trace expect "$kh" --kernels-per-step 3 --kernel 'act_mul_kernel'
 run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel is bf16 only' "$kh"
+
+# compiled: 3 GEMMs + the generated gelu*mul (4), gated 2, matmul-add one GEMM reading the bias
+# as C, linear eager's own kernel; kernels from a graph launch still counted per step
+cm=$(ls "$work"/c/simple-mlp/*.json) cg=$(ls "$work"/cg/simple-mlp/*.json) cn=$(ls "$work"/cn/simple-mlp/*.json)
+cma=$(ls "$work"/c/matmul-add/*.json) cl=$(ls "$work"/c/linear/*.json)
+run "compiled mlp: 4 kernels" "$bin" trace expect "$cm" --kernels-per-step 4 --kernel 'lf_poi_fused_gelu_mul_0' --no-kernel 'flat_kernel'
+run "compiled mlp, gated: 2 kernels" "$bin" trace expect "$cg" --kernels-per-step 2 --kernel 'gated_gemm'
+run "compiled mlp, no graph: 4 kernels" "$bin" trace expect "$cn" --kernels-per-step 4 --kernel 'lf_poi_fused_gelu_mul_0'
+run "compiled matmul-add: 1 kernel" "$bin" trace expect "$cma" --kernels-per-step 1 --no-kernel 'add_op' --no-kernel 'copy'
+run "compiled linear: 1 kernel, the bias epilogue" "$bin" trace expect "$cl" --kernels-per-step 1 --kernel 'bias'
+run "compiled mlp: one graph launch per step" grep -q 'cudaGraphLaunch' "$cm"
 
 for f in "$ma" "$lin" "$mlp" "$kf" "$kg"; do
     checks=$((checks + 1))

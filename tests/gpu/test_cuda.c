@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../testutil.h"
+#include "linfuse/compile.h"
 #include "linfuse/nn.h"
 #include "linfuse/profiler.h"
 
@@ -479,6 +480,155 @@ static void test_mlp_variants_gpu(void)
     }
 }
 
+/* --- compile mode on the GPU --- */
+
+typedef struct cmodel {
+    lf_nn_geglu_mlp mlp;
+    lf_nn_linear lin;
+    lf_tensor *w, *b;
+    int which; /* 0 mlp, 1 linear, 2 matmul-add */
+} cmodel;
+
+static lf_status cfwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n;
+    cmodel *m = ctx;
+    if (m->which == 1)
+        return lf_nn_linear_forward(&m->lin, in[0], out);
+    if (m->which == 2) {
+        lf_tensor *t = NULL;
+        lf_status s = lf_matmul(&t, in[0], m->w);
+        if (s == LF_OK)
+            s = lf_add(out, t, m->b);
+        lf_tensor_free(t);
+        return s;
+    }
+    return lf_nn_geglu_mlp_forward(&m->mlp, in[0], out);
+}
+
+static int count_files(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -c cubin", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = 0;
+        pclose(p);
+    }
+    return n;
+}
+
+/* The compiled MLP on the GPU: 4 kernels (3 GEMMs + a generated, NVRTC-built gelu*mul), 2 with
+ * the gated pass, as one CUDA graph or kernel by kernel, against float64 on sampled tokens; the
+ * generated kernel cached on disk and found again; matmul-add one GEMM; linear one kernel. */
+static void test_compile_gpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 61);
+    char cache[] = "/tmp/linfuse-test-cache-XXXXXX";
+    CHECK(mkdtemp(cache) != NULL, "a temporary cache directory");
+    static const int64_t shapes[][4] = {{2, 33, 256, 384}, {64, 128, 768, 3072}};
+    for (size_t si = 0; si < 2; si++) {
+        const int64_t B = shapes[si][0], S = shapes[si][1], D = shapes[si][2], H = shapes[si][3];
+        cmodel cpu = {0}, gpu = {0};
+        lf_nn_geglu_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_rng r2 = rng;
+        OK(lf_nn_geglu_mlp_init(&cpu.mlp, &o, &rng));
+        OK(lf_nn_geglu_mlp_init(&gpu.mlp, &o, &r2));
+        OK(lf_nn_geglu_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
+        int64_t xs[3] = {B, S, D};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *gx = to_gpu(x);
+        for (int variant = 0; variant < 3; variant++) { /* graph, no graph, gated */
+            lf_compile_opts co = lf_compile_opts_default();
+            co.cache_dir = cache;
+            co.no_cuda_graph = variant == 1;
+            co.passes = variant == 2 ? LF_PASSES_ALL : LF_PASSES_DEFAULT;
+            lf_compiled *c = NULL;
+            lf_status s = lf_compile(&c, cfwd, &gpu, 1, &gx, &co);
+            CHECK(s == LF_OK, "compile mlp variant %d: %s", variant, s == LF_OK ? "" : lf_last_error());
+            if (s != LF_OK)
+                continue;
+            lf_compiled_stats st = lf_compiled_get_stats(c);
+            CHECK(st.kernels == (variant == 2 ? 2 : 4) && st.graph == (variant != 1),
+                  "mlp variant %d: %d kernels, graph %d", variant, st.kernels, st.graph);
+            for (int run = 0; run < 3; run++) { /* the graph is recorded on the first run, replayed after */
+                lf_tensor *y = NULL;
+                OK(lf_compiled_run(c, 1, &gx, &y));
+                if (y && run == 2) {
+                    double e = geglu_mlp_err(&cpu.mlp, x, y, B * S > 1000 ? 97 : 1);
+                    CHECK(e < tol_for(LF_DTYPE_BF16), "compiled mlp %lldx%lldx%lldx%lld variant %d vs float64: err %.3g",
+                          (long long)B, (long long)S, (long long)D, (long long)H, variant, e);
+                }
+                lf_tensor_free(y);
+            }
+            lf_compiled_free(c);
+        }
+        lf_tensor_free(x), lf_tensor_free(gx);
+        lf_nn_geglu_mlp_free(&cpu.mlp), lf_nn_geglu_mlp_free(&gpu.mlp);
+    }
+    int files = count_files(cache);
+    CHECK(files == 2, "one cached cubin per distinct generated kernel (2 shapes), found %d", files);
+    /* compiling again finds them: no new files */
+    {
+        cmodel gpu = {0};
+        lf_nn_geglu_mlp_opts o = {256, 384, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        OK(lf_nn_geglu_mlp_init(&gpu.mlp, &o, &rng));
+        OK(lf_nn_geglu_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
+        int64_t xs[3] = {2, 33, 256};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *gx = to_gpu(x);
+        lf_compile_opts co = lf_compile_opts_default();
+        co.cache_dir = cache;
+        lf_compiled *c = NULL;
+        OK(lf_compile(&c, cfwd, &gpu, 1, &gx, &co));
+        CHECK(count_files(cache) == files, "the second compile loads the cached kernel");
+        lf_compiled_free(c);
+        lf_tensor_free(x), lf_tensor_free(gx);
+        lf_nn_geglu_mlp_free(&gpu.mlp);
+    }
+    /* linear and matmul-add: one kernel each */
+    for (int which = 1; which <= 2; which++) {
+        cmodel m = {.which = which};
+        int64_t xs[2] = {1024, which == 1 ? 32 : 1024}, sq[2] = {1024, 1024};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *ref = NULL, *y = NULL;
+        if (which == 1) {
+            lf_nn_linear_opts lo = {32, 64, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            OK(lf_nn_linear_init(&m.lin, &lo, &rng));
+            lf_tensor *w = to_gpu(m.lin.weight), *b = to_gpu(m.lin.bias);
+            lf_tensor_free(m.lin.weight), lf_tensor_free(m.lin.bias);
+            m.lin.weight = w, m.lin.bias = b;
+        } else {
+            lf_tensor *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, sq), *b = rand_tensor(&rng, LF_DTYPE_BF16, 2, sq);
+            m.w = to_gpu(w), m.b = to_gpu(b);
+            lf_tensor_free(w), lf_tensor_free(b);
+        }
+        lf_compiled *c = NULL;
+        OK(lf_compile(&c, cfwd, &m, 1, &gx, NULL));
+        if (c) {
+            CHECK(lf_compiled_get_stats(c).kernels == 1, "compiled %s: one kernel, got %d",
+                  which == 1 ? "linear" : "matmul-add", lf_compiled_get_stats(c).kernels);
+            OK(lf_compiled_run(c, 1, &gx, &y));
+            OK(cfwd(&m, 1, &gx, &ref));
+            if (y && ref) {
+                double *Y = to_f64(y), *R = to_f64(ref), *mag = malloc((size_t)lf_tensor_numel(y) * sizeof *mag);
+                for (int64_t i = 0; i < lf_tensor_numel(y); i++)
+                    mag[i] = fabs(R[i]) + 1;
+                CHECK(worst_err(Y, R, mag, lf_tensor_numel(y), LF_DTYPE_BF16, NULL) < 1e-2,
+                      "compiled %s equals eager", which == 1 ? "linear" : "matmul-add");
+                free(Y), free(R), free(mag);
+            }
+        }
+        lf_tensor_free(y), lf_tensor_free(ref);
+        lf_compiled_free(c);
+        lf_tensor_free(x), lf_tensor_free(gx), lf_tensor_free(m.w), lf_tensor_free(m.b);
+        lf_nn_linear_free(&m.lin);
+    }
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf %s", cache);
+    CHECK(system(rm) == 0, "cache removed");
+}
+
 int main(void)
 {
     if (!lf_device_available(LF_DEVICE_CUDA)) {
@@ -494,5 +644,6 @@ int main(void)
     test_gelu_mul_gpu();
     test_gated_gemm();
     test_mlp_variants_gpu();
+    test_compile_gpu();
     return lf_test_finish("test_cuda");
 }
