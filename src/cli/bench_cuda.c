@@ -8,16 +8,25 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "linfuse/compile.h"
 
 typedef struct gcase {
     const char *name;
     int kind; /* 0 matmul-add, 1 linear, 2 mlp, 3 the gated GEMM alone, 4 one GEMM over [Wg; Wu] */
     int64_t a, b, c, d;
     lf_mlp_variant variant; /* kind 2 */
+    unsigned compiled;      /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
 } gcase;
 
-static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
-                         const lf_nn_geglu_mlp *mlp)
+typedef struct gstate {
+    const gcase *g;
+    lf_tensor *w, *b;
+    lf_nn_linear *lin;
+    lf_nn_geglu_mlp *mlp;
+} gstate;
+
+static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
+                       const lf_nn_geglu_mlp *mlp, lf_tensor **out)
 {
     lf_tensor *y = NULL, *t = NULL;
     lf_status s;
@@ -34,7 +43,30 @@ static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *
         if (s == LF_OK)
             s = g->kind == 3 ? lf_mm_gated(&y, x, t, LF_ACT_GELU_TANH, mlp->hidden) : lf_mm(&y, x, t);
     }
-    lf_tensor_free(t), lf_tensor_free(y);
+    lf_tensor_free(t);
+    if (out)
+        *out = y;
+    else
+        lf_tensor_free(y);
+    return s;
+}
+
+/* The same forward as compile mode captures it. */
+static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    const gstate *st = ctx;
+    (void)n;
+    return eager(st->g, in[0], st->w, st->b, st->lin, st->mlp, out);
+}
+
+static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
+                         const lf_nn_geglu_mlp *mlp, lf_compiled *c)
+{
+    if (!c)
+        return eager(g, x, w, b, lin, mlp, NULL);
+    lf_tensor *y = NULL;
+    lf_status s = lf_compiled_run(c, 1, &x, &y);
+    lf_tensor_free(y);
     return s;
 }
 
@@ -57,19 +89,26 @@ int lf_cli_bench_cuda(int reps, const char *only)
         return LF_EXIT_FAIL;
     }
     static const gcase cases[] = {
-        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0},
-        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER},
-        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED},
-        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED},
-        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0},
-        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0},
-        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER},
-        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED},
-        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED},
-        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0},
-        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0},
-        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0},
-        {"matmul_add_64", 0, 64, 0, 0, 0, 0},
+        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0},
+        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0},
+        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0},
+        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0},
+        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0},
+        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0},
+        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0},
+        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0},
+        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0},
+        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0},
+        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0},
+        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0},
+        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0},
+        /* compile mode: one CUDA graph launch per forward */
+        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT},
+        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT},
+        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT},
+        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT},
+        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL},
+        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
     };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -121,17 +160,25 @@ int lf_cli_bench_cuda(int reps, const char *only)
             s = lf_tensor_fill_uniform(x, &rng, -1, 1);
         if (s == LF_OK)
             s = to_cuda(&x);
+        lf_compiled *c = NULL;
+        gstate st = {g, w, b, &lin, &mlp};
+        if (s == LF_OK && g->compiled) {
+            lf_compile_opts co = lf_compile_opts_default();
+            co.name = g->name;
+            co.passes = g->compiled;
+            s = lf_compile(&c, captured, &st, 1, &x, &co);
+        }
         double t[64];
         int n = reps < 64 ? reps : 64;
         const int per = 50;
         for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
-            s = forward(g, x, w, b, &lin, &mlp);
+            s = forward(g, x, w, b, &lin, &mlp, c);
         if (s == LF_OK)
             s = lf_device_synchronize(LF_DEVICE_CUDA);
         for (int r = 0; r < n && s == LF_OK; r++) {
             double t0 = lf_cli_now();
             for (int k = 0; k < per && s == LF_OK; k++)
-                s = forward(g, x, w, b, &lin, &mlp);
+                s = forward(g, x, w, b, &lin, &mlp, c);
             if (s == LF_OK)
                 s = lf_device_synchronize(LF_DEVICE_CUDA);
             t[r] = (lf_cli_now() - t0) / per;
@@ -143,7 +190,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
             s = lf_device_synchronize(LF_DEVICE_CUDA);
             double t0 = lf_cli_now();
             if (s == LF_OK)
-                s = forward(g, x, w, b, &lin, &mlp);
+                s = forward(g, x, w, b, &lin, &mlp, c);
             h[r] = lf_cli_now() - t0;
         }
         if (s == LF_OK)
@@ -154,6 +201,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         }
         printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f\n", g->name,
                lf_cli_median(t, n) * 1e6, lf_cli_median(h, n) * 1e6);
+        lf_compiled_free(c);
         lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
         lf_nn_linear_free(&lin);
         lf_nn_geglu_mlp_free(&mlp);
