@@ -109,6 +109,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT},
         {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL},
         {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
+        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL},
     };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
