@@ -465,12 +465,53 @@ static int64_t to_ns(const clock_map *m, int64_t tick)
 }
 
 /* Device-source events inside the window go into the trace, on its time base. */
+/* A host range, for placing the device source's API records inside their ranges. */
+typedef struct host_span {
+    int64_t tid, ts, end;
+} host_span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const host_span *x = a, *y = b;
+    return x->tid != y->tid ? (x->tid < y->tid ? -1 : 1) : x->ts != y->ts ? (x->ts < y->ts ? -1 : 1) : 0;
+}
+
 typedef struct source_sink {
     lf_trace *t;
     int64_t lo, hi, to_base;
     lf_status st;
     int stream;
+    const host_span *spans; /* the window's ops and ranges, by (tid, start) */
+    int64_t n_spans;
 } source_sink;
+
+/* CUPTI stamps API calls on its own clock reading; mapped onto ours, a call that returns just
+ * before its range closes can end a few hundred ns after it (seen with a 4 us cudaGraphLaunch
+ * ending a compiled region), which would make it a sibling of its own range in the table. A
+ * call that starts inside a range and overhangs it by less than this is ended with the range. */
+enum { API_SKEW_NS = 2000 };
+
+static void fit_in_range(const source_sink *k, lf_trace_event *c)
+{
+    int64_t lo = 0, hi = k->n_spans; /* first span of this tid starting after c */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        const host_span *s = &k->spans[mid];
+        if (s->tid < c->tid || (s->tid == c->tid && s->ts <= c->ts_ns))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int64_t i = lo - 1, steps = 0; i >= 0 && k->spans[i].tid == c->tid && steps < 64; i--, steps++) {
+        const host_span *s = &k->spans[i]; /* the latest-starting range holding c's start: innermost */
+        if (s->end < c->ts_ns)
+            continue;
+        int64_t over = c->ts_ns + c->dur_ns - s->end;
+        if (over > 0 && over < API_SKEW_NS)
+            c->dur_ns = s->end - c->ts_ns;
+        return;
+    }
+}
 
 static void sink_add(void *user, const lf_trace_event *e)
 {
@@ -482,6 +523,8 @@ static void sink_add(void *user, const lf_trace_event *e)
     c.ts_ns += k->to_base;
     if (c.flow_ts >= 0)
         c.flow_ts += k->to_base;
+    if ((c.cat == LF_TC_RUNTIME || c.cat == LF_TC_DRIVER) && c.dur_ns > 0 && k->n_spans)
+        fit_in_range(k, &c);
     if (c.cat == LF_TC_KERNEL)
         k->stream = (int)c.tid;
     k->st = lf_trace_add(k->t, &c);
@@ -594,8 +637,19 @@ static lf_status build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_
         }
     }
     if (st == LF_OK && p->source_on) {
-        source_sink k = {t, to_ns(&cm, t_begin), to_ns(&cm, t_end), to_base, LF_OK, -1};
+        source_sink k = {t, to_ns(&cm, t_begin), to_ns(&cm, t_end), to_base, LF_OK, -1, NULL, 0};
+        const int64_t n = lf_trace_count(t);
+        host_span *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+        for (int64_t i = 0; spans && i < n; i++) {
+            const lf_trace_event *e = lf_trace_get(t, i);
+            if ((e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION) && e->dur_ns >= 0)
+                spans[k.n_spans++] = (host_span){e->tid, e->ts_ns, e->ts_ns + e->dur_ns};
+        }
+        if (spans)
+            qsort(spans, (size_t)k.n_spans, sizeof *spans, span_cmp);
+        k.spans = spans;
         dropped += device_source->drain(&k, sink_add);
+        free(spans);
         st = k.st;
         m->device_label = "CUDA";
         m->device_properties = device_source->device_properties ? device_source->device_properties() : NULL;

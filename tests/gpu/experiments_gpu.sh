@@ -58,6 +58,15 @@ run "compiled mlp, no graph: 4 kernels" "$bin" trace expect "$cn" --kernels-per-
 run "compiled matmul-add: 1 kernel" "$bin" trace expect "$cma" --kernels-per-step 1 --no-kernel 'add_op' --no-kernel 'copy'
 run "compiled linear: 1 kernel, the bias epilogue" "$bin" trace expect "$cl" --kernels-per-step 1 --kernel 'bias'
 run "compiled mlp: one graph launch per step" grep -q 'cudaGraphLaunch' "$cm"
+# the graph launch nests in its compiled region: no row of any compiled table has a negative self time
+for f in "$cm" "$cg" "$cn" "$cma" "$cl"; do
+    checks=$((checks + 1))
+    if "$bin" trace table "$f" | grep -qE ' -[0-9]+\.[0-9]+(%|us)'; then
+        fails=$((fails + 1))
+        echo "FAIL: negative self time in the table of $f"
+        "$bin" trace table "$f" | grep -E ' -[0-9]' | head -3
+    fi
+done
 
 for f in "$ma" "$lin" "$mlp" "$kf" "$kg"; do
     checks=$((checks + 1))
