@@ -1041,8 +1041,7 @@ static lf_status compile_plan(lf_compiled *c, int n_in, lf_tensor *const *in, pl
     c->compile_ms += now_ms() - t0;
     if (c->o.verbose) {
         char *text = NULL;
-        fprintf(stderr, "linfuse compile %s: captured %d steps; passes:\n%s", c->name, captured,
-                p->passes_log[0] ? p->passes_log : "  (none applied)\n");
+        fprintf(stderr, "linfuse compile %s: captured %d steps (kernels and view ops)\n", c->name, captured);
         c->plans[c->n_plans] = p;
         c->current = c->n_plans;
         if (lf_compiled_describe(c, &text) == LF_OK)
@@ -1166,8 +1165,9 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
     char *b = malloc(cap);
     if (!b)
         return lf_fail(LF_ENOMEM, "lf_compiled_describe: out of memory");
-    size_t len = (size_t)snprintf(b, cap, "plan for %s on %s: %d kernels, %d view ops per run%s\n", c->name,
-                                  lf_device_name(p->dev), p->kernels, p->views,
+    size_t len = (size_t)snprintf(b, cap, "plan for %s on %s: %d kernel%s, %d view op%s per run%s\n", c->name,
+                                  lf_device_name(p->dev), p->kernels, p->kernels == 1 ? "" : "s", p->views,
+                                  p->views == 1 ? "" : "s",
                                   lf_compiled_get_stats(c).graph ? ", one CUDA graph" : "");
     int step = 0;
     for (int i = 0; i < p->g.n_nodes && len < cap; i++) {
@@ -1201,7 +1201,7 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
         }
     }
     if (len < cap)
-        snprintf(b + len, cap - len, "%s", p->passes_log);
+        snprintf(b + len, cap - len, "passes:\n%s", p->passes_log[0] ? p->passes_log : "  (none applied)\n");
     *text = b;
     return LF_OK;
 }
