@@ -4,20 +4,14 @@ linfuse forward one CUDA-graph replay of a compiled plan), then the same forward
 torch.compile (default mode) and mode="reduce-overhead" (CUDA graphs). Host time per call: one
 call timed alone after the queue drained; GPU time per forward: back to back, one synchronize.
 usage: bench/compile_vs_torch.py build/linfuse"""
-import re, subprocess, sys
+import sys
 
 import torch
 import torch.nn.functional as F
 
-from torch_timing import bench, host
+from torch_timing import bench, host, linfuse_cases
 
-linfuse = sys.argv[1]
-out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20", "--case", "compiled_"], capture_output=True, text=True)
-print(out.stdout, end="", flush=True)
-if out.returncode:
-    sys.exit(out.stderr)
-found = re.finditer(r"case=compiled_(\S+) linfuse_us_per_forward=([\d.]+) linfuse_host_us_per_call=([\d.]+)", out.stdout)
-ours = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in found}
+ours = {k[len("compiled_"):]: v for k, v in linfuse_cases(sys.argv[1], "compiled_").items()}
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)

@@ -2,20 +2,14 @@
 """linfuse against PyTorch on the GPU, in one run: `linfuse bench cuda` then the same forwards in
 PyTorch (eager and torch.compile), timed the same way: many forwards back to back, one
 synchronize, divided; median of samples. usage: bench/cuda_vs_torch.py build/linfuse"""
-import re, subprocess, sys
+import sys
 
 import torch
 import torch.nn.functional as F
 
-from torch_timing import bench, host
+from torch_timing import bench, host, linfuse_cases
 
-linfuse = sys.argv[1]
-out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20"], capture_output=True, text=True)
-print(out.stdout, end="")
-if out.returncode:
-    sys.exit(out.stderr)
-found = re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+) linfuse_host_us_per_call=([\d.]+)", out.stdout)
-ours = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in found}
+ours = linfuse_cases(sys.argv[1])
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)

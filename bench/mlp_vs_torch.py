@@ -2,27 +2,21 @@
 """The GeGLU MLP forward, linfuse against PyTorch on the GPU, in one run.
 
 linfuse: eager (5 kernels), compiled (4, one CUDA graph; 2 with --gated), kernels-mlp's fused
-middle (4), the gated GEMM + down (2), and the
-gated GEMM alone against one cuBLASLt GEMM over the stacked [Wg; Wu] (same FLOPs, no epilogue).
+middle (4), the gated GEMM + down (2), and the gated GEMM alone against one cuBLASLt GEMM over
+the stacked [Wg; Wu] (same FLOPs, no epilogue).
 PyTorch: eager, torch.compile, torch.compile(mode="max-autotune-no-cudagraphs"), and x @ [Wg; Wu]^T.
 All timed the same way: forwards queued back to back, one synchronize, divided; median of 20
 samples. usage: bench/mlp_vs_torch.py build/linfuse"""
-import re, subprocess, sys, time
+import sys, time
 
 import torch
 import torch.nn.functional as F
 
-from torch_timing import bench
+from torch_timing import bench, linfuse_cases
 
-linfuse = sys.argv[1]
 ours = {}
 for which in ("mlp_", "gemm_"):
-    out = subprocess.run([linfuse, "bench", "cuda", "--reps", "20", "--case", which], capture_output=True, text=True)
-    print(out.stdout, end="", flush=True)
-    if out.returncode:
-        sys.exit(out.stderr)
-    for m in re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+)", out.stdout):
-        ours[m.group(1)] = float(m.group(2))
+    ours.update({k: v[0] for k, v in linfuse_cases(sys.argv[1], which).items()})
 
 dev, dt = "cuda", torch.bfloat16
 torch.manual_seed(0)

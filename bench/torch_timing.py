@@ -1,7 +1,8 @@
-"""How every bench/*_vs_torch.py script times PyTorch, the same way `linfuse bench cuda` times
-linfuse: GPU time per forward from forwards queued back to back, one synchronize, divided
-(median of samples); host time per call from one call timed alone after the queue drained."""
-import time
+"""What every bench/*_vs_torch.py script shares: running `linfuse bench cuda` and reading its
+lines, and timing PyTorch the same way linfuse times itself: GPU time per forward from forwards
+queued back to back, one synchronize, divided (median of samples); host time per call from one
+call timed alone after the queue drained."""
+import re, subprocess, sys, time
 
 import torch
 
@@ -33,3 +34,15 @@ def host(fn, samples=20):
     torch.cuda.synchronize()
     ts.sort()
     return ts[len(ts) // 2] * 1e6
+
+
+def linfuse_cases(binary, only=None):
+    """Run `linfuse bench cuda` (cases whose names contain `only`), echo it, and return
+    {case: (GPU us per forward, host us per call)}; exits with linfuse's error if it fails."""
+    cmd = [binary, "bench", "cuda", "--reps", "20"] + (["--case", only] if only else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    print(out.stdout, end="", flush=True)
+    if out.returncode:
+        sys.exit(out.stderr)
+    found = re.finditer(r"case=(\S+) linfuse_us_per_forward=([\d.]+) linfuse_host_us_per_call=([\d.]+)", out.stdout)
+    return {m.group(1): (float(m.group(2)), float(m.group(3))) for m in found}
