@@ -11,7 +11,7 @@ static void usage(FILE *f)
     fputs("usage: linfuse <command> [flags]\n"
           "\n"
           "commands:\n"
-          "  tour        the blog's experiments at its sizes, then its conclusion table, measured here\n"
+          "  tour        the blog's experiments at its sizes (and the MLP compiled, fused, gated), measured here\n"
           "  matmul-add  Part 1: matmul then add, profiled (trace + table)\n"
           "  linear      Part 2: nn.Linear with bias, profiled\n"
           "  simple-mlp  Part 2: the GeGLU MLP, profiled\n"
@@ -19,6 +19,7 @@ static void usage(FILE *f)
           "  trace       read any PyTorch or linfuse trace: table, diff, expect, svg, summary\n"
           "  demo        run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
           "  bench cpu   CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
+          "  bench cuda  the forwards (eager, kernels-mlp, gated, compiled) on the GPU, for bench/*_vs_torch.py\n"
           "  help        this text\n"
           "\n"
           "`linfuse <command> --help` describes each command's flags.\n",

@@ -13,30 +13,36 @@ int lf_cli_tour(int argc, char **argv)
         if (!strcmp(argv[i], "--out") && i + 1 < argc && *argv[i + 1]) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp and kernels-mlp (fused, then "
-                   "gated) at the blog's sizes on the default device and prints what changed between them.\n");
+            printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and kernels-mlp "
+                   "(fused, then gated) at the blog's sizes on the default device and prints what changed between them.\n");
             return LF_EXIT_OK;
         } else {
             fprintf(stderr, "linfuse tour: unknown argument '%s'\n", argv[i]);
             return LF_EXIT_USAGE;
         }
     }
-    /* the blog's experiments in its order, then kernels-mlp twice: the fused middle, and the
-     * gated GEMM that goes beyond the blog */
-    enum { RUNS = EXP_COUNT + 1 };
+    /* the blog's order: matmul-add, linear, the MLP eager, then compiled; then kernels-mlp with
+     * the hand-fused middle, and with the gated GEMM that goes beyond the blog */
+    enum { RUNS = 6 };
+    static const struct {
+        exp_kind kind;
+        int compile;
+        lf_mlp_variant variant;
+        const char *changed;
+    } runs[RUNS] = {
+        {EXP_MATMUL_ADD, 0, LF_MLP_EAGER, "matmul then add: two kernels, the add re-reads the GEMM's output"},
+        {EXP_LINEAR, 0, LF_MLP_EAGER, "linear: t() is a view (no kernel); the bias rides in the GEMM's epilogue: one kernel"},
+        {EXP_SIMPLE_MLP, 0, LF_MLP_EAGER, "GeGLU: gelu and mul are two more passes over the [tokens, hidden] intermediate"},
+        {EXP_SIMPLE_MLP, 1, LF_MLP_EAGER, "compiled: gelu*mul generated as one kernel, no ops dispatched per step"},
+        {EXP_KERNELS_MLP, 0, LF_MLP_FUSED, "gelu and mul hand-fused: one pass reads g and u once"},
+        {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "gated GEMM: gelu(g)*u in the epilogue; g and u never reach memory"},
+    };
     exp_cfg cfg[RUNS];
     const char *notes[RUNS] = {NULL};
-    static const char *const changed[RUNS] = {
-        "matmul then add: two kernels, the add re-reads the GEMM's output",
-        "linear: t() is a view (no kernel); the bias rides in the GEMM's epilogue: one kernel",
-        "GeGLU: gelu and mul are two more passes over the [tokens, hidden] intermediate",
-        "gelu and mul hand-fused: one pass reads g and u once",
-        "gated GEMM: gelu(g)*u in the epilogue; g and u never reach memory",
-    };
     for (int k = 0; k < RUNS; k++) {
-        lf_exp_defaults(&cfg[k], k < EXP_COUNT ? (exp_kind)k : EXP_KERNELS_MLP);
-        if (k == EXP_COUNT)
-            cfg[k].variant = LF_MLP_GATED;
+        lf_exp_defaults(&cfg[k], runs[k].kind);
+        cfg[k].compile = runs[k].compile;
+        cfg[k].variant = runs[k].variant;
         cfg[k].out_dir = out;
         cfg[k].device = lf_device_available(LF_DEVICE_CUDA) ? LF_DEVICE_CUDA : LF_DEVICE_CPU;
         if (cfg[k].device == LF_DEVICE_CPU && (cfg[k].kind == EXP_SIMPLE_MLP || cfg[k].kind == EXP_KERNELS_MLP)) {
@@ -52,8 +58,8 @@ int lf_cli_tour(int argc, char **argv)
     for (int k = 0; k < RUNS; k++) {
         char shape[96];
         lf_exp_shape(&cfg[k], shape, sizeof shape);
-        snprintf(setup[k], sizeof setup[k], "%s%s %s", lf_exp_name(cfg[k].kind),
-                 cfg[k].variant == LF_MLP_GATED ? " --variant gated" : "", shape);
+        snprintf(setup[k], sizeof setup[k], "%s%s%s %s", lf_exp_name(cfg[k].kind),
+                 cfg[k].variant == LF_MLP_GATED ? " --variant gated" : "", cfg[k].compile ? " --compile" : "", shape);
         printf("[%d/%d] %s ...\n", k + 1, RUNS, setup[k]);
         fflush(stdout);
         if (notes[k])
@@ -67,7 +73,7 @@ int lf_cli_tour(int argc, char **argv)
            "what changed");
     for (int k = 0; k < RUNS; k++)
         printf("%-44s %8g %8g %11.3f ms %11.3f ms  %s\n", setup[k], res[k].sum.kernels_per_step,
-               res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6, changed[k]);
+               res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6, runs[k].changed);
     printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "
            "wall time%s)\n",
            cfg[0].device == LF_DEVICE_CPU
