@@ -51,7 +51,9 @@ lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, l
                      const lf_compile_opts *o);
 
 /* Run the plan on in (guards first). *out views the plan's output buffer: the next run
- * overwrites it (as PyTorch's CUDA-graph outputs are); copy it to keep it. Free the handle. */
+ * overwrites it (as PyTorch's CUDA-graph outputs are); copy it to keep it. Free the handle.
+ * One compiled forward runs one call at a time (its plan holds the inputs' addresses while it
+ * runs); compile once per thread to run from several. */
 lf_status lf_compiled_run(lf_compiled *c, int n_in, lf_tensor *const *in, lf_tensor **out);
 
 typedef struct lf_compiled_stats {
