@@ -52,6 +52,20 @@ static void store_chunk(const lf_strided *s, int64_t base, int64_t step, int64_t
     }
 }
 
+/* Row r of a walk over shape (every dim but the last) -> the element offset of that row's start
+ * in each of n operands. */
+static void row_offsets(int nd, const int64_t *shape, int64_t r, int n, const lf_strided *const *ops, int64_t *off)
+{
+    for (int q = 0; q < n; q++)
+        off[q] = 0;
+    for (int i = nd - 2; i >= 0; i--) {
+        int64_t idx = r % shape[i];
+        r /= shape[i];
+        for (int q = 0; q < n; q++)
+            off[q] += idx * ops[q]->stride[i];
+    }
+}
+
 /* Round each value to dtype and back, as a store and a reload would. */
 static void round_to(lf_dtype dt, float *v, int64_t n)
 {
@@ -126,14 +140,9 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
     int T = rows * n >= (1 << 18) && rows > 1 ? lf_cpu_threads() : 1; /* same reasoning as the GEMM */
 #pragma omp parallel for num_threads(T) if (T > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t off[3] = {0, 0, 0}, rem = r;
-        for (int i = nd - 2; i >= 0; i--) { /* row index -> element offsets of each operand */
-            int64_t idx = rem % pw->shape[i];
-            rem /= pw->shape[i];
-            off[0] += idx * pw->out.stride[i];
-            off[1] += idx * pw->in[0].stride[i];
-            off[2] += idx * pw->in[1].stride[i];
-        }
+        const lf_strided *ops[3] = {&pw->out, &pw->in[0], &pw->in[1]};
+        int64_t off[3];
+        row_offsets(nd, pw->shape, r, 3, ops, off);
         run_row(pw, k, off, n);
     }
     if (info) {
@@ -209,14 +218,11 @@ lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info)
     int T = rows * n >= (1 << 18) && rows > 1 ? lf_cpu_threads() : 1;
 #pragma omp parallel for num_threads(T) if (T > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t off[1 + LF_FUSED_MAX_IN] = {0}, rem = r;
-        for (int i = nd - 2; i >= 0; i--) {
-            int64_t idx = rem % f->shape[i];
-            rem /= f->shape[i];
-            off[0] += idx * f->out.stride[i];
-            for (int q = 0; q < f->n_in; q++)
-                off[1 + q] += idx * f->in[q].stride[i];
-        }
+        const lf_strided *ops[1 + LF_FUSED_MAX_IN] = {&f->out};
+        for (int q = 0; q < f->n_in; q++)
+            ops[1 + q] = &f->in[q];
+        int64_t off[1 + LF_FUSED_MAX_IN];
+        row_offsets(nd, f->shape, r, 1 + f->n_in, ops, off);
         run_fused_row(f, k, off, n);
     }
     if (info) {

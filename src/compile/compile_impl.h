@@ -1,0 +1,81 @@
+/* Inside compile mode: the captured graph that capture.c builds, passes.c rewrites and
+ * compile.c turns into a plan. Layer: compile/. */
+#ifndef LF_COMPILE_IMPL_H
+#define LF_COMPILE_IMPL_H
+
+#include "linfuse/compile.h"
+#include "ops/dispatch.h"
+
+enum { MAX_INPUTS = 8, MAX_PLANS = 9 };
+
+typedef enum { R_NONE, R_INPUT, R_VALUE, R_CONST } ref_kind;
+
+/* Where an operand lives: input idx / value idx at a byte offset, or a constant address. */
+typedef struct ref {
+    ref_kind kind;
+    int idx;
+    int64_t off;
+    void *ptr; /* R_CONST */
+} ref;
+
+typedef struct value {
+    uintptr_t lo, hi; /* bytes it occupied at capture */
+    lf_device dev;
+    lf_dtype dtype;
+    int writer; /* node index */
+    int users;
+    int is_output;
+    lf_tensor *buf; /* the plan's buffer */
+} value;
+
+typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW } node_kind;
+
+typedef struct node {
+    node_kind kind;
+    lf_op_id op; /* the op whose call launched it (or the view op) */
+    int dead;
+    lf_device dev;
+    lf_gemm g;
+    ref ga, gb, gc, gd, gbias;
+    lf_fused f; /* N_PW is a one-step N_FUSED until the plan: same description, its own kernel */
+    lf_pointwise p;
+    ref fin[LF_FUSED_MAX_IN], fout;
+    /* N_VIEW: the op, its input (geometry at capture) and its arguments */
+    ref vin;
+    int vin_ndim;
+    int64_t vin_shape[LF_MAX_DIMS], vin_stride[LF_MAX_DIMS];
+    lf_tensor *vin_const; /* a handle on a parameter's storage */
+    int v_ndim;
+    int64_t v_shape[LF_MAX_DIMS];
+    int v_d0, v_d1;
+    char note[96]; /* what a pass did to it */
+} node;
+
+typedef struct graph {
+    node *nodes;
+    int n_nodes, cap_nodes;
+    value *values;
+    int n_values, cap_values;
+    int n_in;
+    uintptr_t in_lo[MAX_INPUTS], in_hi[MAX_INPUTS];
+    /* capture state */
+    lf_op_id stack[64];
+    int depth, kernels_at[64], kernels;
+    lf_status err;
+    /* the output */
+    ref out;
+    int out_ndim;
+    lf_dtype out_dtype;
+    int64_t out_shape[LF_MAX_DIMS], out_stride[LF_MAX_DIMS];
+} graph;
+
+
+/* capture.c: run fn once on in with the capture hooks set; g gets its nodes, values and output. */
+lf_status cg_capture(graph *g, lf_forward_fn fn, void *ctx, int n_in, lf_tensor *const *in);
+void cg_free(graph *g);
+/* passes.c: the passes in `passes` (LF_PASS_* bits), in order, each line of what they did in log. */
+void cg_run_passes(graph *g, unsigned passes, char *log, size_t cap);
+/* users and is_output of every value, from the live nodes and the output */
+void cg_count_users(graph *g);
+
+#endif
