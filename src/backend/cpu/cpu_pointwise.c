@@ -77,6 +77,29 @@ static void round_to(lf_dtype dt, float *v, int64_t n)
             v[i] = lf_f32_from_f16(lf_f16_from_f32(v[i]));
 }
 
+/* dst = x op y (or act(x)) over m floats of one chunk; dst may be x. */
+static void apply(const lf_cpu_kernels *k, lf_pw_op op, lf_act act, const float *x, const float *y, float *dst,
+                  int64_t m)
+{
+    switch (op) {
+    case LF_PW_ADD:
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            dst[i] = x[i] + y[i];
+        break;
+    case LF_PW_MUL:
+#pragma omp simd
+        for (int64_t i = 0; i < m; i++)
+            dst[i] = x[i] * y[i];
+        break;
+    case LF_PW_ACT: k->act_row(act, x, dst, m); break;
+    default:
+        if (dst != x)
+            memcpy(dst, x, (size_t)m * sizeof *dst);
+        break;
+    }
+}
+
 static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64_t *off, int64_t n)
 {
     const int d = pw->ndim - 1;
@@ -87,30 +110,12 @@ static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64
         load_chunk(&pw->in[0], off[1] + j * pw->in[0].stride[d], pw->in[0].stride[d], m, x);
         if (nin == 2)
             load_chunk(&pw->in[1], off[2] + j * pw->in[1].stride[d], pw->in[1].stride[d], m, y);
-        switch (pw->op) {
-        case LF_PW_ADD:
-#pragma omp simd
-            for (int64_t i = 0; i < m; i++)
-                o[i] = x[i] + y[i];
-            break;
-        case LF_PW_MUL:
-#pragma omp simd
-            for (int64_t i = 0; i < m; i++)
-                o[i] = x[i] * y[i];
-            break;
-        case LF_PW_ACT:
-            k->act_row(pw->act, x, o, m);
-            break;
-        case LF_PW_ACT_MUL: /* one pass: the activation never leaves this chunk */
+        if (pw->op == LF_PW_ACT_MUL) { /* one pass: the activation never leaves this chunk */
             k->act_row(pw->act, x, o, m);
             round_to(pw->out.dtype, o, m);
-#pragma omp simd
-            for (int64_t i = 0; i < m; i++)
-                o[i] *= y[i];
-            break;
-        default:
-            memcpy(o, x, (size_t)m * sizeof *o);
-            break;
+            apply(k, LF_PW_MUL, LF_ACT_NONE, o, y, o, m);
+        } else {
+            apply(k, pw->op, pw->act, x, y, o, m);
         }
         store_chunk(&pw->out, off[0] + j * pw->out.stride[d], pw->out.stride[d], m, o);
     }
@@ -178,26 +183,7 @@ static void run_fused_row(const lf_fused *f, const lf_cpu_kernels *k, const int6
             load_chunk(&f->in[q], off[1 + q] + j * f->in[q].stride[d], f->in[q].stride[d], m, regs[q]);
         for (int i = 0; i < f->n_ops; i++) {
             const lf_fused_op *o = &f->ops[i];
-            float *dst = regs[f->n_in + i];
-            const float *x = regs[o->src[0]], *y = regs[o->src[1]];
-            switch (o->op) {
-            case LF_PW_ADD:
-#pragma omp simd
-                for (int64_t t = 0; t < m; t++)
-                    dst[t] = x[t] + y[t];
-                break;
-            case LF_PW_MUL:
-#pragma omp simd
-                for (int64_t t = 0; t < m; t++)
-                    dst[t] = x[t] * y[t];
-                break;
-            case LF_PW_ACT:
-                k->act_row(o->act, x, dst, m);
-                break;
-            default:
-                memcpy(dst, x, (size_t)m * sizeof *dst);
-                break;
-            }
+            apply(k, o->op, o->act, regs[o->src[0]], regs[o->src[1]], regs[f->n_in + i], m);
         }
         store_chunk(&f->out, off[0] + j * f->out.stride[d], f->out.stride[d], m, regs[f->n_in + f->n_ops - 1]);
     }
