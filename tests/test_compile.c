@@ -281,9 +281,9 @@ static void test_guards_and_recompiles(void)
     lf_tensor *xt = rand_colmajor(&rng, LF_DTYPE_F32, 10, 16); /* same shape, transposed strides */
     lf_tensor *x2 = rand_tensor(&rng, LF_DTYPE_F32, 2, other), *xb = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs);
     lf_compiled *c = compile_with(fwd_linear, &m, x, LF_PASSES_DEFAULT, 0);
-    FAILS(LF_EGUARD, "input 0: strides (1, 10), compiled for (16, 1)", lf_compiled_run(c, 1, &xt, &y));
+    FAILS(LF_EGUARD, "input 0: strides [1, 10], compiled for [16, 1]", lf_compiled_run(c, 1, &xt, &y));
     CHECK(y == NULL, "no output when a guard fails");
-    FAILS(LF_EGUARD, "input 0: shape (12, 16), compiled for (10, 16)", lf_compiled_run(c, 1, &x2, &y));
+    FAILS(LF_EGUARD, "input 0: shape [12, 16], compiled for [10, 16]", lf_compiled_run(c, 1, &x2, &y));
     FAILS(LF_EGUARD, "input 0: dtype bf16, compiled for f32", lf_compiled_run(c, 1, &xb, &y));
     FAILS(LF_EGUARD, "2 inputs, compiled for 1", lf_compiled_run(c, 2, (lf_tensor *[]){x, x}, &y));
     OK(lf_compiled_run(c, 1, &x, &y)); /* still fine for what it was compiled for */
@@ -294,7 +294,7 @@ static void test_guards_and_recompiles(void)
     c = compile_with(fwd_linear, &m, x, LF_PASSES_DEFAULT, 2);
     recorder rec;
     OK(observed_run(c, x2, &y, &rec));
-    CHECK(count(&rec, 2, "Recompile: forward (input 0: shape (12, 16), compiled for (10, 16))") == 1,
+    CHECK(count(&rec, 2, "Recompile: forward (input 0: shape [12, 16], compiled for [10, 16])") == 1,
           "a recompile note names the reason");
     lf_tensor *ref = NULL;
     OK(fwd_linear(&m, 1, &x2, &ref));

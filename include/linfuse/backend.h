@@ -164,7 +164,8 @@ typedef struct lf_fused {
     int n_ops;
     lf_fused_op ops[LF_FUSED_MAX_OPS];
     lf_strided out;
-    void *prepared; /* the backend's compiled form (CUDA: a kernel built with NVRTC), or NULL */
+    void *prepared;    /* the backend's compiled form (CUDA: a kernel built with NVRTC), or NULL */
+    uint64_t name_key; /* set by lf_backend_fused_prepare: the profiler finds the name by it */
 } lf_fused;
 
 /* Build f's kernel for dev once, before it runs: on CUDA the program's shape and strides are

@@ -339,9 +339,32 @@ static lf_status check_fused(const lf_fused *f)
     return LF_OK;
 }
 
+static void fused_name(char *buf, size_t cap, const void *ctx)
+{
+    snprintf(buf, cap, "%s", (const char *)ctx);
+}
+
+void lf_fused_info(const lf_fused *f, lf_kernel_info *info)
+{
+    info->name = lf_kernel_name(f->name_key, fused_name, f->name);
+    double n = 1, bytes;
+    for (int d = 0; d < f->ndim; d++)
+        n *= (double)f->shape[d];
+    bytes = n * (double)lf_dtype_size(f->out.dtype);
+    for (int q = 0; q < f->n_in; q++)
+        bytes += n * (double)lf_dtype_size(f->in[q].dtype);
+    info->flops = n * f->n_ops;
+    info->bytes = bytes;
+}
+
 lf_status lf_backend_fused_prepare(lf_device dev, lf_fused *f, const char *cache_dir, int verbose)
 {
     LF_TRY(check_fused(f));
+    /* the name's hash, with the top bit set so it meets no other backend's key */
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = f->name; *c; c++)
+        h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    f->name_key = h | (uint64_t)1 << 63;
     const lf_backend_ops *b = lf_backend_for(dev);
     if (!b)
         return LF_EDEVICE;

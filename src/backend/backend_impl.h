@@ -33,6 +33,10 @@ int lf_cuda_available(const char **why);
 /* The table for dev, or NULL (with the message set) when that device has no backend. */
 const lf_backend_ops *lf_backend_for(lf_device dev);
 
+/* What a fused kernel reports to the profiler, the same on every backend: its plan's name
+ * (interned by name_key), FLOPs (a step per element) and bytes (each operand once). */
+void lf_fused_info(const lf_fused *f, lf_kernel_info *info);
+
 /* Layout and epilogue suffix shared by every backend's kernel names: "tn_bias_gelu_tanh". */
 void lf_gemm_name_suffix(const lf_gemm *g, char *buf, size_t cap);
 

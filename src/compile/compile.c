@@ -244,15 +244,6 @@ static lf_status run_plan(lf_compiled *c, plan *p, lf_tensor *const *in)
 
 /* --- guards --- */
 
-static void fmt_dims(char *buf, size_t cap, int n, const int64_t *d)
-{
-    int len = snprintf(buf, cap, "(");
-    for (int i = 0; i < n && len < (int)cap; i++)
-        len += snprintf(buf + len, cap - (size_t)len, "%s%lld", i ? ", " : "", (long long)d[i]);
-    if (len < (int)cap)
-        snprintf(buf + len, cap - (size_t)len, ")");
-}
-
 /* 1 when in passes p's guards; else 0 with why filled (names the input, expected and actual). */
 static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why, size_t cap)
 {
@@ -278,13 +269,13 @@ static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why,
             return 0;
         }
         if (t->ndim != p->in_ndim[i] || memcmp(t->shape, p->in_shape[i], (size_t)t->ndim * sizeof t->shape[0])) {
-            fmt_dims(a, sizeof a, t->ndim, t->shape), fmt_dims(b, sizeof b, p->in_ndim[i], p->in_shape[i]);
+            lf_fmt_shape(a, sizeof a, t->ndim, t->shape), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_shape[i]);
             snprintf(why, cap, "input %d: shape %s, compiled for %s", i, a, b);
             return 0;
         }
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] > 1 && t->stride[d] != p->in_stride[i][d]) {
-                fmt_dims(a, sizeof a, t->ndim, t->stride), fmt_dims(b, sizeof b, p->in_ndim[i], p->in_stride[i]);
+                lf_fmt_shape(a, sizeof a, t->ndim, t->stride), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_stride[i]);
                 snprintf(why, cap, "input %d: strides %s, compiled for %s", i, a, b);
                 return 0;
             }

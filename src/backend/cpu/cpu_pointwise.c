@@ -189,11 +189,6 @@ static void run_fused_row(const lf_fused *f, const lf_cpu_kernels *k, const int6
     }
 }
 
-static void fused_name(char *buf, size_t cap, const void *ctx)
-{
-    snprintf(buf, cap, "%s", (const char *)ctx);
-}
-
 lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info)
 {
     const lf_cpu_kernels *k = lf_cpu_kernels_active();
@@ -211,17 +206,7 @@ lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info)
         row_offsets(nd, f->shape, r, 1 + f->n_in, ops, off);
         run_fused_row(f, k, off, n);
     }
-    if (info) {
-        /* the name is the plan's (same name, same work); interned by its text */
-        uint64_t h = 1469598103934665603ull;
-        for (const char *c = f->name; *c; c++)
-            h = (h ^ (uint8_t)*c) * 1099511628211ull;
-        info->name = lf_kernel_name(h | (uint64_t)1 << 63, fused_name, f->name);
-        double numel = (double)(rows * n), bytes = numel * (double)lf_dtype_size(f->out.dtype);
-        for (int q = 0; q < f->n_in; q++)
-            bytes += numel * (double)lf_dtype_size(f->in[q].dtype);
-        info->flops = numel * f->n_ops;
-        info->bytes = bytes;
-    }
+    if (info)
+        lf_fused_info(f, info);
     return LF_OK;
 }

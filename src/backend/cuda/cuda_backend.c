@@ -535,11 +535,6 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
     return LF_OK;
 }
 
-static void fused_kernel_name(char *buf, size_t cap, const void *ctx)
-{
-    snprintf(buf, cap, "%s", (const char *)ctx);
-}
-
 static lf_status lf_cuda_fused(const lf_fused *f, lf_kernel_info *info)
 {
     timing *tm = time_begin(info);
@@ -549,20 +544,8 @@ static lf_status lf_cuda_fused(const lf_fused *f, lf_kernel_info *info)
         return s;
     }
     time_end(info, tm);
-    if (info) {
-        uint64_t h = 1469598103934665603ull;
-        for (const char *c = f->name; *c; c++)
-            h = (h ^ (uint8_t)*c) * 1099511628211ull;
-        info->name = lf_kernel_name(h | (uint64_t)1 << 63, fused_kernel_name, f->name);
-        double n = 1, bytes;
-        for (int d = 0; d < f->ndim; d++)
-            n *= (double)f->shape[d];
-        bytes = n * (double)lf_dtype_size(f->out.dtype);
-        for (int q = 0; q < f->n_in; q++)
-            bytes += n * (double)lf_dtype_size(f->in[q].dtype);
-        info->flops = n * f->n_ops;
-        info->bytes = bytes;
-    }
+    if (info)
+        lf_fused_info(f, info);
     return LF_OK;
 }
 
