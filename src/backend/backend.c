@@ -339,6 +339,28 @@ static lf_status check_fused(const lf_fused *f)
     return LF_OK;
 }
 
+/* dev's backend when it has fused kernels / graphs (each a set of entries), else NULL with *s
+ * saying which is missing. */
+static const lf_backend_ops *with_fused(lf_device dev, lf_status *s)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        *s = LF_EDEVICE;
+    else if (!b->fused)
+        *s = lf_fail(LF_EUNSUPPORTED, "%s: no fused pointwise kernels", b->name), b = NULL;
+    return b;
+}
+
+static const lf_backend_ops *with_graphs(lf_device dev, lf_status *s)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        *s = LF_EDEVICE;
+    else if (!b->graph_begin || !b->graph_end || !b->graph_launch || !b->graph_free)
+        *s = lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name), b = NULL;
+    return b;
+}
+
 static void fused_name(char *buf, size_t cap, const void *ctx)
 {
     snprintf(buf, cap, "%s", (const char *)ctx);
@@ -365,27 +387,24 @@ lf_status lf_backend_fused_prepare(lf_device dev, lf_fused *f, const char *cache
     for (const char *c = f->name; *c; c++)
         h = (h ^ (uint8_t)*c) * 1099511628211ull;
     f->name_key = h | (uint64_t)1 << 63;
-    const lf_backend_ops *b = lf_backend_for(dev);
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_fused(dev, &s);
     if (!b)
-        return LF_EDEVICE;
-    if (!b->fused)
-        return lf_fail(LF_EUNSUPPORTED, "%s: no fused pointwise kernels", b->name);
+        return s;
     return b->fused_prepare ? b->fused_prepare(f, cache_dir, verbose) : LF_OK;
 }
 
 lf_status lf_backend_fused(lf_device dev, const lf_fused *f, lf_kernel_info *info)
 {
-    const lf_backend_ops *b = lf_backend_for(dev);
-    if (!b)
-        return LF_EDEVICE;
-    if (!b->fused)
-        return lf_fail(LF_EUNSUPPORTED, "%s: no fused pointwise kernels", b->name);
-    return b->fused(f, info);
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_fused(dev, &s);
+    return b ? b->fused(f, info) : s;
 }
 
 void lf_backend_fused_release(lf_device dev, lf_fused *f)
 {
-    const lf_backend_ops *b = f && f->prepared ? lf_backend_for(dev) : NULL;
+    lf_status s;
+    const lf_backend_ops *b = f && f->prepared ? with_fused(dev, &s) : NULL;
     if (b && b->fused_release)
         b->fused_release(f);
     if (f)
@@ -394,37 +413,29 @@ void lf_backend_fused_release(lf_device dev, lf_fused *f)
 
 lf_status lf_backend_graph_begin(lf_device dev)
 {
-    const lf_backend_ops *b = lf_backend_for(dev);
-    if (!b)
-        return LF_EDEVICE;
-    if (!b->graph_begin)
-        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
-    return b->graph_begin();
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_graphs(dev, &s);
+    return b ? b->graph_begin() : s;
 }
 
 lf_status lf_backend_graph_end(lf_device dev, void **graph)
 {
-    const lf_backend_ops *b = lf_backend_for(dev);
-    if (!b)
-        return LF_EDEVICE;
-    if (!b->graph_end)
-        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
-    return b->graph_end(graph);
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_graphs(dev, &s);
+    return b ? b->graph_end(graph) : s;
 }
 
 lf_status lf_backend_graph_launch(lf_device dev, void *graph)
 {
-    const lf_backend_ops *b = lf_backend_for(dev);
-    if (!b)
-        return LF_EDEVICE;
-    if (!b->graph_launch)
-        return lf_fail(LF_EUNSUPPORTED, "%s: no graphs on this device", b->name);
-    return b->graph_launch(graph);
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_graphs(dev, &s);
+    return b ? b->graph_launch(graph) : s;
 }
 
 void lf_backend_graph_free(lf_device dev, void *graph)
 {
-    const lf_backend_ops *b = graph ? lf_backend_for(dev) : NULL;
-    if (b && b->graph_free)
+    lf_status s;
+    const lf_backend_ops *b = graph ? with_graphs(dev, &s) : NULL;
+    if (b)
         b->graph_free(graph);
 }
