@@ -1,17 +1,24 @@
 #!/bin/sh
 # `make install` gives a C program what it needs: build the library as a user would (release,
-# no sanitizers), install it into a scratch prefix, then build a small consumer twice, with
-# pkg-config and with CMake's find_package. Usage: install_test.sh <source dir> <scratch dir>
+# no sanitizers, the CUDA module too when nvcc is here), install it into a scratch prefix, then
+# build a small consumer twice, with pkg-config and with CMake's find_package. The consumer
+# computes on the CPU, asks for the GPU, and must load no CUDA library either way: none in its
+# link (ldd) and none mapped while it runs (/proc/self/maps), whether or not the build had CUDA.
+# The installed tool runs from the prefix.
+# Usage: install_test.sh <source dir> <scratch dir>
 set -eu
 source_dir="$1" scratch="$2"
 rm -rf "$scratch"
 mkdir -p "$scratch/src"
-cmake -S "$source_dir" -B "$scratch/build" -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF -DLINFUSE_CUDA=OFF >/dev/null
+cmake -S "$source_dir" -B "$scratch/build" -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF >/dev/null
 cmake --build "$scratch/build" -j "$(nproc)" >/dev/null
 cmake --install "$scratch/build" --prefix "$scratch/prefix" >/dev/null
+fails=0
+cuda_libs='libcuda\.so|libcudart|libcublas|libcupti|libnvrtc'
 cat >"$scratch/src/main.c" <<'C'
 #include <linfuse/nn.h>
 #include <stdio.h>
+#include <string.h>
 int main(void)
 {
     lf_rng rng;
@@ -27,16 +34,41 @@ int main(void)
         return 1;
     }
     printf("consumer ok: y has %lld values\n", (long long)lf_tensor_numel(y));
+    /* asking for the GPU on a machine without one is an answer, not a crash */
+    if (lf_device_require(LF_DEVICE_CUDA) != LF_OK)
+        printf("cuda: %s\n", lf_last_error());
+    /* what this process has mapped: the CPU path must not have pulled in CUDA */
+    FILE *m = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (m && fgets(line, sizeof line, m))
+        if (strstr(line, ".so"))
+            printf("mapped: %s", line);
+    if (m)
+        fclose(m);
     lf_tensor_free(x), lf_tensor_free(y), lf_nn_linear_free(&lin);
     return 0;
 }
 C
+check_consumer() { # check_consumer NAME BINARY
+    out=$("$2")
+    echo "$out" | grep -v '^mapped:'
+    if ldd "$2" | grep -E "$cuda_libs"; then
+        echo "FAIL: $1 links a CUDA library"
+        fails=$((fails + 1))
+    fi
+    if echo "$out" | grep '^mapped:' | grep -E "$cuda_libs"; then
+        echo "FAIL: $1 mapped a CUDA library while computing on the CPU"
+        fails=$((fails + 1))
+    fi
+    echo "$out" | grep -q '^cuda: no cuda device: ' || { echo "FAIL: $1: no reason given for the missing GPU"; fails=$((fails + 1)); }
+}
 # pkg-config
 PKG_CONFIG_PATH="$scratch/prefix/lib/pkgconfig:$scratch/prefix/lib/x86_64-linux-gnu/pkgconfig"
 export PKG_CONFIG_PATH
 pkg-config --exists linfuse
+# shellcheck disable=SC2046
 cc -std=c11 "$scratch/src/main.c" $(pkg-config --cflags --libs linfuse) -o "$scratch/pc_consumer"
-"$scratch/pc_consumer"
+check_consumer pkg-config "$scratch/pc_consumer"
 # find_package
 cat >"$scratch/src/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.20)
@@ -47,5 +79,16 @@ target_link_libraries(consumer PRIVATE linfuse::linfuse)
 CM
 cmake -S "$scratch/src" -B "$scratch/cm" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
 cmake --build "$scratch/cm" >/dev/null
-"$scratch/cm/consumer"
-echo "1 passed, 0 failed"
+check_consumer find_package "$scratch/cm/consumer"
+# the module is installed beside the library when this build had CUDA, and a missing module
+# is named as such
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    ls "$scratch"/prefix/lib*/liblinfuse_cuda.so "$scratch"/prefix/lib/*/liblinfuse_cuda.so 2>/dev/null | grep -q . ||
+        { echo "FAIL: nvcc is here but no CUDA module was installed"; fails=$((fails + 1)); }
+fi
+out=$(LINFUSE_CUDA_MODULE=/nonexistent/liblinfuse_cuda.so "$scratch/pc_consumer" | grep '^cuda:')
+echo "$out" | grep -q 'LINFUSE_CUDA_MODULE=/nonexistent/liblinfuse_cuda.so: no such readable file' ||
+    { echo "FAIL: a missing module is not named: $out"; fails=$((fails + 1)); }
+# the installed tool finds its library from the prefix
+"$scratch/prefix/bin/linfuse" --version || { echo "FAIL: the installed linfuse does not start"; fails=$((fails + 1)); }
+[ "$fails" = 0 ] && echo "1 passed, 0 failed" || { echo "0 passed, 1 failed ($fails problems)"; exit 1; }

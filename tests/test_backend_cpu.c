@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
 #include "testutil.h"
 
 typedef enum { LAY_ROW, LAY_COL, LAY_PAD } layout;
@@ -131,6 +132,15 @@ static void run_case(lf_rng *rng, const gcase *gc)
     CHECK(!gc->bias == !strstr(info.name, "_bias"), "bias in name %s", info.name);
     CHECK(!gc->group == !strstr(info.name, "_gated"), "gated in name %s", info.name);
     CHECK(gc->act == LF_ACT_NONE || strstr(info.name, lf_act_name(gc->act)), "act in name %s", info.name);
+    /* the report every backend gives (backend/report.c): 2*M*N*K over all N product columns
+     * (gates and partners alike; the epilogue is not counted), and each operand's bytes once in
+     * its own dtype: A, B, C, the bias and D */
+    const double es = (double)lf_dtype_size(gc->dt);
+    double want_bytes = es * (double)(M * K + K * N + M * No + (c ? M * N : 0) + (bias ? N : 0));
+    CHECK(info.flops == 2.0 * (double)M * (double)N * (double)K, "%s: flops %.0f, expected 2*%lld*%lld*%lld", info.name,
+          info.flops, (long long)M, (long long)N, (long long)K);
+    CHECK(info.bytes == want_bytes, "%s (bias %d, c %d): bytes %.0f, expected %.0f", info.name, gc->bias, gc->c_input,
+          info.bytes, want_bytes);
     n_cases++;
     free(all), free(A), free(B), free(Bias), free(C), free(got), free(ref), free(mag), free(z), free(zm);
     lf_tensor_free(a), lf_tensor_free(b), lf_tensor_free(bias), lf_tensor_free(c), lf_tensor_free(d);

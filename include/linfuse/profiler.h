@@ -68,7 +68,7 @@ static inline void lf_prof_scope_end_(int *unused)
 #define LF_PROF_CAT2_(a, b) a##b
 #define LF_PROF_CAT_(a, b)  LF_PROF_CAT2_(a, b)
 #define LF_PROF_SCOPE(name)                                                                   \
-    __attribute__((cleanup(lf_prof_scope_end_))) int LF_PROF_CAT_(lf_prof_scope_, __LINE__) = \
+    __attribute__((cleanup(lf_prof_scope_end_), unused)) int LF_PROF_CAT_(lf_prof_scope_, __LINE__) = \
         (lf_prof_range_push(name), 0)
 
 /* Nanoseconds on the profiler's clock (CLOCK_MONOTONIC): every event uses it. */

@@ -32,6 +32,9 @@ const char *lf_last_error(void);
 /* Forget the last message of this thread. */
 void lf_clear_error(void);
 
+/* The library's version, "MAJOR.MINOR.PATCH". */
+const char *lf_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
-/* Device-independent half of the backend layer: checking GEMM and pointwise descriptions,
- * naming kernels, routing to the device's table, and the float64 reference GEMM.
+/* Device-independent half of the backend layer: the device table, checking GEMM and pointwise
+ * descriptions, routing them to their device, and the float64 reference GEMM.
  * Layer: backend/. */
 #include <math.h>
 #include <pthread.h>
@@ -13,13 +13,6 @@
 lf_epilogue lf_epilogue_default(void)
 {
     return (lf_epilogue){.alpha = 1.0f, .beta = 0.0f, .bias_dtype = LF_DTYPE_F32, .gate_group = 1};
-}
-
-static const char *const act_names[LF_ACT_COUNT] = {"none", "relu", "gelu_tanh", "gelu_erf"};
-
-const char *lf_act_name(lf_act act)
-{
-    return (unsigned)act < LF_ACT_COUNT ? act_names[act] : "?";
 }
 
 double lf_act_ref(lf_act act, double x)
@@ -36,85 +29,71 @@ double lf_act_ref(lf_act act, double x)
     }
 }
 
-const lf_backend_ops *lf_backend_for(lf_device dev)
+/* --- the device table: the CPU built in, other devices loaded from their modules on first ask --- */
+
+typedef struct device_slot {
+    pthread_once_t once;
+    const lf_backend_ops *ops; /* set once the device started and is usable */
+    const char *why;           /* why not, otherwise */
+} device_slot;
+
+static device_slot devices[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {PTHREAD_ONCE_INIT, &lf_cpu_backend_ops, NULL},
+                                               [LF_DEVICE_CUDA] = {PTHREAD_ONCE_INIT, NULL, NULL}};
+
+static void start_cuda(void)
 {
-    if (dev == LF_DEVICE_CPU)
-        return &lf_cpu_backend_ops;
-#ifdef LF_HAVE_CUDA
-    const char *why = NULL;
-    if (dev == LF_DEVICE_CUDA) {
-        if (lf_cuda_available(&why))
-            return &lf_cuda_backend_ops;
-        lf_fail(LF_EDEVICE, "no cuda backend on this machine: %s", why);
-        return NULL;
-    }
-#endif
-    lf_fail(LF_EDEVICE, "no %s backend in this build or on this machine", lf_device_name(dev));
-    return NULL;
+    device_slot *d = &devices[LF_DEVICE_CUDA];
+    const lf_backend_ops *b = lf_backend_module_load(LF_DEVICE_CUDA, &d->why);
+    if (b && (!b->available || b->available(&d->why)))
+        d->ops = b;
 }
 
-/* --- interned kernel names --- */
+static void (*const starters[LF_DEVICE_COUNT])(void) = {[LF_DEVICE_CUDA] = start_cuda};
 
-typedef struct name_entry {
-    uint64_t key;
-    const char *name;
-} name_entry;
-
-enum { NAME_TABLE = 4096, NAME_CACHE = 64 };
-static name_entry name_table[NAME_TABLE]; /* global, so leak checkers see the strings as reachable */
-static int name_count;
-static pthread_mutex_t name_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local name_entry name_cache[NAME_CACHE];
-
-const char *lf_kernel_name(uint64_t key, lf_kernel_name_fmt fmt, const void *ctx)
+static const device_slot *device_of(lf_device dev)
 {
-    name_entry *c = &name_cache[(key * 0x9e3779b97f4a7c15ull) >> 58];
-    if (c->name && c->key == key)
-        return c->name;
-    pthread_mutex_lock(&name_lock);
-    const char *found = NULL;
-    for (int i = 0; i < name_count && !found; i++)
-        if (name_table[i].key == key)
-            found = name_table[i].name;
-    if (!found) {
-        char buf[160];
-        fmt(buf, sizeof buf, ctx);
-        char *copy = strdup(buf);
-        if (copy && name_count < NAME_TABLE) {
-            name_table[name_count++] = (name_entry){key, copy};
-            found = copy;
-        } else {
-            free(copy);
-            found = "lf_kernel_name_table_full";
-        }
-    }
-    pthread_mutex_unlock(&name_lock);
-    *c = (name_entry){key, found};
-    return found;
+    if ((unsigned)dev >= LF_DEVICE_COUNT)
+        return NULL;
+    if (starters[dev])
+        pthread_once(&devices[dev].once, starters[dev]);
+    return &devices[dev];
+}
+
+const lf_backend_ops *lf_backend_for(lf_device dev)
+{
+    const device_slot *d = device_of(dev);
+    if (d && d->ops)
+        return d->ops;
+    if (!d)
+        lf_fail(LF_EDEVICE, "device %d is not a linfuse device", (int)dev);
+    else
+        lf_fail(LF_EDEVICE, "no %s device: %s", lf_device_name(dev), d->why ? d->why : "not available");
+    return NULL;
 }
 
 int lf_device_available(lf_device dev)
 {
-#ifdef LF_HAVE_CUDA
-    if (dev == LF_DEVICE_CUDA)
-        return lf_cuda_available(NULL);
-#endif
-    return dev == LF_DEVICE_CPU;
+    const device_slot *d = device_of(dev);
+    return d && d->ops;
 }
 
-#ifdef LF_HAVE_CUDA
-lf_status lf_cuda_synchronize(void);
-#endif
+lf_status lf_device_require(lf_device dev)
+{
+    return lf_backend_for(dev) ? LF_OK : LF_EDEVICE;
+}
 
 lf_status lf_device_synchronize(lf_device dev)
 {
-    if (dev == LF_DEVICE_CPU)
-        return LF_OK;
-#ifdef LF_HAVE_CUDA
-    if (dev == LF_DEVICE_CUDA)
-        return lf_cuda_synchronize();
-#endif
-    return lf_fail(LF_EDEVICE, "no %s backend in this build or on this machine", lf_device_name(dev));
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    return b->synchronize ? b->synchronize() : LF_OK;
+}
+
+const lf_device_events *lf_backend_events(lf_device dev)
+{
+    const device_slot *d = device_of(dev);
+    return d && d->ops ? d->ops->events : NULL;
 }
 
 /* Tensors on a device start its backend on first use (the tensor layer cannot call up). */
@@ -137,15 +116,6 @@ void lf_gemm_layout(const lf_gemm *g, char out[3])
     out[0] = layout_letter(&g->b);
     out[1] = layout_letter(&g->a);
     out[2] = '\0';
-}
-
-void lf_gemm_name_suffix(const lf_gemm *g, char *buf, size_t cap)
-{
-    char lay[3];
-    lf_gemm_layout(g, lay);
-    snprintf(buf, cap, "%s%s%s%s%s%s", lay, g->c.data ? "_c" : "", g->ep.bias ? "_bias" : "",
-             g->ep.act != LF_ACT_NONE ? "_" : "", g->ep.act != LF_ACT_NONE ? lf_act_name(g->ep.act) : "",
-             g->ep.gate == LF_GATE_PAIRED ? "_gated" : "");
 }
 
 /* Byte interval [lo, hi] a matrix view touches. */
@@ -361,32 +331,10 @@ static const lf_backend_ops *with_graphs(lf_device dev, lf_status *s)
     return b;
 }
 
-static void fused_name(char *buf, size_t cap, const void *ctx)
-{
-    snprintf(buf, cap, "%s", (const char *)ctx);
-}
-
-void lf_fused_info(const lf_fused *f, lf_kernel_info *info)
-{
-    info->name = lf_kernel_name(f->name_key, fused_name, f->name);
-    double n = 1, bytes;
-    for (int d = 0; d < f->ndim; d++)
-        n *= (double)f->shape[d];
-    bytes = n * (double)lf_dtype_size(f->out.dtype);
-    for (int q = 0; q < f->n_in; q++)
-        bytes += n * (double)lf_dtype_size(f->in[q].dtype);
-    info->flops = n * f->n_ops;
-    info->bytes = bytes;
-}
-
 lf_status lf_backend_fused_prepare(lf_device dev, lf_fused *f, const char *cache_dir, int verbose)
 {
     LF_TRY(check_fused(f));
-    /* the name's hash, with the top bit set so it meets no other backend's key */
-    uint64_t h = 1469598103934665603ull;
-    for (const char *c = f->name; *c; c++)
-        h = (h ^ (uint8_t)*c) * 1099511628211ull;
-    f->name_key = h | (uint64_t)1 << 63;
+    f->kernel_name = lf_kernel_name_intern(f->name); /* the hot path then copies a pointer */
     lf_status s = LF_OK;
     const lf_backend_ops *b = with_fused(dev, &s);
     if (!b)

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
@@ -202,29 +204,32 @@ static int bench_cpu(int reps)
 int lf_cli_bench(int argc, char **argv)
 {
     int64_t reps = 10;
-    const char *what = NULL, *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--reps")) {
-            if (!lf_cli_parse_pos("--reps", i + 1 < argc ? argv[i + 1] : NULL, 200, &reps))
+    const char *what = NULL, *only = NULL, *v;
+    enum { B_REPS, B_CASE };
+    const lf_cli_opt opts[] = {{"reps", 1, B_REPS, 0}, {"case", 1, B_CASE, 0}};
+    lf_cli_args a;
+    lf_cli_args_init(&a, "linfuse bench", argc, argv, opts, 2);
+    for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
+        if (id == B_REPS) {
+            if (!lf_cli_int("linfuse bench", "--reps", v, 1, 200, &reps))
                 return LF_EXIT_USAGE;
-            i++;
-        } else if (!strcmp(argv[i], "--case")) {
-            if (i + 1 >= argc || !*argv[i + 1]) {
-                fprintf(stderr, "linfuse bench: --case needs a name (or part of one)\n");
-                return LF_EXIT_USAGE;
-            }
-            only = argv[++i];
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        } else if (id == B_CASE && *v) {
+            only = v;
+        } else if (id == LF_CLI_HELP) {
             printf("usage: linfuse bench cpu|profiler|cuda [--reps N] [--case NAME]\n"
                    "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
                    "  profiler: what recording costs per event and per step, profiler on vs off\n"
                    "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
-                   "            --case runs only the cases whose names contain NAME\n");
+                   "            --case runs only the cases whose names contain NAME\n"
+                   "  --reps N: samples per case, 1 to 200 (10)\n");
             return LF_EXIT_OK;
-        } else if (!what && argv[i][0] != '-') {
-            what = argv[i];
+        } else if (id == LF_CLI_WORD && !what) {
+            what = v;
         } else {
-            fprintf(stderr, "linfuse bench: unknown argument '%s'\n", argv[i]);
+            if (id == B_CASE)
+                fprintf(stderr, "linfuse bench: --case needs a name (or part of one)\n");
+            else if (id == LF_CLI_WORD)
+                fprintf(stderr, "linfuse bench: unexpected argument '%s'\n", v);
             return LF_EXIT_USAGE;
         }
     }

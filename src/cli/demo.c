@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 
 enum { MAX_EVENTS = 256 };
@@ -100,41 +102,40 @@ int lf_cli_demo(int argc, char **argv)
 {
     int64_t batch = 4, seq = 128, dim = 768, hidden = 3072, reps = 5, threads = 0, seed = 0;
     lf_dtype dtype = LF_DTYPE_BF16;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t *dst = NULL, max = 1 << 20;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            demo_usage(stdout);
-            return LF_EXIT_OK;
-        } else if (!strcmp(f, "--batch")) {
-            dst = &batch;
-        } else if (!strcmp(f, "--seq")) {
-            dst = &seq;
-        } else if (!strcmp(f, "--dim")) {
-            dst = &dim;
-        } else if (!strcmp(f, "--hidden")) {
-            dst = &hidden;
-        } else if (!strcmp(f, "--reps")) {
-            dst = &reps, max = 10000;
-        } else if (!strcmp(f, "--threads")) {
-            dst = &threads, max = 1024;
-        } else if (!strcmp(f, "--seed")) {
-            dst = &seed, max = INT64_MAX;
-        } else if (!strcmp(f, "--dtype")) {
-            if (!v || lf_dtype_parse(v, &dtype) != LF_OK) {
-                fprintf(stderr, "linfuse demo: --dtype: %s\n", v ? lf_last_error() : "needs a value");
+    enum { D_BATCH, D_SEQ, D_DIM, D_HIDDEN, D_REPS, D_THREADS, D_SEED, D_DTYPE };
+    const lf_cli_opt opts[] = {{"batch", 1, D_BATCH, 0},     {"seq", 1, D_SEQ, 0},   {"dim", 1, D_DIM, 0},
+                               {"hidden", 1, D_HIDDEN, 0},   {"reps", 1, D_REPS, 0}, {"threads", 1, D_THREADS, 0},
+                               {"seed", 1, D_SEED, 0},       {"dtype", 1, D_DTYPE, 0}};
+    const char *cmd = "linfuse demo", *v;
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
+    for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
+        int ok = 1;
+        switch (id) {
+        case LF_CLI_HELP: demo_usage(stdout); return LF_EXIT_OK;
+        case D_BATCH: ok = lf_cli_int(cmd, "--batch", v, 1, 1 << 20, &batch); break;
+        case D_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, 1 << 20, &seq); break;
+        case D_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, 1 << 20, &dim); break;
+        case D_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, 1 << 20, &hidden); break;
+        case D_REPS: ok = lf_cli_int(cmd, "--reps", v, 1, 10000, &reps); break;
+        case D_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &threads); break;
+        case D_SEED: ok = lf_cli_int(cmd, "--seed", v, 0, INT64_MAX, &seed); break;
+        case D_DTYPE:
+            if (lf_dtype_parse(v, &dtype) != LF_OK) {
+                fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
                 return LF_EXIT_USAGE;
             }
-            i++;
-            continue;
-        } else {
-            fprintf(stderr, "linfuse demo: unknown flag '%s'\n", f);
+            break;
+        case LF_CLI_WORD:
+            fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
+            ok = 0;
+            break;
+        default: ok = 0; break;
+        }
+        if (!ok) {
             demo_usage(stderr);
             return LF_EXIT_USAGE;
         }
-        if (!lf_cli_parse_pos(f, v, max, dst))
-            return LF_EXIT_USAGE;
-        i++;
     }
     if (threads)
         lf_cpu_set_threads((int)threads);

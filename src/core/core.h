@@ -9,6 +9,10 @@
 
 #include "linfuse/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Record a message for lf_last_error() and return s, so callers can write
  * `return lf_fail(LF_ESHAPE, "lf_mm: ...", ...);`. */
 lf_status lf_fail(lf_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -62,4 +66,7 @@ void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...) __attribute__((format(prin
  * over path. On failure nothing is left behind and the message names path. */
 lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

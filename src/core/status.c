@@ -19,6 +19,11 @@ const char *lf_status_name(lf_status s)
     return (unsigned)s < LF_STATUS_COUNT ? lf_status_names[s] : "LF_E?";
 }
 
+const char *lf_version(void)
+{
+    return LF_VERSION;
+}
+
 const char *lf_last_error(void)
 {
     return lf_err_msg;

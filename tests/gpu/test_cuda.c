@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../testutil.h"
+#include "backend/backend_impl.h"
 #include "linfuse/compile.h"
 #include "linfuse/nn.h"
 #include "linfuse/profiler.h"
@@ -58,7 +59,7 @@ static void compare(const lf_tensor *gpu, const lf_tensor *a, const lf_tensor *b
     double e = worst_err(G, ref, mag, M * N, gpu->dtype, &where);
     /* f32 on the GPU: 3e-5 rather than the CPU's 1e-5 (cuBLAS sums in other orders); with
      * cuBLASLt's GELU epilogue 1e-4 (its tanh is an approximation: up to 4.3e-6 absolute off
-     * the exact formula, GPU_NOTES.md section 1) */
+     * the exact formula, docs/gpu_notes.md) */
     double tol = gpu->dtype != LF_DTYPE_F32 ? tol_for(gpu->dtype) : act == LF_ACT_GELU_TANH ? 1e-4 : 3e-5;
     CHECK(e < tol, "%s: err %.3g at %lld (got %.9g ref %.9g)", what, e, (long long)where, G[where], ref[where]);
     free(A), free(B), free(Bi), free(G), free(ref), free(mag);
@@ -638,6 +639,104 @@ static void test_compile_gpu(void)
     CHECK(system(rm) == 0, "cache removed");
 }
 
+/* Two GEMMs that differ only in N and in the alignment of their C input must not share a
+ * cuBLASLt plan. The cache once packed its key as m << 32 ^ n ^ (align_c | align_d << 9) << 44:
+ * N = 8192 with C aligned to 4 bytes and N = 16384 with C aligned to 2 gave the same bits (2^45
+ * ^ 2^46 both ways), so the second GEMM ran with the first's plan and left half of D unwritten.
+ * Both use the same padded row pitch (16400), so every other part of the key is equal too. */
+static void test_plan_cache_key(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 11);
+    const int64_t M = 16, K = 64, LD = 16400;
+    for (int round = 0; round < 2; round++) {
+        const int64_t N = round == 0 ? 8192 : 16384, c_off = round == 0 ? 2 : 1; /* C aligned to 4, then to 2 bytes */
+        int64_t as[2] = {M, K}, bs[2] = {K, LD}, cs[2] = {M + 1, LD};
+        lf_tensor *a = rand_tensor(&rng, LF_DTYPE_BF16, 2, as), *b = rand_tensor(&rng, LF_DTYPE_BF16, 2, bs);
+        lf_tensor *c = rand_tensor(&rng, LF_DTYPE_BF16, 2, cs), *d = NULL;
+        OK(lf_tensor_empty(&d, LF_DTYPE_BF16, 2, cs, LF_DEVICE_CPU));
+        uint16_t *dh = lf_tensor_data(d);
+        for (int64_t i = 0; i < (M + 1) * LD; i++)
+            dh[i] = 0x7fc0; /* bf16 NaN: every element the GEMM must write starts poisoned */
+        lf_tensor *ga = to_gpu(a), *gb = to_gpu(b), *gc = to_gpu(c), *gd = to_gpu(d);
+        lf_gemm g = {.ep = lf_epilogue_default()};
+        g.ep.beta = 1.0f;
+        g.a = (lf_matrix){lf_tensor_data(ga), LF_DTYPE_BF16, M, K, K, 1};
+        g.b = (lf_matrix){lf_tensor_data(gb), LF_DTYPE_BF16, K, N, LD, 1};
+        g.c = (lf_matrix){(uint16_t *)lf_tensor_data(gc) + c_off, LF_DTYPE_BF16, M, N, LD, 1};
+        g.d = (lf_matrix){lf_tensor_data(gd), LF_DTYPE_BF16, M, N, LD, 1};
+        lf_status s = lf_backend_gemm(LF_DEVICE_CUDA, &g, NULL);
+        CHECK(s == LF_OK, "plan key N=%lld: %s", (long long)N, lf_last_error());
+        OK(lf_device_synchronize(LF_DEVICE_CUDA));
+        lf_tensor *back = NULL;
+        OK(lf_tensor_to_device(&back, gd, LF_DEVICE_CPU));
+        /* the same GEMM on the host copies, in float64 */
+        lf_gemm h = g;
+        h.a.data = lf_tensor_data(a), h.b.data = lf_tensor_data(b);
+        h.c.data = (uint16_t *)lf_tensor_data(c) + c_off, h.d.data = lf_tensor_data(d);
+        OK(lf_gemm_reference(&h));
+        int64_t bad = 0, first = -1;
+        const uint16_t *got = lf_tensor_data(back), *ref = lf_tensor_data(d);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float x = lf_f32_from_bf16(got[i * LD + j]), y = lf_f32_from_bf16(ref[i * LD + j]);
+                if (!(fabsf(x - y) <= 2e-2f * (fabsf(y) + 1.0f)) && bad++ == 0)
+                    first = i * N + j;
+            }
+        CHECK(bad == 0, "plan key: N=%lld with C aligned to %lld bytes: %lld of %lld results wrong (first at %lld)",
+              (long long)N, (long long)(2 * c_off), (long long)bad, (long long)(M * N), (long long)first);
+        lf_tensor *list[] = {a, b, c, d, ga, gb, gc, gd, back};
+        for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+            lf_tensor_free(list[i]);
+    }
+}
+
+/* One kernel report per kind: the CUDA backend counts a GEMM's FLOPs and bytes as the CPU's does
+ * (it once left out C's bytes and added 2*M*N to the gated kernel's FLOPs). The same description
+ * runs on both devices; the GPU run must be a real one for its report to exist. */
+static void test_kernel_reports(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 12);
+    const int64_t M = 256, K = 128, H = 256;
+    for (int gated = 0; gated < 2; gated++) {
+        const int64_t N = gated ? 2 * H : H, No = gated ? H : N;
+        int64_t as[2] = {M, K}, ws[2] = {N, K}, cs[2] = {M, N}, ds[2] = {M, No}, bs[1] = {N};
+        lf_tensor *a = rand_tensor(&rng, LF_DTYPE_BF16, 2, as), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws);
+        lf_tensor *c = rand_tensor(&rng, LF_DTYPE_BF16, 2, cs), *bias = rand_tensor(&rng, LF_DTYPE_BF16, 1, bs);
+        lf_tensor *d = NULL;
+        OK(lf_tensor_empty(&d, LF_DTYPE_BF16, 2, ds, LF_DEVICE_CPU));
+        lf_tensor *ga = to_gpu(a), *gw = to_gpu(w), *gc = to_gpu(c), *gbias = to_gpu(bias), *gd = to_gpu(d);
+        lf_kernel_info info[2] = {{0}};
+        for (int dev = 0; dev < 2; dev++) {
+            int on_gpu = dev == 1;
+            lf_gemm g = {.ep = lf_epilogue_default()};
+            g.a = (lf_matrix){lf_tensor_data(on_gpu ? ga : a), LF_DTYPE_BF16, M, K, K, 1};
+            g.b = (lf_matrix){lf_tensor_data(on_gpu ? gw : w), LF_DTYPE_BF16, K, N, 1, K}; /* W^T, the tn case */
+            g.d = (lf_matrix){lf_tensor_data(on_gpu ? gd : d), LF_DTYPE_BF16, M, No, No, 1};
+            if (gated) {
+                g.ep.gate = LF_GATE_PAIRED, g.ep.gate_group = H, g.ep.act = LF_ACT_GELU_TANH;
+            } else {
+                g.c = (lf_matrix){lf_tensor_data(on_gpu ? gc : c), LF_DTYPE_BF16, M, N, N, 1};
+                g.ep.beta = 0.5f;
+                g.ep.bias = lf_tensor_data(on_gpu ? gbias : bias), g.ep.bias_dtype = LF_DTYPE_BF16;
+            }
+            lf_status s = lf_backend_gemm(on_gpu ? LF_DEVICE_CUDA : LF_DEVICE_CPU, &g, &info[dev]);
+            CHECK(s == LF_OK, "report %s on %s: %s", gated ? "gated" : "C+bias", on_gpu ? "cuda" : "cpu", lf_last_error());
+        }
+        if (info[1].resolve) { /* spend the event-timing handle, if the backend left one */
+            int64_t t0, t1;
+            info[1].resolve(info[1].timing, &t0, &t1);
+        }
+        CHECK(info[0].flops == info[1].flops && info[0].bytes == info[1].bytes,
+              "%s GEMM: the CPU reports %.0f FLOPs and %.0f bytes, CUDA (%s) %.0f and %.0f", gated ? "gated" : "C+bias",
+              info[0].flops, info[0].bytes, info[1].name, info[1].flops, info[1].bytes);
+        lf_tensor *list[] = {a, w, c, bias, d, ga, gw, gc, gbias, gd};
+        for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+            lf_tensor_free(list[i]);
+    }
+}
+
 int main(void)
 {
     if (!lf_device_available(LF_DEVICE_CUDA)) {
@@ -646,6 +745,8 @@ int main(void)
         return 1;
     }
     test_gemms();
+    test_plan_cache_key();
+    test_kernel_reports();
     test_linear_and_pointwise();
     test_allocator_and_errors();
     test_profiled_linear();

@@ -1,6 +1,9 @@
 /* CPU backend plumbing: which kernel set runs (chosen once from cpuid, or forced by tests),
  * how many threads, and the workspace pool that keeps steady-state calls allocation-free.
  * Layer: backend/cpu. */
+#ifdef LF_HAVE_X86_KERNELS
+#include <cpuid.h>
+#endif
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,6 +11,8 @@
 
 #include "backend/cpu/cpu_impl.h"
 
+/* The CPU is always available, and its kernels finish before they return: no start, no
+ * synchronize, no event source (the profiler times its kernels around the call). */
 const lf_backend_ops lf_cpu_backend_ops = {
     .name = "cpu", .gemm = lf_cpu_gemm, .pointwise = lf_cpu_pointwise, .fused = lf_cpu_fused};
 
@@ -18,13 +23,26 @@ const char *lf_cpu_isa_name(lf_cpu_isa isa)
     return (unsigned)isa < LF_CPU_ISA_COUNT ? isa_names[isa] : "?";
 }
 
+#ifdef LF_HAVE_X86_KERNELS
+/* F16C (the half <-> float conversions every vector kernel set uses) from CPUID leaf 1, ECX bit
+ * 29: __builtin_cpu_supports has no "f16c" in clang 14. AVX's OS support (the XSAVE state the
+ * vector registers need) is what __builtin_cpu_supports("avx2") already checks. */
+static int has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
+
 lf_cpu_isa lf_cpu_isa_detect(void)
 {
 #ifdef LF_HAVE_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (!__builtin_cpu_supports("fma") || !has_f16c())
+        return LF_CPU_ISA_SCALAR;
+    if (__builtin_cpu_supports("avx512f"))
         return LF_CPU_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2"))
         return LF_CPU_ISA_AVX2;
 #endif
     return LF_CPU_ISA_SCALAR;

@@ -283,14 +283,6 @@ static void split(const plan *pl, int T, int *tm_out, int *tn_out)
     *tn_out = T / best_tm;
 }
 
-static void gemm_name(char *buf, size_t cap, const void *ctx)
-{
-    const plan *pl = ctx;
-    char suffix[64];
-    lf_gemm_name_suffix(pl->g, suffix, sizeof suffix);
-    snprintf(buf, cap, "lf_cpu_gemm_%s_%dx%d_%s", lf_dtype_name(pl->g->a.dtype), pl->k->mr, pl->k->nr, suffix);
-}
-
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
 {
     plan pl = {.g = g, .k = lf_cpu_kernels_active()};
@@ -340,20 +332,7 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     }
     lf_cpu_ws_release(ws);
 
-    if (info) {
-        char lay[3];
-        lf_gemm_layout(g, lay);
-        /* everything the name says, packed in a key */
-        uint64_t key = (uint64_t)g->a.dtype | (uint64_t)pl.k->isa << 2 | (uint64_t)lay[0] << 8 |
-                       (uint64_t)lay[1] << 16 | (uint64_t)(g->c.data != NULL) << 24 |
-                       (uint64_t)(g->ep.bias != NULL) << 25 | (uint64_t)g->ep.act << 26 | (uint64_t)g->ep.gate << 30 |
-                       (uint64_t)1 << 40;
-        info->name = lf_kernel_name(key, gemm_name, &pl);
-        info->flops = flops;
-        info->bytes = (double)(pl.M * pl.K * (int64_t)lf_dtype_size(g->a.dtype) +
-                               pl.K * pl.N * (int64_t)lf_dtype_size(g->b.dtype) +
-                               pl.M * pl.No * (int64_t)lf_dtype_size(g->d.dtype)) +
-                      (g->c.data ? (double)(pl.M * pl.N) * (double)lf_dtype_size(g->c.dtype) : 0.0);
-    }
+    if (info)
+        lf_gemm_report(g, LF_KF_CPU_GEMM, pl.k->mr, pl.k->nr, info);
     return LF_OK;
 }

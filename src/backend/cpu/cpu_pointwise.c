@@ -121,20 +121,6 @@ static void run_row(const lf_pointwise *pw, const lf_cpu_kernels *k, const int64
     }
 }
 
-typedef struct pw_name_ctx {
-    const lf_pointwise *pw;
-    int contiguous;
-} pw_name_ctx;
-
-static void pw_name(char *buf, size_t cap, const void *ctx)
-{
-    static const char *const op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act", "act_mul"};
-    const pw_name_ctx *c = ctx;
-    const char *what = c->pw->op == LF_PW_ACT || c->pw->op == LF_PW_ACT_MUL ? lf_act_name(c->pw->act) : op_names[c->pw->op];
-    snprintf(buf, cap, "lf_cpu_%s%s_%s%s", what, c->pw->op == LF_PW_ACT_MUL ? "_mul" : "", lf_dtype_name(c->pw->out.dtype),
-             c->contiguous ? "" : "_strided");
-}
-
 lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
 {
     const lf_cpu_kernels *k = lf_cpu_kernels_active();
@@ -150,24 +136,8 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
         row_offsets(nd, pw->shape, r, 3, ops, off);
         run_row(pw, k, off, n);
     }
-    if (info) {
-        int contiguous = 1, nin = lf_pw_arity(pw->op);
-        int64_t st = 1;
-        for (int i = nd - 1; i >= 0; i--) {
-            contiguous &= pw->out.stride[i] == st || pw->shape[i] == 1;
-            for (int q = 0; q < nin; q++)
-                contiguous &= pw->in[q].stride[i] == st || pw->shape[i] == 1;
-            st *= pw->shape[i];
-        }
-        pw_name_ctx nc = {pw, contiguous};
-        uint64_t key = (uint64_t)pw->op | (uint64_t)pw->act << 4 | (uint64_t)pw->out.dtype << 8 |
-                       (uint64_t)contiguous << 12 | (uint64_t)2 << 40;
-        info->name = lf_kernel_name(key, pw_name, &nc);
-        double numel = (double)(rows * n);
-        info->flops = pw->op == LF_PW_COPY ? 0.0 : pw->op == LF_PW_ACT_MUL ? 2.0 * numel : numel;
-        info->bytes = numel * (double)(lf_dtype_size(pw->out.dtype) + lf_dtype_size(pw->in[0].dtype) +
-                                       (nin == 2 ? lf_dtype_size(pw->in[1].dtype) : 0));
-    }
+    if (info)
+        lf_pointwise_report(pw, LF_KF_CPU_POINTWISE, info);
     return LF_OK;
 }
 
@@ -207,6 +177,6 @@ lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info)
         run_fused_row(f, k, off, n);
     }
     if (info)
-        lf_fused_info(f, info);
+        lf_fused_report(f, info);
     return LF_OK;
 }

@@ -1,28 +1,77 @@
-/* Inside the CUDA backend: what the C host code and the CUDA kernels file share.
+/* Inside the CUDA backend: its state, what its files share (the C host files and the CUDA
+ * kernel files), and the one check every CUDA, cuBLASLt, CUPTI and NVRTC call goes through.
  * Layer: backend/cuda. */
 #ifndef LF_CUDA_IMPL_H
 #define LF_CUDA_IMPL_H
 
 #include <cuda_runtime.h>
 
-#include "linfuse/backend.h"
+#include "backend/backend_impl.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* --- checking calls ---
+ * Every library this backend calls reports success as 0 and failure as a code of its own
+ * enum. LF_CU_CHECK(lib, call) is the call's lf_status: LF_OK, or LF_EDEVICE with a message
+ * naming the call and the library's words for the code ("cuda: cudaMalloc(&p, n): out of
+ * memory"). LF_CU_TRY returns that status from the enclosing function when it is not LF_OK. */
+typedef enum lf_cu_lib { LF_CU_RUNTIME, LF_CU_CUBLASLT, LF_CU_CUPTI, LF_CU_NVRTC } lf_cu_lib;
+lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call);
+#define LF_CU_CHECK(lib, call) lf_cu_status(LF_CU_##lib, (int)(call), #call)
+#define LF_CU_TRY(lib, call)   LF_TRY(LF_CU_CHECK(lib, call))
+
+/* --- the backend's state (cuda_backend.c): one device, one stream per process --- */
+typedef struct lf_cuda_state {
+    int available;
+    cudaStream_t stream;
+    void *lt;        /* cublasLtHandle_t */
+    void *workspace; /* (LF_CUDA_WORKSPACE_BYTES) for cuBLASLt */
+    int sm_count;
+} lf_cuda_state;
+extern lf_cuda_state lf_cuda;
+enum { LF_CUDA_WORKSPACE_BYTES = 32 << 20 /* cuBLASLt's Hopper kernels want up to 32 MiB (llm.c) */ };
+
+/* Start the backend once; 0 (with *why saying why) when there is no usable GPU. */
+int lf_cuda_available(const char **why);
+
+/* --- the caching allocator (cuda_alloc.c) --- */
+/* Hand the tensor layer this device's allocator and copies. */
+void lf_cuda_alloc_register(void);
+
+/* --- timing launches with events, when no tracer reports them (cuda_timing.c) --- */
+typedef struct lf_cuda_timing lf_cuda_timing;
+/* Begin timing a launch when info is non-NULL (the profiler asks): NULL otherwise, or when no
+ * events could be had (the kernel then goes untimed, its launch still recorded). */
+lf_cuda_timing *lf_cuda_time_begin(const lf_kernel_info *info);
+/* After a successful launch: the end event, and the handle left in info for the profiler. */
+void lf_cuda_time_end(lf_kernel_info *info, lf_cuda_timing *t);
+/* After a failed launch: the handle goes back unused. */
+void lf_cuda_time_cancel(lf_cuda_timing *t);
+
+/* --- GEMMs (cuda_gemm.c) --- */
+lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info);
+int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap);
+
+/* --- kernels (cuda_kernels.cu, gated_gemm.cu) --- */
+
 /* Launch the pointwise kernel for p on stream (any op, dtype and strides; 4-D index math). */
 cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream);
 
-/* The Hopper gated GEMM (gated_gemm.cu): whether it can run g (1), else 0 with why filled;
- * and its launch. */
+/* The Hopper gated GEMM: whether it can run g (1), else 0 with why filled; its launch; and the
+ * tile it computes (for its name). */
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream);
+enum { LF_CUDA_GATED_TILE_M = 128, LF_CUDA_GATED_TILE_N = 256 };
 
-/* Fused pointwise kernels built with NVRTC (fused_nvrtc.c). */
+/* --- fused pointwise kernels built with NVRTC (fused_nvrtc.c) --- */
 lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose);
 lf_status lf_cuda_fused_launch(const lf_fused *f, cudaStream_t stream);
 void lf_cuda_fused_release(lf_fused *f);
+
+/* --- CUPTI as the device's event source (cupti_source.c) --- */
+extern const lf_device_events lf_cupti_events;
 
 #ifdef __cplusplus
 }

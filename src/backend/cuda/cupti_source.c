@@ -1,7 +1,8 @@
-/* CUPTI activity as the profiler's device source: kernels, copies and memsets with the GPU's
+/* CUPTI activity as the CUDA device's event source: kernels, copies and memsets with the GPU's
  * own timestamps, runtime and driver calls that launch work, and External ids tying each
- * record to the linfuse op that caused it (TRACE_FORMAT.md section 2, GPU_NOTES.md section 5).
- * Layer: backend/cuda (it knows CUDA), reporting to profiler/ through lf_prof_source. */
+ * record to the linfuse op that caused it (docs/trace_format.md, "Events"; docs/gpu_notes.md,
+ * "CUPTI"). The profiler starts and drains it through the backend's table; this file never
+ * calls the profiler. Layer: backend/cuda. */
 #include <cuda_occupancy.h>
 #include <cupti.h>
 #include <pthread.h>
@@ -10,8 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/backend_impl.h"
-#include "profiler/prof_source.h"
+#include "backend/cuda/cuda_impl.h"
 
 /* libstdc++'s demangler (the CUDA backend links it): kernels built from templates have
  * mangled names; cuBLAS's are plain. */
@@ -19,7 +19,7 @@ char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
 
 enum { BUF_BYTES = 4 << 20, MAX_BUFS = 256, POOL_BUFS = 8 };
 
-/* What we ask CUPTI for (GPU_NOTES.md section 5); OVERHEAD brings the blog's "Activity Buffer
+/* What we ask CUPTI for (docs/gpu_notes.md, "CUPTI"); OVERHEAD brings the blog's "Activity Buffer
  * Request" and CUPTI's other costs, so the trace shows what tracing itself took. */
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME,
                                            CUPTI_ACTIVITY_KIND_DRIVER,            CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -40,11 +40,6 @@ static struct {
     cudaOccDeviceProp occ; /* the device, as the occupancy calculator wants it */
     char props[1024];
 } cs = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-int lf_cupti_active(void)
-{
-    return cs.active;
-}
 
 /* CUPTI waits on this callback (its "Activity Buffer Request" overhead), so it hands out a
  * buffer from the pool; it allocates only when the pool has run dry. */
@@ -96,11 +91,14 @@ static int64_t mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Begin collecting: 0, or -1 with the reason in lf_last_error() (the profiler says it). */
 static int src_start(void)
 {
     const char *why;
-    if (!lf_cuda_available(&why))
+    if (!lf_cuda_available(&why)) {
+        lf_fail(LF_EDEVICE, "%s", why);
         return -1;
+    }
     pthread_mutex_lock(&cs.lock);
     while (cs.n_pool < POOL_BUFS) {
         uint8_t *b = aligned_alloc(8, BUF_BYTES);
@@ -109,22 +107,27 @@ static int src_start(void)
         cs.pool[cs.n_pool++] = b;
     }
     pthread_mutex_unlock(&cs.lock);
-    if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
+    if (LF_CU_CHECK(CUPTI, cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed)) != LF_OK)
         return -1;
     /* OS thread ids (gettid), as the profiler's host events use: a launch call then nests
      * inside the op that made it (CUPTI's default is pthread_self) */
-    cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    if (LF_CU_CHECK(CUPTI, cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)) != LF_OK)
+        return -1;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (cuptiActivityEnable(kinds[i]) != CUPTI_SUCCESS) {
+        if (LF_CU_CHECK(CUPTI, cuptiActivityEnable(kinds[i])) != LF_OK) {
             for (size_t j = 0; j < i; j++)
                 cuptiActivityDisable(kinds[j]);
             return -1;
         }
-    uint64_t t;
-    cuptiGetTimestamp(&t);
+    uint64_t t = 0;
+    if (LF_CU_CHECK(CUPTI, cuptiGetTimestamp(&t)) != LF_OK) {
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            cuptiActivityDisable(kinds[i]);
+        return -1;
+    }
     cs.mono_minus_cupti = mono_ns() - (int64_t)t;
     struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess) {
+    if (LF_CU_CHECK(RUNTIME, cudaGetDeviceProperties(&p, 0)) == LF_OK) {
         cs.sms = p.multiProcessorCount;
         cs.occ = (cudaOccDeviceProp){p.major,
                                      p.minor,
@@ -229,10 +232,12 @@ static corr_map *find(corr_map *m, size_t n, uint32_t corr)
     return bsearch(&key, m, n, sizeof *m, by_corr);
 }
 
-static int64_t src_drain(void *sink, lf_prof_sink add)
+static int64_t src_drain(void *sink, lf_dev_event_sink add)
 {
-    cudaDeviceSynchronize();
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    /* a failed wait or flush still drains what arrived; the records it kept back are lost and
+     * the trace says so through the dropped count */
+    (void)LF_CU_CHECK(RUNTIME, cudaDeviceSynchronize());
+    (void)LF_CU_CHECK(CUPTI, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     pthread_mutex_lock(&cs.lock);
     int n = cs.n_done;
     uint8_t *bufs[MAX_BUFS];
@@ -282,14 +287,14 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
     for (int b = 0; b < n; b++) {
         CUpti_Activity *r = NULL;
         while (cuptiActivityGetNextRecord(bufs[b], sizes[b], &r) == CUPTI_SUCCESS) {
-            lf_trace_event e = {.device = 0, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
+            lf_dev_event e = {.launch_ts = -1, .launch_pid = -1, .launch_tid = -1};
             char extra[512], *dem = NULL;
             corr_map *c = NULL;
             if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
                 const CUpti_ActivityKernel10 *k = (const void *)r;
                 int status = -1;
                 dem = k->name ? __cxa_demangle(k->name, NULL, NULL, &status) : NULL;
-                e.cat = LF_TC_KERNEL;
+                e.kind = LF_DEV_KERNEL;
                 e.name = dem && status == 0 ? dem : k->name ? k->name : "kernel";
                 e.pid = k->deviceId, e.tid = k->streamId;
                 e.ts_ns = (int64_t)k->start + cs.mono_minus_cupti;
@@ -306,13 +311,13 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
                 int occ = est_occupancy(k, bps);
                 if (occ >= 0 && n_extra > 0 && (size_t)n_extra < sizeof extra)
                     snprintf(extra + n_extra, sizeof extra - (size_t)n_extra, ", \"est. achieved occupancy %%\": %d", occ);
-                e.extra_args = extra;
+                e.args_json = extra;
                 c = m ? find(m, nm, k->correlationId) : NULL;
             } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY || r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
                 const CUpti_ActivityMemcpy6 *cp = (const void *)r;
                 const CUpti_ActivityMemset4 *ms = (const void *)r;
                 int is_copy = r->kind == CUPTI_ACTIVITY_KIND_MEMCPY;
-                e.cat = is_copy ? LF_TC_MEMCPY : LF_TC_MEMSET;
+                e.kind = is_copy ? LF_DEV_MEMCPY : LF_DEV_MEMSET;
                 e.name = is_copy ? "Memcpy" : "Memset (Device)";
                 e.pid = is_copy ? cp->deviceId : ms->deviceId, e.tid = is_copy ? cp->streamId : ms->streamId;
                 e.ts_ns = (int64_t)(is_copy ? cp->start : ms->start) + cs.mono_minus_cupti;
@@ -327,7 +332,7 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
                 cuptiGetCallbackName(rt ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a->cbid, &name);
                 if (!interesting(name))
                     continue;
-                e.cat = rt ? LF_TC_RUNTIME : LF_TC_DRIVER;
+                e.kind = rt ? LF_DEV_RUNTIME : LF_DEV_DRIVER;
                 char nm_buf[128];
                 snprintf(nm_buf, sizeof nm_buf, "%s", name);
                 char *v = strstr(nm_buf, "_v"); /* cudaLaunchKernel_v7000 -> cudaLaunchKernel */
@@ -347,7 +352,7 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
                 free(o->overheadData); /* ours to free, says cupti_activity.h */
                 if (!o->start && !o->end)
                     continue; /* CUPTI could not time it */
-                e.cat = LF_TC_OVERHEAD;
+                e.kind = LF_DEV_OVERHEAD;
                 e.name = overhead_name(o->overheadKind);
                 e.pid = -1; /* Kineto's "CUPTI Overhead" process */
                 e.tid = o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? (int64_t)o->objectId.pt.threadId : 0;
@@ -361,7 +366,7 @@ static int64_t src_drain(void *sink, lf_prof_sink add)
             if (c) {
                 e.ext_id = c->ext;
                 if (c->api_ts >= 0)
-                    e.flow_ts = c->api_ts, e.flow_pid = c->pid, e.flow_tid = c->tid;
+                    e.launch_ts = c->api_ts, e.launch_pid = c->pid, e.launch_tid = c->tid;
             }
             add(sink, &e);
             free(dem);
@@ -386,11 +391,4 @@ static const char *src_props(void)
     return cs.props[0] ? cs.props : NULL;
 }
 
-static const lf_prof_source cupti_source = {"cupti", src_start, src_push, src_pop, src_drain, src_stop, src_props};
-
-/* Called when the CUDA backend starts (a call, not a load-time constructor: the linker keeps
- * an archive member only when something calls into it). */
-void lf_cupti_register(void)
-{
-    lf_prof_register_source(&cupti_source);
-}
+const lf_device_events lf_cupti_events = {"cupti", src_start, src_push, src_pop, src_drain, src_stop, src_props};

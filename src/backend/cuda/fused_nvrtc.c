@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/backend_impl.h"
 #include "backend/cuda/cuda_impl.h"
 
 typedef struct prepared {
@@ -33,7 +32,7 @@ typedef struct sbuf {
     int overflow;
 } sbuf;
 
-static void put(sbuf *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void put(sbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -237,14 +236,12 @@ static int write_file(const char *path, const void *p, size_t n)
 static lf_status nvrtc_build(const char *src, const char *name, int major, int minor, void **cubin, size_t *n)
 {
     nvrtcProgram prog;
-    if (nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL) != NVRTC_SUCCESS)
-        return lf_fail(LF_EDEVICE, "nvrtc: cannot create a program for %s", name);
+    LF_CU_TRY(NVRTC, nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL));
     char arch[32];
     snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%d", major, minor);
     const char *opts[] = {arch, "-default-device", "--std=c++17"};
-    nvrtcResult r = nvrtcCompileProgram(prog, 3, opts);
-    lf_status s = LF_OK;
-    if (r != NVRTC_SUCCESS) {
+    lf_status s = LF_CU_CHECK(NVRTC, nvrtcCompileProgram(prog, 3, opts));
+    if (s != LF_OK) {
         size_t ln = 0;
         char log[1024] = "";
         if (nvrtcGetProgramLogSize(prog, &ln) == NVRTC_SUCCESS && ln > 0) {
@@ -253,12 +250,17 @@ static lf_status nvrtc_build(const char *src, const char *name, int major, int m
                 snprintf(log, sizeof log, "%s", full);
             free(full);
         }
-        s = lf_fail(LF_EDEVICE, "nvrtc: %s does not compile: %s: %s", name, nvrtcGetErrorString(r), log);
-    } else if (nvrtcGetCUBINSize(prog, n) != NVRTC_SUCCESS || !(*cubin = malloc(*n)) ||
-               nvrtcGetCUBIN(prog, *cubin) != NVRTC_SUCCESS) {
+        s = lf_fail(LF_EDEVICE, "nvrtc: %s does not compile: %s", name, log);
+    }
+    if (s == LF_OK)
+        s = LF_CU_CHECK(NVRTC, nvrtcGetCUBINSize(prog, n));
+    if (s == LF_OK && !(*cubin = malloc(*n)))
+        s = lf_fail(LF_ENOMEM, "nvrtc: no memory for %s's cubin (%zu bytes)", name, *n);
+    if (s == LF_OK)
+        s = LF_CU_CHECK(NVRTC, nvrtcGetCUBIN(prog, *cubin));
+    if (s != LF_OK) {
         free(*cubin);
         *cubin = NULL;
-        s = lf_fail(LF_EDEVICE, "nvrtc: no cubin for %s", name);
     }
     nvrtcDestroyProgram(&prog);
     return s;
@@ -279,11 +281,14 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
     if (!gen_source(f, n, &pr->vec, src, 16384))
         s = lf_fail(LF_EUNSUPPORTED, "compile: kernel %s's source is too long", f->name);
     int dev = 0, major = 0, minor = 0, nv_major = 0, nv_minor = 0;
-    if (s == LF_OK && (cudaGetDevice(&dev) != cudaSuccess ||
-                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess))
-        s = lf_fail(LF_EDEVICE, "compile: cannot read the GPU's compute capability");
-    nvrtcVersion(&nv_major, &nv_minor);
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaGetDevice(&dev));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(NVRTC, nvrtcVersion(&nv_major, &nv_minor));
     char dir[4096], path[4200];
     if (s == LF_OK)
         s = cache_dir_of(cache_dir, dir, sizeof dir);
@@ -304,11 +309,10 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
         if (s == LF_OK && verbose)
             fprintf(stderr, "linfuse compile: %s %s %s\n", f->name, cached ? "loaded from" : "compiled to", path);
     }
-    if (s == LF_OK && (cudaLibraryLoadData(&pr->lib, cubin, NULL, NULL, 0, NULL, NULL, 0) != cudaSuccess ||
-                       cudaLibraryGetKernel(&pr->kernel, pr->lib, f->name) != cudaSuccess)) {
-        s = lf_fail(LF_EDEVICE, "compile: kernel %s (%s) does not load: %s", f->name, path,
-                    cudaGetErrorString(cudaGetLastError()));
-    }
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaLibraryLoadData(&pr->lib, cubin, NULL, NULL, 0, NULL, NULL, 0));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaLibraryGetKernel(&pr->kernel, pr->lib, f->name));
     free(cubin);
     free(src);
     if (s != LF_OK) {
@@ -318,7 +322,8 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
         return s;
     }
     long long work = pr->vec ? n / 8 : n, blocks = (work + 255) / 256;
-    pr->grid = (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16);
+    long long cap = 16LL * (lf_cuda.sm_count > 0 ? lf_cuda.sm_count : 132); /* 16 blocks of 256 per SM at most; the loop strides over the rest */
+    pr->grid = (unsigned)(blocks < cap ? blocks : cap);
     pr->n = n;
     f->prepared = pr;
     return LF_OK;
@@ -335,8 +340,8 @@ lf_status lf_cuda_fused_launch(const lf_fused *f, cudaStream_t stream)
     ptrs[f->n_in] = f->out.data;
     for (int q = 0; q <= f->n_in; q++)
         args[q] = &ptrs[q];
-    cudaError_t e = cudaLaunchKernel((const void *)pr->kernel, (dim3){pr->grid, 1, 1}, (dim3){256, 1, 1}, args, 0, stream);
-    return e == cudaSuccess ? LF_OK : lf_fail(LF_EDEVICE, "compile: kernel %s: %s", f->name, cudaGetErrorString(e));
+    return LF_CU_CHECK(RUNTIME, cudaLaunchKernel((const void *)pr->kernel, (dim3){pr->grid, 1, 1}, (dim3){256, 1, 1}, args,
+                                                 0, stream));
 }
 
 void lf_cuda_fused_release(lf_fused *f)

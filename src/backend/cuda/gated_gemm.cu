@@ -3,7 +3,7 @@
 // to their 128 up columns, and the epilogue writes act(g) * u, half the columns a GEMM over
 // [Wg; Wu] would write and none of them read again.
 //
-// Shape of the kernel (GPU_NOTES.md section 4; DESIGN.md "The gated GEMM"):
+// Shape of the kernel (docs/gpu_notes.md, "The Hopper gated GEMM"; docs/design.md, "The gated GEMM"):
 //   - tiles of 128 tokens x 256 product columns (128 gates + their 128 ups), K in steps of 64;
 //   - three warpgroups: one producer issues TMA bulk-tensor copies (128-byte swizzle) into a
 //     4-stage shared-memory ring, two consumers each run wgmma m64n256k16 on 64 of the rows;

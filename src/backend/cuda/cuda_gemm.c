@@ -1,0 +1,259 @@
+/* GEMMs on CUDA: cuBLASLt with the epilogue descriptor mapped onto its BIAS/GELU/RELU
+ * epilogues (the calls PyTorch's addmm makes: docs/gpu_notes.md, "cuBLASLt"), one cached plan
+ * per distinct call; and the paired-gate epilogue, which cuBLASLt has no form of, on our
+ * Hopper kernel (gated_gemm.cu). Layer: backend/cuda. */
+#include <cublasLt.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_impl.h"
+
+static cudaDataType_t cuda_type(lf_dtype dt)
+{
+    return dt == LF_DTYPE_BF16 ? CUDA_R_16BF : dt == LF_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Everything that decides a cuBLASLt plan. It is the plan cache's key, compared whole with
+ * memcmp (so it is zeroed before it is filled: padding compares too). */
+typedef struct lt_call {
+    /* cuBLAS's column-major view of D = A.B (row-major): D^T = B^T . A^T */
+    cublasOperation_t ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    lf_dtype dt, out_dt, c_dt, bias_dt;
+    cublasLtEpilogue_t epi;
+    int has_c;
+    uint32_t align[4]; /* bytes each of A', B', C, D is aligned to (pointer and leading dim) */
+} lt_call;
+
+typedef struct lt_plan {
+    lt_call key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c, d;
+    cublasLtMatmulAlgo_t algo;
+    int used;
+} lt_plan;
+
+enum { PLANS = 64 };
+static lt_plan plans[PLANS];
+static unsigned next_victim; /* a full cache replaces plans round-robin */
+static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The largest power of two (<= 256) dividing both the address and the row pitch in bytes:
+ * cuBLASLt assumes 256 unless told, and a kernel chosen for aligned rows reads misaligned
+ * ones wrong (seen on the H200: bf16 rows of 41 and 257 elements). PyTorch sets the same. */
+static uint32_t alignment(const void *p, int64_t ld, lf_dtype dt)
+{
+    uint64_t v = (uint64_t)(uintptr_t)p | (uint64_t)(ld * (int64_t)lf_dtype_size(dt)) | 256u;
+    return (uint32_t)(v & (~v + 1)); /* lowest set bit */
+}
+
+/* The operation and leading dimension cuBLAS reads matrix m with (column-major), or
+ * LF_EUNSUPPORTED when neither of its strides is 1. */
+static lf_status operand(const lf_matrix *m, const char *name, cublasOperation_t *op, int64_t *ld)
+{
+    if (m->cs == 1 || m->cols == 1) {
+        *op = CUBLAS_OP_N;
+        *ld = m->rs > m->cols ? m->rs : m->cols;
+    } else if (m->rs == 1) {
+        *op = CUBLAS_OP_T;
+        *ld = m->cs;
+    } else {
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s has strides (%lld, %lld); one of them must be 1 (use lf_contiguous)",
+                       name, (long long)m->rs, (long long)m->cs);
+    }
+    return LF_OK;
+}
+
+static lf_status describe(const lf_gemm *g, lt_call *c)
+{
+    memset(c, 0, sizeof *c);
+    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
+    LF_TRY(operand(B, "b", &c->ta, &c->lda)); /* cuBLAS's "A" is our B; its "B" is our A */
+    LF_TRY(operand(A, "a", &c->tb, &c->ldb));
+    if (D->cs != 1 && D->cols != 1)
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: d needs contiguous rows (column stride 1), has %lld",
+                       (long long)D->cs);
+    c->ldc = D->rs > D->cols ? D->rs : D->cols;
+    c->m = B->cols, c->n = A->rows, c->k = A->cols;
+    c->dt = A->dtype, c->out_dt = D->dtype;
+    c->has_c = g->c.data != NULL;
+    if (c->has_c) {
+        if (g->c.cs != 1 || g->c.rs != c->ldc)
+            return lf_fail(LF_EUNSUPPORTED,
+                           "cuda gemm: a C input must be laid out like d (strides (%lld, 1)); got (%lld, %lld)",
+                           (long long)c->ldc, (long long)g->c.rs, (long long)g->c.cs);
+        c->c_dt = g->c.dtype;
+    }
+    c->align[0] = alignment(B->data, c->lda, B->dtype);
+    c->align[1] = alignment(A->data, c->ldb, A->dtype);
+    c->align[2] = c->has_c ? alignment(g->c.data, c->ldc, g->c.dtype) : 256;
+    c->align[3] = alignment(D->data, c->ldc, D->dtype);
+    int bias = g->ep.bias != NULL;
+    c->bias_dt = bias ? g->ep.bias_dtype : LF_DTYPE_F32;
+    switch (g->ep.act) {
+    case LF_ACT_RELU: c->epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU; break;
+    case LF_ACT_GELU_TANH: c->epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU; break;
+    default: /* gelu_erf has no cuBLASLt epilogue: the GEMM keeps the bias, a kernel follows */
+        c->epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        break;
+    }
+    return LF_OK;
+}
+
+static void plan_clear(lt_plan *pl)
+{
+    if (pl->desc)
+        cublasLtMatmulDescDestroy(pl->desc);
+    cublasLtMatrixLayout_t *lay[4] = {&pl->a, &pl->b, &pl->c, &pl->d};
+    for (int i = 0; i < 4; i++)
+        if (*lay[i])
+            cublasLtMatrixLayoutDestroy(*lay[i]);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* Descriptors for c and the algorithm cuBLASLt's heuristic picks first. */
+static lf_status plan_build(const lt_call *c, lt_plan *pl)
+{
+    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
+    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta));
+    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb, sizeof c->tb));
+    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+    if (c->epi & CUBLASLT_EPILOGUE_BIAS) {
+        cudaDataType_t bt = cuda_type(c->bias_dt);
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    cudaDataType_t in = cuda_type(c->dt), out = cuda_type(c->out_dt);
+    uint64_t arows = (uint64_t)(c->ta == CUBLAS_OP_N ? c->m : c->k), acols = (uint64_t)(c->ta == CUBLAS_OP_N ? c->k : c->m);
+    uint64_t brows = (uint64_t)(c->tb == CUBLAS_OP_N ? c->k : c->n), bcols = (uint64_t)(c->tb == CUBLAS_OP_N ? c->n : c->k);
+    LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->a, in, arows, acols, c->lda));
+    LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->b, in, brows, bcols, c->ldb));
+    LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->c, c->has_c ? cuda_type(c->c_dt) : out, (uint64_t)c->m,
+                                                   (uint64_t)c->n, c->ldc));
+    LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->d, out, (uint64_t)c->m, (uint64_t)c->n, c->ldc));
+    cublasLtMatmulPreference_t pref = NULL;
+    LF_CU_TRY(CUBLASLT, cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = LF_CUDA_WORKSPACE_BYTES;
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    /* split-K partial sums only in fp32: reducing them in bf16 (the output type) costs bf16
+     * results whole bits (seen on the H200 at 257x64x33); PyTorch masks the same schemes */
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    lf_status s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                             &ws, sizeof ws));
+    for (int i = 0; i < 4 && s == LF_OK; i++)
+        s = LF_CU_CHECK(CUBLASLT,
+                        cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &c->align[i], sizeof c->align[i]));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                       &schemes, sizeof schemes));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (s == LF_OK)
+        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)lf_cuda.lt, pl->desc, pl->a, pl->b,
+                                                                 pl->c, pl->d, pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    LF_TRY(s);
+    if (!found)
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: cuBLASLt has no algorithm for %lldx%lldx%lld %s (epilogue %d)",
+                       (long long)c->n, (long long)c->m, (long long)c->k, lf_dtype_name(c->dt), (int)c->epi);
+    pl->algo = res.algo;
+    return LF_OK;
+}
+
+/* The cached plan for c, built on a miss (replacing plans round-robin when the cache is full).
+ * Called with plan_lock held, which the caller keeps until its launch is queued: a plan's
+ * descriptor carries the call's bias pointer, so two threads must not share it at once. */
+static lf_status plan_for(const lt_call *c, lt_plan **out)
+{
+    lt_plan *slot = NULL;
+    for (int i = 0; i < PLANS; i++) {
+        if (plans[i].used && !memcmp(&plans[i].key, c, sizeof *c)) {
+            *out = &plans[i];
+            return LF_OK;
+        }
+        if (!plans[i].used && !slot)
+            slot = &plans[i];
+    }
+    if (!slot)
+        slot = &plans[next_victim++ % PLANS];
+    plan_clear(slot);
+    lf_status s = plan_build(c, slot);
+    if (s != LF_OK) {
+        plan_clear(slot);
+        return s;
+    }
+    slot->key = *c;
+    slot->used = 1;
+    *out = slot;
+    return LF_OK;
+}
+
+/* Queue the planned call (with the lock held, see plan_for), timed from after planning when
+ * info asks. */
+static lf_status lt_launch(const lf_gemm *g, const lt_call *c, const lf_kernel_info *info, lf_cuda_timing **tm)
+{
+    lt_plan *pl = NULL;
+    LF_TRY(plan_for(c, &pl));
+    *tm = lf_cuda_time_begin(info);
+    const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
+    if (c->epi & CUBLASLT_EPILOGUE_BIAS) /* the bias pointer changes per call; the plan does not */
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias,
+                                                           sizeof g->ep.bias));
+    return LF_CU_CHECK(CUBLASLT, cublasLtMatmul((cublasLtHandle_t)lf_cuda.lt, pl->desc, &alpha, g->b.data, pl->a,
+                                                g->a.data, pl->b, &beta, c->has_c ? g->c.data : g->d.data, pl->c,
+                                                g->d.data, pl->d, &pl->algo, lf_cuda.workspace, LF_CUDA_WORKSPACE_BYTES,
+                                                lf_cuda.stream));
+}
+
+/* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel runs it. */
+static lf_status gated_gemm(const lf_gemm *g, lf_kernel_info *info)
+{
+    char why[256];
+    if (!lf_cuda_gated_supported(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
+    lf_cuda_timing *tm = lf_cuda_time_begin(info);
+    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, lf_cuda.stream));
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(info, tm);
+    if (info)
+        lf_gemm_report(g, LF_KF_CUDA_GATED, LF_CUDA_GATED_TILE_M, LF_CUDA_GATED_TILE_N, info);
+    return LF_OK;
+}
+
+int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
+{
+    if (g->ep.gate != LF_GATE_NONE)
+        return lf_cuda_gated_supported(g, why, cap);
+    return 1;
+}
+
+lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
+{
+    if (g->ep.gate != LF_GATE_NONE)
+        return gated_gemm(g, info);
+    lt_call c;
+    LF_TRY(describe(g, &c));
+    lf_cuda_timing *tm = NULL;
+    pthread_mutex_lock(&plan_lock);
+    lf_status s = lt_launch(g, &c, info, &tm);
+    pthread_mutex_unlock(&plan_lock);
+    if (s == LF_OK && g->ep.act == LF_ACT_GELU_ERF) {
+        /* no cuBLASLt epilogue for it: an in-place kernel, timed with the GEMM */
+        lf_pointwise p = {.op = LF_PW_ACT, .act = LF_ACT_GELU_ERF, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
+        p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
+        p.in[0] = p.out;
+        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda.stream));
+    }
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(info, tm);
+    if (info)
+        lf_gemm_report(g, LF_KF_CUBLASLT_GEMM, 0, 0, info);
+    return LF_OK;
+}

@@ -1,0 +1,270 @@
+/* A recorded window becomes an lf_trace: the threads' records (ops, ranges, CPU kernels, memory
+ * events, kernels timed with device events) mapped from stamps to the trace's time base, then
+ * the device's own events (CUPTI) drained into it, launch calls fitted inside the op that made
+ * them. Kineto's layout throughout (docs/trace_format.md). Layer: profiler/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "profiler/prof_impl.h"
+
+/* linfuse's CPU kernels get a process track of their own, like a GPU's, so a CPU trace has
+ * the same shape as a GPU trace: ops on the thread's lane, kernels on the device lane. */
+enum { LF_CPU_DEVICE_PID = 1 << 24, LF_CPU_STREAM = 1 };
+
+
+static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int i = 0; i < r->n_args && n < cap; i++) {
+        const lf_rec_arg *a = &r->u.args[i];
+        if (i)
+            n += (size_t)snprintf(buf + n, cap - n, ", ");
+        if (what == 2) {
+            const char *ty = a->kind == 1 ? lf_dtype_torch_name((lf_dtype)a->dtype) : a->kind == 2 ? "Scalar" : "";
+            n += (size_t)snprintf(buf + n, cap - n, "\"%s\"", ty);
+            continue;
+        }
+        n += (size_t)snprintf(buf + n, cap - n, "[");
+        for (int d = 0; a->kind == 1 && d < a->ndim && n < cap; d++)
+            n += (size_t)snprintf(buf + n, cap - n, d ? ", %lld" : "%lld",
+                                  (long long)(what == 0 ? a->shape[d] : a->stride[d]));
+        if (n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "]");
+    }
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+}
+
+/* A host range, for placing the device source's API records inside their ranges. */
+typedef struct host_span {
+    int64_t tid, ts, end;
+} host_span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const host_span *x = a, *y = b;
+    return x->tid != y->tid ? (x->tid < y->tid ? -1 : 1) : x->ts != y->ts ? (x->ts < y->ts ? -1 : 1) : 0;
+}
+
+typedef struct source_sink {
+    lf_trace *t;
+    int64_t lo, hi, to_base;
+    lf_status st;
+    int stream;
+    const host_span *spans; /* the window's ops and ranges, by (tid, start) */
+    int64_t n_spans;
+} source_sink;
+
+/* CUPTI stamps API calls on its own clock reading; mapped onto ours, a call that returns just
+ * before its range closes can end a few hundred ns after it (seen with a 4 us cudaGraphLaunch
+ * ending a compiled region), which would make it a sibling of its own range in the table. A
+ * call that starts inside a range and overhangs it by less than this is ended with the range. */
+enum { API_SKEW_NS = 2000 };
+
+static void fit_in_range(const source_sink *k, lf_trace_event *c)
+{
+    int64_t lo = 0, hi = k->n_spans; /* first span of this tid starting after c */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        const host_span *s = &k->spans[mid];
+        if (s->tid < c->tid || (s->tid == c->tid && s->ts <= c->ts_ns))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int64_t i = lo - 1, steps = 0; i >= 0 && k->spans[i].tid == c->tid && steps < 64; i--, steps++) {
+        const host_span *s = &k->spans[i]; /* the latest-starting range holding c's start: innermost */
+        if (s->end < c->ts_ns)
+            continue;
+        int64_t over = c->ts_ns + c->dur_ns - s->end;
+        if (over > 0 && over < API_SKEW_NS)
+            c->dur_ns = s->end - c->ts_ns;
+        return;
+    }
+}
+
+/* The trace category of a device event. */
+static lf_trace_cat dev_cat(lf_dev_event_kind k)
+{
+    switch (k) {
+    case LF_DEV_KERNEL: return LF_TC_KERNEL;
+    case LF_DEV_MEMCPY: return LF_TC_MEMCPY;
+    case LF_DEV_MEMSET: return LF_TC_MEMSET;
+    case LF_DEV_RUNTIME: return LF_TC_RUNTIME;
+    case LF_DEV_DRIVER: return LF_TC_DRIVER;
+    default: return LF_TC_OVERHEAD;
+    }
+}
+
+/* A device event inside the window goes into the trace, on its time base. */
+static void sink_add(void *user, const lf_dev_event *d)
+{
+    source_sink *k = user;
+    int64_t when = d->launch_ts >= 0 ? d->launch_ts : d->ts_ns; /* device work: by its launch */
+    if (k->st != LF_OK || when < k->lo || when > k->hi)
+        return;
+    lf_trace_event c = {.cat = dev_cat(d->kind),
+                        .name = d->name,
+                        .pid = d->pid,
+                        .tid = d->tid,
+                        .ts_ns = d->ts_ns + k->to_base,
+                        .dur_ns = d->dur_ns,
+                        .ext_id = d->ext_id,
+                        .correlation = d->correlation,
+                        .device = lf_trace_cat_is_device(dev_cat(d->kind)) ? d->pid : -1,
+                        .bytes = d->bytes,
+                        .extra_args = d->args_json,
+                        .flow_ts = d->launch_ts >= 0 ? d->launch_ts + k->to_base : -1,
+                        .flow_pid = d->launch_pid,
+                        .flow_tid = d->launch_tid};
+    if ((c.cat == LF_TC_RUNTIME || c.cat == LF_TC_DRIVER) && c.dur_ns > 0 && k->n_spans)
+        fit_in_range(k, &c);
+    if (c.cat == LF_TC_KERNEL)
+        k->stream = (int)c.tid;
+    k->st = lf_trace_add(k->t, &c);
+}
+
+lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_trace **out)
+{
+    lf_trace *t;
+    LF_TRY(lf_trace_create(&t));
+    const lf_clock_map cm = lf_prof_clock_map(p->tick0, p->mono0);
+    lf_trace_meta *m = lf_trace_meta_of(t);
+    /* Kineto's base: epoch ns floored to a 7,889,238 s boundary; ts are offsets from it */
+    const int64_t span = INT64_C(7889238) * 1000000000;
+    const int64_t real_begin = p->real0 + (lf_prof_to_ns(&cm, t_begin) - p->mono0);
+    m->base_ns = real_begin / span * span;
+    const int64_t to_base = p->real0 - p->mono0 - m->base_ns; /* mono ns -> ns since base */
+    m->record_shapes = p->o.record_shapes;
+    m->profile_memory = p->o.profile_memory;
+    m->with_flops = p->o.with_flops;
+    m->device_label = "CPU-dev";
+    m->cpu_device_pid = -1;
+    int64_t dropped = atomic_load(&p->lost);
+    const int64_t pid = (int64_t)getpid();
+    int cuda_stream = -1;
+    lf_status st = LF_OK;
+    for (lf_tbuf *b = p->bufs; b && st == LF_OK; b = b->next) {
+        dropped += b->lost;
+        int named = 0;
+        for (lf_rec_chunk *c = b->head; c && st == LF_OK; c = c->next) {
+            int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
+            for (int64_t i = 0; i < n && st == LF_OK; i++) {
+                const lf_rec *r = &c->rec[i];
+                if (r->t0 < t_begin || r->t0 > t_end ||
+                    (r->kind == REC_KERNEL && r->device != LF_DEVICE_CPU && p->source)) {
+                    lf_prof_spend_timing((lf_rec *)r); /* the device source reports these kernels itself */
+                    continue;
+                }
+                int64_t t1 = r->t1 < 0 || r->t1 > t_end ? t_end : r->t1; /* still open: ends with the window */
+                const int64_t ns0 = lf_prof_to_ns(&cm, r->t0);                   /* stamps to CLOCK_MONOTONIC ns */
+                lf_trace_event e = {.name = r->name,
+                                    .pid = pid,
+                                    .tid = b->tid,
+                                    .ts_ns = ns0 + to_base,
+                                    .dur_ns = lf_prof_to_ns(&cm, t1) - ns0,
+                                    .device = -1,
+                                    .flow_ts = -1,
+                                    .flow_pid = -1,
+                                    .flow_tid = -1};
+                char dims[512], types[256], strides[512];
+                switch (r->kind) {
+                case REC_OP:
+                case REC_RANGE:
+                    e.cat = r->kind == REC_OP ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
+                    e.ext_id = r->ext_id;
+                    e.flops = r->flops;
+                    if (r->n_args && r->u.args) {
+                        put_dims(dims, sizeof dims, r, 0);
+                        put_dims(strides, sizeof strides, r, 1);
+                        put_dims(types, sizeof types, r, 2);
+                        e.input_dims = dims, e.input_strides = strides, e.input_types = types;
+                    }
+                    break;
+                case REC_KERNEL:
+                    e.cat = LF_TC_KERNEL;
+                    if (r->u.k.timing) { /* timed on the device: its clock, placed on ours */
+                        int64_t a = 0, z = 0;
+                        int ok = r->u.k.resolve(r->u.k.timing, &a, &z) == 0;
+                        ((lf_rec *)r)->u.k.timing = NULL;
+                        e.flow_ts = ns0 + to_base;
+                        if (ok) {
+                            e.ts_ns = a + to_base;
+                            e.dur_ns = z - a;
+                        }
+                    }
+                    e.ext_id = r->ext_id;
+                    e.correlation = r->u.k.corr;
+                    e.flops = r->flops;
+                    e.bytes = r->u.k.bytes;
+                    e.device = 0;
+                    e.flow_pid = pid, e.flow_tid = b->tid;
+                    if (r->device == LF_DEVICE_CPU) {
+                        e.pid = LF_CPU_DEVICE_PID;
+                        e.tid = LF_CPU_STREAM;
+                        m->cpu_device_pid = LF_CPU_DEVICE_PID;
+                    } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
+                        e.pid = 0;
+                        e.tid = r->stream;
+                        m->device_label = "CUDA";
+                        cuda_stream = r->stream;
+                    }
+                    break;
+                default:
+                    e.cat = LF_TC_MEMORY;
+                    e.dur_ns = -1;
+                    e.mem_bytes = r->u.m.bytes;
+                    e.mem_total_allocated = r->u.m.total;
+                    e.mem_total_reserved = r->u.m.reserved;
+                    e.mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
+                    e.mem_addr = r->u.m.addr;
+                    break;
+                }
+                st = lf_trace_add(t, &e);
+                if (st == LF_OK && !named) {
+                    char nm[64];
+                    snprintf(nm, sizeof nm, "thread %lld (linfuse)", (long long)b->tid);
+                    st = lf_trace_name_thread(t, pid, b->tid, nm);
+                    named = 1;
+                }
+            }
+        }
+    }
+    if (st == LF_OK && p->source) {
+        source_sink k = {t, lf_prof_to_ns(&cm, t_begin), lf_prof_to_ns(&cm, t_end), to_base, LF_OK, -1, NULL, 0};
+        const int64_t n = lf_trace_count(t);
+        host_span *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+        for (int64_t i = 0; spans && i < n; i++) {
+            const lf_trace_event *e = lf_trace_get(t, i);
+            if ((e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION) && e->dur_ns >= 0)
+                spans[k.n_spans++] = (host_span){e->tid, e->ts_ns, e->ts_ns + e->dur_ns};
+        }
+        if (spans)
+            qsort(spans, (size_t)k.n_spans, sizeof *spans, span_cmp);
+        k.spans = spans;
+        dropped += p->source->drain(&k, sink_add);
+        free(spans);
+        st = k.st;
+        m->device_label = "CUDA";
+        m->device_properties = p->source->properties ? p->source->properties() : NULL;
+        cuda_stream = k.stream;
+    }
+    if (st == LF_OK && m->cpu_device_pid >= 0)
+        st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, LF_CPU_STREAM, "cpu stream 1 ");
+    if (st == LF_OK && cuda_stream >= 0) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "stream %d ", cuda_stream);
+        st = lf_trace_name_thread(t, 0, cuda_stream, nm);
+    }
+    m->dropped_events = dropped;
+    if (st != LF_OK) {
+        lf_trace_free(t);
+        return st;
+    }
+    *out = t;
+    return LF_OK;
+}
+
