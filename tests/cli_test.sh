@@ -29,6 +29,31 @@ check "no command" 2 "$bin"
 check "unknown command" 2 "$bin" frobnicate
 contains "unknown command" "unknown command 'frobnicate'"
 check "help" 0 "$bin" help
+contains "help lists bench profiler" "bench profiler"
+check "version" 0 "$bin" --version
+contains "version" "linfuse 0."
+# every command and trace verb answers --help with its usage and exit 0
+for c in tour matmul-add linear simple-mlp kernels-mlp trace demo bench "trace table" "trace diff" "trace expect" \
+    "trace svg" "trace summary"; do
+    # shellcheck disable=SC2086
+    check "$c --help" 0 "$bin" $c --help
+    contains "$c --help" "usage: linfuse"
+done
+check "kernels-mlp --help" 0 "$bin" kernels-mlp --help
+case "$LAST" in *--compile*) fails=$((fails + 1)); echo "FAIL: kernels-mlp --help offers --compile, which it refuses" ;; esac
+checks=$((checks + 1))
+# error messages end with a newline, so the next line (a usage, a shell prompt) starts on its own
+for args in "frobnicate" "demo --bogus" "demo --seq" "linear --batch=0" "linear --no-bias=1" "trace table" \
+    "trace table --row-limit 0 x.json" "trace expect x.json --kernels-per-step nan" "trace svg x.json" \
+    "trace summary" "trace diff a.json" "bench" "bench --reps x" "tour extra" "linear --repeat 0"; do
+    checks=$((checks + 1))
+    # shellcheck disable=SC2086
+    "$bin" $args >/dev/null 2>"${TMPDIR:-/tmp}/lf_cli_err.$$"
+    last=$(tail -c 1 "${TMPDIR:-/tmp}/lf_cli_err.$$" | od -An -c | tr -d ' ')
+    [ -s "${TMPDIR:-/tmp}/lf_cli_err.$$" ] && [ "$last" = '\n' ] ||
+        { fails=$((fails + 1)); echo "FAIL: 'linfuse $args': message does not end with a newline"; }
+done
+rm -f "${TMPDIR:-/tmp}/lf_cli_err.$$"
 check "unknown flag" 2 "$bin" demo --bogus
 contains "unknown flag" "unknown flag '--bogus'"
 check "zero size" 2 "$bin" demo --batch 0
@@ -55,6 +80,20 @@ contains "linear summary" "kernels/step=1 cpu_ops/step=3"
 checks=$((checks + 1))
 check "dashed and underscored flags" 0 "$bin" linear --out "$dir" --batch 8 --in-dim 16 --out_dim 24 --no-bias
 contains "no bias: mm" "lf::mm"
+check "--flag=value" 0 "$bin" linear --out="$dir" --batch=8 --in_dim=16 --out-dim=24 --threads=1
+[ -f "$dir/linear/8x16x24_bf16_cold_eager.json" ] || { fails=$((fails + 1)); echo "FAIL: --flag=value sizes not taken"; }
+checks=$((checks + 1))
+check "--repeat 0 is refused" 2 "$bin" linear --out "$dir" --repeat 0
+contains "--repeat 0 is refused" "--repeat must be an integer from 1 to 16"
+# one trace and table per window, as on_trace_ready hands PyTorch each window
+check "--repeat 2" 0 "$bin" linear --out "$dir" --batch 4 --repeat 2 --wait 0 --warmup-steps 0 --active 1
+contains "--repeat 2: window 2" "window 2 of 2"
+for w in 1 2; do
+    checks=$((checks + 1))
+    [ -f "$dir/linear/4x32x64_bf16_cold_eager_window$w.json" ] && [ -f "$dir/linear/4x32x64_bf16_cold_eager_window$w.txt" ] ||
+        { fails=$((fails + 1)); echo "FAIL: --repeat 2: window $w's files missing"; ls "$dir/linear"; }
+done
+check "--threads is checked" 2 "$bin" simple-mlp --out "$dir" --threads 0
 check "matmul-add warm" 0 "$bin" matmul-add --out "$dir" --size 33 --warmup
 contains "matmul-add kernels" "kernels/step=2"
 [ -f "$dir/matmul-add/33_bf16_warm_eager.json" ] || { fails=$((fails + 1)); echo "FAIL: warm file name"; }
@@ -93,11 +132,11 @@ check "compile flags need --compile" 2 "$bin" linear --out "$dir" --gated
 contains "compile flags need --compile" "need --compile"
 check "kernels-mlp takes no --compile" 2 "$bin" kernels-mlp --out "$dir" --compile
 check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
-contains "cuda refused" "no usable CUDA device"
+contains "cuda refused: says why" "--device cuda: no cuda device: "
 check "bad device" 2 "$bin" linear --device tpu
 check "zero size" 2 "$bin" simple-mlp --out "$dir" --dim 0
 check "bad variant" 2 "$bin" kernels-mlp --out "$dir" --variant fastest
-contains "bad variant" "--variant must be fused or gated, got fastest"
+contains "bad variant" "--variant must be fused or gated, got 'fastest'"
 check "variant is kernels-mlp's" 2 "$bin" simple-mlp --out "$dir" --variant gated
 check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4
 check "size that overflows memory" 2 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" linear --out "$dir" --batch 1099511627776 --in_dim 1099511627776

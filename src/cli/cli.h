@@ -19,9 +19,6 @@ int lf_cli_trace(int argc, char **argv);
 /* Seconds on the monotonic clock. */
 double lf_cli_now(void);
 
-/* Parse a positive integer flag value; on error print a message naming the flag and return 0. */
-int lf_cli_parse_pos(const char *flag, const char *val, int64_t max, int64_t *out);
-
 /* Median of n doubles (sorts v). */
 double lf_cli_median(double *v, int n);
 

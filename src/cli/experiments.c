@@ -1,7 +1,10 @@
-/* The blog's experiments as commands: matmul-add, linear, simple-mlp, kernels-mlp. Each builds its model,
- * runs profiled steps under a torch-like schedule, writes
- * <out>/<experiment>/<shape>_<dtype>_<cold|warm>_<mode>.json and .txt, prints the table and a
- * one-line summary. Layer: cli/. */
+/* The blog's experiments as commands: matmul-add, linear, simple-mlp, kernels-mlp. Each is one
+ * row of the table below (name, trace label, the flags it takes, shape, model, forward); the
+ * parser, the usage text and the run read the rows, so a new experiment is a new row. A run
+ * builds the model, runs profiled steps under a torch-like schedule, and for every window the
+ * schedule records writes <out>/<experiment>/<shape>_<dtype>_<cold|warm>_<mode>.json and .txt
+ * (DESIGN's artifact names; `_window<k>` added when --repeat asks for several), prints the
+ * table and a one-line summary. Layer: cli/. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,21 +12,199 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/experiments.h"
 #include "core/core.h"
 
-static const char *const exp_names[EXP_COUNT] = {"matmul-add", "linear", "simple-mlp", "kernels-mlp"};
-static const char *const exp_labels[EXP_COUNT] = {"matmul_add", "linear_fwd", "mlp_fwd", "mlp_fwd"};
+/* --- the models the rows build --- */
 
-static int is_mlp(exp_kind k)
+typedef struct model {
+    lf_tensor *x, *w, *b; /* x: the input; w, b: matmul-add's operands */
+    lf_nn_linear lin;
+    lf_nn_geglu_mlp mlp;
+} model;
+
+static void model_free(model *m)
 {
-    return k == EXP_SIMPLE_MLP || k == EXP_KERNELS_MLP;
+    lf_tensor_free(m->x), lf_tensor_free(m->w), lf_tensor_free(m->b);
+    lf_nn_linear_free(&m->lin);
+    lf_nn_geglu_mlp_free(&m->mlp);
 }
+
+static lf_status build_matmul_add(const exp_cfg *c, lf_rng *rng, model *m)
+{
+    int64_t sq[2] = {c->size, c->size}, b3[3] = {8, c->size, c->size};
+    LF_TRY(lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, LF_DEVICE_CPU));
+    LF_TRY(lf_tensor_empty(&m->w, c->dtype, 2, sq, LF_DEVICE_CPU));
+    LF_TRY(lf_tensor_empty(&m->b, c->dtype, 2, sq, LF_DEVICE_CPU)); /* a 2-D bias, as in the blog */
+    LF_TRY(lf_tensor_fill_uniform(m->w, rng, -1, 1));
+    return lf_tensor_fill_uniform(m->b, rng, -1, 1);
+}
+
+static lf_status build_linear(const exp_cfg *c, lf_rng *rng, model *m)
+{
+    lf_nn_linear_opts o = {c->in_dim, c->out_dim, !c->no_bias, c->dtype, LF_DEVICE_CPU};
+    int64_t xs[2] = {c->batch, c->in_dim};
+    LF_TRY(lf_nn_linear_init(&m->lin, &o, rng));
+    return lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU);
+}
+
+static lf_status build_mlp(const exp_cfg *c, lf_rng *rng, model *m)
+{
+    lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU};
+    int64_t xs[3] = {c->batch, c->seq, c->dim};
+    LF_TRY(lf_nn_geglu_mlp_init(&m->mlp, &o, rng));
+    return lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
+}
+
+static lf_status forward_matmul_add(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y)
+{
+    (void)c;
+    lf_tensor *t = NULL;
+    lf_status s = lf_matmul(&t, x, m->w);
+    if (s == LF_OK)
+        s = lf_add(y, t, m->b);
+    lf_tensor_free(t);
+    return s;
+}
+
+static lf_status forward_linear(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y)
+{
+    (void)c;
+    return lf_nn_linear_forward(&m->lin, x, y);
+}
+
+static lf_status forward_mlp(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y)
+{
+    return lf_nn_geglu_mlp_forward_variant(&m->mlp, c->variant, x, y);
+}
+
+static void shape_matmul_add(const exp_cfg *c, char *buf, size_t cap)
+{
+    if (c->batched)
+        snprintf(buf, cap, "8x%lldx%lld", (long long)c->size, (long long)c->size);
+    else
+        snprintf(buf, cap, "%lld", (long long)c->size);
+}
+
+static void shape_linear(const exp_cfg *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%lldx%lldx%lld%s", (long long)c->batch, (long long)c->in_dim, (long long)c->out_dim,
+             c->no_bias ? "_nobias" : "");
+}
+
+static void shape_mlp(const exp_cfg *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%lldx%lldx%lldx%lld", (long long)c->batch, (long long)c->seq, (long long)c->dim,
+             (long long)c->hidden);
+}
+
+/* --- the flags --- */
+
+/* What an experiment's row says it takes (common flags are taken by all). */
+enum {
+    T_SIZE = 1 << 0,    /* matmul-add: --size --batched --warmup */
+    T_LINEAR = 1 << 1,  /* --batch --in-dim --out-dim --no-bias */
+    T_MLP = 1 << 2,     /* --batch --seq --dim --hidden */
+    T_VARIANT = 1 << 3, /* --variant fused|gated */
+    T_COMPILE = 1 << 4, /* --compile and its flags */
+};
+
+enum opt_id {
+    O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
+    O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
+    O_NO_ACT_EPILOGUE, O_GATED, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
+    O_THREADS, O_COUNT
+};
+
+typedef struct flag_def {
+    lf_cli_opt opt;
+    unsigned takes; /* the row bits that take it; 0: every experiment */
+    const char *usage, *help;
+} flag_def;
+
+static const flag_def flag_defs[O_COUNT] = {
+    {{"size", 1, O_SIZE, 0}, T_SIZE, "--size N", "matmul of two N x N matrices, plus an N x N bias (64)"},
+    {{"batched", 0, O_BATCHED, 0}, T_SIZE, "--batched", "an (8, N, N) input: matmul flattens it"},
+    {{"warmup", 0, O_WARM, 0}, T_SIZE, "--warmup", "three forwards before profiling (a warm trace)"},
+    {{"batch", 1, O_BATCH, 0}, T_LINEAR | T_MLP, "--batch N", "rows of x (linear 1024, the MLPs 64)"},
+    {{"in-dim", 1, O_IN_DIM, 0}, T_LINEAR, "--in-dim N", "input features (32)"},
+    {{"out-dim", 1, O_OUT_DIM, 0}, T_LINEAR, "--out-dim N", "output features (64)"},
+    {{"no-bias", 0, O_NO_BIAS, 0}, T_LINEAR, "--no-bias", "a Linear without bias"},
+    {{"seq", 1, O_SEQ, 0}, T_MLP, "--seq N", "sequence length (128)"},
+    {{"dim", 1, O_DIM, 0}, T_MLP, "--dim N", "model dimension (768)"},
+    {{"hidden", 1, O_HIDDEN, 0}, T_MLP, "--hidden N", "hidden dimension (3072)"},
+    {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated",
+     "fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels); gated: one gated GEMM over "
+     "[Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down (two; where the device has no gated kernel for "
+     "the shape, the trace says why and a GEMM plus the fused kernel run)"},
+    {{"compile", 0, O_COMPILE, 0}, T_COMPILE, "--compile",
+     "capture one forward, fuse, replay a plan (on CUDA one graph launch); the flags below need it"},
+    {{"no-cuda-graph", 0, O_NO_CUDA_GRAPH, 0}, T_COMPILE, "--no-cuda-graph", "launch the plan kernel by kernel"},
+    {{"compile-verbose", 0, O_COMPILE_VERBOSE, 0}, T_COMPILE, "--compile-verbose",
+     "print the plan, each pass and generated kernels' paths"},
+    {{"no-fold-views", 0, O_NO_FOLD_VIEWS, 0}, T_COMPILE, "--no-fold-views", "keep view ops in the plan"},
+    {{"no-bias-epilogue", 0, O_NO_BIAS_EPILOGUE, 0}, T_COMPILE, "--no-bias-epilogue", "add the bias in a kernel of its own"},
+    {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0}, T_COMPILE, "--no-pointwise-fusion",
+     "one kernel per pointwise op"},
+    {{"no-act-epilogue", 0, O_NO_ACT_EPILOGUE, 0}, T_COMPILE, "--no-act-epilogue", "activations not folded into GEMMs"},
+    {{"gated", 0, O_GATED, 0}, T_COMPILE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
+    {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
+    {{"dtype", 1, O_DTYPE, 0}, 0, "--dtype bf16|f16|f32", "element type (bf16)"},
+    {{"out", 1, O_OUT, 0}, 0, "--out DIR", "where traces go (traces)"},
+    {{"wait", 1, O_WAIT, 0}, 0, "--wait N", "schedule: steps skipped at the start of a window (1)"},
+    {{"warmup-steps", 1, O_WARMUP_STEPS, 0}, 0, "--warmup-steps N", "schedule: steps run traced but discarded (1)"},
+    {{"active", 1, O_ACTIVE, 0}, 0, "--active N", "schedule: steps kept in a window's trace (3)"},
+    {{"repeat", 1, O_REPEAT, 0}, 0, "--repeat N",
+     "schedule: windows to record, 1 to 16 (1); each window's trace and table are written"},
+    {{"row-limit", 1, O_ROW_LIMIT, 0}, 0, "--row-limit N", "table rows printed (25)"},
+    {{"threads", 1, O_THREADS, 0}, 0, "--threads N",
+     "CPU threads (default: OMP_NUM_THREADS when set, else one per core)"},
+};
+
+/* --- the table --- */
+
+typedef struct exp_def {
+    const char *name, *alias; /* the command, and the blog's spelling */
+    const char *label;        /* the record_function range around each forward */
+    const char *what;         /* one line for help */
+    unsigned takes;           /* T_* */
+    int64_t batch;            /* default --batch */
+    void (*shape)(const exp_cfg *c, char *buf, size_t cap);
+    lf_status (*build)(const exp_cfg *c, lf_rng *rng, model *m);
+    lf_status (*forward)(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y);
+} exp_def;
+
+static const exp_def exps[EXP_COUNT] = {
+    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
+                        0, shape_matmul_add, build_matmul_add, forward_matmul_add},
+    [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
+                    shape_linear, build_linear, forward_linear},
+    [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled", T_MLP | T_COMPILE, 64,
+                        shape_mlp, build_mlp, forward_mlp},
+    /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
+    [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
+                         "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
+                         shape_mlp, build_mlp, forward_mlp},
+};
 
 const char *lf_exp_name(exp_kind k)
 {
-    return exp_names[k];
+    return exps[k].name;
+}
+
+int lf_exp_find(const char *name)
+{
+    for (int k = 0; k < EXP_COUNT; k++)
+        if (!strcmp(name, exps[k].name) || (exps[k].alias && !strcmp(name, exps[k].alias)))
+            return k;
+    return -1;
+}
+
+static int takes(exp_kind k, const flag_def *f)
+{
+    return !f->takes || (f->takes & exps[k].takes);
 }
 
 void lf_exp_defaults(exp_cfg *c, exp_kind k)
@@ -31,7 +212,7 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     memset(c, 0, sizeof *c);
     c->kind = k;
     c->size = 64;
-    c->batch = k == EXP_LINEAR ? 1024 : 64;
+    c->batch = exps[k].batch;
     c->in_dim = 32, c->out_dim = 64;
     c->seq = 128, c->dim = 768, c->hidden = 3072;
     c->dtype = LF_DTYPE_BF16;
@@ -39,189 +220,132 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->sched = (lf_prof_schedule){.wait = 1, .warmup = 1, .active = 3, .repeat = 1};
     c->out_dir = "traces";
     c->row_limit = 25;
-    c->variant = k == EXP_KERNELS_MLP ? LF_MLP_FUSED : LF_MLP_EAGER;
+    c->variant = exps[k].takes & T_VARIANT ? LF_MLP_FUSED : LF_MLP_EAGER;
     c->passes = LF_PASSES_DEFAULT;
 }
 
-/* The pass flags of --compile: each turns one pass off, except --gated, which turns one on. */
-static const struct {
-    const char *flag;
-    unsigned pass;
-    int on;
-} pass_flags[] = {
-    {"--no-fold-views", LF_PASS_FOLD_VIEWS, 0},       {"--no-bias-epilogue", LF_PASS_BIAS_EPILOGUE, 0},
-    {"--no-pointwise-fusion", LF_PASS_POINTWISE_FUSION, 0}, {"--no-act-epilogue", LF_PASS_ACT_EPILOGUE, 0},
-    {"--gated", LF_PASS_GATED_GEMM, 1},
-};
-
-/* "--in_dim" and "--in-dim" are one flag: compare with '_' read as '-'. */
-static int flag_is(const char *arg, const char *name)
+void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)
 {
-    for (; *arg && *name; arg++, name++)
-        if (*arg != *name && !(*arg == '_' && *name == '-'))
-            return 0;
-    return !*arg && !*name;
-}
-
-static int pass_flag(const char *arg)
-{
-    for (int i = 0; i < (int)(sizeof pass_flags / sizeof pass_flags[0]); i++)
-        if (flag_is(arg, pass_flags[i].flag))
-            return i;
-    return -1;
+    exps[c->kind].shape(c, buf, cap);
 }
 
 static void usage(FILE *f, exp_kind k)
 {
-    static const char *const shapes[EXP_COUNT] = {
-        "[--size N] [--batched] [--warmup]",
-        "[--batch N] [--in_dim N] [--out_dim N] [--no-bias]",
-        "[--batch N] [--seq N] [--dim N] [--hidden N]",
-        "[--batch N] [--seq N] [--dim N] [--hidden N] [--variant fused|gated]",
-    };
-    fprintf(f,
-            "usage: linfuse %s %s [--compile [compile flags]]\n"
-            "         [--device auto|cpu|cuda] [--dtype bf16|f16|f32] [--out DIR]\n"
-            "         [--wait N] [--warmup-steps N] [--active N] [--repeat N] [--row-limit N]\n"
-            "Profiles the blog's %s (defaults are the blog's sizes) and writes a trace and a table\n"
-            "to DIR/%s/ (DIR defaults to traces).\n",
-            exp_names[k], shapes[k], exp_names[k], exp_names[k]);
-    if (k != EXP_KERNELS_MLP)
-        fprintf(f, "--compile: capture one forward, fuse, replay a plan (on CUDA one graph launch). Compile flags:\n"
-                   "  --no-cuda-graph --no-fold-views --no-bias-epilogue --no-pointwise-fusion --no-act-epilogue\n"
-                   "  --gated (two GEMMs meeting in act(a)*b become one gated GEMM) --compile-verbose\n");
-    if (k == EXP_KERNELS_MLP)
-        fprintf(f, "--variant fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels)\n"
-                   "--variant gated: one gated GEMM over [Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down\n"
-                   "                 (two kernels; where the device has no gated kernel for the shape, the trace\n"
-                   "                 says why and one GEMM plus the fused kernel run instead)\n");
+    fprintf(f, "usage: linfuse %s [flags]\n%s. The defaults are the blog's sizes; each recorded window's trace\n"
+               "and table are written to DIR/%s/.\n",
+            exps[k].name, exps[k].what, exps[k].name);
+    for (int i = 0; i < O_COUNT; i++)
+        if (takes(k, &flag_defs[i])) {
+            /* the help wrapped at 100 columns, under its own column */
+            const char *h = flag_defs[i].help;
+            fprintf(f, "  %-24s ", flag_defs[i].usage);
+            while (*h) {
+                int n = (int)strlen(h);
+                if (n > 73)
+                    for (n = 73; n > 0 && h[n] != ' '; n--)
+                        ;
+                if (n == 0)
+                    n = (int)strlen(h);
+                fprintf(f, "%.*s\n", n, h);
+                h += n;
+                while (*h == ' ')
+                    h++;
+                if (*h)
+                    fprintf(f, "%27s", "");
+            }
+        }
+    fprintf(f, "Flags take `--flag value` or `--flag=value`; underscores may replace dashes (--in_dim).\n");
 }
 
-int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
+/* Parse argv (argv[0] is the experiment's name) into c. Returns LF_EXIT_OK, LF_EXIT_USAGE, or
+ * -1 when --help was printed. */
+static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
 {
     lf_exp_defaults(c, k);
-    const char *device = "auto";
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t *dst = NULL, max = INT64_C(1) << 40, tmp;
-        int *idst = NULL;
-        if (flag_is(f, "--help") || !strcmp(f, "-h")) {
-            usage(stdout, k);
-            return -1;
-        } else if (flag_is(f, "--compile")) {
-            c->compile = 1;
-            continue;
-        } else if (flag_is(f, "--no-cuda-graph")) {
-            c->no_cuda_graph = c->compile_flag_seen = 1;
-            continue;
-        } else if (flag_is(f, "--compile-verbose")) {
-            c->compile_verbose = c->compile_flag_seen = 1;
-            continue;
-        } else if (k == EXP_MATMUL_ADD && flag_is(f, "--batched")) {
-            c->batched = 1;
-            continue;
-        } else if (k == EXP_MATMUL_ADD && flag_is(f, "--warmup")) {
-            c->warm = 1;
-            continue;
-        } else if (k == EXP_LINEAR && flag_is(f, "--no-bias")) {
-            c->no_bias = 1;
-            continue;
-        } else if (k == EXP_MATMUL_ADD && flag_is(f, "--size")) {
-            dst = &c->size;
-        } else if (k != EXP_MATMUL_ADD && flag_is(f, "--batch")) {
-            dst = &c->batch;
-        } else if (k == EXP_LINEAR && flag_is(f, "--in-dim")) {
-            dst = &c->in_dim;
-        } else if (k == EXP_LINEAR && flag_is(f, "--out-dim")) {
-            dst = &c->out_dim;
-        } else if (is_mlp(k) && flag_is(f, "--seq")) {
-            dst = &c->seq;
-        } else if (is_mlp(k) && flag_is(f, "--dim")) {
-            dst = &c->dim;
-        } else if (is_mlp(k) && flag_is(f, "--hidden")) {
-            dst = &c->hidden;
-        } else if (k == EXP_KERNELS_MLP && flag_is(f, "--variant")) {
-            if (!v || (strcmp(v, "fused") && strcmp(v, "gated"))) {
-                fprintf(stderr, "linfuse %s: --variant must be fused or gated%s%s\n", exp_names[k], v ? ", got " : "",
-                        v ? v : "");
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "linfuse %s", exps[k].name);
+    lf_cli_opt opts[O_COUNT];
+    int n = 0;
+    for (int i = 0; i < O_COUNT; i++)
+        if (takes(k, &flag_defs[i]))
+            opts[n++] = flag_defs[i].opt;
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, n);
+    const char *device = "auto", *v;
+    int compile_flag = 0, id;
+    int64_t x;
+    const int64_t big = INT64_C(1) << 40;
+    while ((id = lf_cli_next(&a, &v)) != LF_CLI_END) {
+        int ok = 1;
+        switch (id) {
+        case LF_CLI_HELP: usage(stdout, k); return -1;
+        case LF_CLI_BAD: usage(stderr, k); return LF_EXIT_USAGE;
+        case LF_CLI_WORD:
+            fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
+            return LF_EXIT_USAGE;
+        case O_SIZE: ok = lf_cli_int(cmd, "--size", v, 1, big, &c->size); break;
+        case O_BATCHED: c->batched = 1; break;
+        case O_WARM: c->warm = 1; break;
+        case O_BATCH: ok = lf_cli_int(cmd, "--batch", v, 1, big, &c->batch); break;
+        case O_IN_DIM: ok = lf_cli_int(cmd, "--in-dim", v, 1, big, &c->in_dim); break;
+        case O_OUT_DIM: ok = lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim); break;
+        case O_NO_BIAS: c->no_bias = 1; break;
+        case O_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq); break;
+        case O_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim); break;
+        case O_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden); break;
+        case O_VARIANT:
+            if (strcmp(v, "fused") && strcmp(v, "gated")) {
+                fprintf(stderr, "%s: --variant must be fused or gated, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
             c->variant = !strcmp(v, "gated") ? LF_MLP_GATED : LF_MLP_FUSED;
-            i++;
-            continue;
-        } else if (flag_is(f, "--wait")) {
-            idst = &c->sched.wait;
-        } else if (flag_is(f, "--warmup-steps")) {
-            idst = &c->sched.warmup;
-        } else if (flag_is(f, "--active")) {
-            idst = &c->sched.active;
-        } else if (flag_is(f, "--repeat")) {
-            idst = &c->sched.repeat;
-        } else if (pass_flag(f) >= 0) {
-            int pf = pass_flag(f);
-            c->passes = pass_flags[pf].on ? c->passes | pass_flags[pf].pass : c->passes & ~pass_flags[pf].pass;
-            c->compile_flag_seen = 1;
-            continue;
-        } else if (flag_is(f, "--row-limit")) {
-            idst = &c->row_limit;
-        } else if (flag_is(f, "--device")) {
-            if (!v || (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))) {
-                fprintf(stderr, "linfuse %s: --device must be auto, cpu or cuda%s%s\n", exp_names[k], v ? ", got " : "",
-                        v ? v : "");
+            break;
+        case O_COMPILE: c->compile = 1; break;
+        case O_NO_CUDA_GRAPH: c->no_cuda_graph = compile_flag = 1; break;
+        case O_COMPILE_VERBOSE: c->compile_verbose = compile_flag = 1; break;
+        case O_NO_FOLD_VIEWS: c->passes &= ~(unsigned)LF_PASS_FOLD_VIEWS, compile_flag = 1; break;
+        case O_NO_BIAS_EPILOGUE: c->passes &= ~(unsigned)LF_PASS_BIAS_EPILOGUE, compile_flag = 1; break;
+        case O_NO_POINTWISE_FUSION: c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION, compile_flag = 1; break;
+        case O_NO_ACT_EPILOGUE: c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE, compile_flag = 1; break;
+        case O_GATED: c->passes |= LF_PASS_GATED_GEMM, compile_flag = 1; break;
+        case O_DEVICE:
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
+                fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
             device = v;
-            i++;
-            continue;
-        } else if (flag_is(f, "--dtype")) {
-            if (!v || lf_dtype_parse(v, &c->dtype) != LF_OK) {
-                fprintf(stderr, "linfuse %s: --dtype: %s\n", exp_names[k], v ? lf_last_error() : "needs a value");
+            break;
+        case O_DTYPE:
+            if (lf_dtype_parse(v, &c->dtype) != LF_OK) {
+                fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
                 return LF_EXIT_USAGE;
             }
-            i++;
-            continue;
-        } else if (flag_is(f, "--out")) {
-            if (!v || !*v) {
-                fprintf(stderr, "linfuse %s: --out needs a directory\n", exp_names[k]);
+            break;
+        case O_OUT:
+            if (!*v) {
+                fprintf(stderr, "%s: --out needs a directory\n", cmd);
                 return LF_EXIT_USAGE;
             }
             c->out_dir = v;
-            i++;
-            continue;
-        } else {
-            fprintf(stderr, "linfuse %s: unknown flag '%s'\n", exp_names[k], f);
-            usage(stderr, k);
-            return LF_EXIT_USAGE;
+            break;
+        case O_WAIT: ok = lf_cli_int(cmd, "--wait", v, 0, 1000, &x), c->sched.wait = (int)x; break;
+        case O_WARMUP_STEPS: ok = lf_cli_int(cmd, "--warmup-steps", v, 0, 1000, &x), c->sched.warmup = (int)x; break;
+        case O_ACTIVE: ok = lf_cli_int(cmd, "--active", v, 1, 1000, &x), c->sched.active = (int)x; break;
+        /* the library's schedule takes repeat 0 as "forever"; a command must end, so it takes 1..16 */
+        case O_REPEAT: ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x; break;
+        case O_ROW_LIMIT: ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x; break;
+        case O_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x; break;
+        default: ok = 0; break;
         }
-        /* the schedule may hold zeros (wait, warmup); sizes may not */
-        if (idst) {
-            int zero_ok = idst == &c->sched.wait || idst == &c->sched.warmup;
-            if (zero_ok && v && !strcmp(v, "0")) {
-                *idst = 0;
-            } else {
-                if (!lf_cli_parse_pos(f, v, 1000, &tmp))
-                    return LF_EXIT_USAGE;
-                *idst = (int)tmp;
-            }
-        } else if (!lf_cli_parse_pos(f, v, max, dst)) {
+        if (!ok)
             return LF_EXIT_USAGE;
-        }
-        i++;
     }
-    if (c->compile && k == EXP_KERNELS_MLP) {
-        fprintf(stderr, "linfuse kernels-mlp: no --compile here: kernels-mlp is the hand-fused path (the blog's "
-                        "point: no compile); use simple-mlp --compile\n");
+    if (compile_flag && !c->compile) {
+        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", cmd);
         return LF_EXIT_USAGE;
     }
-    if (c->compile_flag_seen && !c->compile) {
-        fprintf(stderr, "linfuse %s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", exp_names[k]);
-        return LF_EXIT_USAGE;
-    }
-    if (!strcmp(device, "cuda") && !lf_device_available(LF_DEVICE_CUDA)) {
-        fprintf(stderr,
-                "linfuse %s: --device cuda: no usable CUDA device (this build has no CUDA backend or the "
-                "machine has no GPU); use --device cpu\n",
-                exp_names[k]);
+    if (!strcmp(device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
+        fprintf(stderr, "%s: --device cuda: %s; use --device cpu\n", cmd, lf_last_error());
         return LF_EXIT_USAGE;
     }
     c->device = !strcmp(device, "cuda") || (!strcmp(device, "auto") && lf_device_available(LF_DEVICE_CUDA))
@@ -229,6 +353,8 @@ int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv)
                     : LF_DEVICE_CPU;
     return LF_EXIT_OK;
 }
+
+/* --- files --- */
 
 /* mkdir -p, then prove the directory takes a file. */
 static int prepare_dir(const char *dir, char *err, int cap)
@@ -273,39 +399,81 @@ int lf_cli_write_text(const char *path, const char *text)
     return lf_write_file_atomic(path, put_text, (void *)text) == LF_OK;
 }
 
-void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)
+/* --- a run --- */
+
+/* What each completed window needs: where its files go, and what the run has to report. */
+typedef struct run_ctx {
+    const exp_cfg *c;
+    exp_result *r;
+    const char *base; /* <dir>/<shape>_<dtype>_<cold|warm>_<mode> */
+    int print;
+    lf_status st;
+    int write_failed;
+} run_ctx;
+
+/* The schedule's on_trace_ready: write this window's trace and table, summarize it. */
+static void window_ready(lf_profiler *p, void *user)
 {
-    switch (c->kind) {
-    case EXP_MATMUL_ADD:
-        if (c->batched)
-            snprintf(buf, cap, "8x%lldx%lld", (long long)c->size, (long long)c->size);
-        else
-            snprintf(buf, cap, "%lld", (long long)c->size);
-        break;
-    case EXP_LINEAR:
-        snprintf(buf, cap, "%lldx%lldx%lld%s", (long long)c->batch, (long long)c->in_dim, (long long)c->out_dim,
-                 c->no_bias ? "_nobias" : "");
-        break;
-    default:
-        snprintf(buf, cap, "%lldx%lldx%lldx%lld", (long long)c->batch, (long long)c->seq, (long long)c->dim,
-                 (long long)c->hidden);
-        break;
+    run_ctx *x = user;
+    exp_result *r = x->r;
+    if (x->st != LF_OK || x->write_failed)
+        return;
+    int k = ++r->windows;
+    const char *sfx = "";
+    char wsfx[32];
+    if (x->c->sched.repeat > 1) {
+        snprintf(wsfx, sizeof wsfx, "_window%d", k);
+        sfx = wsfx;
     }
+    snprintf(r->json_path, sizeof r->json_path, "%s%s.json", x->base, sfx);
+    snprintf(r->txt_path, sizeof r->txt_path, "%s%s.txt", x->base, sfx);
+    const lf_trace *t = NULL;
+    char *table = NULL;
+    lf_table_opts to = {LF_SORT_DEVICE_TIME_TOTAL, x->c->row_limit};
+    lf_status s = lf_prof_trace(p, &t);
+    if (s == LF_OK)
+        s = lf_prof_table(p, &to, &table);
+    if (s == LF_OK)
+        s = lf_trace_summarize(t, &r->sum);
+    if (s == LF_OK)
+        s = lf_trace_write_json(t, r->json_path);
+    if (s != LF_OK) {
+        x->st = s;
+    } else if (!lf_cli_write_text(r->txt_path, table)) {
+        unlink(r->json_path); /* both files or neither */
+        fprintf(stderr, "linfuse %s: cannot write %s: %s\n", exps[x->c->kind].name, r->txt_path, lf_last_error());
+        x->write_failed = 1;
+    } else {
+        lf_trace_summary_line(&r->sum, r->summary, sizeof r->summary);
+        if (x->print) {
+            if (x->c->sched.repeat > 1)
+                printf("window %d of %d:\n", k, x->c->sched.repeat);
+            fputs(table, stdout);
+            printf("trace: %s\ntable: %s\n%s\n", r->json_path, r->txt_path, r->summary);
+        }
+    }
+    free(table);
 }
 
-/* --- the models --- */
+typedef struct fwd_ctx {
+    const exp_cfg *c;
+    const model *m;
+} fwd_ctx;
 
-typedef struct model {
-    lf_tensor *x, *w, *b;
-    lf_nn_linear lin;
-    lf_nn_geglu_mlp mlp;
-} model;
-
-static void model_free(model *m)
+/* The forward as compile mode captures it: x is the input, the model's tensors are parameters. */
+static lf_status compiled_forward(void *ctx, int n_in, lf_tensor *const *in, lf_tensor **out)
 {
-    lf_tensor_free(m->x), lf_tensor_free(m->w), lf_tensor_free(m->b);
-    lf_nn_linear_free(&m->lin);
-    lf_nn_geglu_mlp_free(&m->mlp);
+    const fwd_ctx *f = ctx;
+    (void)n_in;
+    return exps[f->c->kind].forward(f->c, f->m, in[0], out);
+}
+
+static lf_status forward(const exp_cfg *c, const model *m, lf_compiled *compiled)
+{
+    lf_tensor *y = NULL;
+    lf_status s = compiled ? lf_compiled_run(compiled, 1, &m->x, &y) : exps[c->kind].forward(c, m, m->x, &y);
+    lf_tensor_free(y);
+    return s;
 }
 
 static lf_status model_build(const exp_cfg *c, model *m)
@@ -313,41 +481,10 @@ static lf_status model_build(const exp_cfg *c, model *m)
     memset(m, 0, sizeof *m);
     lf_rng rng;
     lf_rng_seed(&rng, 0);
-    lf_status s = LF_OK;
-    switch (c->kind) {
-    case EXP_MATMUL_ADD: {
-        int64_t sq[2] = {c->size, c->size}, b3[3] = {8, c->size, c->size};
-        s = lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, LF_DEVICE_CPU);
-        if (s == LF_OK)
-            s = lf_tensor_empty(&m->w, c->dtype, 2, sq, LF_DEVICE_CPU);
-        if (s == LF_OK) /* a 2-D bias, as in the blog: matmul(x, w) + b */
-            s = lf_tensor_empty(&m->b, c->dtype, 2, sq, LF_DEVICE_CPU);
-        if (s == LF_OK)
-            s = lf_tensor_fill_uniform(m->w, &rng, -1, 1);
-        if (s == LF_OK)
-            s = lf_tensor_fill_uniform(m->b, &rng, -1, 1);
-        break;
-    }
-    case EXP_LINEAR: {
-        lf_nn_linear_opts o = {c->in_dim, c->out_dim, !c->no_bias, c->dtype, LF_DEVICE_CPU};
-        int64_t xs[2] = {c->batch, c->in_dim};
-        s = lf_nn_linear_init(&m->lin, &o, &rng);
-        if (s == LF_OK)
-            s = lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU);
-        break;
-    }
-    default: {
-        lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU};
-        int64_t xs[3] = {c->batch, c->seq, c->dim};
-        s = lf_nn_geglu_mlp_init(&m->mlp, &o, &rng);
-        if (s == LF_OK)
-            s = lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
-        break;
-    }
-    }
+    lf_status s = exps[c->kind].build(c, &rng, m);
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
-    if (s == LF_OK && c->device != LF_DEVICE_CPU && is_mlp(c->kind))
+    if (s == LF_OK && c->device != LF_DEVICE_CPU && m->mlp.gate_up)
         s = lf_nn_geglu_mlp_to_device(&m->mlp, c->device);
     if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
         lf_tensor **all[] = {&m->x, &m->w, &m->b, &m->lin.weight, &m->lin.bias};
@@ -366,100 +503,51 @@ static lf_status model_build(const exp_cfg *c, model *m)
     return s;
 }
 
-/* The forward as compile mode captures it: x is the input, the model's tensors are parameters. */
-typedef struct fwd_ctx {
-    const exp_cfg *c;
-    const model *m;
-} fwd_ctx;
-
-static lf_status forward_of(void *ctx, int n_in, lf_tensor *const *in, lf_tensor **out)
-{
-    const fwd_ctx *f = ctx;
-    lf_tensor *t = NULL;
-    lf_status s;
-    (void)n_in;
-    switch (f->c->kind) {
-    case EXP_MATMUL_ADD:
-        s = lf_matmul(&t, in[0], f->m->w);
-        if (s == LF_OK)
-            s = lf_add(out, t, f->m->b);
-        lf_tensor_free(t);
-        return s;
-    case EXP_LINEAR: return lf_nn_linear_forward(&f->m->lin, in[0], out);
-    default: return lf_nn_geglu_mlp_forward_variant(&f->m->mlp, f->c->variant, in[0], out);
-    }
-}
-
-static lf_status forward(const exp_cfg *c, const model *m, lf_compiled *compiled)
-{
-    lf_tensor *y = NULL, *t = NULL;
-    lf_status s;
-    if (compiled) {
-        s = lf_compiled_run(compiled, 1, &m->x, &y);
-        lf_tensor_free(y);
-        return s;
-    }
-    switch (c->kind) {
-    case EXP_MATMUL_ADD:
-        s = lf_matmul(&t, m->x, m->w);
-        if (s == LF_OK)
-            s = lf_add(&y, t, m->b);
-        break;
-    case EXP_LINEAR:
-        s = lf_nn_linear_forward(&m->lin, m->x, &y);
-        break;
-    default:
-        s = lf_nn_geglu_mlp_forward_variant(&m->mlp, c->variant, m->x, &y);
-        break;
-    }
-    lf_tensor_free(t);
-    lf_tensor_free(y);
-    return s;
-}
-
 int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
 {
     memset(r, 0, sizeof *r);
+    const char *name = exps[c->kind].name;
     char err[512], shape[96];
     if (!prepare_dir(c->out_dir, err, sizeof err)) {
-        fprintf(stderr, "linfuse %s: --out: %s\n", exp_names[c->kind], err);
+        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
         return LF_EXIT_USAGE;
     }
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s/%s", c->out_dir, exp_names[c->kind]);
+    char dir[4200], base[4400];
+    snprintf(dir, sizeof dir, "%s/%s", c->out_dir, name);
     if (!prepare_dir(dir, err, sizeof err)) {
-        fprintf(stderr, "linfuse %s: --out: %s\n", exp_names[c->kind], err);
+        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
         return LF_EXIT_USAGE;
     }
     lf_exp_shape(c, shape, sizeof shape);
-    /* the mode says how the forward ran (DESIGN.md's artifact names): eager, kernels (the
-     * hand-fused middle) or gated */
-    const char *mode = c->compile                   ? "compile"
-                       : c->kind != EXP_KERNELS_MLP ? "eager"
-                       : c->variant == LF_MLP_GATED ? "gated"
-                                                    : "kernels";
-    snprintf(r->json_path, sizeof r->json_path, "%s/%s_%s_%s_%s.json", dir, shape, lf_dtype_name(c->dtype),
-             c->warm ? "warm" : "cold", mode);
-    snprintf(r->txt_path, sizeof r->txt_path, "%s/%s_%s_%s_%s.txt", dir, shape, lf_dtype_name(c->dtype),
-             c->warm ? "warm" : "cold", mode);
+    /* the mode says how the forward ran: eager, kernels (the hand-fused middle) or gated */
+    const char *mode = c->compile                      ? "compile"
+                       : !(exps[c->kind].takes & T_VARIANT) ? "eager"
+                       : c->variant == LF_MLP_GATED     ? "gated"
+                                                        : "kernels";
+    if (snprintf(base, sizeof base, "%s/%s_%s_%s_%s", dir, shape, lf_dtype_name(c->dtype), c->warm ? "warm" : "cold",
+                 mode) >= (int)sizeof base) {
+        fprintf(stderr, "linfuse %s: --out: path too long\n", name);
+        return LF_EXIT_USAGE;
+    }
+    lf_cpu_set_threads(c->threads);
 
     model m;
     lf_status s = model_build(c, &m);
     if (s != LF_OK) {
-        fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", exp_names[c->kind], shape, lf_last_error());
+        fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", name, shape, lf_last_error());
         return s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
     lf_compiled *compiled = NULL;
     fwd_ctx fc = {c, &m};
     if (c->compile) { /* the first call's work, once, before the profiled steps */
         lf_compile_opts co = lf_compile_opts_default();
-        co.name = exp_labels[c->kind];
+        co.name = exps[c->kind].label;
         co.passes = c->passes;
         co.no_cuda_graph = c->no_cuda_graph;
         co.verbose = c->compile_verbose;
-        s = lf_compile(&compiled, forward_of, &fc, 1, &m.x, &co);
+        s = lf_compile(&compiled, compiled_forward, &fc, 1, &m.x, &co);
         if (s != LF_OK) {
-            fprintf(stderr, "linfuse %s: --compile: %s\n", exp_names[c->kind], lf_last_error());
+            fprintf(stderr, "linfuse %s: --compile: %s\n", name, lf_last_error());
             model_free(&m);
             return LF_EXIT_FAIL;
         }
@@ -472,13 +560,19 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     }
     for (int i = 0; c->warm && i < 3 && s == LF_OK; i++) /* the blog's --warmup: run before profiling */
         s = forward(c, &m, compiled);
+    run_ctx rc = {c, r, base, print, LF_OK, 0};
     lf_profiler *p = NULL;
-    lf_prof_opts po = {.use_schedule = 1, .schedule = c->sched, .record_shapes = 1, .with_flops = 1};
+    lf_prof_opts po = {.use_schedule = 1,
+                       .schedule = c->sched,
+                       .record_shapes = 1,
+                       .with_flops = 1,
+                       .on_trace_ready = window_ready,
+                       .user = &rc};
     if (s == LF_OK)
         s = lf_prof_start(&p, &po);
     int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
-    for (int i = 0; i < steps && s == LF_OK; i++) {
-        lf_prof_range_push(exp_labels[c->kind]);
+    for (int i = 0; i < steps && s == LF_OK && rc.st == LF_OK && !rc.write_failed; i++) {
+        lf_prof_range_push(exps[c->kind].label);
         s = forward(c, &m, compiled);
         lf_prof_range_pop();
         if (s == LF_OK)
@@ -486,43 +580,29 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     }
     if (p && s == LF_OK)
         s = lf_prof_stop(p);
-    const lf_trace *t = NULL;
-    char *table = NULL;
-    lf_table_opts to = {LF_SORT_DEVICE_TIME_TOTAL, c->row_limit};
     if (s == LF_OK)
-        s = lf_prof_trace(p, &t);
-    if (s == LF_OK)
-        s = lf_prof_table(p, &to, &table);
-    if (s == LF_OK)
-        s = lf_trace_summarize(t, &r->sum);
-    if (s == LF_OK)
-        s = lf_trace_write_json(t, r->json_path);
-    int rc = LF_EXIT_OK;
+        s = rc.st;
+    int code = LF_EXIT_OK;
     if (s != LF_OK) {
-        fprintf(stderr, "linfuse %s: %s\n", exp_names[c->kind], lf_last_error());
-        rc = LF_EXIT_FAIL;
-    } else if (!lf_cli_write_text(r->txt_path, table)) {
-        unlink(r->json_path); /* both files or neither */
-        fprintf(stderr, "linfuse %s: cannot write %s\n", exp_names[c->kind], r->txt_path);
-        rc = LF_EXIT_FAIL;
-    } else {
-        lf_trace_summary_line(&r->sum, r->summary, sizeof r->summary);
-        if (print) {
-            fputs(table, stdout);
-            printf("trace: %s\ntable: %s\n%s\n", r->json_path, r->txt_path, r->summary);
-        }
+        fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
+        code = LF_EXIT_FAIL;
+    } else if (rc.write_failed) {
+        code = LF_EXIT_FAIL;
+    } else if (r->windows == 0) {
+        fprintf(stderr, "linfuse %s: the schedule recorded no window\n", name);
+        code = LF_EXIT_FAIL;
     }
-    free(table);
     lf_prof_free(p);
     lf_compiled_free(compiled);
     model_free(&m);
-    return rc;
+    lf_cpu_set_threads(0);
+    return code;
 }
 
 int lf_cli_experiment(exp_kind k, int argc, char **argv)
 {
     exp_cfg c;
-    int rc = lf_exp_parse(&c, k, argc, argv);
+    int rc = parse(&c, k, argc, argv);
     if (rc != LF_EXIT_OK)
         return rc < 0 ? LF_EXIT_OK : rc;
     exp_result r;

@@ -1,5 +1,6 @@
-/* The experiments' configuration and results, shared by their commands and the tour.
- * Layer: cli/. */
+/* The experiments' configuration and results, shared by their commands and the tour. Each
+ * experiment is one row of a table in experiments.c (its name, label, the flags it takes, its
+ * shape, model and forward), as ops.def is for ops. Layer: cli/. */
 #ifndef LF_CLI_EXPERIMENTS_H
 #define LF_CLI_EXPERIMENTS_H
 
@@ -13,35 +14,39 @@ typedef struct exp_cfg {
     exp_kind kind;
     int64_t size;                   /* matmul-add */
     int64_t batch, in_dim, out_dim; /* linear (batch also for the MLP) */
-    int64_t seq, dim, hidden;       /* simple-mlp */
+    int64_t seq, dim, hidden;       /* the MLPs */
     int batched, warm, compile, no_bias;
-    unsigned passes;    /* --compile: LF_PASS_* bits (LF_PASSES_DEFAULT, changed by the pass flags) */
-    int no_cuda_graph, compile_verbose, compile_flag_seen;
+    unsigned passes; /* --compile: LF_PASS_* bits (LF_PASSES_DEFAULT, changed by the pass flags) */
+    int no_cuda_graph, compile_verbose;
     lf_mlp_variant variant; /* kernels-mlp: fused (default) or gated */
     lf_dtype dtype;
     lf_device device;
+    int threads; /* CPU threads, 0: the default (lf_cpu_threads) */
     lf_prof_schedule sched;
     const char *out_dir;
     int row_limit;
 } exp_cfg;
 
+enum { EXP_MAX_WINDOWS = 16 };
+
 typedef struct exp_result {
-    char json_path[4400], txt_path[4400];
-    lf_trace_summary sum;
+    int windows;                     /* traces written: one per scheduled window */
+    char json_path[4500], txt_path[4500]; /* the last window's trace and table */
+    lf_trace_summary sum;                 /* and its summary */
     char summary[160];
     double compile_ms; /* --compile: capture, passes and kernel builds, before the steps */
 } exp_result;
 
 const char *lf_exp_name(exp_kind k);
+/* Find an experiment by its command name ("simple-mlp" or "simple_mlp"); -1 when none is. */
+int lf_exp_find(const char *name);
 void lf_exp_defaults(exp_cfg *c, exp_kind k);
-/* Parse flags (argv[0] is the experiment's name). Returns LF_EXIT_OK, LF_EXIT_USAGE, or -1
- * when --help was printed. */
-int lf_exp_parse(exp_cfg *c, exp_kind k, int argc, char **argv);
 /* "64", "1024x32x64", "64x128x768x3072" */
 void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap);
-/* Run one experiment: files written, summary filled; prints the table when print is set. */
+/* Run one experiment: files written, summary filled; prints the tables when print is set. */
 int lf_exp_run(const exp_cfg *c, exp_result *r, int print);
 
+/* `linfuse <experiment> [flags]` (argv[0] is its name). */
 int lf_cli_experiment(exp_kind k, int argc, char **argv);
 int lf_cli_tour(int argc, char **argv);
 /* Write text to path through a temporary file and a rename; 1 on success. */

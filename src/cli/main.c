@@ -11,18 +11,19 @@ static void usage(FILE *f)
     fputs("usage: linfuse <command> [flags]\n"
           "\n"
           "commands:\n"
-          "  tour        the blog's experiments at its sizes (and the MLP compiled, fused, gated), measured here\n"
-          "  matmul-add  Part 1: matmul then add, profiled (trace + table)\n"
-          "  linear      Part 2: nn.Linear with bias, profiled\n"
-          "  simple-mlp  Part 2: the GeGLU MLP, profiled\n"
-          "  kernels-mlp Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel (--variant gated: a gated GEMM)\n"
-          "  trace       read any PyTorch or linfuse trace: table, diff, expect, svg, summary\n"
-          "  demo        run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
-          "  bench cpu   CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
-          "  bench cuda  the forwards (eager, kernels-mlp, gated, compiled) on the GPU, for bench/*_vs_torch.py\n"
-          "  help        this text\n"
+          "  tour           the blog's experiments at its sizes (and the MLP compiled, fused, gated), measured here\n"
+          "  matmul-add     Part 1: matmul then add, profiled (trace + table)\n"
+          "  linear         Part 2: nn.Linear with bias, profiled\n"
+          "  simple-mlp     Part 2: the GeGLU MLP, profiled\n"
+          "  kernels-mlp    Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel (--variant gated: a gated GEMM)\n"
+          "  trace          read any PyTorch or linfuse trace: table, diff, expect, svg, summary\n"
+          "  demo           run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
+          "  bench cpu      CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
+          "  bench profiler what recording costs per event and per step, profiler on and off\n"
+          "  bench cuda     the forwards (eager, kernels-mlp, gated, compiled) on the GPU, for bench/*_vs_torch.py\n"
+          "  help           this text (also --help, -h); --version prints the version\n"
           "\n"
-          "`linfuse <command> --help` describes each command's flags.\n",
+          "`linfuse <command> --help` describes each command's flags; flags take `--flag value` or `--flag=value`.\n",
           f);
 }
 
@@ -33,16 +34,11 @@ int main(int argc, char **argv)
         return LF_EXIT_USAGE;
     }
     const char *cmd = argv[1];
+    int exp = lf_exp_find(cmd);
+    if (exp >= 0)
+        return lf_cli_experiment((exp_kind)exp, argc - 1, argv + 1);
     if (!strcmp(cmd, "tour"))
         return lf_cli_tour(argc - 1, argv + 1);
-    if (!strcmp(cmd, "matmul-add") || !strcmp(cmd, "matmul_add"))
-        return lf_cli_experiment(EXP_MATMUL_ADD, argc - 1, argv + 1);
-    if (!strcmp(cmd, "linear"))
-        return lf_cli_experiment(EXP_LINEAR, argc - 1, argv + 1);
-    if (!strcmp(cmd, "simple-mlp") || !strcmp(cmd, "simple_mlp"))
-        return lf_cli_experiment(EXP_SIMPLE_MLP, argc - 1, argv + 1);
-    if (!strcmp(cmd, "kernels-mlp") || !strcmp(cmd, "kernels_mlp"))
-        return lf_cli_experiment(EXP_KERNELS_MLP, argc - 1, argv + 1);
     if (!strcmp(cmd, "trace"))
         return lf_cli_trace(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo"))
@@ -53,7 +49,11 @@ int main(int argc, char **argv)
         usage(stdout);
         return LF_EXIT_OK;
     }
-    fprintf(stderr, "linfuse: unknown command '%s'\n", cmd);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("linfuse %s\n", lf_version());
+        return LF_EXIT_OK;
+    }
+    fprintf(stderr, "linfuse: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return LF_EXIT_USAGE;
 }

@@ -3,21 +3,30 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/experiments.h"
 
 int lf_cli_tour(int argc, char **argv)
 {
-    const char *out = "traces";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc && *argv[i + 1]) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and kernels-mlp "
-                   "(fused, then gated) at the blog's sizes on the default device and prints what changed between them.\n");
+    const char *out = "traces", *v;
+    enum { T_OUT };
+    const lf_cli_opt opts[] = {{"out", 1, T_OUT, 0}};
+    lf_cli_args a;
+    lf_cli_args_init(&a, "linfuse tour", argc, argv, opts, 1);
+    for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
+        if (id == T_OUT && *v) {
+            out = v;
+        } else if (id == LF_CLI_HELP) {
+            printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and "
+                   "kernels-mlp (fused, then gated) at the blog's sizes on the default device, writes their traces to "
+                   "DIR (traces), and prints what changed between them.\n");
             return LF_EXIT_OK;
         } else {
-            fprintf(stderr, "linfuse tour: unknown argument '%s'\n", argv[i]);
+            if (id == T_OUT)
+                fprintf(stderr, "linfuse tour: --out needs a directory\n");
+            else if (id == LF_CLI_WORD)
+                fprintf(stderr, "linfuse tour: unexpected argument '%s'\n", v);
             return LF_EXIT_USAGE;
         }
     }

@@ -7,20 +7,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
+
+/* One line of usage per verb: `linfuse trace` prints them all, `linfuse trace VERB --help` its own. */
+static const struct verb_help {
+    const char *verb, *args, *what;
+} verbs[] = {
+    {"table", "FILE.json [--sort-by KEY] [--row-limit N]", "key_averages().table() of the trace"},
+    {"diff", "A.json B.json [--json]", "what changed per step from A to B"},
+    {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]...",
+     "exit 0 if the trace matches the guess, 1 if not"},
+    {"svg", "FILE.json [--step N] -o OUT.svg", "one step drawn as a timeline"},
+    {"summary", "FILE.json", "kernels per step, device busy, verdict"},
+};
 
 static void usage(FILE *f)
 {
-    fputs("usage: linfuse trace <verb> ...\n"
-          "  table   FILE.json [--sort-by KEY] [--row-limit N]   key_averages().table() of the trace\n"
-          "  diff    A.json B.json [--json]                     what changed per step from A to B\n"
-          "  expect  FILE.json --kernels-per-step N [--kernel REGEX]... [--no-kernel REGEX]...\n"
-          "                                                     exit 0 if the trace matches the guess\n"
-          "  svg     FILE.json [--step N] -o OUT.svg            one step drawn as a timeline\n"
-          "  summary FILE.json                                  kernels per step, device busy, verdict\n"
-          "KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
-          "     cpu_time, cuda_time, count (device_* spellings too)\n",
+    fputs("usage: linfuse trace <verb> ...\n", f);
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        fprintf(f, "  %-8s%s\n            %s\n", verbs[i].verb, verbs[i].args, verbs[i].what);
+    fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
+          "     cpu_time, cuda_time, count (device_* spellings too)\n"
+          "Exit status: 0 done, 1 the work failed (expect: the trace differs from the guess), 2 bad command line\n"
+          "or unreadable trace.\n",
           f);
+}
+
+static void verb_usage(FILE *f, const char *verb)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(verbs[i].verb, verb))
+            fprintf(f, "usage: linfuse trace %s %s\n%s\n", verb, verbs[i].args, verbs[i].what);
+    if (!strcmp(verb, "table"))
+        fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
+              "     cpu_time, cuda_time, count (device_* spellings too); --row-limit -1 shows every row\n",
+              f);
+}
+
+/* The verb's flags through getopt_long; LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
+ * printed its message. */
+static int next_arg(lf_cli_args *a, const char *verb, const char **v)
+{
+    int id = lf_cli_next(a, v);
+    if (id == LF_CLI_HELP)
+        verb_usage(stdout, verb);
+    else if (id == LF_CLI_BAD)
+        verb_usage(stderr, verb);
+    return id;
 }
 
 static lf_trace *load(const char *path)
@@ -35,28 +69,32 @@ static lf_trace *load(const char *path)
 
 static int verb_table(int argc, char **argv)
 {
-    const char *file = NULL;
+    const char *file = NULL, *v, *cmd = "linfuse trace table";
     lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 100};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--sort-by") || !strcmp(argv[i], "--sort_by")) {
-            if (i + 1 >= argc || lf_sort_key_parse(argv[i + 1], &o.sort_by) != LF_OK) {
-                fprintf(stderr, "linfuse trace table: --sort-by: %s\n", i + 1 < argc ? lf_last_error() : "needs a key");
+    enum { SORT, LIMIT };
+    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0}, {"row-limit", 1, LIMIT, 0}};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    for (int id; (id = next_arg(&a, "table", &v)) != LF_CLI_END;) {
+        int64_t n;
+        if (id == SORT) {
+            if (lf_sort_key_parse(v, &o.sort_by) != LF_OK) {
+                fprintf(stderr, "%s: --sort-by: %s\n", cmd, lf_last_error());
                 return LF_EXIT_USAGE;
             }
-            i++;
-        } else if (!strcmp(argv[i], "--row-limit") || !strcmp(argv[i], "--row_limit")) {
-            char *end;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || v == 0 || v < -1 || v > 1000000) {
-                fprintf(stderr, "linfuse trace table: --row-limit must be a positive count or -1 (all)\n");
+        } else if (id == LIMIT) {
+            if (!strcmp(v, "-1"))
+                n = -1;
+            else if (!lf_cli_int(cmd, "--row-limit", v, 1, 1000000, &n))
                 return LF_EXIT_USAGE;
-            }
-            o.row_limit = (int)v;
-            i++;
-        } else if (!file && argv[i][0] != '-') {
-            file = argv[i];
+            o.row_limit = (int)n;
+        } else if (id == LF_CLI_WORD && !file) {
+            file = v;
+        } else if (id == LF_CLI_HELP) {
+            return LF_EXIT_OK;
         } else {
-            fprintf(stderr, "linfuse trace table: unexpected argument '%s'\n", argv[i]);
+            if (id == LF_CLI_WORD)
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
         }
     }
@@ -85,15 +123,22 @@ static int verb_table(int argc, char **argv)
 
 static int verb_diff(int argc, char **argv)
 {
-    const char *files[2] = {NULL, NULL};
+    const char *files[2] = {NULL, NULL}, *v, *cmd = "linfuse trace diff";
     int nf = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
+    enum { JSON };
+    const lf_cli_opt opts[] = {{"json", 0, JSON, 0}};
+    lf_cli_args ar;
+    lf_cli_args_init(&ar, cmd, argc, argv, opts, 1);
+    for (int id; (id = next_arg(&ar, "diff", &v)) != LF_CLI_END;) {
+        if (id == JSON) {
             json = 1;
-        else if (argv[i][0] != '-' && nf < 2)
-            files[nf++] = argv[i];
-        else {
-            fprintf(stderr, "linfuse trace diff: unexpected argument '%s'\n", argv[i]);
+        } else if (id == LF_CLI_WORD && nf < 2) {
+            files[nf++] = v;
+        } else if (id == LF_CLI_HELP) {
+            return LF_EXIT_OK;
+        } else {
+            if (id == LF_CLI_WORD)
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
         }
     }
@@ -133,33 +178,36 @@ enum { MAX_PATTERNS = 32 };
 
 static int verb_expect(int argc, char **argv)
 {
-    const char *file = NULL;
+    const char *file = NULL, *v, *cmd = "linfuse trace expect";
     double want_kernels = -1;
     const char *pat[MAX_PATTERNS];
     int neg[MAX_PATTERNS], np = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--kernels-per-step") || !strcmp(argv[i], "--kernels_per_step")) {
+    enum { KPS, KERNEL, NO_KERNEL };
+    const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0}, {"kernel", 1, KERNEL, 0}, {"no-kernel", 1, NO_KERNEL, 0}};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
+    for (int id; (id = next_arg(&a, "expect", &v)) != LF_CLI_END;) {
+        if (id == KPS) {
             char *end;
-            want_kernels = v ? strtod(v, &end) : -1;
-            if (!v || *end || want_kernels < 0) {
-                fprintf(stderr, "linfuse trace expect: --kernels-per-step needs a number >= 0\n");
+            want_kernels = strtod(v, &end);
+            if (*end || !*v || !(want_kernels >= 0)) {
+                fprintf(stderr, "%s: --kernels-per-step needs a number >= 0, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
-            i++;
-        } else if (!strcmp(argv[i], "--kernel") || !strcmp(argv[i], "--no-kernel") || !strcmp(argv[i], "--no_kernel")) {
-            if (!v || np == MAX_PATTERNS) {
-                fprintf(stderr, "linfuse trace expect: %s needs a regular expression (at most %d)\n", argv[i],
-                        MAX_PATTERNS);
+        } else if (id == KERNEL || id == NO_KERNEL) {
+            if (np == MAX_PATTERNS) {
+                fprintf(stderr, "%s: at most %d --kernel/--no-kernel patterns\n", cmd, MAX_PATTERNS);
                 return LF_EXIT_USAGE;
             }
-            neg[np] = strcmp(argv[i], "--kernel") != 0;
+            neg[np] = id == NO_KERNEL;
             pat[np++] = v;
-            i++;
-        } else if (!file && argv[i][0] != '-') {
-            file = argv[i];
+        } else if (id == LF_CLI_WORD && !file) {
+            file = v;
+        } else if (id == LF_CLI_HELP) {
+            return LF_EXIT_OK;
         } else {
-            fprintf(stderr, "linfuse trace expect: unexpected argument '%s'\n", argv[i]);
+            if (id == LF_CLI_WORD)
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
         }
     }
@@ -227,27 +275,25 @@ static int verb_expect(int argc, char **argv)
 
 static int verb_svg(int argc, char **argv)
 {
-    const char *file = NULL, *out = NULL;
+    const char *file = NULL, *out = NULL, *v, *cmd = "linfuse trace svg";
     int64_t step = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "linfuse trace svg: -o needs a file name\n");
+    enum { OUT, STEP };
+    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    for (int id; (id = next_arg(&a, "svg", &v)) != LF_CLI_END;) {
+        if (id == OUT) {
+            out = v;
+        } else if (id == STEP) {
+            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
                 return LF_EXIT_USAGE;
-            }
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--step")) {
-            char *end;
-            step = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
-            if (i + 1 >= argc || *end || step < 0 || step > 1000000) {
-                fprintf(stderr, "linfuse trace svg: --step needs a step index >= 0 (0 is the first kept step)\n");
-                return LF_EXIT_USAGE;
-            }
-            i++;
-        } else if (!file && argv[i][0] != '-') {
-            file = argv[i];
+        } else if (id == LF_CLI_WORD && !file) {
+            file = v;
+        } else if (id == LF_CLI_HELP) {
+            return LF_EXIT_OK;
         } else {
-            fprintf(stderr, "linfuse trace svg: unexpected argument '%s'\n", argv[i]);
+            if (id == LF_CLI_WORD)
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
         }
     }
@@ -270,11 +316,25 @@ static int verb_svg(int argc, char **argv)
 
 static int verb_summary(int argc, char **argv)
 {
-    if (argc != 2 || argv[1][0] == '-') {
-        fprintf(stderr, "linfuse trace summary: usage: linfuse trace summary FILE.json\n");
+    const char *file = NULL, *v, *cmd = "linfuse trace summary";
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, NULL, 0);
+    for (int id; (id = next_arg(&a, "summary", &v)) != LF_CLI_END;) {
+        if (id == LF_CLI_WORD && !file) {
+            file = v;
+        } else if (id == LF_CLI_HELP) {
+            return LF_EXIT_OK;
+        } else {
+            if (id == LF_CLI_WORD)
+                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
+            return LF_EXIT_USAGE;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "%s: which trace? (linfuse trace summary FILE.json)\n", cmd);
         return LF_EXIT_USAGE;
     }
-    lf_trace *t = load(argv[1]);
+    lf_trace *t = load(file);
     if (!t)
         return LF_EXIT_USAGE;
     lf_trace_summary s;
