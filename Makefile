@@ -18,13 +18,20 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Both compilers, each with ASan + UBSan and warnings as errors; the clang build skips the
+# tests that do not depend on the compiler (the fuzzer is clang's already, the install test
+# builds a release of its own).
 test:
 	@scripts/deps.sh test
-	cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
+	CC=gcc cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
 	cmake --build $(TEST_BUILD) -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD) --output-on-failure -j $(JOBS)
+	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
+	cmake --build $(TEST_BUILD)-clang -j $(JOBS)
+	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs)$$'
 
-# On a GPU machine: the CUDA backend against the CPU (CI only builds this test).
+# On a GPU machine: the CUDA backend against the CPU (CI only builds this test), then every
+# experiment's trace on the GPU.
 test-gpu:
 	@scripts/deps.sh test-gpu
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
@@ -45,4 +52,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(TEST_BUILD)-clang

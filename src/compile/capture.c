@@ -3,7 +3,7 @@
  * value (the memory it wrote, at that moment); an operand is the newest value whose memory holds
  * it, else an input's memory, else a constant (a parameter, read in place). So a buffer the
  * allocator reuses within the forward is two values. View ops that launch nothing become view
- * nodes (pass 1 drops them: the kernels already carry their strides). Layer: compile/. */
+ * nodes (view folding drops them: the kernels already carry their strides). Layer: compile/. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -139,7 +139,7 @@ static int single(const node *n, lf_pw_op op)
     return n->kind == N_PW && !n->dead && n->f.n_ops == 1 && n->f.ops[0].op == op;
 }
 
-static void logf_(char *log, size_t cap, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void logf_(char *log, size_t cap, const char *fmt, ...)
 {
     size_t len = strlen(log);
     va_list ap;
@@ -148,7 +148,7 @@ static void logf_(char *log, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-/* --- pass 2: mm + add(bias) -> one GEMM --- */
+/* --- bias into the GEMM (LF_PASS_BIAS_EPILOGUE): mm + add(bias) -> one GEMM --- */
 
 static int pass_bias(graph *g, char *log, size_t cap)
 {
@@ -204,7 +204,8 @@ static int pass_bias(graph *g, char *log, size_t cap)
     return done;
 }
 
-/* --- pass 5 (runs before fusion): two GEMMs of one input meeting in act(a) * b --- */
+/* --- the gated GEMM (LF_PASS_GATED_GEMM; runs before pointwise fusion, which would otherwise take
+ * the act and the mul): two GEMMs of one input meeting in act(a) * b --- */
 
 static int pass_gated(graph *g, char *log, size_t cap)
 {
@@ -268,7 +269,8 @@ static int pass_gated(graph *g, char *log, size_t cap)
     return done;
 }
 
-/* --- pass 4: a pointwise node whose only reader is pointwise goes into that reader --- */
+/* --- pointwise fusion (LF_PASS_POINTWISE_FUSION): a pointwise node whose only reader is pointwise
+ * goes into that reader --- */
 
 static int find_input(const lf_fused *f, const ref *refs, int n, const lf_strided *s, ref r)
 {
@@ -362,7 +364,7 @@ static int pass_pointwise(graph *g, char *log, size_t cap)
     return done;
 }
 
-/* --- pass 3: GEMM + activation -> epilogue --- */
+/* --- activation epilogues (LF_PASS_ACT_EPILOGUE): GEMM + activation -> epilogue --- */
 
 static int pass_act(graph *g, char *log, size_t cap)
 {
