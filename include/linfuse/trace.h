@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-/* Event categories of TRACE_FORMAT.md section 2, by their "cat" strings. */
+/* Event categories (docs/trace_format.md, "Events"), by their "cat" strings. */
 typedef enum lf_trace_cat {
     LF_TC_CPU_OP,          /* "cpu_op" */
     LF_TC_USER_ANNOTATION, /* "user_annotation": ProfilerStep#N, record_function ranges */
@@ -97,7 +97,7 @@ lf_status lf_trace_write_json(const lf_trace *t, const char *path);
  * malformed JSON, the line and column. */
 lf_status lf_trace_read_json(lf_trace **out, const char *path);
 
-/* --- the key_averages() table (TRACE_FORMAT.md section 5) --- */
+/* --- the key_averages() table (docs/trace_format.md, "The table") --- */
 
 typedef enum lf_sort_key {
     LF_SORT_NONE, /* first-seen order */

@@ -1,4 +1,4 @@
-/* Writing a trace as Kineto-schema Chrome trace JSON (TRACE_FORMAT.md sections 1-4).
+/* Writing a trace as Kineto-schema Chrome trace JSON (docs/trace_format.md).
  * Hand-written rather than built with jansson: a trace can hold millions of events, and a
  * streaming writer needs no tree of them in memory. Written to a temporary file that is
  * renamed over the target only when complete. Layer: trace/. */

@@ -1,4 +1,4 @@
-/* PyTorch's key_averages().table() built from any lf_trace (TRACE_FORMAT.md section 5):
+/* PyTorch's key_averages().table() built from any lf_trace (docs/trace_format.md, "The table"):
  * events nest per host thread (self = own time minus direct children), kernels count toward
  * the op whose External id they carry, rows group by name and device/annotation kind, and the
  * text has PyTorch's columns, widths, units and footers. Layer: trace/. */
