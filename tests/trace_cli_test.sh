@@ -46,11 +46,11 @@ contains "bad sort key" "unknown sort key 'speed'"
 # diff: the blog's reading of eager vs compile
 check "diff mlp" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref/mlp_64x128x768x3072_compile.json"
 contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared); 3 pieces of device work kept their exact names"
-contains "diff fused" "0 -> 1         0.000 us -> 37.440 us    triton_poi_fused__unsafe_view_gelu_mul_0"
+contains "diff fused" "0 -> 1          0.000us -> 37.440us     triton_poi_fused__unsafe_view_gelu_mul_0"
 # names in full: the two vanished elementwise kernels share their first 60 characters
 contains "diff full names: gelu" "GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
 contains "diff full names: mul" "binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
-contains "diff units" "CPU time (step wall time)          322.279 us     456.563 us"
+contains "diff units" "CPU time (step wall time)           322.279us      456.563us"
 contains "diff same work" "(same name: same work)"
 contains "diff ops" "removed       1 -> 0     aten::gelu"
 check "diff json" 0 "$bin" trace diff "$ref/linear_1024x32x64_eager.json" "$ref/linear_1024x32x64_compile.json" --json

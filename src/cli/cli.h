@@ -16,6 +16,12 @@ int lf_cli_bench_profiler(int reps);
 int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
 int lf_cli_trace(int argc, char **argv);
 
+/* mkdir -p dir, then prove it takes a file; 0 with err filled (cap bytes) when not. */
+int lf_cli_prepare_dir(const char *dir, char *err, int cap);
+
+/* Write text to path through a temporary file and a rename; 1 on success. */
+int lf_cli_write_text(const char *path, const char *text);
+
 /* Seconds on the monotonic clock. */
 double lf_cli_now(void);
 

@@ -5,11 +5,9 @@
  * schedule records writes <out>/<experiment>/<shape>_<dtype>_<cold|warm>_<mode>.json and .txt
  * (DESIGN's artifact names; `_window<k>` added when --repeat asks for several), prints the
  * table and a one-line summary. Layer: cli/. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/args.h"
@@ -354,51 +352,6 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
     return LF_EXIT_OK;
 }
 
-/* --- files --- */
-
-/* mkdir -p, then prove the directory takes a file. */
-static int prepare_dir(const char *dir, char *err, int cap)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        snprintf(err, (size_t)cap, "path too long");
-        return 0;
-    }
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || !*p) {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-                snprintf(err, (size_t)cap, "cannot create %.*s: %s", cap / 2, path, strerror(errno));
-                return 0;
-            }
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.linfuse-write-test-XXXXXX", dir);
-    int fd = mkstemp(probe);
-    if (fd < 0) {
-        snprintf(err, (size_t)cap, "cannot write in %.*s: %s", cap / 2, dir, strerror(errno));
-        return 0;
-    }
-    close(fd);
-    unlink(probe);
-    return 1;
-}
-
-static int put_text(FILE *f, void *ctx)
-{
-    return fputs(ctx, f) < 0 ? -1 : 0;
-}
-
-int lf_cli_write_text(const char *path, const char *text)
-{
-    return lf_write_file_atomic(path, put_text, (void *)text) == LF_OK;
-}
-
 /* --- a run --- */
 
 /* What each completed window needs: where its files go, and what the run has to report. */
@@ -508,13 +461,13 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     memset(r, 0, sizeof *r);
     const char *name = exps[c->kind].name;
     char err[512], shape[96];
-    if (!prepare_dir(c->out_dir, err, sizeof err)) {
+    if (!lf_cli_prepare_dir(c->out_dir, err, sizeof err)) {
         fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
         return LF_EXIT_USAGE;
     }
     char dir[4200], base[4400];
     snprintf(dir, sizeof dir, "%s/%s", c->out_dir, name);
-    if (!prepare_dir(dir, err, sizeof err)) {
+    if (!lf_cli_prepare_dir(dir, err, sizeof err)) {
         fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
         return LF_EXIT_USAGE;
     }

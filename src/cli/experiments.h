@@ -49,7 +49,5 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print);
 /* `linfuse <experiment> [flags]` (argv[0] is its name). */
 int lf_cli_experiment(exp_kind k, int argc, char **argv);
 int lf_cli_tour(int argc, char **argv);
-/* Write text to path through a temporary file and a rename; 1 on success. */
-int lf_cli_write_text(const char *path, const char *text);
 
 #endif

@@ -67,9 +67,27 @@ static lf_trace *load(const char *path)
     return t;
 }
 
+/* What every verb does with the arguments that are not its own flags: a word fills the next of
+ * its max file slots, --help (already printed) ends it with 0, anything else is a usage error
+ * (an extra word named here; a bad flag's message already printed). Returns -1 to go on, else
+ * the exit status. */
+static int common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max)
+{
+    if (id == LF_CLI_WORD && *nf < max) {
+        files[(*nf)++] = v;
+        return -1;
+    }
+    if (id == LF_CLI_HELP)
+        return LF_EXIT_OK;
+    if (id == LF_CLI_WORD)
+        fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
+    return LF_EXIT_USAGE;
+}
+
 static int verb_table(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace table";
+    int nf = 0, rc;
     lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 100};
     enum { SORT, LIMIT };
     const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0}, {"row-limit", 1, LIMIT, 0}};
@@ -88,14 +106,8 @@ static int verb_table(int argc, char **argv)
             else if (!lf_cli_int(cmd, "--row-limit", v, 1, 1000000, &n))
                 return LF_EXIT_USAGE;
             o.row_limit = (int)n;
-        } else if (id == LF_CLI_WORD && !file) {
-            file = v;
-        } else if (id == LF_CLI_HELP) {
-            return LF_EXIT_OK;
-        } else {
-            if (id == LF_CLI_WORD)
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
-            return LF_EXIT_USAGE;
+        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+            return rc;
         }
     }
     if (!file) {
@@ -130,17 +142,11 @@ static int verb_diff(int argc, char **argv)
     lf_cli_args ar;
     lf_cli_args_init(&ar, cmd, argc, argv, opts, 1);
     for (int id; (id = next_arg(&ar, "diff", &v)) != LF_CLI_END;) {
-        if (id == JSON) {
+        int rc;
+        if (id == JSON)
             json = 1;
-        } else if (id == LF_CLI_WORD && nf < 2) {
-            files[nf++] = v;
-        } else if (id == LF_CLI_HELP) {
-            return LF_EXIT_OK;
-        } else {
-            if (id == LF_CLI_WORD)
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
-            return LF_EXIT_USAGE;
-        }
+        else if ((rc = common_arg(id, v, cmd, files, &nf, 2)) >= 0)
+            return rc;
     }
     if (nf != 2) {
         fprintf(stderr, "linfuse trace diff: needs two traces (linfuse trace diff A.json B.json)\n");
@@ -179,6 +185,7 @@ enum { MAX_PATTERNS = 32 };
 static int verb_expect(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace expect";
+    int nf = 0, rc;
     double want_kernels = -1;
     const char *pat[MAX_PATTERNS];
     int neg[MAX_PATTERNS], np = 0;
@@ -201,14 +208,8 @@ static int verb_expect(int argc, char **argv)
             }
             neg[np] = id == NO_KERNEL;
             pat[np++] = v;
-        } else if (id == LF_CLI_WORD && !file) {
-            file = v;
-        } else if (id == LF_CLI_HELP) {
-            return LF_EXIT_OK;
-        } else {
-            if (id == LF_CLI_WORD)
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
-            return LF_EXIT_USAGE;
+        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+            return rc;
         }
     }
     if (!file || (want_kernels < 0 && np == 0)) {
@@ -218,10 +219,10 @@ static int verb_expect(int argc, char **argv)
     }
     regex_t re[MAX_PATTERNS];
     for (int k = 0; k < np; k++) {
-        int rc = regcomp(&re[k], pat[k], REG_EXTENDED | REG_NOSUB);
-        if (rc) {
+        int err = regcomp(&re[k], pat[k], REG_EXTENDED | REG_NOSUB);
+        if (err) {
             char msg[128];
-            regerror(rc, &re[k], msg, sizeof msg);
+            regerror(err, &re[k], msg, sizeof msg);
             fprintf(stderr, "linfuse trace expect: bad regular expression '%s': %s\n", pat[k], msg);
             for (int j = 0; j < k; j++)
                 regfree(&re[j]);
@@ -230,7 +231,7 @@ static int verb_expect(int argc, char **argv)
     }
     lf_trace *t = load(file);
     lf_step_profile p;
-    int rc = LF_EXIT_OK;
+    rc = LF_EXIT_OK;
     if (!t || lf_step_profile_build(t, &p) != LF_OK) {
         if (t)
             fprintf(stderr, "linfuse trace expect: %s\n", lf_last_error());
@@ -276,6 +277,7 @@ static int verb_expect(int argc, char **argv)
 static int verb_svg(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *v, *cmd = "linfuse trace svg";
+    int nf = 0, rc;
     int64_t step = 0;
     enum { OUT, STEP };
     const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}};
@@ -287,14 +289,8 @@ static int verb_svg(int argc, char **argv)
         } else if (id == STEP) {
             if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
                 return LF_EXIT_USAGE;
-        } else if (id == LF_CLI_WORD && !file) {
-            file = v;
-        } else if (id == LF_CLI_HELP) {
-            return LF_EXIT_OK;
-        } else {
-            if (id == LF_CLI_WORD)
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
-            return LF_EXIT_USAGE;
+        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+            return rc;
         }
     }
     if (!file || !out) {
@@ -319,17 +315,10 @@ static int verb_summary(int argc, char **argv)
     const char *file = NULL, *v, *cmd = "linfuse trace summary";
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, NULL, 0);
-    for (int id; (id = next_arg(&a, "summary", &v)) != LF_CLI_END;) {
-        if (id == LF_CLI_WORD && !file) {
-            file = v;
-        } else if (id == LF_CLI_HELP) {
-            return LF_EXIT_OK;
-        } else {
-            if (id == LF_CLI_WORD)
-                fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
-            return LF_EXIT_USAGE;
-        }
-    }
+    int nf = 0, rc;
+    for (int id; (id = next_arg(&a, "summary", &v)) != LF_CLI_END;)
+        if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
+            return rc;
     if (!file) {
         fprintf(stderr, "%s: which trace? (linfuse trace summary FILE.json)\n", cmd);
         return LF_EXIT_USAGE;

@@ -148,20 +148,6 @@ typedef enum { GONE, NEW, SAME } change;
 
 static const char *const change_names[] = {"vanished", "appeared", "stayed"};
 
-/* A duration in the unit its size calls for, as PyTorch's tables print times: "850.000 us",
- * "1.234 ms", "2.500 s". */
-static const char *fmt_time(char *buf, size_t cap, double ns)
-{
-    double us = ns / 1e3, a = us < 0 ? -us : us;
-    if (a >= 1e6)
-        snprintf(buf, cap, "%.3f s", us / 1e6);
-    else if (a >= 1e3)
-        snprintf(buf, cap, "%.3f ms", us / 1e3);
-    else
-        snprintf(buf, cap, "%.3f us", us);
-    return buf;
-}
-
 lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text)
 {
     LF_CHECK_PTR(a, "lf_trace_diff", "a");
@@ -213,17 +199,17 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         put(&o, "%-30s %14g %14g\n", "CPU ops", a->ops_per_step, b->ops_per_step);
         put(&o, "%-30s %14g %14g\n", "launches", a->launches_per_step, b->launches_per_step);
         put(&o, "%-30s %14g %14g\n", "occupancy queries", a->occupancy_per_step, b->occupancy_per_step);
-        put(&o, "%-30s %14s %14s\n", "CPU time (step wall time)", fmt_time(t1, sizeof t1, a->cpu_ns_per_step),
-            fmt_time(t2, sizeof t2, b->cpu_ns_per_step));
-        put(&o, "%-30s %14s %14s\n", "device time", fmt_time(t1, sizeof t1, a->device_ns_per_step),
-            fmt_time(t2, sizeof t2, b->device_ns_per_step));
+        put(&o, "%-30s %14s %14s\n", "CPU time (step wall time)", lf_fmt_time(t1, sizeof t1, a->cpu_ns_per_step),
+            lf_fmt_time(t2, sizeof t2, b->cpu_ns_per_step));
+        put(&o, "%-30s %14s %14s\n", "device time", lf_fmt_time(t1, sizeof t1, a->device_ns_per_step),
+            lf_fmt_time(t2, sizeof t2, b->device_ns_per_step));
         /* names last and whole: two kernels that differ late in a long name stay apart */
         put(&o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
         EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, {
             const lf_name_count *any = x ? x : y;
             put(&o, "  %-9s %5g -> %-5g %12s -> %-12s %s%s\n", change_names[ch], x ? x->per_step : 0,
-                y ? y->per_step : 0, fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0),
-                fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0), any->name,
+                y ? y->per_step : 0, lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0),
+                lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0), any->name,
                 ch == SAME ? "  (same name: same work)" : "");
         });
         put(&o, "CPU ops per step: count A -> B, name\n");
@@ -251,10 +237,10 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         double dd = b->device_ns_per_step - a->device_ns_per_step, dc = b->cpu_ns_per_step - a->cpu_ns_per_step;
         char d1[32], d2[32], d3[32], c1[32], c2[32], c3[32];
         put(&o, "Device time per step %s by %s (%s -> %s); CPU time per step %s by %s (%s -> %s).\n",
-            dd <= 0 ? "fell" : "rose", fmt_time(d1, sizeof d1, dd < 0 ? -dd : dd),
-            fmt_time(d2, sizeof d2, a->device_ns_per_step), fmt_time(d3, sizeof d3, b->device_ns_per_step),
-            dc <= 0 ? "fell" : "rose", fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
-            fmt_time(c2, sizeof c2, a->cpu_ns_per_step), fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
+            dd <= 0 ? "fell" : "rose", lf_fmt_time(d1, sizeof d1, dd < 0 ? -dd : dd),
+            lf_fmt_time(d2, sizeof d2, a->device_ns_per_step), lf_fmt_time(d3, sizeof d3, b->device_ns_per_step),
+            dc <= 0 ? "fell" : "rose", lf_fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
+            lf_fmt_time(c2, sizeof c2, a->cpu_ns_per_step), lf_fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
     }
     if (o.oom) {
         free(o.p);

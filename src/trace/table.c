@@ -407,8 +407,7 @@ lf_status lf_sort_key_parse(const char *s, lf_sort_key *out)
 
 /* --- text --- */
 
-/* PyTorch's _format_time: seconds, milliseconds or microseconds with three decimals. */
-static void fmt_time(char *buf, size_t cap, double ns)
+const char *lf_fmt_time(char *buf, size_t cap, double ns)
 {
     double us = ns / 1000.0;
     if (us >= 1e6)
@@ -417,6 +416,7 @@ static void fmt_time(char *buf, size_t cap, double ns)
         snprintf(buf, cap, "%.3fms", us / 1e3);
     else
         snprintf(buf, cap, "%.3fus", us);
+    return buf;
 }
 
 /* Memory, 1024-based: "1.50 MB", "12 B". */
@@ -510,14 +510,14 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         else
             snprintf(name, sizeof name, "%s", r->name);
         fmt_pct(cells[0], 32, r->self_cpu_ns, tab->self_cpu_total_ns);
-        fmt_time(cells[1], 32, (double)r->self_cpu_ns);
+        lf_fmt_time(cells[1], 32, (double)r->self_cpu_ns);
         fmt_pct(cells[2], 32, r->cpu_total_ns, tab->self_cpu_total_ns);
-        fmt_time(cells[3], 32, (double)r->cpu_total_ns);
-        fmt_time(cells[4], 32, r->count ? (double)r->cpu_total_ns / (double)r->count : 0);
-        fmt_time(cells[5], 32, (double)r->self_device_ns);
+        lf_fmt_time(cells[3], 32, (double)r->cpu_total_ns);
+        lf_fmt_time(cells[4], 32, r->count ? (double)r->cpu_total_ns / (double)r->count : 0);
+        lf_fmt_time(cells[5], 32, (double)r->self_device_ns);
         fmt_pct(cells[6], 32, r->self_device_ns, tab->self_device_total_ns);
-        fmt_time(cells[7], 32, (double)r->device_total_ns);
-        fmt_time(cells[8], 32, r->count ? (double)r->device_total_ns / (double)r->count : 0);
+        lf_fmt_time(cells[7], 32, (double)r->device_total_ns);
+        lf_fmt_time(cells[8], 32, r->count ? (double)r->device_total_ns / (double)r->count : 0);
         char mem[4][32], count[32];
         fmt_mem(mem[0], 32, r->cpu_mem);
         fmt_mem(mem[1], 32, r->self_cpu_mem);
@@ -543,10 +543,10 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     SEP_LINE();
 #undef SEP_LINE
     char tot[32];
-    fmt_time(tot, sizeof tot, (double)tab->self_cpu_total_ns);
+    lf_fmt_time(tot, sizeof tot, (double)tab->self_cpu_total_ns);
     lf_sbuf_printf(&b, "Self CPU time total: %s\n", tot);
     if (tab->has_device) {
-        fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
+        lf_fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
         lf_sbuf_printf(&b, "Self %s time total: %s\n", dl, tot);
     }
     if (tab->dropped_events > 0)

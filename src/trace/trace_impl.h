@@ -39,4 +39,8 @@ lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, in
 /* Whether time ts falls in one of the sorted spans (binary search). */
 int lf_span_contains(const lf_span *s, int64_t n, int64_t ts);
 
+/* A duration as PyTorch's _format_time prints it: seconds, milliseconds or microseconds by
+ * magnitude, three decimals ("2.314ms", "23.104us"). Returns buf. */
+const char *lf_fmt_time(char *buf, size_t cap, double ns);
+
 #endif
