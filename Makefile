@@ -20,7 +20,9 @@ build:
 
 # Both compilers, each with ASan + UBSan and warnings as errors; the clang build skips the
 # tests that do not depend on the compiler (the fuzzer is clang's already, the install test
-# builds a release of its own).
+# builds a release of its own). Then ThreadSanitizer on the tests that run threads.
+space := $(subst ,, )
+TSAN_TESTS := test_threads test_profiler test_ops test_compile
 test:
 	@scripts/deps.sh test
 	CC=gcc cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
@@ -29,6 +31,9 @@ test:
 	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
 	cmake --build $(TEST_BUILD)-clang -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs)$$'
+	CC=clang cmake -S . -B $(TEST_BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=thread -DLINFUSE_CUDA=OFF
+	cmake --build $(TEST_BUILD)-tsan -j $(JOBS) --target $(TSAN_TESTS)
+	ctest --test-dir $(TEST_BUILD)-tsan --output-on-failure -j $(JOBS) -R '^($(subst $(space),|,$(TSAN_TESTS)))$$'
 
 # On a GPU machine: the CUDA backend against the CPU (CI only builds this test), then every
 # experiment's trace on the GPU.
@@ -52,4 +57,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD) $(TEST_BUILD)-clang
+	rm -rf $(BUILD) $(TEST_BUILD) $(TEST_BUILD)-clang $(TEST_BUILD)-tsan

@@ -33,7 +33,7 @@ static void rec_end(void *u, lf_op_id op, lf_status s)
 {
     (void)op, (void)s, ((recorder *)u)->depth--;
 }
-static void rec_kbegin(void *u, lf_device d)
+static void rec_kbegin(void *u, lf_device d, lf_kernel_info *info)
 {
     (void)u, (void)d;
 }

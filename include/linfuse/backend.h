@@ -76,6 +76,9 @@ typedef struct lf_kernel_info {
     void *timing;
     int (*resolve)(void *timing, int64_t *begin_ns, int64_t *end_ns);
     int device_index, stream;
+    /* In: the observer asks for device timing (set at kernel_begin; the profiler does when no
+     * tracer reports the device's work). Without it a backend times nothing. */
+    int time_on_device;
 } lf_kernel_info;
 
 /* The layout letters of a GEMM in cuBLAS's column-major reading (docs/gpu_notes.md, "Layouts"): first

@@ -81,8 +81,9 @@ typedef struct lf_op_arg {
 typedef struct lf_op_observer {
     void (*op_begin)(void *user, lf_op_id op, int n_args, const lf_op_arg *args);
     void (*op_end)(void *user, lf_op_id op, lf_status status);
-    /* around each kernel launch; info is complete at kernel_end */
-    void (*kernel_begin)(void *user, lf_device dev);
+    /* around each kernel launch; at kernel_begin info is empty but for what the observer asks
+     * (time_on_device), at kernel_end it is complete */
+    void (*kernel_begin)(void *user, lf_device dev, lf_kernel_info *info);
     void (*kernel_end)(void *user, lf_device dev, const lf_kernel_info *info);
     void *user;
     /* optional: a named span inside an op, e.g. a fallback and why it was taken (text copied) */

@@ -68,9 +68,9 @@ static void on_op_end(void *user, lf_op_id op, lf_status s)
     ((demo_log *)user)->depth--;
 }
 
-static void on_kernel_begin(void *user, lf_device dev)
+static void on_kernel_begin(void *user, lf_device dev, lf_kernel_info *info)
 {
-    (void)dev;
+    (void)dev, (void)info;
     ((demo_log *)user)->kernel_t0 = lf_cli_now();
 }
 

@@ -61,6 +61,14 @@ typedef struct lf_sbuf {
 
 void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* UTF-8: the length of the well-formed character that starts s (1 to 4 bytes), or 0 when s
+ * starts with a byte that begins none (a stray continuation byte, an overlong form, a
+ * surrogate, a sequence cut short) or with the terminating NUL. */
+int lf_utf8_char(const char *s);
+/* The bytes of s's first max_chars characters (an invalid byte counting as one), so text is
+ * cut between characters, never inside one; *chars (may be NULL) gets how many there were. */
+size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars);
+
 /* Write a file so that it either appears complete or not at all: write() fills a temporary
  * file in the same directory (returning nonzero on failure), which is flushed and renamed
  * over path. On failure nothing is left behind and the message names path. */

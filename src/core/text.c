@@ -38,6 +38,38 @@ void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...)
     }
 }
 
+int lf_utf8_char(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    unsigned c = s[0];
+    if (c < 0x80)
+        return c ? 1 : 0;
+    int n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!n)
+        return 0; /* a continuation byte, an overlong lead (c0, c1) or past U+10FFFF (f5..ff) */
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0; /* ends early (a NUL stops here too) */
+    /* the second byte's range rules out overlong forms, surrogates and code points past U+10FFFF */
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars)
+{
+    size_t bytes = 0, n = 0;
+    while (s[bytes] && n < max_chars) {
+        int k = lf_utf8_char(s + bytes);
+        bytes += k ? (size_t)k : 1; /* an invalid byte counts as one character, as its U+FFFD would */
+        n++;
+    }
+    if (chars)
+        *chars = n;
+    return bytes;
+}
+
 lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx)
 {
     LF_CHECK_PTR(path, "lf_write_file_atomic", "path");

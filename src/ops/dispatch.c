@@ -38,7 +38,7 @@ lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_gemm(dev, g, NULL);
     lf_kernel_info info = {0};
-    o->kernel_begin(o->user, dev);
+    o->kernel_begin(o->user, dev, &info);
     lf_status s = lf_backend_gemm(dev, g, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
     return s;
@@ -53,7 +53,7 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_pointwise(dev, p, NULL);
     lf_kernel_info info = {0};
-    o->kernel_begin(o->user, dev);
+    o->kernel_begin(o->user, dev, &info);
     lf_status s = lf_backend_pointwise(dev, p, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
     return s;
@@ -65,7 +65,7 @@ lf_status lf_launch_fused(lf_device dev, const lf_fused *f)
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_fused(dev, f, NULL);
     lf_kernel_info info = {0};
-    o->kernel_begin(o->user, dev);
+    o->kernel_begin(o->user, dev, &info);
     lf_status s = lf_backend_fused(dev, f, &info);
     o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
     return s;

@@ -1,7 +1,7 @@
 /* Inside the profiler: the session, the per-thread record buffers it owns, the clock events
  * are stamped on, and what each of its files offers the others:
  *   clock.c    stamps (TSC or CLOCK_MONOTONIC) and their mapping to CLOCK_MONOTONIC ns (clock.h)
- *   buffers.c  per-thread record chunks and arenas, registered with the session
+ *   buffers.c  threads' slots (who is inside a hook), per-thread record chunks and arenas
  *   record.c   the dispatcher's and allocator's hooks, ranges: the hot path
  *   window.c   a recorded window (and the device's own events) -> an lf_trace
  *   profiler.c the session and its schedule
@@ -71,17 +71,14 @@ typedef struct lf_arena {
     char data[LF_ARENA_CHUNK];
 } lf_arena;
 
-/* A thread's buffer, registered with the session on that thread's first event. Only its
- * thread writes it (no lock); the session reads it after recording stops. */
+/* A thread's records for one window (one generation of the session): registered with the
+ * session on that thread's first event of the generation. Only its thread writes it, inside a
+ * hook (no lock); the session reads it once no thread can be writing it (lf_prof_quiesce). */
 typedef struct lf_tbuf {
     struct lf_tbuf *next;
     int64_t tid;
     lf_rec_chunk *head, *tail;
     lf_arena *arena;
-    lf_rec *open[LF_MAX_DEPTH]; /* ops and ranges begun and not yet ended */
-    int depth;
-    int64_t kernel_t0;
-    int64_t next_ext; /* ids for this thread's events, from a block taken from the session */
     int64_t lost;
 } lf_tbuf;
 
@@ -91,14 +88,14 @@ enum { ST_NONE, ST_WARMUP, ST_RECORD, ST_RECORD_AND_SAVE };
 
 struct lf_profiler {
     lf_prof_opts o;
-    uint64_t gen;
-    pthread_mutex_t mu; /* guards the buffer list (taken once per thread per session) */
-    lf_tbuf *bufs;
+    uint64_t serial;          /* this session among all sessions of the process */
+    _Atomic uint64_t gen;     /* the buffers' generation: changes when a window is saved */
+    _Atomic int state;        /* ST_*, read by every hook */
+    pthread_mutex_t mu;       /* guards the buffer list (taken once per thread per generation) */
+    lf_tbuf *bufs;            /* the current generation's buffers */
     int64_t step;
-    int state;
     int stopped;
-    int step_range_open;
-    lf_rec *step_rec; /* the open ProfilerStep#N range */
+    int in_callback;          /* on_trace_ready is running: step and stop refuse */
     /* the device whose own events (CUPTI) this session collects, and its source; NULL when none */
     const lf_device_events *source;
     int64_t window_start;
@@ -111,19 +108,59 @@ struct lf_profiler {
 /* The session recording now (one per process), or NULL. */
 extern _Atomic(lf_profiler *) lf_prof_active;
 
-/* --- buffers.c --- */
+/* --- threads (buffers.c) ---
+ * A thread inside a hook holds the session: its slot's count is odd from lf_prof_enter to
+ * lf_prof_leave. A session that swaps its buffers or ends waits, slot by slot, until every count
+ * that was odd has moved on (lf_prof_quiesce), so no buffer or session is freed under a writer,
+ * and the hot path takes no lock. Slots live in a process-wide list and are reused when their
+ * thread exits. */
+typedef struct lf_prof_slot {
+    struct lf_prof_slot *next;
+    _Atomic uint64_t seq; /* odd while its thread is inside a hook */
+    atomic_int taken;     /* a live thread owns it */
+} lf_prof_slot;
 
-extern _Thread_local lf_tbuf *lf_prof_tls_buf;
-extern _Thread_local uint64_t lf_prof_tls_gen;
+/* What a thread has open (ops, ranges, the step's range): its stack lives with the thread, not
+ * in a buffer, so it survives a window's swap; a record pointer is good only while gen is the
+ * thread's current generation (older buffers belong to a saved window). */
+enum { OPEN_OP, OPEN_RANGE, OPEN_STEP };
+typedef struct lf_open {
+    lf_rec *rec;    /* NULL: not recorded (the schedule was not recording, or memory ran out) */
+    uint64_t gen;   /* the generation rec lives in */
+    int64_t ext_id; /* the op's id, for the kernels it launches (0 when not recorded) */
+    uint8_t kind;   /* OPEN_* */
+    uint8_t pushed; /* an External id was pushed to the device source for it */
+} lf_open;
+
+typedef struct lf_tls {
+    lf_prof_slot *slot;
+    uint64_t session; /* the serial of the session this thread's stack and buffer belong to */
+    uint64_t gen;     /* the generation of buf */
+    lf_tbuf *buf;
+    int64_t next_ext; /* ids for this thread's events, from a block */
+    int64_t kernel_t0;
+    int depth;
+    lf_open open[LF_MAX_DEPTH];
+} lf_tls;
+extern _Thread_local lf_tls lf_prof_tls;
+
+/* Enter a hook: the session recording now, with the calling thread counted inside until
+ * lf_prof_leave (call it only when this returned a session), or NULL (nothing to do). A new
+ * session clears the thread's stack. */
+lf_profiler *lf_prof_enter(void);
+void lf_prof_leave(void);
+/* Wait until every thread that was inside a hook when this was called has left it. */
+void lf_prof_quiesce(void);
 
 /* This thread's buffer in p's current generation, registered on first use; NULL (counted as
- * lost) when memory ran out. */
-lf_tbuf *lf_prof_thread_buf_slow(lf_profiler *p);
+ * lost) when memory ran out. Inside a hook only. */
+lf_tbuf *lf_prof_thread_buf_slow(lf_profiler *p, uint64_t gen);
 static inline lf_tbuf *lf_prof_thread_buf(lf_profiler *p)
 {
-    if (__builtin_expect(lf_prof_tls_gen == p->gen && lf_prof_tls_buf, 1))
-        return lf_prof_tls_buf;
-    return lf_prof_thread_buf_slow(p);
+    uint64_t g = atomic_load(&p->gen);
+    if (__builtin_expect(lf_prof_tls.gen == g && lf_prof_tls.buf, 1))
+        return lf_prof_tls.buf;
+    return lf_prof_thread_buf_slow(p, g);
 }
 
 /* Append a chunk to b (once per LF_REC_CHUNK records); 0 when memory ran out. */
@@ -153,11 +190,11 @@ static inline void lf_prof_publish(lf_tbuf *b)
 
 /* External ids come from per-thread blocks of 2^20, so taking one is not an atomic add. */
 int64_t lf_prof_id_block(void);
-static inline int64_t lf_prof_next_id(lf_tbuf *b)
+static inline int64_t lf_prof_next_id(void)
 {
-    if (__builtin_expect((b->next_ext & 0xfffff) == 0, 0))
-        b->next_ext = lf_prof_id_block();
-    return b->next_ext++;
+    if (__builtin_expect((lf_prof_tls.next_ext & 0xfffff) == 0, 0))
+        lf_prof_tls.next_ext = lf_prof_id_block();
+    return lf_prof_tls.next_ext++;
 }
 
 /* n bytes (16-aligned) or a copy of s in b's arena, NULL when memory ran out. */
@@ -169,20 +206,27 @@ const char *lf_prof_arena_str(lf_tbuf *b, const char *s);
 void lf_prof_spend_timing(lf_rec *r);
 /* Free a list of buffers, spending every handle still held. */
 void lf_prof_free_bufs(lf_tbuf *b);
-/* Start a new generation: every thread registers a fresh buffer on its next event. */
+/* A new generation number (never 0, never reused). */
 uint64_t lf_prof_new_generation(void);
 
 /* --- record.c --- */
 
-/* Open an op or range record on this thread (its end stamped by lf_prof_close_rec). */
-lf_rec *lf_prof_open_rec(lf_profiler *p, int kind, const char *name, int op);
-void lf_prof_close_rec(lf_profiler *p);
-/* Install (on) or remove p's hooks in the dispatcher and the allocator. */
-void lf_prof_set_recording(lf_profiler *p, int on);
+/* Push an entry on this thread's stack (inside a hook): a record of kind REC_OP or REC_RANGE
+ * named name (kept by pointer) opened now when the session records and name is not NULL, else an
+ * entry that records nothing. NULL when deeper than the stack (counted as lost). */
+lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op);
+/* Install (on) or remove the profiler's hooks in the dispatcher and the allocator. */
+void lf_prof_set_hooks(const lf_profiler *p, int on);
+/* Whether the schedule records events now (warm-up included). */
+static inline int lf_prof_recording(const lf_profiler *p)
+{
+    return atomic_load_explicit(&p->state, memory_order_relaxed) != ST_NONE;
+}
 
 /* --- window.c --- */
 
-/* [t_begin, t_end] (stamps) of p's buffers, and the device source's events, as a new trace. */
-lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_trace **out);
+/* [t_begin, t_end] (stamps) of the buffers in bufs, and the device source's events, as a new
+ * trace. No thread may be writing bufs. */
+lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, int64_t t_end, lf_trace **out);
 
 #endif

@@ -29,62 +29,88 @@ static int sched_state(const lf_prof_opts *o, int64_t step)
     return m < c - 1 ? ST_RECORD : ST_RECORD_AND_SAVE;
 }
 
+/* Open ProfilerStep#N on the calling thread's stack, when the schedule records this step. */
 static void begin_step_range(lf_profiler *p)
 {
-    if (!p->o.use_schedule || p->state == ST_NONE)
+    if (!p->o.use_schedule || !lf_prof_recording(p))
         return;
     char name[48];
     snprintf(name, sizeof name, "ProfilerStep#%lld", (long long)p->step);
+    if (lf_prof_enter() != p)
+        return;
     lf_tbuf *b = lf_prof_thread_buf(p);
     const char *copy = b ? lf_prof_arena_str(b, name) : NULL;
-    p->step_rec = copy ? lf_prof_open_rec(p, REC_RANGE, copy, -1) : NULL;
-    p->step_range_open = 1;
+    lf_prof_push(p, OPEN_STEP, copy, -1);
+    lf_prof_leave();
 }
 
 /* Close the step's range wherever it sits on this thread's stack (a user range still open
  * above it stays open), so a step() called inside a range cannot close the wrong one. */
 static void end_step_range(lf_profiler *p)
 {
-    if (!p->step_range_open)
+    if (lf_prof_enter() != p)
         return;
-    p->step_range_open = 0;
-    lf_tbuf *b = lf_prof_thread_buf(p);
-    if (!b || !p->step_rec)
-        return;
-    int top = b->depth < LF_MAX_DEPTH ? b->depth : LF_MAX_DEPTH;
+    lf_tls *t = &lf_prof_tls;
+    int top = t->depth < LF_MAX_DEPTH ? t->depth : LF_MAX_DEPTH;
     for (int i = top - 1; i >= 0; i--)
-        if (b->open[i] == p->step_rec) {
-            p->step_rec->t1 = lf_prof_ticks();
-            memmove(&b->open[i], &b->open[i + 1], (size_t)(top - 1 - i) * sizeof b->open[0]);
-            b->depth--;
+        if (t->open[i].kind == OPEN_STEP) {
+            if (t->open[i].rec && lf_prof_thread_buf(p) && t->open[i].gen == t->gen)
+                t->open[i].rec->t1 = lf_prof_ticks();
+            memmove(&t->open[i], &t->open[i + 1], (size_t)(top - 1 - i) * sizeof t->open[0]);
+            t->depth--;
             break;
         }
-    p->step_rec = NULL;
+    lf_prof_leave();
 }
 
-/* Save [window_start, now] as the trace, and start over with empty buffers. */
-static lf_status save_window(lf_profiler *p)
+/* Saving a window, in two halves. The swap: the current buffers are taken and a new generation
+ * begins (threads go on recording into new buffers at once); *swapped is its instant, where the
+ * next window begins, so no event falls between two windows. */
+static lf_tbuf *swap_buffers(lf_profiler *p, int64_t *swapped)
 {
-    lf_trace *t;
-    LF_TRY(lf_prof_build_trace(p, p->window_start, lf_prof_ticks(), &t));
+    pthread_mutex_lock(&p->mu);
+    lf_tbuf *old = p->bufs;
+    p->bufs = NULL;
+    *swapped = lf_prof_ticks();
+    atomic_store(&p->gen, lf_prof_new_generation());
+    pthread_mutex_unlock(&p->mu);
+    return old;
+}
+
+/* Then the build: every thread that may still write an old buffer is waited for, and the old
+ * buffers become the trace over [start, now]. */
+static lf_status save_window(lf_profiler *p, lf_tbuf *old, int64_t start)
+{
+    lf_prof_quiesce();
+    lf_trace *t = NULL;
+    lf_status st = lf_prof_build_trace(p, old, start, lf_prof_ticks(), &t);
+    lf_prof_free_bufs(old);
+    if (st != LF_OK)
+        return st;
     lf_trace_free(p->trace);
     p->trace = t;
-    pthread_mutex_lock(&p->mu);
-    lf_prof_free_bufs(p->bufs);
-    p->bufs = NULL;
-    p->gen = lf_prof_new_generation(); /* every thread registers a fresh buffer */
-    pthread_mutex_unlock(&p->mu);
     return LF_OK;
 }
 
-static void enter_state(lf_profiler *p, int prev, int cur)
+/* A saved window's trace goes to on_trace_ready, which may read it but not step or stop. */
+static void trace_ready(lf_profiler *p)
+{
+    if (!p->o.on_trace_ready)
+        return;
+    p->in_callback = 1;
+    p->o.on_trace_ready(p, p->o.user);
+    p->in_callback = 0;
+}
+
+static void enter_state(lf_profiler *p, int prev, int cur, int64_t swapped)
 {
     int rec_prev = prev == ST_RECORD || prev == ST_RECORD_AND_SAVE;
     int rec_cur = cur == ST_RECORD || cur == ST_RECORD_AND_SAVE;
-    p->state = cur;
-    lf_prof_set_recording(p, cur != ST_NONE);
-    if (rec_cur && (!rec_prev || prev == ST_RECORD_AND_SAVE))
+    if (rec_cur && prev == ST_RECORD_AND_SAVE)
+        p->window_start = swapped; /* the next window picks up where the saved one ended */
+    else if (rec_cur && !rec_prev)
         p->window_start = lf_prof_ticks(); /* warm-up events before this are dropped */
+    atomic_store(&p->state, cur);
 }
 
 /* The first available device that reports its own events, started; NULL when none (a CPU-only
@@ -125,25 +151,30 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
     lf_profiler *p = calloc(1, sizeof *p);
     if (!p)
         return lf_fail(LF_ENOMEM, "lf_prof_start: out of memory");
-    lf_profiler *none = NULL;
-    if (!atomic_compare_exchange_strong(&lf_prof_active, &none, p)) {
-        free(p);
-        return lf_fail(LF_EINVAL, "lf_prof_start: another profiler is running; stop it first");
-    }
     p->o = *o;
     if (!p->o.activities)
         p->o.activities = LF_PROF_CPU | LF_PROF_DEVICE;
     pthread_mutex_init(&p->mu, NULL);
-    p->gen = lf_prof_new_generation();
+    static _Atomic uint64_t sessions;
+    p->serial = atomic_fetch_add(&sessions, 1) + 1;
+    atomic_init(&p->gen, lf_prof_new_generation());
+    atomic_init(&p->state, ST_NONE);
     lf_prof_clock_init();
     struct timespec rt;
     p->tick0 = lf_prof_ticks();
     p->mono0 = lf_prof_now_ns();
     clock_gettime(CLOCK_REALTIME, &rt);
     p->real0 = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec;
+    lf_profiler *none = NULL; /* published only once set up: hooks on other threads may see it at once */
+    if (!atomic_compare_exchange_strong(&lf_prof_active, &none, p)) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return lf_fail(LF_EINVAL, "lf_prof_start: another profiler is running; stop it first");
+    }
     if (p->o.activities & LF_PROF_DEVICE)
         p->source = start_device_source();
-    enter_state(p, ST_NONE, sched_state(&p->o, 0));
+    enter_state(p, ST_NONE, sched_state(&p->o, 0), 0);
+    lf_prof_set_hooks(p, 1); /* for the whole session: every op's end meets its begin */
     begin_step_range(p);
     *out = p;
     return LF_OK;
@@ -152,20 +183,25 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
 lf_status lf_prof_step(lf_profiler *p)
 {
     LF_CHECK_PTR(p, "lf_prof_step", "p");
+    if (p->in_callback)
+        return lf_fail(LF_EINVAL, "lf_prof_step: called from on_trace_ready; step after the callback returns");
     if (p->stopped)
         return lf_fail(LF_EINVAL, "lf_prof_step: the profiler was stopped");
     end_step_range(p);
-    int prev = p->state;
+    int prev = atomic_load(&p->state);
     p->step++;
     int cur = sched_state(&p->o, p->step);
     lf_status st = LF_OK;
     if (prev == ST_RECORD_AND_SAVE) {
-        lf_prof_set_recording(p, 0);
-        st = save_window(p);
-        if (st == LF_OK && p->o.on_trace_ready)
-            p->o.on_trace_ready(p, p->o.user);
+        int64_t swapped, start = p->window_start;
+        lf_tbuf *old = swap_buffers(p, &swapped);
+        enter_state(p, prev, cur, swapped); /* the next step records while this window is built */
+        st = save_window(p, old, start);
+        if (st == LF_OK)
+            trace_ready(p);
+    } else {
+        enter_state(p, prev, cur, 0);
     }
-    enter_state(p, prev, cur);
     begin_step_range(p);
     return st;
 }
@@ -173,24 +209,30 @@ lf_status lf_prof_step(lf_profiler *p)
 lf_status lf_prof_stop(lf_profiler *p)
 {
     LF_CHECK_PTR(p, "lf_prof_stop", "p");
+    if (p->in_callback)
+        return lf_fail(LF_EINVAL, "lf_prof_stop: called from on_trace_ready; stop after the callback returns");
     if (p->stopped)
         return LF_OK;
     end_step_range(p);
-    lf_prof_set_recording(p, 0);
+    int prev = atomic_load(&p->state);
+    atomic_store(&p->state, ST_NONE);
     lf_status st = LF_OK;
-    if (p->state == ST_RECORD || p->state == ST_RECORD_AND_SAVE) {
-        st = save_window(p);
-        if (st == LF_OK && p->o.on_trace_ready && p->o.use_schedule)
-            p->o.on_trace_ready(p, p->o.user);
+    if (prev == ST_RECORD || prev == ST_RECORD_AND_SAVE) {
+        int64_t swapped;
+        st = save_window(p, swap_buffers(p, &swapped), p->window_start);
+        if (st == LF_OK && p->o.use_schedule)
+            trace_ready(p);
     }
+    /* no hook may hold the session once this returns: threads still running ops find none */
+    lf_prof_set_hooks(p, 0);
+    lf_profiler *self = p;
+    atomic_compare_exchange_strong(&lf_prof_active, &self, NULL);
+    lf_prof_quiesce();
     if (p->source) {
         p->source->stop();
         p->source = NULL;
     }
-    p->state = ST_NONE;
     p->stopped = 1;
-    lf_profiler *self = p;
-    atomic_compare_exchange_strong(&lf_prof_active, &self, NULL);
     return st;
 }
 
@@ -198,6 +240,10 @@ void lf_prof_free(lf_profiler *p)
 {
     if (!p)
         return;
+    if (p->in_callback) { /* from on_trace_ready: refused, as step and stop are */
+        lf_fail(LF_EINVAL, "lf_prof_free: called from on_trace_ready");
+        return;
+    }
     lf_prof_stop(p);
     lf_prof_free_bufs(p->bufs);
     lf_trace_free(p->trace);

@@ -10,8 +10,9 @@
 #include "profiler/prof_impl.h"
 
 /* linfuse's CPU kernels get a process track of their own, like a GPU's, so a CPU trace has
- * the same shape as a GPU trace: ops on the thread's lane, kernels on the device lane. */
-enum { LF_CPU_DEVICE_PID = 1 << 24, LF_CPU_STREAM = 1 };
+ * the same shape as a GPU trace: ops on the thread's lane, kernels on a device lane ("cpu stream
+ * N", one per thread). */
+enum { LF_CPU_DEVICE_PID = 1 << 24 };
 
 
 static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
@@ -127,7 +128,17 @@ static void sink_add(void *user, const lf_dev_event *d)
     k->st = lf_trace_add(k->t, &c);
 }
 
-lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf_trace **out)
+/* The CPU-kernel lane of thread tid: 1 + its rank among the window's threads by id, so the
+ * first thread (the main one, whose id is the process's) keeps lane 1. */
+static int64_t cpu_lane(const lf_tbuf *bufs, int64_t tid)
+{
+    int64_t lane = 1;
+    for (const lf_tbuf *b = bufs; b; b = b->next)
+        lane += b->tid < tid;
+    return lane;
+}
+
+lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, int64_t t_end, lf_trace **out)
 {
     lf_trace *t;
     LF_TRY(lf_trace_create(&t));
@@ -147,9 +158,11 @@ lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf
     const int64_t pid = (int64_t)getpid();
     int cuda_stream = -1;
     lf_status st = LF_OK;
-    for (lf_tbuf *b = p->bufs; b && st == LF_OK; b = b->next) {
+    for (lf_tbuf *b = bufs; b && st == LF_OK; b = b->next) {
         dropped += b->lost;
-        int named = 0;
+        int named = 0, lane_used = 0;
+        const int64_t lane = cpu_lane(bufs, b->tid); /* one CPU-kernel lane per thread: kernels of two
+                                                       * threads overlap in time and must not share one */
         for (lf_rec_chunk *c = b->head; c && st == LF_OK; c = c->next) {
             int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
             for (int64_t i = 0; i < n && st == LF_OK; i++) {
@@ -204,8 +217,9 @@ lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf
                     e.flow_pid = pid, e.flow_tid = b->tid;
                     if (r->device == LF_DEVICE_CPU) {
                         e.pid = LF_CPU_DEVICE_PID;
-                        e.tid = LF_CPU_STREAM;
+                        e.tid = lane;
                         m->cpu_device_pid = LF_CPU_DEVICE_PID;
+                        lane_used = 1;
                     } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
                         e.pid = 0;
                         e.tid = r->stream;
@@ -232,6 +246,11 @@ lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf
                 }
             }
         }
+        if (st == LF_OK && lane_used) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "cpu stream %lld ", (long long)lane);
+            st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, lane, nm);
+        }
     }
     if (st == LF_OK && p->source) {
         source_sink k = {t, lf_prof_to_ns(&cm, t_begin), lf_prof_to_ns(&cm, t_end), to_base, LF_OK, -1, NULL, 0};
@@ -252,8 +271,6 @@ lf_status lf_prof_build_trace(lf_profiler *p, int64_t t_begin, int64_t t_end, lf
         m->device_properties = p->source->properties ? p->source->properties() : NULL;
         cuda_stream = k.stream;
     }
-    if (st == LF_OK && m->cpu_device_pid >= 0)
-        st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, LF_CPU_STREAM, "cpu stream 1 ");
     if (st == LF_OK && cuda_stream >= 0) {
         char nm[32];
         snprintf(nm, sizeof nm, "stream %d ", cuda_stream);

@@ -10,16 +10,23 @@
 #include "trace/trace_impl.h"
 
 /* A JSON string: quotes and backslashes escaped, control characters dropped (old Perfetto
- * builds reject \u escapes, and Kineto drops newlines the same way). */
+ * builds reject \u escapes, and Kineto drops newlines the same way), and every byte that is not
+ * part of a well-formed UTF-8 character written as U+FFFD, so any name makes valid JSON. */
 static void put_str(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (; s && *s; s++) {
+    while (s && *s) {
         unsigned char c = (unsigned char)*s;
+        int n = lf_utf8_char(s);
         if (c == '"' || c == '\\')
             fputc('\\', f), fputc(c, f);
+        else if (n > 1)
+            fwrite(s, 1, (size_t)n, f);
+        else if (n == 0)
+            fputs("\xef\xbf\xbd", f);
         else if (c >= 0x20)
             fputc(c, f);
+        s += n > 1 ? n : 1;
     }
     fputc('"', f);
 }

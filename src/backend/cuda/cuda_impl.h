@@ -42,8 +42,8 @@ void lf_cuda_alloc_register(void);
 
 /* --- timing launches with events, when no tracer reports them (cuda_timing.c) --- */
 typedef struct lf_cuda_timing lf_cuda_timing;
-/* Begin timing a launch when info is non-NULL (the profiler asks): NULL otherwise, or when no
- * events could be had (the kernel then goes untimed, its launch still recorded). */
+/* Begin timing a launch when info asks (time_on_device: the profiler does when CUPTI is off):
+ * NULL otherwise, or when no events could be had (the kernel then goes untimed). */
 lf_cuda_timing *lf_cuda_time_begin(const lf_kernel_info *info);
 /* After a successful launch: the end event, and the handle left in info for the profiler. */
 void lf_cuda_time_end(lf_kernel_info *info, lf_cuda_timing *t);

@@ -56,7 +56,7 @@ static void renew_anchor(void)
 
 lf_cuda_timing *lf_cuda_time_begin(const lf_kernel_info *info)
 {
-    if (!info)
+    if (!info || !info->time_on_device)
         return NULL;
     pthread_mutex_lock(&timing_lock);
     lf_cuda_timing *t = timing_free;

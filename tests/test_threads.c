@@ -1,0 +1,264 @@
+/* The profiler across threads, as PyTorch's is used: worker threads run ops and ranges while
+ * the main thread steps the schedule through wait/warmup/active/repeat windows, stops, and
+ * frees the session while the workers still run. Run under ASan and under ThreadSanitizer
+ * (the `tsan` build): no report, every window's trace valid, every thread's events in it, CPU
+ * kernels of each thread on a lane of their own, slices nesting on every lane. Also the
+ * profiler's misuse answers: re-entering step/stop from on_trace_ready, popping a range that
+ * is not open, names that are not UTF-8. */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "linfuse/profiler.h"
+#include "testutil.h"
+
+enum { WORKERS = 4, WINDOWS = 3 };
+
+static char tmpdir[] = "/tmp/lf_test_threads_XXXXXX";
+static atomic_int quit;
+static atomic_int worker_forwards[WORKERS];
+
+typedef struct worker {
+    int id;
+    pthread_t th;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    lf_rng rng;
+    lf_rng_seed(&rng, 100 + (uint64_t)w->id);
+    lf_nn_linear lin;
+    lf_nn_geglu_mlp mlp;
+    lf_nn_linear_opts lo = {32, 48, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+    lf_nn_geglu_mlp_opts mo = {32, 64, LF_DTYPE_F32, LF_DEVICE_CPU};
+    int64_t xs[2] = {16, 32};
+    if (lf_nn_linear_init(&lin, &lo, &rng) || lf_nn_geglu_mlp_init(&mlp, &mo, &rng))
+        abort();
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *xf = rand_tensor(&rng, LF_DTYPE_F32, 2, xs);
+    char name[32];
+    snprintf(name, sizeof name, "worker_%d", w->id);
+    while (!atomic_load(&quit)) {
+        lf_prof_range_push(name);
+        lf_tensor *y = NULL, *z = NULL;
+        if (lf_nn_linear_forward(&lin, x, &y) || lf_nn_geglu_mlp_forward(&mlp, xf, &z))
+            abort();
+        lf_tensor_free(y), lf_tensor_free(z);
+        lf_prof_range_pop();
+        atomic_fetch_add(&worker_forwards[w->id], 1);
+    }
+    lf_tensor_free(x), lf_tensor_free(xf);
+    lf_nn_linear_free(&lin);
+    lf_nn_geglu_mlp_free(&mlp);
+    return NULL;
+}
+
+typedef struct windows {
+    int n;
+    char path[WINDOWS + 2][128];
+} windows;
+
+static void saved(lf_profiler *p, void *user)
+{
+    windows *w = user;
+    if (w->n >= WINDOWS + 2)
+        return;
+    snprintf(w->path[w->n], sizeof w->path[0], "%s/window%d.json", tmpdir, w->n);
+    CHECK(lf_prof_export(p, w->path[w->n]) == LF_OK, "export window %d: %s", w->n, lf_last_error());
+    w->n++;
+}
+
+static const char *str(json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v ? v : "";
+}
+
+/* One window's trace: valid JSON (jansson), read back by linfuse, every thread present with
+ * ops, CPU kernels one lane per thread, slices on each lane nesting. */
+static void check_window(const char *path, int window)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK(root != NULL, "window %d: %s is not JSON: %s (line %d)", window, path, err.text, err.line);
+    if (!root)
+        return;
+    lf_trace *t = NULL;
+    CHECK(lf_trace_read_json(&t, path) == LF_OK, "window %d: read back: %s", window, lf_last_error());
+    json_t *ev = json_object_get(root, "traceEvents");
+    size_t n = json_array_size(ev);
+    /* threads with ops, and the kernel lanes */
+    int64_t tids[64], lanes[64];
+    int ntid = 0, nlane = 0, kernels = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(ev, i);
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (!cat || !ph || strcmp(ph, "X"))
+            continue;
+        int64_t tid = json_integer_value(json_object_get(e, "tid"));
+        int64_t *list = !strcmp(cat, "kernel") ? lanes : !strcmp(cat, "cpu_op") ? tids : NULL;
+        int *cnt = list == lanes ? &nlane : &ntid;
+        kernels += list == lanes;
+        if (!list)
+            continue;
+        int seen = 0;
+        for (int k = 0; k < *cnt; k++)
+            seen |= list[k] == tid;
+        if (!seen && *cnt < 64)
+            list[(*cnt)++] = tid;
+    }
+    CHECK(ntid == WORKERS + 1, "window %d: ops of %d threads, expected %d (every worker and main)", window, ntid,
+          WORKERS + 1);
+    CHECK(nlane == ntid, "window %d: CPU kernels on %d lanes for %d threads (one lane per thread)", window, nlane,
+          ntid);
+    CHECK(kernels > 0, "window %d: no kernels", window);
+    /* complete events on one (pid, tid) nest: no partial overlap */
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 5; i++) {
+        json_t *a = json_array_get(ev, i);
+        if (strcmp(str(a, "ph"), "X"))
+            continue;
+        double a0 = json_number_value(json_object_get(a, "ts")), a1 = a0 + json_number_value(json_object_get(a, "dur"));
+        for (size_t j = i + 1; j < n; j++) {
+            json_t *b = json_array_get(ev, j);
+            if (strcmp(str(b, "ph"), "X") ||
+                json_integer_value(json_object_get(a, "pid")) != json_integer_value(json_object_get(b, "pid")) ||
+                json_integer_value(json_object_get(a, "tid")) != json_integer_value(json_object_get(b, "tid")))
+                continue;
+            double b0 = json_number_value(json_object_get(b, "ts")), b1 = b0 + json_number_value(json_object_get(b, "dur"));
+            /* times of ~5e12 us read as doubles are exact to about 1 ns, not 0.001 us: a 2 ns slack */
+            const double e = 0.002;
+            int overlap = a0 < b1 - e && b0 < a1 - e,
+                nested = (a0 <= b0 + e && b1 <= a1 + e) || (b0 <= a0 + e && a1 <= b1 + e);
+            if (overlap && !nested && bad++ < 3)
+                fprintf(stderr, "window %d: %s [%.3f, %.3f] and %s [%.3f, %.3f] overlap on one lane\n", window,
+                        json_string_value(json_object_get(a, "name")), a0, a1,
+                        json_string_value(json_object_get(b, "name")), b0, b1);
+        }
+    }
+    CHECK(bad == 0, "window %d: %d partial overlaps on a lane", window, bad);
+    lf_trace_free(t);
+    json_decref(root);
+}
+
+static void test_threads(void)
+{
+    worker w[WORKERS];
+    for (int i = 0; i < WORKERS; i++) {
+        w[i].id = i;
+        if (pthread_create(&w[i].th, NULL, work, &w[i]))
+            abort();
+    }
+    windows win = {0};
+    lf_prof_opts o = {.use_schedule = 1,
+                      .schedule = {.wait = 1, .warmup = 1, .active = 2, .repeat = WINDOWS},
+                      .record_shapes = 1,
+                      .profile_memory = 1,
+                      .with_flops = 1,
+                      .on_trace_ready = saved,
+                      .user = &win};
+    lf_profiler *p = NULL;
+    OK(lf_prof_start(&p, &o));
+    lf_rng rng;
+    lf_rng_seed(&rng, 7);
+    int64_t xs[2] = {8, 32};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 2, xs);
+    lf_nn_linear lin;
+    lf_nn_linear_opts lo = {32, 32, 1, LF_DTYPE_F32, LF_DEVICE_CPU};
+    OK(lf_nn_linear_init(&lin, &lo, &rng));
+    /* every step lasts long enough for each worker to run forwards in it */
+    for (int step = 0; step < 4 * WINDOWS + 2; step++) {
+        int before[WORKERS];
+        for (int i = 0; i < WORKERS; i++)
+            before[i] = atomic_load(&worker_forwards[i]);
+        lf_prof_range_push("main_fwd");
+        lf_tensor *y = NULL;
+        OK(lf_nn_linear_forward(&lin, x, &y));
+        lf_tensor_free(y);
+        CHECK(lf_prof_range_pop() == LF_OK, "main pop: %s", lf_last_error());
+        for (int i = 0; i < WORKERS; i++)
+            while (atomic_load(&worker_forwards[i]) < before[i] + 2)
+                sched_yield();
+        CHECK(lf_prof_step(p) == LF_OK, "step %d: %s", step, lf_last_error());
+    }
+    /* stop and free while the workers still record */
+    CHECK(lf_prof_stop(p) == LF_OK, "stop: %s", lf_last_error());
+    lf_prof_free(p);
+    struct timespec nap = {0, 2000000};
+    nanosleep(&nap, NULL);
+    atomic_store(&quit, 1);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(w[i].th, NULL);
+    CHECK(win.n == WINDOWS, "%d windows saved, expected %d", win.n, WINDOWS);
+    for (int k = 0; k < win.n; k++)
+        check_window(win.path[k], k);
+    lf_tensor_free(x);
+    lf_nn_linear_free(&lin);
+}
+
+/* on_trace_ready may not step or stop the profiler it is called from */
+static int reentry_seen;
+static lf_status reentry_step, reentry_stop;
+
+static void reenter(lf_profiler *p, void *user)
+{
+    (void)user;
+    reentry_seen++;
+    reentry_step = lf_prof_step(p);
+    reentry_stop = lf_prof_stop(p);
+}
+
+static void test_misuse(void)
+{
+    lf_prof_opts o = {.use_schedule = 1,
+                      .schedule = {.wait = 0, .warmup = 0, .active = 1, .repeat = 1},
+                      .on_trace_ready = reenter};
+    lf_profiler *p = NULL;
+    OK(lf_prof_start(&p, &o));
+    /* a pop with no range open is an error, and the step's range stays open */
+    FAILS(LF_EINVAL, "no range is open", lf_prof_range_pop());
+    OK(lf_prof_range_push("a"));
+    OK(lf_prof_range_pop());
+    FAILS(LF_EINVAL, "no range is open", lf_prof_range_pop());
+    /* a name that is not UTF-8 still makes valid JSON (invalid bytes become U+FFFD) */
+    OK(lf_prof_range_push("bad \xff\xfe name \xc3"));
+    OK(lf_prof_range_pop());
+    OK(lf_prof_step(p)); /* saves the window: the callback tries to step and stop */
+    CHECK(reentry_seen == 1, "on_trace_ready called %d times", reentry_seen);
+    CHECK(reentry_step == LF_EINVAL && reentry_stop == LF_EINVAL, "step/stop from on_trace_ready: %s, %s",
+          lf_status_name(reentry_step), lf_status_name(reentry_stop));
+    OK(lf_prof_stop(p));
+    char path[128];
+    snprintf(path, sizeof path, "%s/utf8.json", tmpdir);
+    OK(lf_prof_export(p, path));
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK(root != NULL, "a range name with invalid UTF-8 made invalid JSON: %s", err.text);
+    lf_trace *t = NULL;
+    CHECK(lf_trace_read_json(&t, path) == LF_OK, "linfuse's reader: %s", lf_last_error());
+    int found = 0;
+    for (int64_t i = 0; t && i < lf_trace_count(t); i++)
+        found |= !strcmp(lf_trace_get(t, i)->name, "bad \xef\xbf\xbd\xef\xbf\xbd name \xef\xbf\xbd");
+    CHECK(found, "the range's name with each bad byte replaced by U+FFFD");
+    lf_trace_free(t);
+    json_decref(root);
+    lf_prof_free(p);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir))
+        return 1;
+    test_misuse();
+    test_threads();
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpdir);
+    return lf_test_finish("test_threads");
+}
