@@ -10,7 +10,7 @@ cc=$(command -v clang || command -v clang-14 || true)
 [ -n "$cc" ] || { echo "fuzz_test: clang is missing (scripts/deps.sh test installs it)"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work/corpus" "$work/traces"
-srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/json_read.c $src/src/trace/json_write.c
+srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/strmap.c $src/src/trace/json_read.c $src/src/trace/json_write.c
       $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/core/status.c $src/src/core/text.c"
 # shellcheck disable=SC2086
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "linfuse/trace.h"
 #include "testutil.h"
 
@@ -162,6 +163,13 @@ static void test_bad_files(void)
          "expected ',' or ']'"},
         {"{\"traceEvents\": [], \"x\": [1, 2, }", "not valid JSON"},
         {"{\"traceEvents\": [], \"x\": tru}", "unexpected word"},
+        /* numbers JSON does not have, which strtod would take */
+        {"{\"schemaVersion\": 0x10, \"traceEvents\": []}", "unexpected word"},
+        {"{\"schemaVersion\": -Infinity, \"traceEvents\": []}", "unexpected word"},
+        {"{\"traceEvents\": [], \"x\": [01]}", "unexpected word"},
+        {"{\"traceEvents\": [], \"x\": 1.}", "unexpected word"},
+        /* not JSON at all: refused from its first byte, before the file is read */
+        {"\x01\x02 not a trace", "does not start like a JSON trace"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s/bad%zu.json", dir, i);
@@ -179,7 +187,7 @@ static void test_bad_files(void)
     OK(lf_trace_read_json(&t, path));
     lf_table tab;
     OK(lf_table_build(t, LF_SORT_NONE, &tab));
-    CHECK(tab.n_rows == 1 && !strcmp(tab.rows[0].name, "op") && tab.rows[0].self_cpu_ns == 3000, "odd trace table");
+    CHECK(tab.n_rows == 1 && !strcmp(tab.rows[0].name, "op") && tab.rows[0].self_cpu_us == 3.0, "odd trace table");
     lf_table_free(&tab);
     /* write it back and read it again: the same events */
     snprintf(path, sizeof path, "%s/again.json", dir);
@@ -237,6 +245,138 @@ static void test_overhead_written(void)
     rmdir(dir);
 }
 
+/* A trace written from text, read back (NULL when it does not read). */
+static lf_trace *read_text(const char *dir, const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return NULL;
+    fwrite(text, 1, strlen(text), f);
+    fclose(f);
+    lf_trace *t = NULL;
+    lf_status s = lf_trace_read_json(&t, path);
+    unlink(path);
+    return s == LF_OK ? t : NULL;
+}
+
+static char *table_of(lf_trace *t, lf_table *tab)
+{
+    char *text = NULL;
+    lf_table_opts o = {LF_SORT_NONE, -1};
+    if (lf_table_build(t, LF_SORT_NONE, tab) != LF_OK || lf_table_format(tab, &o, &text) != LF_OK)
+        return NULL;
+    return text;
+}
+
+/* Hostile but well-formed traces: sums past 64 bits, a NUL byte after a number, overlapping
+ * siblings, long names in a script of three-byte characters, the size limit. */
+static void test_hostile(void)
+{
+    char dir[] = "/tmp/lf_trace_hostXXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    /* two [memory] events of 2^63 - 1 bytes inside one op: the sum saturates and says so */
+    const char *mem = "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
+                      " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 1,"
+                      "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}},"
+                      " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 2,"
+                      "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}}]";
+    lf_trace *t = read_text(dir, "mem.json", mem);
+    CHECK(t != NULL, "memory trace: %s", lf_last_error());
+    lf_table tab;
+    char *text = t ? table_of(t, &tab) : NULL;
+    CHECK(text && strstr(text, "a memory total passed the 64-bit range"), "saturated memory said: %s", text ? text : "");
+    CHECK(t && tab.n_rows == 1 && tab.rows[0].cpu_mem == INT64_MAX, "memory total stops at INT64_MAX");
+    free(text);
+    if (t)
+        lf_table_free(&tab);
+    lf_trace_free(t);
+    /* 2000 ops of 9e12 us each: 1.8e16 us of CPU time, no overflow, a positive total, a note */
+    size_t cap = 2000 * 128 + 64, len = 0;
+    char *big = malloc(cap);
+    len += (size_t)snprintf(big + len, cap - len, "[");
+    for (int i = 0; i < 2000; i++)
+        len += (size_t)snprintf(big + len, cap - len,
+                                "%s{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op\", \"pid\": 1, \"tid\": %d, "
+                                "\"ts\": 0, \"dur\": 9e12}",
+                                i ? ", " : "", i);
+    snprintf(big + len, cap - len, "]");
+    t = read_text(dir, "long.json", big);
+    free(big);
+    CHECK(t != NULL, "long durations: %s", lf_last_error());
+    text = t ? table_of(t, &tab) : NULL;
+    CHECK(t && tab.self_cpu_total_us > 1.7e16 && tab.rows[0].self_cpu_us > 1.7e16, "self CPU total %.6g us",
+          t ? tab.self_cpu_total_us : 0);
+    CHECK(text && strstr(text, "not exact to the nanosecond"), "rounded totals said");
+    CHECK(text && strstr(text, "Self CPU time total: 18000000000.000s"), "total printed: %s",
+          text ? strstr(text, "Self CPU time total") : "");
+    free(text);
+    if (t)
+        lf_table_free(&tab);
+    lf_trace_free(t);
+    /* a NUL byte after a number is not JSON */
+    char path[256];
+    snprintf(path, sizeof path, "%s/nul.json", dir);
+    FILE *f = fopen(path, "wb");
+    static const char nul_doc[] = "{\"schemaVersion\": 1\0, \"traceEvents\": []}";
+    fwrite(nul_doc, 1, sizeof nul_doc - 1, f);
+    fclose(f);
+    FAILS(LF_EINVAL, "not valid JSON", lf_trace_read_json(&t, path));
+    unlink(path);
+    /* siblings that overlap inside their parent: a negative self time, said with the names */
+    t = read_text(dir, "overlap.json",
+                  "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"parent\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 12},"
+                  " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"first\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
+                  " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"second\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 7}]");
+    text = t ? table_of(t, &tab) : NULL;
+    CHECK(text && strstr(text, "self CPU time is negative; first: \"parent\" holding \"second\""),
+          "overlap warned: %s", text ? text : "");
+    free(text);
+    if (t)
+        lf_table_free(&tab);
+    lf_trace_free(t);
+    /* a name of 60 three-byte characters: cut after 52 characters, not inside one */
+    char name[256] = "", doc[512];
+    for (int i = 0; i < 60; i++)
+        strcat(name, "\xe5\x87\xa6"); /* U+51E6 */
+    snprintf(doc, sizeof doc, "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"%s\", \"pid\": 1, \"tid\": 1, \"ts\": 0, "
+             "\"dur\": 1}]", name);
+    t = read_text(dir, "wide.json", doc);
+    text = t ? table_of(t, &tab) : NULL;
+    char want[256];
+    snprintf(want, sizeof want, "%.*s...  ", 52 * 3, name);
+    CHECK(text && strstr(text, want), "a long name cut at 52 characters: %s", text ? text : "");
+    size_t chars = 0, bad = 0;
+    for (const char *p = text ? text : ""; *p;) {
+        int k = lf_utf8_char(p);
+        bad += k == 0;
+        p += k ? k : 1;
+        chars++;
+    }
+    CHECK(text && bad == 0, "the table is valid UTF-8 (%zu bad bytes)", bad);
+    free(text);
+    if (t)
+        lf_table_free(&tab);
+    lf_trace_free(t);
+    /* the size limit: refused before reading, with the numbers, and the way to raise it */
+    snprintf(path, sizeof path, "%s/ok.json", dir);
+    f = fopen(path, "wb");
+    fputs("{\"traceEvents\": []}", f);
+    fclose(f);
+    lf_trace_set_read_limit(10);
+    FAILS(LF_EINVAL, "19 bytes (0.0 GB) is over the 10 bytes", lf_trace_read_json(&t, path));
+    lf_trace_set_read_limit(0);
+    t = NULL;
+    OK(lf_trace_read_json(&t, path));
+    lf_trace_free(t);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -249,5 +389,6 @@ int main(int argc, char **argv)
         compare_with_pytorch(argv[1], stems[i]);
     test_bad_files();
     test_overhead_written();
+    test_hostile();
     return lf_test_finish("test_trace");
 }

@@ -29,7 +29,10 @@ contains() {
 }
 
 # table: PyTorch's own text for the same trace
-for stem in linear_1024x32x64_eager linear_1024x32x64_compile matmul_add_64_eager mlp_64x128x768x3072_compile; do
+# every shared table, the eager MLP's too: its cudaLaunchKernel average is 8.5265 us, which PyTorch
+# prints 8.526 because it adds start-relative microseconds in doubles (docs/trace_format.md)
+for stem in linear_1024x32x64_eager linear_1024x32x64_compile matmul_add_64_eager mlp_64x128x768x3072_eager \
+    mlp_64x128x768x3072_compile; do
     checks=$((checks + 1))
     "$bin" trace table "$ref/$stem.json" --sort-by cuda_time_total --row-limit 25 >"$work/$stem.txt" 2>&1
     if ! cmp -s "$work/$stem.txt" "$ref/$stem.txt"; then
@@ -61,6 +64,12 @@ echo "$LAST" | python3 -c 'import json,sys; json.load(sys.stdin)' || { fails=$((
 
 # expect: guess first, then look
 check "expect right" 0 "$bin" trace expect "$ref/linear_1024x32x64_eager.json" --kernels-per-step 1 --kernel 'bias' --no-kernel 'elementwise'
+check "kernels-per-step nan" 2 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step nan
+contains "kernels-per-step nan" "needs a number from 0 to 1e9, got 'nan'"
+check "kernels-per-step inf" 2 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step inf
+check "max-bytes" 2 "$bin" trace summary "$ref/linear_1024x32x64_eager.json" --max-bytes 1000
+contains "max-bytes" "is over the 1000 bytes (0.0 GB) a trace may have"
+check "max-bytes raised" 0 "$bin" trace summary "$ref/linear_1024x32x64_eager.json" --max-bytes=100000
 check "expect wrong count" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step 4
 contains "expect says why" "kernels per step: expected 4, the trace has 5"
 check "expect forbidden kernel" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --no-kernel 'elementwise'

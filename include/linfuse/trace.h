@@ -94,8 +94,16 @@ lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char
 lf_status lf_trace_write_json(const lf_trace *t, const char *path);
 
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's). Errors name the file and, for
- * malformed JSON, the line and column. */
+ * malformed JSON, the line and column. A file that does not start like JSON is refused before it
+ * is read, and so is one larger than the read limit. */
 lf_status lf_trace_read_json(lf_trace **out, const char *path);
+
+/* The largest trace file lf_trace_read_json reads: bytes > 0 sets it for the process, 0 restores
+ * the default ($LINFUSE_TRACE_MAX_BYTES, else LF_TRACE_DEFAULT_MAX_BYTES: reading takes about
+ * twice the file's size in memory, and Perfetto's browser UI stops at about 2 GB). */
+#define LF_TRACE_DEFAULT_MAX_BYTES ((int64_t)4 << 30)
+void lf_trace_set_read_limit(int64_t bytes);
+int64_t lf_trace_read_limit(void);
 
 /* --- the key_averages() table (docs/trace_format.md, "The table") --- */
 
@@ -119,12 +127,15 @@ typedef struct lf_table_opts {
     int row_limit; /* rows shown; <= 0 shows all (PyTorch's -1); PyTorch's default is 100 */
 } lf_table_opts;
 
-/* One aggregated row, for programs that want numbers rather than text. Times in ns. */
+/* One aggregated row, for programs that want numbers rather than text. Times are microseconds
+ * computed as PyTorch computes them (docs/trace_format.md, "The table"): each event's time is
+ * the difference of its end and start in microseconds since the trace's start, as doubles, and
+ * rows add them up in event order; so the printed digits are PyTorch's, and no sum overflows. */
 typedef struct lf_table_row {
     const char *name;
     int is_device, is_annotation;
     int64_t count;
-    int64_t self_cpu_ns, cpu_total_ns, self_device_ns, device_total_ns;
+    double self_cpu_us, cpu_total_us, self_device_us, device_total_us;
     int64_t cpu_mem, self_cpu_mem, device_mem, self_device_mem; /* bytes, profile_memory */
     double flops;
 } lf_table_row;
@@ -132,11 +143,15 @@ typedef struct lf_table_row {
 typedef struct lf_table {
     lf_table_row *rows;
     int64_t n_rows;
-    int64_t self_cpu_total_ns, self_device_total_ns;
+    double self_cpu_total_us, self_device_total_us;
     int has_device;
     int has_cpu_mem, has_device_mem; /* memory columns (traces made with profile_memory) */
     const char *device_label;
     int64_t dropped_events; /* shown under the table when not 0 */
+    /* What makes numbers not what they seem, said under the table: a memory sum that reached
+     * the int64 range and stopped there; host events whose children add up to more than they
+     * last (siblings that overlap), which gives a negative self time. "" when none. */
+    char warning[512];
 } lf_table;
 
 lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);

@@ -2,6 +2,7 @@
  * questions about it: table, diff, expect, svg, summary. Works on CPU-only machines.
  * Exit status: 0 done (expect: the trace matched), 1 expect found differences, 2 bad command
  * line or unreadable trace. Layer: cli/. */
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ static void usage(FILE *f)
         fprintf(f, "  %-8s%s\n            %s\n", verbs[i].verb, verbs[i].args, verbs[i].what);
     fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
           "     cpu_time, cuda_time, count (device_* spellings too)\n"
+          "Every verb takes --max-bytes N: the largest trace it reads (4 GiB, or $LINFUSE_TRACE_MAX_BYTES).\n"
           "Exit status: 0 done, 1 the work failed (expect: the trace differs from the guess), 2 bad command line\n"
           "or unreadable trace.\n",
           f);
@@ -71,8 +73,18 @@ static lf_trace *load(const char *path)
  * its max file slots, --help (already printed) ends it with 0, anything else is a usage error
  * (an extra word named here; a bad flag's message already printed). Returns -1 to go on, else
  * the exit status. */
+enum { MAX_BYTES = 100 }; /* every verb's --max-bytes */
+#define MAX_BYTES_OPT {"max-bytes", 1, MAX_BYTES, 0}
+
 static int common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max)
 {
+    if (id == MAX_BYTES) {
+        int64_t n;
+        if (!lf_cli_int(cmd, "--max-bytes", v, 1, INT64_MAX, &n))
+            return LF_EXIT_USAGE;
+        lf_trace_set_read_limit(n);
+        return -1;
+    }
     if (id == LF_CLI_WORD && *nf < max) {
         files[(*nf)++] = v;
         return -1;
@@ -90,9 +102,9 @@ static int verb_table(int argc, char **argv)
     int nf = 0, rc;
     lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 100};
     enum { SORT, LIMIT };
-    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0}, {"row-limit", 1, LIMIT, 0}};
+    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0}, {"row-limit", 1, LIMIT, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
     for (int id; (id = next_arg(&a, "table", &v)) != LF_CLI_END;) {
         int64_t n;
         if (id == SORT) {
@@ -138,9 +150,9 @@ static int verb_diff(int argc, char **argv)
     const char *files[2] = {NULL, NULL}, *v, *cmd = "linfuse trace diff";
     int nf = 0, json = 0;
     enum { JSON };
-    const lf_cli_opt opts[] = {{"json", 0, JSON, 0}};
+    const lf_cli_opt opts[] = {{"json", 0, JSON, 0}, MAX_BYTES_OPT};
     lf_cli_args ar;
-    lf_cli_args_init(&ar, cmd, argc, argv, opts, 1);
+    lf_cli_args_init(&ar, cmd, argc, argv, opts, 2);
     for (int id; (id = next_arg(&ar, "diff", &v)) != LF_CLI_END;) {
         int rc;
         if (id == JSON)
@@ -190,15 +202,16 @@ static int verb_expect(int argc, char **argv)
     const char *pat[MAX_PATTERNS];
     int neg[MAX_PATTERNS], np = 0;
     enum { KPS, KERNEL, NO_KERNEL };
-    const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0}, {"kernel", 1, KERNEL, 0}, {"no-kernel", 1, NO_KERNEL, 0}};
+    const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0}, {"kernel", 1, KERNEL, 0}, {"no-kernel", 1, NO_KERNEL, 0},
+                               MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 4);
     for (int id; (id = next_arg(&a, "expect", &v)) != LF_CLI_END;) {
         if (id == KPS) {
             char *end;
             want_kernels = strtod(v, &end);
-            if (*end || !*v || !(want_kernels >= 0)) {
-                fprintf(stderr, "%s: --kernels-per-step needs a number >= 0, got '%s'\n", cmd, v);
+            if (*end || !*v || !isfinite(want_kernels) || want_kernels < 0 || want_kernels > 1e9) {
+                fprintf(stderr, "%s: --kernels-per-step needs a number from 0 to 1e9, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
         } else if (id == KERNEL || id == NO_KERNEL) {
@@ -280,9 +293,9 @@ static int verb_svg(int argc, char **argv)
     int nf = 0, rc;
     int64_t step = 0;
     enum { OUT, STEP };
-    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}};
+    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
     for (int id; (id = next_arg(&a, "svg", &v)) != LF_CLI_END;) {
         if (id == OUT) {
             out = v;
@@ -313,8 +326,9 @@ static int verb_svg(int argc, char **argv)
 static int verb_summary(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace summary";
+    const lf_cli_opt opts[] = {MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, NULL, 0);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 1);
     int nf = 0, rc;
     for (int id; (id = next_arg(&a, "summary", &v)) != LF_CLI_END;)
         if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0)

@@ -8,24 +8,34 @@
 
 #include "trace/trace_impl.h"
 
-/* Add one occurrence of name (time ns) to a list kept in first-seen order. */
-static int count_name(lf_name_count **list, int64_t *n, int64_t *cap, const char *name, double ns)
+/* A list of names in first-seen order with an index over it, so adding is O(1). */
+typedef struct name_list {
+    lf_name_count **list;
+    int64_t *n, cap;
+    lf_strmap index;
+} name_list;
+
+/* Add one occurrence of name (time ns); 0 when memory ran out. */
+static int count_name(name_list *l, const char *name, double ns)
 {
-    for (int64_t i = 0; i < *n; i++)
-        if (!strcmp((*list)[i].name, name)) {
-            (*list)[i].per_step += 1;
-            (*list)[i].ns_per_step += ns;
-            return 1;
-        }
-    if (*n == *cap) {
-        int64_t c = *cap ? 2 * *cap : 32;
-        lf_name_count *l = realloc(*list, (size_t)c * sizeof *l);
-        if (!l)
-            return 0;
-        *list = l;
-        *cap = c;
+    lf_strmap_entry *e = lf_strmap_get(&l->index, name, 0);
+    if (!e)
+        return 0;
+    if (e->val >= 0) {
+        (*l->list)[e->val].per_step += 1;
+        (*l->list)[e->val].ns_per_step += ns;
+        return 1;
     }
-    (*list)[(*n)++] = (lf_name_count){name, 1, ns};
+    if (*l->n == l->cap) {
+        int64_t c = l->cap ? 2 * l->cap : 32;
+        lf_name_count *g = realloc(*l->list, (size_t)c * sizeof *g);
+        if (!g)
+            return 0;
+        *l->list = g;
+        l->cap = c;
+    }
+    e->val = *l->n;
+    (*l->list)[(*l->n)++] = (lf_name_count){name, 1, ns};
     return 1;
 }
 
@@ -43,7 +53,13 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
         free(sp);
         return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
     }
-    int64_t kcap = 0, ocap = 0, lo = INT64_MAX, hi = INT64_MIN;
+    name_list kl = {&out->kernels, &out->n_kernels, 0, {0}}, ol = {&out->ops, &out->n_ops, 0, {0}};
+    if (!lf_strmap_init(&kl.index, 64) || !lf_strmap_init(&ol.index, 64)) {
+        lf_strmap_free(&kl.index);
+        free(sp), free(when);
+        return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
+    }
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
     double launches = 0, occupancy = 0, dev_ns = 0, nk = 0, no = 0;
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_event *e = &t->ev[i];
@@ -53,11 +69,11 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
             continue; /* device work by its launch time, host events by their start */
         int ok = 1;
         if (e->cat == LF_TC_KERNEL || e->cat == LF_TC_MEMCPY || e->cat == LF_TC_MEMSET) {
-            ok = count_name(&out->kernels, &out->n_kernels, &kcap, e->name, (double)e->dur_ns);
+            ok = count_name(&kl, e->name, (double)e->dur_ns);
             dev_ns += (double)e->dur_ns;
             nk += e->cat == LF_TC_KERNEL; /* memcpy and memset: device work, not kernels */
         } else if (e->cat == LF_TC_CPU_OP) {
-            ok = count_name(&out->ops, &out->n_ops, &ocap, e->name, (double)e->dur_ns);
+            ok = count_name(&ol, e->name, (double)e->dur_ns);
             no++;
         } else if (e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) {
             launches += strstr(e->name, "Launch") != NULL;
@@ -65,6 +81,7 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
         }
         if (!ok) {
             free(sp), free(when);
+            lf_strmap_free(&kl.index), lf_strmap_free(&ol.index);
             lf_step_profile_free(out);
             return lf_fail(LF_ENOMEM, "lf_step_profile_build: out of memory");
         }
@@ -74,6 +91,7 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
         }
     }
     free(sp), free(when);
+    lf_strmap_free(&kl.index), lf_strmap_free(&ol.index);
     if (!steps) {
         steps = 1;
         cpu_ns = hi > lo ? (double)(hi - lo) : 0;
@@ -119,31 +137,45 @@ static void put_json_str(lf_sbuf *b, const char *s)
     put(b, "\"");
 }
 
-static const lf_name_count *find(const lf_name_count *l, int64_t n, const char *name)
+/* One list's names indexed, for the other list's lookups. */
+static int index_names(lf_strmap *m, const lf_name_count *l, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (!strcmp(l[i].name, name))
-            return &l[i];
-    return NULL;
+    if (!lf_strmap_init(m, n))
+        return 0;
+    for (int64_t i = 0; i < n; i++) {
+        lf_strmap_entry *e = lf_strmap_get(m, l[i].name, 0);
+        if (!e)
+            return 0;
+        if (e->val < 0)
+            e->val = i;
+    }
+    return 1;
+}
+
+static const lf_name_count *find(const lf_strmap *m, const lf_name_count *l, const char *name)
+{
+    const lf_strmap_entry *e = lf_strmap_find(m, name, 0);
+    return e ? &l[e->val] : NULL;
 }
 
 typedef enum { GONE, NEW, SAME } change;
 
-/* Call f for each name of a not in b (GONE), of b not in a (NEW), in both (SAME). */
-#define EACH_CHANGE(la, na, lb, nb, BODY)                                       \
-    do {                                                                        \
-        for (int64_t i_ = 0; i_ < (na); i_++) {                                 \
-            const lf_name_count *x = &(la)[i_], *y = find((lb), (nb), x->name); \
-            change ch = y ? SAME : GONE;                                        \
-            BODY;                                                               \
-        }                                                                       \
-        for (int64_t i_ = 0; i_ < (nb); i_++) {                                 \
-            const lf_name_count *y = &(lb)[i_], *x = NULL;                      \
-            if (find((la), (na), y->name))                                      \
-                continue;                                                       \
-            change ch = NEW;                                                    \
-            BODY;                                                               \
-        }                                                                       \
+/* Call f for each name of a not in b (GONE), of b not in a (NEW), in both (SAME); ia and ib
+ * index a's and b's names. */
+#define EACH_CHANGE(la, na, ia, lb, nb, ib, BODY)                                      \
+    do {                                                                              \
+        for (int64_t i_ = 0; i_ < (na); i_++) {                                       \
+            const lf_name_count *x = &(la)[i_], *y = find((ib), (lb), x->name);       \
+            change ch = y ? SAME : GONE;                                              \
+            BODY;                                                                     \
+        }                                                                             \
+        for (int64_t i_ = 0; i_ < (nb); i_++) {                                       \
+            const lf_name_count *y = &(lb)[i_], *x = NULL;                            \
+            if (find((ia), (la), y->name))                                            \
+                continue;                                                             \
+            change ch = NEW;                                                          \
+            BODY;                                                                     \
+        }                                                                             \
     } while (0)
 
 static const char *const change_names[] = {"vanished", "appeared", "stayed"};
@@ -155,10 +187,16 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
     LF_CHECK_PTR(text, "lf_trace_diff", "text");
     *text = NULL;
     lf_sbuf o = {0};
+    lf_strmap ka = {0}, kb = {0}, oa = {0}, ob = {0};
+    if (!index_names(&ka, a->kernels, a->n_kernels) || !index_names(&kb, b->kernels, b->n_kernels) ||
+        !index_names(&oa, a->ops, a->n_ops) || !index_names(&ob, b->ops, b->n_ops)) {
+        lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
+        return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
+    }
     int k_gone = 0, k_new = 0, k_same = 0, o_gone = 0, o_new = 0;
-    EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, (void)x; (void)y; k_gone += ch == GONE;
+    EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, (void)x; (void)y; k_gone += ch == GONE;
                 k_new += ch == NEW; k_same += ch == SAME);
-    EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, (void)x; (void)y; o_gone += ch == GONE; o_new += ch == NEW);
+    EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)x; (void)y; o_gone += ch == GONE; o_new += ch == NEW);
     if (as_json) {
         put(&o, "{\"steps\": [%lld, %lld], \"kernels_per_step\": [%g, %g], \"cpu_ops_per_step\": [%g, %g], ",
             (long long)a->steps, (long long)b->steps, a->kernels_per_step, b->kernels_per_step, a->ops_per_step,
@@ -169,7 +207,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             a->cpu_ns_per_step / 1e3, b->cpu_ns_per_step / 1e3, a->device_ns_per_step / 1e3,
             b->device_ns_per_step / 1e3);
         int first = 1;
-        EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, {
+        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
             const lf_name_count *any = x ? x : y;
             put(&o, "%s\n  {\"name\": ", first ? "" : ",");
             put_json_str(&o, any->name);
@@ -180,7 +218,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         });
         put(&o, "],\n \"cpu_ops\": [");
         first = 1;
-        EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, {
+        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
             const lf_name_count *any = x ? x : y;
             put(&o, "%s\n  {\"name\": ", first ? "" : ",");
             put_json_str(&o, any->name);
@@ -205,7 +243,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             lf_fmt_time(t2, sizeof t2, b->device_ns_per_step));
         /* names last and whole: two kernels that differ late in a long name stay apart */
         put(&o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
-        EACH_CHANGE(a->kernels, a->n_kernels, b->kernels, b->n_kernels, {
+        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
             const lf_name_count *any = x ? x : y;
             put(&o, "  %-9s %5g -> %-5g %12s -> %-12s %s%s\n", change_names[ch], x ? x->per_step : 0,
                 y ? y->per_step : 0, lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0),
@@ -213,7 +251,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
                 ch == SAME ? "  (same name: same work)" : "");
         });
         put(&o, "CPU ops per step: count A -> B, name\n");
-        EACH_CHANGE(a->ops, a->n_ops, b->ops, b->n_ops, {
+        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
             const lf_name_count *any = x ? x : y;
             if (ch != SAME || x->per_step != y->per_step)
                 put(&o, "  %-9s %5g -> %-5g %s\n",
@@ -242,6 +280,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             dc <= 0 ? "fell" : "rose", lf_fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
             lf_fmt_time(c2, sizeof c2, a->cpu_ns_per_step), lf_fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
     }
+    lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
     if (o.oom) {
         free(o.p);
         return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");

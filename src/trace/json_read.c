@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,43 @@ static lf_status raw_string(reader *r, const char **s, size_t *len)
     return LF_OK;
 }
 
+/* How many of the n bytes at s form a JSON number (RFC 8259's grammar: -?(0|[1-9][0-9]*)
+ * (.[0-9]+)?([eE][+-]?[0-9]+)?), 0 when they do not start one. strtod would take hex, infinity
+ * and nan as well. */
+static size_t json_number_len(const char *s, size_t n)
+{
+    size_t i = 0;
+#define DIGIT(j) ((j) < n && s[j] >= '0' && s[j] <= '9')
+    if (i < n && s[i] == '-')
+        i++;
+    if (!DIGIT(i))
+        return 0;
+    if (s[i] == '0')
+        i++;
+    else
+        while (DIGIT(i))
+            i++;
+    if (i < n && s[i] == '.') {
+        if (!DIGIT(i + 1))
+            return 0;
+        i++;
+        while (DIGIT(i))
+            i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < n && (s[j] == '+' || s[j] == '-'))
+            j++;
+        if (!DIGIT(j))
+            return 0;
+        while (DIGIT(j))
+            j++;
+        i = j;
+    }
+#undef DIGIT
+    return i;
+}
+
 /* Skip any JSON value, checking its grammar; depth bounded. */
 static lf_status skip_value(reader *r, int depth)
 {
@@ -192,14 +230,7 @@ static lf_status skip_value(reader *r, int depth)
     if ((k == 4 && !memcmp(r->p + start, "true", 4)) || (k == 5 && !memcmp(r->p + start, "false", 5)) ||
         (k == 4 && !memcmp(r->p + start, "null", 4)))
         return LF_OK;
-    char num[64];
-    if (k >= sizeof num)
-        return fail_at(r, start, "not valid JSON: a number too long");
-    memcpy(num, r->p + start, k);
-    num[k] = '\0';
-    char *end;
-    strtod(num, &end);
-    if (*end || !(isdigit((unsigned char)num[0]) || num[0] == '-'))
+    if (json_number_len(r->p + start, k) != k) /* 0x10, Infinity, NaN, 1.e5, +1: not JSON */
         return fail_at(r, start, "not valid JSON: unexpected word");
     return LF_OK;
 }
@@ -324,7 +355,7 @@ static lf_status top_int(reader *r, int64_t *out)
     LF_TRY(skip_value(r, 1));
     char num[64];
     size_t k = r->pos - start;
-    if (k && k < sizeof num && (isdigit((unsigned char)r->p[start]) || r->p[start] == '-')) {
+    if (k && k < sizeof num && json_number_len(r->p + start, k) == k) {
         memcpy(num, r->p + start, k);
         num[k] = '\0';
         double v = strtod(num, NULL);
@@ -432,29 +463,76 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
     return LF_OK;
 }
 
+static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
+
+void lf_trace_set_read_limit(int64_t bytes)
+{
+    atomic_store(&read_limit, bytes > 0 ? bytes : 0);
+}
+
+int64_t lf_trace_read_limit(void)
+{
+    int64_t v = atomic_load(&read_limit);
+    if (v > 0)
+        return v;
+    const char *env = getenv("LINFUSE_TRACE_MAX_BYTES");
+    char *end;
+    long long e = env && *env ? strtoll(env, &end, 10) : 0;
+    return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
+}
+
 lf_status lf_trace_read_json(lf_trace **out, const char *path)
 {
     LF_CHECK_PTR(out, "lf_trace_read_json", "out");
     *out = NULL;
     LF_CHECK_PTR(path, "lf_trace_read_json", "path");
-    struct stat sb;
-    if (stat(path, &sb) != 0)
-        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        return lf_fail(LF_EIO, "%s: is a directory, expected a trace file", path);
-    if (!S_ISREG(sb.st_mode))
-        return lf_fail(LF_EIO, "%s: is not a regular file", path);
-    if (sb.st_size == 0)
-        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
     FILE *f = fopen(path, "rb");
     if (!f)
         return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    const char *bad = fstat(fileno(f), &sb) != 0 ? strerror(errno)
+                      : S_ISDIR(sb.st_mode)     ? "is a directory, expected a trace file"
+                      : !S_ISREG(sb.st_mode)    ? "is not a regular file"
+                                                : NULL;
+    if (bad) {
+        lf_status s = lf_fail(LF_EIO, "%s: %s", path, bad);
+        fclose(f);
+        return s;
+    }
+    if (sb.st_size == 0) {
+        fclose(f);
+        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
+    }
+    /* the start first: a file that is not JSON is refused before it is read (a 22 GB file of
+     * zeros is refused at once), then its size against the limit */
+    char head[4096];
+    size_t nh = fread(head, 1, sizeof head, f), i = 0;
+    if (nh >= 3 && !memcmp(head, "\xef\xbb\xbf", 3))
+        i = 3; /* a UTF-8 byte order mark */
+    while (i < nh && strchr(" \t\r\n", head[i]) && head[i])
+        i++;
+    if (i < nh && head[i] != '{' && head[i] != '[') {
+        fclose(f);
+        return lf_fail(LF_EINVAL, "%s: does not start like a JSON trace (byte %zu is 0x%02x, expected '{' or '[')",
+                       path, i, (unsigned char)head[i]);
+    }
+    const int64_t limit = lf_trace_read_limit();
+    if ((int64_t)sb.st_size > limit) {
+        fclose(f);
+        return lf_fail(LF_EINVAL,
+                       "%s: %lld bytes (%.1f GB) is over the %lld bytes (%.1f GB) a trace may have; raise the limit "
+                       "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                       path, (long long)sb.st_size, (double)sb.st_size / 1e9, (long long)limit, (double)limit / 1e9);
+    }
     char *data = malloc((size_t)sb.st_size);
-    size_t got = data ? fread(data, 1, (size_t)sb.st_size, f) : 0;
+    if (!data) {
+        fclose(f);
+        return lf_fail(LF_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
+    }
+    memcpy(data, head, nh);
+    size_t got = nh + (nh == sizeof head ? fread(data + nh, 1, (size_t)sb.st_size - nh, f) : 0);
     int rerr = ferror(f);
     fclose(f);
-    if (!data)
-        return lf_fail(LF_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
     if (rerr || got != (size_t)sb.st_size) {
         free(data);
         return lf_fail(LF_EIO, "%s: read %zu of %lld bytes", path, got, (long long)sb.st_size);

@@ -1,6 +1,7 @@
 /* One step of a trace drawn as an SVG timeline, for people without Perfetto: a lane per host
  * thread with ops nested by depth, a lane per device stream with kernels, arrows from each op
  * to the kernel it launched, a time axis. Layer: trace/. */
+#define _GNU_SOURCE /* qsort_r */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,41 +23,49 @@ typedef struct item {
     int lane, row;
 } item;
 
-static const lf_trace *g_t;
-
-static int by_start(const void *a, const void *b)
+static int by_start(const void *a, const void *b, void *ctx)
 {
-    const lf_trace_event *x = &g_t->ev[((const item *)a)->i], *y = &g_t->ev[((const item *)b)->i];
+    const lf_trace *t = ctx;
+    const lf_trace_event *x = &t->ev[((const item *)a)->i], *y = &t->ev[((const item *)b)->i];
     if (x->ts_ns != y->ts_ns)
         return x->ts_ns < y->ts_ns ? -1 : 1;
     return x->dur_ns > y->dur_ns ? -1 : x->dur_ns < y->dur_ns;
 }
 
+static int step_by_start(const void *a, const void *b, void *ctx)
+{
+    const lf_trace *t = ctx;
+    int64_t x = t->ev[*(const int64_t *)a].ts_ns, y = t->ev[*(const int64_t *)b].ts_ns;
+    return (x > y) - (x < y);
+}
+
+/* XML text: markup characters escaped, control characters dropped, bytes that are not UTF-8
+ * written as U+FFFD (an XML parser rejects them), at most max_chars characters with an ellipsis
+ * in place of the rest; cut between characters, never inside one. */
 static void xml_text(FILE *f, const char *s, int max_chars)
 {
-    int n = 0, len = (int)strlen(s);
-    for (; *s && n < max_chars; s++, n++) {
-        if (n == max_chars - 1 && len > max_chars) {
+    size_t total = 0;
+    lf_utf8_prefix(s, (size_t)-1, &total);
+    for (int n = 0; *s && n < max_chars; n++) {
+        if (n == max_chars - 1 && (int)total > max_chars) {
             fputs("\xe2\x80\xa6", f); /* an ellipsis */
             break;
         }
+        int k = lf_utf8_char(s);
         switch (*s) {
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
         default:
-            if ((unsigned char)*s >= 0x20)
+            if (k > 1)
+                fwrite(s, 1, (size_t)k, f);
+            else if (k == 0)
+                fputs("\xef\xbf\xbd", f);
+            else if ((unsigned char)*s >= 0x20)
                 fputc(*s, f);
         }
+        s += k > 1 ? k : 1;
     }
 }
 
@@ -109,12 +118,7 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
     for (int64_t i = 0; i < t->n; i++)
         if (t->ev[i].cat == LF_TC_USER_ANNOTATION && !strncmp(t->ev[i].name, "ProfilerStep#", 13))
             steps[ns++] = i;
-    for (int64_t a = 1; a < ns; a++) /* few steps: insertion sort by start */
-        for (int64_t b = a; b > 0 && t->ev[steps[b]].ts_ns < t->ev[steps[b - 1]].ts_ns; b--) {
-            int64_t tmp = steps[b];
-            steps[b] = steps[b - 1];
-            steps[b - 1] = tmp;
-        }
+    qsort_r(steps, (size_t)ns, sizeof *steps, step_by_start, (void *)t);
     if (ns) {
         if (step < 0 || step >= ns) {
             free(steps);
@@ -169,8 +173,7 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
         }
         it[ni++] = (item){i, l, 0};
     }
-    g_t = t;
-    qsort(it, (size_t)ni, sizeof *it, by_start);
+    qsort_r(it, (size_t)ni, sizeof *it, by_start, (void *)t);
     for (int l = 0; l < nl; l++) { /* rows: depth in each lane's nesting */
         int64_t stack_end[64];
         int depth = 0;

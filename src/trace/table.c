@@ -2,51 +2,13 @@
  * events nest per host thread (self = own time minus direct children), kernels count toward
  * the op whose External id they carry, rows group by name and device/annotation kind, and the
  * text has PyTorch's columns, widths, units and footers. Layer: trace/. */
+#define _GNU_SOURCE /* qsort_r */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trace/trace_impl.h"
-
-/* --- a small string-keyed hash map (open addressing) --- */
-
-typedef struct slot {
-    const char *key;
-    int64_t kind; /* part of the key */
-    int64_t val;
-} slot;
-
-typedef struct smap {
-    slot *s;
-    int64_t cap;
-} smap;
-
-static uint64_t hash_str(const char *k, int64_t kind)
-{
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)kind;
-    for (; *k; k++)
-        h = (h ^ (unsigned char)*k) * 1099511628211ull;
-    return h;
-}
-
-static int smap_init(smap *m, int64_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n + 16)
-        m->cap *= 2;
-    m->s = calloc((size_t)m->cap, sizeof *m->s);
-    return m->s != NULL;
-}
-
-/* The slot for (key, kind): found, or empty and ready to fill. */
-static slot *smap_find(smap *m, const char *key, int64_t kind)
-{
-    uint64_t i = hash_str(key, kind) & (uint64_t)(m->cap - 1);
-    while (m->s[i].key && (m->s[i].kind != kind || strcmp(m->s[i].key, key)))
-        i = (i + 1) & (uint64_t)(m->cap - 1);
-    return &m->s[i];
-}
 
 /* External ids -> event index, integer keyed. */
 typedef struct imap {
@@ -119,11 +81,11 @@ static int order_class(lf_trace_cat c)
     }
 }
 
-static const lf_trace *sort_trace; /* qsort has no context argument; builds are not concurrent-safe */
-
-static int by_time(const void *pa, const void *pb)
+/* Orders over event indices; qsort_r carries the trace, so builds on several threads are safe. */
+static int by_time(const void *pa, const void *pb, void *ctx)
 {
-    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    const lf_trace *t = ctx;
+    const lf_trace_event *a = &t->ev[*(const int64_t *)pa], *b = &t->ev[*(const int64_t *)pb];
     if (a->ts_ns != b->ts_ns)
         return a->ts_ns < b->ts_ns ? -1 : 1;
     if (a->dur_ns != b->dur_ns)
@@ -131,19 +93,21 @@ static int by_time(const void *pa, const void *pb)
     return *(const int64_t *)pa < *(const int64_t *)pb ? -1 : 1;
 }
 
-static int by_track_time(const void *pa, const void *pb)
+static int by_track_time(const void *pa, const void *pb, void *ctx)
 {
-    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    const lf_trace *t = ctx;
+    const lf_trace_event *a = &t->ev[*(const int64_t *)pa], *b = &t->ev[*(const int64_t *)pb];
     if (a->pid != b->pid)
         return a->pid < b->pid ? -1 : 1;
     if (a->tid != b->tid)
         return a->tid < b->tid ? -1 : 1;
-    return by_time(pa, pb);
+    return by_time(pa, pb, ctx);
 }
 
-static int by_time_class(const void *pa, const void *pb)
+static int by_time_class(const void *pa, const void *pb, void *ctx)
 {
-    const lf_trace_event *a = &sort_trace->ev[*(const int64_t *)pa], *b = &sort_trace->ev[*(const int64_t *)pb];
+    const lf_trace *t = ctx;
+    const lf_trace_event *a = &t->ev[*(const int64_t *)pa], *b = &t->ev[*(const int64_t *)pb];
     if (a->ts_ns != b->ts_ns)
         return a->ts_ns < b->ts_ns ? -1 : 1;
     if (a->dur_ns != b->dur_ns)
@@ -154,23 +118,21 @@ static int by_time_class(const void *pa, const void *pb)
     return *(const int64_t *)pa < *(const int64_t *)pb ? -1 : 1;
 }
 
-static lf_sort_key row_sort_key;
-
-static double row_value(const lf_table_row *r)
+static double row_value(const lf_table_row *r, lf_sort_key key)
 {
-    switch (row_sort_key) {
+    switch (key) {
     case LF_SORT_SELF_CPU_TIME_TOTAL:
-        return (double)r->self_cpu_ns;
+        return r->self_cpu_us;
     case LF_SORT_CPU_TIME_TOTAL:
-        return (double)r->cpu_total_ns;
+        return r->cpu_total_us;
     case LF_SORT_SELF_DEVICE_TIME_TOTAL:
-        return (double)r->self_device_ns;
+        return r->self_device_us;
     case LF_SORT_DEVICE_TIME_TOTAL:
-        return (double)r->device_total_ns;
+        return r->device_total_us;
     case LF_SORT_CPU_TIME:
-        return (double)r->cpu_total_ns / (double)r->count;
+        return r->cpu_total_us / (double)r->count;
     case LF_SORT_DEVICE_TIME:
-        return (double)r->device_total_ns / (double)r->count;
+        return r->device_total_us / (double)r->count;
     case LF_SORT_COUNT:
         return (double)r->count;
     default:
@@ -179,21 +141,31 @@ static double row_value(const lf_table_row *r)
 }
 
 /* Stable merge sort, descending by the chosen key (PyTorch sorts with reverse=True, stable). */
-static void sort_rows(lf_table_row *r, lf_table_row *tmp, int64_t n)
+static void sort_rows(lf_table_row *r, lf_table_row *tmp, int64_t n, lf_sort_key key)
 {
     if (n < 2)
         return;
     int64_t h = n / 2;
-    sort_rows(r, tmp, h);
-    sort_rows(r + h, tmp, n - h);
+    sort_rows(r, tmp, h, key);
+    sort_rows(r + h, tmp, n - h, key);
     int64_t i = 0, j = h, k = 0;
     while (i < h && j < n)
-        tmp[k++] = row_value(&r[j]) > row_value(&r[i]) ? r[j++] : r[i++];
+        tmp[k++] = row_value(&r[j], key) > row_value(&r[i], key) ? r[j++] : r[i++];
     while (i < h)
         tmp[k++] = r[i++];
     while (j < n)
         tmp[k++] = r[j++];
     memcpy(r, tmp, (size_t)n * sizeof *r);
+}
+
+/* a + b for byte counts, stopping at the int64 range (*sat set) instead of overflowing. */
+static int64_t add_sat(int64_t a, int64_t b, int *sat)
+{
+    int64_t r;
+    if (!__builtin_add_overflow(a, b, &r))
+        return r;
+    *sat = 1;
+    return b > 0 ? INT64_MAX : INT64_MIN;
 }
 
 lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
@@ -205,27 +177,44 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         return lf_fail(LF_EINVAL, "lf_table_build: sort key %d is unknown", (int)sort_by);
     const int64_t n = t->n;
     int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
-    int64_t *self_cpu = calloc((size_t)(n + 1), sizeof *self_cpu);
-    int64_t *self_dev = calloc((size_t)(n + 1), sizeof *self_dev);
-    int64_t *dev_total = calloc((size_t)(n + 1), sizeof *dev_total);
+    double *us = calloc((size_t)(n + 1), sizeof *us);          /* each event's time, PyTorch's way */
+    double *child_cpu = calloc((size_t)(n + 1), sizeof *child_cpu); /* its direct children's times */
+    double *kern = calloc((size_t)(n + 1), sizeof *kern);       /* an op's own device work */
+    double *child_dev = calloc((size_t)(n + 1), sizeof *child_dev); /* its children's device totals */
     int64_t *parent = malloc((size_t)(n + 1) * sizeof *parent);
     int64_t *stack = malloc((size_t)(n + 1) * sizeof *stack);
+    int64_t *mem_total = calloc((size_t)(2 * n + 2), sizeof *mem_total); /* [2i]: host, [2i+1]: device */
+    int64_t *mem_self = calloc((size_t)(2 * n + 2), sizeof *mem_self);
     lf_table_row *rows = calloc((size_t)(n + 1), sizeof *rows), *tmp = malloc((size_t)(n + 1) * sizeof *tmp);
-    smap groups = {0};
+    lf_strmap groups = {0};
     imap owners = {0};
     lf_status st = LF_OK;
-    if (!idx || !self_cpu || !self_dev || !dev_total || !parent || !stack || !rows || !tmp || !smap_init(&groups, n) ||
-        !imap_init(&owners, n)) {
+    int mem_sat = 0;
+    int64_t negative = 0, neg_parent = -1, neg_child = -1;
+    if (!idx || !us || !child_cpu || !kern || !child_dev || !parent || !stack || !mem_total || !mem_self || !rows ||
+        !tmp || !lf_strmap_init(&groups, n) || !imap_init(&owners, n)) {
         st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
         goto done;
     }
-    /* 1. host events nest per thread: parent and self time */
+    /* 0. PyTorch keeps each event's start and end as microseconds since the trace's start, in
+     * doubles, and takes its time as their difference; the earliest event stands for the start.
+     * The digits a table prints depend on that arithmetic (8.5265 us printed as 8.526), so it
+     * is done the same way here. The reader bounds ts and dur, so nothing here overflows. */
+    int64_t t0 = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (i == 0 || t->ev[i].ts_ns < t0)
+            t0 = t->ev[i].ts_ns;
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (e->dur_ns >= 0)
+            us[i] = (double)(e->ts_ns - t0 + e->dur_ns) / 1000.0 - (double)(e->ts_ns - t0) / 1000.0;
+    }
+    /* 1. host events nest per thread: parents, and each one's direct children's time */
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++)
         if (is_tabled(&t->ev[i]) && !lf_trace_cat_is_device(t->ev[i].cat))
             idx[m++] = i;
-    sort_trace = t;
-    qsort(idx, (size_t)m, sizeof *idx, by_track_time);
+    qsort_r(idx, (size_t)m, sizeof *idx, by_track_time, (void *)t);
     int64_t depth = 0;
     for (int64_t k = 0; k < m; k++) {
         const lf_trace_event *e = &t->ev[idx[k]];
@@ -238,20 +227,15 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
             depth--;
         }
         parent[idx[k]] = depth ? stack[depth - 1] : -1;
-        self_cpu[idx[k]] = e->dur_ns;
-        if (depth)
-            self_cpu[stack[depth - 1]] -= e->dur_ns;
+        if (depth) {
+            int64_t p = stack[depth - 1];
+            child_cpu[p] += us[idx[k]];
+            if (child_cpu[p] > us[p] && negative++ == 0) /* children overlapping one another */
+                neg_parent = p, neg_child = idx[k];
+        }
         stack[depth++] = idx[k];
     }
     /* 1b. [memory] events count for every host event enclosing them on their thread */
-    /* [2 i + 0]: host memory of event i, [2 i + 1]: device memory */
-    int64_t *mem_total = calloc((size_t)(2 * n + 2), sizeof *mem_total);
-    int64_t *mem_self = calloc((size_t)(2 * n + 2), sizeof *mem_self);
-    if (!mem_total || !mem_self) {
-        free(mem_total), free(mem_self);
-        st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory");
-        goto done;
-    }
     for (int64_t i = 0; i < n; i++) {
         const lf_trace_event *e = &t->ev[i];
         if (e->cat != LF_TC_MEMORY)
@@ -281,9 +265,9 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         }
         const int kind = e->mem_device_type ? 1 : 0;
         if (inner >= 0) {
-            mem_self[2 * inner + kind] += e->mem_bytes;
+            mem_self[2 * inner + kind] = add_sat(mem_self[2 * inner + kind], e->mem_bytes, &mem_sat);
             for (int64_t a = inner; a >= 0; a = parent[a])
-                mem_total[2 * a + kind] += e->mem_bytes;
+                mem_total[2 * a + kind] = add_sat(mem_total[2 * a + kind], e->mem_bytes, &mem_sat);
         }
     }
     /* 2. device time to the op that launched it (its External id); ops win over annotations */
@@ -302,30 +286,56 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
             continue;
         int64_t o = *imap_slot(&owners, e->ext_id);
         if (o >= 0)
-            self_dev[o] += e->dur_ns;
+            kern[o] += us[i];
     }
-    for (int64_t k = m - 1; k >= 0; k--) { /* children come after parents: walk back, add up */
-        int64_t i = idx[k];
-        dev_total[i] += self_dev[i];
-        if (parent[i] >= 0)
-            dev_total[parent[i]] += dev_total[i];
+    /* an op's device total is its own work plus its children's totals, two sums as PyTorch's;
+     * walking the thread's events in order again, an event is final when it closes, and closes
+     * after its children, which close in their start order: the order PyTorch adds them in */
+    double *own_total = calloc((size_t)(n + 1), sizeof *own_total);
+    if (!own_total) {
+        st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+        goto done;
     }
+#define CLOSE(x)                                                     \
+    do {                                                             \
+        int64_t x_ = (x);                                            \
+        own_total[x_] = kern[x_] + child_dev[x_];                    \
+        if (parent[x_] >= 0)                                         \
+            child_dev[parent[x_]] += own_total[x_];                  \
+    } while (0)
+    depth = 0;
+    for (int64_t k = 0; k < m; k++) {
+        const lf_trace_event *e = &t->ev[idx[k]];
+        if (k > 0 && (e->pid != t->ev[idx[k - 1]].pid || e->tid != t->ev[idx[k - 1]].tid))
+            while (depth > 0)
+                CLOSE(stack[--depth]);
+        while (depth > 0 && stack[depth - 1] != parent[idx[k]])
+            CLOSE(stack[--depth]);
+        stack[depth++] = idx[k];
+    }
+    while (depth > 0)
+        CLOSE(stack[--depth]);
+#undef CLOSE
     /* 3. rows in first-seen order */
     m = 0;
     for (int64_t i = 0; i < n; i++)
         if (is_tabled(&t->ev[i]))
             idx[m++] = i;
-    qsort(idx, (size_t)m, sizeof *idx, by_time_class);
+    qsort_r(idx, (size_t)m, sizeof *idx, by_time_class, (void *)t);
     int64_t n_rows = 0;
     for (int64_t k = 0; k < m; k++) {
-        const lf_trace_event *e = &t->ev[idx[k]];
+        const int64_t i = idx[k];
+        const lf_trace_event *e = &t->ev[i];
         int dev = lf_trace_cat_is_device(e->cat);
         int ann = e->cat == LF_TC_USER_ANNOTATION || e->cat == LF_TC_GPU_ANNOTATION;
         const char *name = strncmp(e->name, "ProfilerStep#", 13) ? e->name : "ProfilerStep*";
-        slot *s = smap_find(&groups, name, dev * 2 + ann);
-        if (!s->key) {
-            s->key = name;
-            s->kind = dev * 2 + ann;
+        lf_strmap_entry *s = lf_strmap_get(&groups, name, dev * 2 + ann);
+        if (!s) {
+            st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+            free(own_total);
+            goto done;
+        }
+        if (s->val < 0) {
             s->val = n_rows;
             rows[n_rows++] = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann};
         }
@@ -333,35 +343,56 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         r->count++;
         r->flops += e->flops;
         if (dev) {
-            r->self_device_ns += e->dur_ns;
-            r->device_total_ns += e->dur_ns;
-            if (e->cat != LF_TC_GPU_ANNOTATION)
-                out->self_device_total_ns += e->dur_ns;
+            r->self_device_us += us[i];
+            r->device_total_us += us[i];
             out->has_device = 1;
         } else {
-            r->self_cpu_ns += self_cpu[idx[k]];
-            r->cpu_total_ns += e->dur_ns;
-            r->self_device_ns += self_dev[idx[k]];
-            r->device_total_ns += dev_total[idx[k]];
-            r->cpu_mem += mem_total[2 * idx[k]];
-            r->self_cpu_mem += mem_self[2 * idx[k]];
-            r->device_mem += mem_total[2 * idx[k] + 1];
-            r->self_device_mem += mem_self[2 * idx[k] + 1];
-            out->self_cpu_total_ns += self_cpu[idx[k]];
+            r->self_cpu_us += us[i] - child_cpu[i];
+            r->cpu_total_us += us[i];
+            r->self_device_us += own_total[i] - child_dev[i];
+            r->device_total_us += own_total[i];
+            r->cpu_mem = add_sat(r->cpu_mem, mem_total[2 * i], &mem_sat);
+            r->self_cpu_mem = add_sat(r->self_cpu_mem, mem_self[2 * i], &mem_sat);
+            r->device_mem = add_sat(r->device_mem, mem_total[2 * i + 1], &mem_sat);
+            r->self_device_mem = add_sat(r->self_device_mem, mem_self[2 * i + 1], &mem_sat);
         }
     }
-    row_sort_key = sort_by;
+    free(own_total);
     if (sort_by != LF_SORT_NONE)
-        sort_rows(rows, tmp, n_rows);
+        sort_rows(rows, tmp, n_rows, sort_by);
+    /* the footers add up every row, in the table's order */
+    for (int64_t k = 0; k < n_rows; k++) {
+        out->self_cpu_total_us += rows[k].self_cpu_us;
+        if (rows[k].is_device && !rows[k].is_annotation)
+            out->self_device_total_us += rows[k].self_device_us;
+    }
+    if (negative)
+        snprintf(out->warning, sizeof out->warning,
+                 "warning: %lld host event%s last%s less than the events inside them (events on one thread "
+                 "that overlap without nesting), so their self CPU time is negative; first: \"%.120s\" holding "
+                 "\"%.120s\"\n",
+                 (long long)negative, negative == 1 ? "" : "s", negative == 1 ? "s" : "", t->ev[neg_parent].name,
+                 t->ev[neg_child].name);
+    /* a double holds every nanosecond up to 2^53 ns (104 days); past that, times are rounded */
+    int rounded = out->self_cpu_total_us > 9.007e12 || out->self_device_total_us > 9.007e12;
+    for (int64_t k = 0; k < n_rows && !rounded; k++)
+        rounded = rows[k].cpu_total_us > 9.007e12 || rows[k].device_total_us > 9.007e12;
+    if (rounded)
+        snprintf(out->warning + strlen(out->warning), sizeof out->warning - strlen(out->warning),
+                 "warning: some totals pass 104 days and are not exact to the nanosecond (they add up in doubles, "
+                 "as PyTorch's do)\n");
+    if (mem_sat)
+        snprintf(out->warning + strlen(out->warning), sizeof out->warning - strlen(out->warning),
+                 "warning: a memory total passed the 64-bit range; it is shown at the range's end, not exact\n");
     out->rows = rows;
     out->n_rows = n_rows;
     out->device_label = t->meta.device_label ? t->meta.device_label : "CUDA";
     out->dropped_events = t->meta.dropped_events;
     rows = NULL;
-    free(mem_total), free(mem_self);
 done:
-    free(idx), free(self_cpu), free(self_dev), free(dev_total), free(parent), free(stack), free(rows), free(tmp);
-    free(groups.s), free(owners.keys), free(owners.vals);
+    free(idx), free(us), free(child_cpu), free(kern), free(child_dev), free(parent), free(stack), free(rows), free(tmp);
+    free(mem_total), free(mem_self);
+    lf_strmap_free(&groups), free(owners.keys), free(owners.vals);
     return st;
 }
 
@@ -407,9 +438,9 @@ lf_status lf_sort_key_parse(const char *s, lf_sort_key *out)
 
 /* --- text --- */
 
-const char *lf_fmt_time(char *buf, size_t cap, double ns)
+/* PyTorch's _format_time, on microseconds as a double. */
+static const char *fmt_us(char *buf, size_t cap, double us)
 {
-    double us = ns / 1000.0;
     if (us >= 1e6)
         snprintf(buf, cap, "%.3fs", us / 1e6);
     else if (us >= 1e3)
@@ -417,6 +448,47 @@ const char *lf_fmt_time(char *buf, size_t cap, double ns)
     else
         snprintf(buf, cap, "%.3fus", us);
     return buf;
+}
+
+const char *lf_fmt_time(char *buf, size_t cap, double ns)
+{
+    return fmt_us(buf, cap, ns / 1000.0);
+}
+
+/* A name as PyTorch's table prints it: cut to MAX_NAME - 3 characters plus "..." when it has
+ * that many or more (characters, never bytes: a cut never splits one), each byte that is not
+ * UTF-8 written as U+FFFD. Returns its length in characters. */
+enum { MAX_NAME = 55 };
+static int fmt_name(char *dst, size_t cap, const char *name)
+{
+    size_t chars = 0, o = 0;
+    lf_utf8_prefix(name, (size_t)-1, &chars);
+    const size_t keep = chars >= MAX_NAME - 3 ? MAX_NAME - 3 : chars;
+    const char *s = name;
+    for (size_t c = 0; c < keep && o + 4 < cap; c++) {
+        int k = lf_utf8_char(s);
+        if (k > 0) {
+            memcpy(dst + o, s, (size_t)k);
+            o += (size_t)k, s += k;
+        } else {
+            memcpy(dst + o, "\xef\xbf\xbd", 3);
+            o += 3, s++;
+        }
+    }
+    if (keep < chars && o + 4 <= cap) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    dst[o] = '\0';
+    return (int)(keep < chars ? keep + 3 : keep);
+}
+
+/* s right-aligned in width characters, then two spaces, as PyTorch's row format does. */
+static void put_cell(lf_sbuf *b, const char *s, int width)
+{
+    size_t chars = 0;
+    lf_utf8_prefix(s, (size_t)-1, &chars);
+    lf_sbuf_printf(b, "%*s%s  ", width > (int)chars ? width - (int)chars : 0, "", s);
 }
 
 /* Memory, 1024-based: "1.50 MB", "12 B". */
@@ -433,12 +505,13 @@ static void fmt_mem(char *buf, size_t cap, int64_t b)
         snprintf(buf, cap, "%lld B", (long long)b);
 }
 
-static void fmt_pct(char *buf, size_t cap, int64_t part, int64_t total)
+/* PyTorch's _format_time_share: time * 100 / total, "NaN" for a zero total. */
+static void fmt_pct(char *buf, size_t cap, double part, double total)
 {
     if (total == 0)
         snprintf(buf, cap, "NaN");
     else
-        snprintf(buf, cap, "%.2f%%", 100.0 * (double)part / (double)total);
+        snprintf(buf, cap, "%.2f%%", part * 100.0 / total);
 }
 
 lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text)
@@ -449,11 +522,11 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     int64_t limit = o && o->row_limit > 0 ? o->row_limit : tab->n_rows;
     if (limit > tab->n_rows)
         limit = tab->n_rows;
-    enum { MAX_NAME = 55 };
     int name_w = 0;
     for (int64_t i = 0; i < tab->n_rows; i++) {
-        int l = (int)strlen(tab->rows[i].name);
-        name_w = l > name_w ? l : name_w;
+        size_t l = 0;
+        lf_utf8_prefix(tab->rows[i].name, (size_t)-1, &l);
+        name_w = (int)l > name_w ? (int)l : name_w;
     }
     name_w += 4;
     if (name_w > MAX_NAME)
@@ -499,25 +572,22 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     } while (0)
     SEP_LINE();
     for (int c = 0; c < ncol; c++)
-        lf_sbuf_printf(&b, "%*s  ", w[c], heads[c]);
+        put_cell(&b, heads[c], w[c]);
     lf_sbuf_printf(&b, "\n");
     SEP_LINE();
     for (int64_t i = 0; i < limit; i++) {
         const lf_table_row *r = &tab->rows[i];
-        char name[64], cells[10][32];
-        if ((int)strlen(r->name) >= MAX_NAME - 3)
-            snprintf(name, sizeof name, "%.*s...", MAX_NAME - 3, r->name);
-        else
-            snprintf(name, sizeof name, "%s", r->name);
-        fmt_pct(cells[0], 32, r->self_cpu_ns, tab->self_cpu_total_ns);
-        lf_fmt_time(cells[1], 32, (double)r->self_cpu_ns);
-        fmt_pct(cells[2], 32, r->cpu_total_ns, tab->self_cpu_total_ns);
-        lf_fmt_time(cells[3], 32, (double)r->cpu_total_ns);
-        lf_fmt_time(cells[4], 32, r->count ? (double)r->cpu_total_ns / (double)r->count : 0);
-        lf_fmt_time(cells[5], 32, (double)r->self_device_ns);
-        fmt_pct(cells[6], 32, r->self_device_ns, tab->self_device_total_ns);
-        lf_fmt_time(cells[7], 32, (double)r->device_total_ns);
-        lf_fmt_time(cells[8], 32, r->count ? (double)r->device_total_ns / (double)r->count : 0);
+        char name[256], cells[10][32];
+        fmt_name(name, sizeof name, r->name);
+        fmt_pct(cells[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
+        fmt_us(cells[1], 32, r->self_cpu_us);
+        fmt_pct(cells[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
+        fmt_us(cells[3], 32, r->cpu_total_us);
+        fmt_us(cells[4], 32, r->count ? r->cpu_total_us / (double)r->count : 0);
+        fmt_us(cells[5], 32, r->self_device_us);
+        fmt_pct(cells[6], 32, r->self_device_us, tab->self_device_total_us);
+        fmt_us(cells[7], 32, r->device_total_us);
+        fmt_us(cells[8], 32, r->count ? r->device_total_us / (double)r->count : 0);
         char mem[4][32], count[32];
         fmt_mem(mem[0], 32, r->cpu_mem);
         fmt_mem(mem[1], 32, r->self_cpu_mem);
@@ -537,18 +607,20 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
             cell[nc++] = mem[2], cell[nc++] = mem[3];
         cell[nc++] = count;
         for (int c = 0; c < nc; c++)
-            lf_sbuf_printf(&b, "%*s  ", w[c], cell[c]);
+            put_cell(&b, cell[c], w[c]);
         lf_sbuf_printf(&b, "\n");
     }
     SEP_LINE();
 #undef SEP_LINE
     char tot[32];
-    lf_fmt_time(tot, sizeof tot, (double)tab->self_cpu_total_ns);
+    fmt_us(tot, sizeof tot, tab->self_cpu_total_us);
     lf_sbuf_printf(&b, "Self CPU time total: %s\n", tot);
     if (tab->has_device) {
-        lf_fmt_time(tot, sizeof tot, (double)tab->self_device_total_ns);
+        fmt_us(tot, sizeof tot, tab->self_device_total_us);
         lf_sbuf_printf(&b, "Self %s time total: %s\n", dl, tot);
     }
+    if (tab->warning[0])
+        lf_sbuf_printf(&b, "%s", tab->warning);
     if (tab->dropped_events > 0)
         lf_sbuf_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
                        (long long)tab->dropped_events);

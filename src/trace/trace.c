@@ -217,7 +217,8 @@ lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, in
     for (int64_t i = 0; i < t->n; i++)
         if (is_step(&t->ev[i])) {
             sp[k++] = (lf_span){t->ev[i].ts_ns, t->ev[i].ts_ns + t->ev[i].dur_ns};
-            total += t->ev[i].dur_ns;
+            if (__builtin_add_overflow(total, t->ev[i].dur_ns, &total)) /* hostile durations: stop there */
+                total = INT64_MAX;
         }
     qsort(sp, (size_t)k, sizeof *sp, by_lo);
     *spans = sp;

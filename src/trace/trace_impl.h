@@ -39,6 +39,23 @@ lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, in
 /* Whether time ts falls in one of the sorted spans (binary search). */
 int lf_span_contains(const lf_span *s, int64_t n, int64_t ts);
 
+/* A string-keyed hash map (strmap.c): (key, kind) -> val. Keys are borrowed. */
+typedef struct lf_strmap_entry {
+    const char *key;
+    int64_t kind;
+    int64_t val; /* -1 in a new entry */
+} lf_strmap_entry;
+typedef struct lf_strmap {
+    lf_strmap_entry *s;
+    int64_t cap, n;
+} lf_strmap;
+int lf_strmap_init(lf_strmap *m, int64_t expected); /* 0 when out of memory */
+void lf_strmap_free(lf_strmap *m);
+/* The entry for (key, kind), added (val -1) when missing; NULL when out of memory. */
+lf_strmap_entry *lf_strmap_get(lf_strmap *m, const char *key, int64_t kind);
+/* The entry for (key, kind), or NULL. */
+const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64_t kind);
+
 /* A duration as PyTorch's _format_time prints it: seconds, milliseconds or microseconds by
  * magnitude, three decimals ("2.314ms", "23.104us"). Returns buf. */
 const char *lf_fmt_time(char *buf, size_t cap, double ns);
