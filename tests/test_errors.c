@@ -1,9 +1,12 @@
 /* Bad input is an error with a message naming the argument and the expected and actual
  * values: never a crash, a leak or a wrong answer. (AddressSanitizer and LeakSanitizer watch
  * this run; allocator_may_return_null lets a huge allocation fail as it would without them.) */
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/backend_impl.h"
 #include "testutil.h"
@@ -129,9 +132,75 @@ static void test_backend_errors(void)
     FAILS(LF_EINVAL, "isa 3", lf_cpu_isa_force(LF_CPU_ISA_COUNT));
 }
 
+/* Run f in a child process; its stderr and whether it died of SIGABRT. */
+static int dies_saying(void (*f)(void), const char *needle)
+{
+    int fds[2];
+    if (pipe(fds))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        f();
+        _exit(0); /* it should not come back */
+    }
+    close(fds[1]);
+    char buf[1024] = {0};
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof buf - 1 && (k = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0)
+        n += (size_t)k;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(buf, needle);
+}
+
+static void data_of_null(void)
+{
+    (void)lf_tensor_data(NULL);
+}
+static void contiguous_of_null(void)
+{
+    (void)lf_tensor_is_contiguous(NULL);
+}
+static void device_of_null(void)
+{
+    (void)lf_tensor_device(NULL);
+}
+
+/* The public struct's geometry edited to reach past its storage, and accessors given NULL:
+ * the first is an op's error, the second a precondition that stops the program by name. */
+static void test_tensor_preconditions(void)
+{
+    CHECK(dies_saying(data_of_null, "lf_tensor_data: argument 't' is NULL"), "lf_tensor_data(NULL)");
+    CHECK(dies_saying(contiguous_of_null, "lf_tensor_is_contiguous"), "lf_tensor_is_contiguous(NULL)");
+    CHECK(dies_saying(device_of_null, "lf_tensor_device"), "lf_tensor_device(NULL)");
+    int64_t s[2] = {4, 4};
+    lf_tensor *a = NULL, *b = NULL, *y = NULL;
+    OK(lf_tensor_empty(&a, LF_DTYPE_F32, 2, s, LF_DEVICE_CPU));
+    OK(lf_tensor_empty(&b, LF_DTYPE_F32, 2, s, LF_DEVICE_CPU));
+    OK(lf_tensor_fill(a, 1.0f));
+    OK(lf_tensor_fill(b, 1.0f));
+    a->stride[0] = 1000; /* rows 1000 floats apart in a 16-float buffer */
+    FAILS(LF_ESHAPE, "lf_mm: argument 'mat1' (shape [4, 4], strides [1000, 1], offset 0) reaches past its storage of 64 bytes",
+          lf_mm(&y, a, b));
+    a->stride[0] = 4;
+    a->offset = 1; /* one past: the last element falls off the end */
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_mm(&y, a, b));
+    a->offset = 0;
+    b->stride[1] = -1;
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_gelu(&y, b, LF_GELU_TANH));
+    b->stride[1] = 1;
+    OK(lf_mm(&y, a, b));
+    lf_tensor_free(y), lf_tensor_free(a), lf_tensor_free(b);
+}
+
 int main(void)
 {
     test_tensor_errors();
+    test_tensor_preconditions();
     test_op_errors();
     test_backend_errors();
     CHECK(!strcmp(lf_status_name(LF_EGUARD), "LF_EGUARD") && !strcmp(lf_status_name((lf_status)99), "LF_E?"),

@@ -161,7 +161,10 @@ typedef void (*lf_alloc_observer)(void *user, lf_device dev, const void *addr, i
                                   int64_t total_reserved);
 void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
 
-/* --- facts --- */
+/* --- facts ---
+ * These return a value, not a status, so their argument is a precondition: a NULL tensor is the
+ * caller's bug, stopped with a message naming the function (in every build), never a crash
+ * somewhere later. Functions that return lf_status check their pointers and return LF_EINVAL. */
 
 int64_t lf_tensor_numel(const lf_tensor *t);
 int lf_tensor_is_contiguous(const lf_tensor *t); /* row-major, no gaps (size-1 dims ignored) */

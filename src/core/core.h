@@ -21,6 +21,12 @@ lf_status lf_fail(lf_status s, const char *fmt, ...) __attribute__((format(print
 void lf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 #define LF_ASSERT(e) ((e) ? (void)0 : lf_assert_fail(#e, __FILE__, __LINE__))
 
+/* A public function's precondition (a valid pointer where the function cannot return a status):
+ * broken, it is the caller's bug; report the function and the argument, then abort. Checked in
+ * every build. */
+void lf_precondition_fail(const char *fn, const char *what) __attribute__((noreturn));
+#define LF_PRECOND(e, fn, what) ((e) ? (void)0 : lf_precondition_fail((fn), (what)))
+
 /* Propagate a failing status unchanged (its message is already set). */
 #define LF_TRY(call)                  \
     do {                              \

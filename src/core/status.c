@@ -43,6 +43,13 @@ lf_status lf_fail(lf_status s, const char *fmt, ...)
     return s;
 }
 
+void lf_precondition_fail(const char *fn, const char *what)
+{
+    fprintf(stderr, "linfuse: %s: %s (a precondition of the function; see its header)\n", fn, what);
+    fflush(stderr);
+    abort();
+}
+
 void lf_assert_fail(const char *expr, const char *file, int line)
 {
     fprintf(stderr, "linfuse: internal error: assertion `%s' failed at %s:%d\n", expr, file, line);

@@ -105,6 +105,20 @@ lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
         return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", op, name);
     if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || (unsigned)t->dtype >= LF_DTYPE_COUNT)
         return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", op, name);
+    /* the struct is public, so its geometry may have been edited: every element it names must
+     * lie inside its storage, or a kernel would read or write past it */
+    int64_t last = t->offset, size = (int64_t)lf_dtype_size(t->dtype), span;
+    int ok = t->offset >= 0;
+    for (int d = 0; d < t->ndim && ok; d++)
+        ok = t->shape[d] >= 1 && t->stride[d] >= 0 && lf_mul_ok(t->shape[d] - 1, t->stride[d], &span) &&
+             lf_add_ok(last, span, &last);
+    if (!ok || !lf_mul_ok(last + 1, size, &span) || span > (int64_t)t->storage->nbytes) {
+        char sh[LF_SHAPE_STR_CAP], st[LF_SHAPE_STR_CAP];
+        return lf_fail(LF_ESHAPE,
+                       "%s: argument '%s' (shape %s, strides %s, offset %lld) reaches past its storage of %zu bytes",
+                       op, name, lf_fmt_shape(sh, sizeof sh, t->ndim, t->shape),
+                       lf_fmt_shape(st, sizeof st, t->ndim, t->stride), (long long)t->offset, t->storage->nbytes);
+    }
     return LF_OK;
 }
 

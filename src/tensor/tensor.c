@@ -231,6 +231,7 @@ void lf_tensor_free(lf_tensor *t)
 
 int64_t lf_tensor_numel(const lf_tensor *t)
 {
+    LF_PRECOND(t, "lf_tensor_numel", "argument 't' is NULL");
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++)
         n *= t->shape[i];
@@ -239,6 +240,7 @@ int64_t lf_tensor_numel(const lf_tensor *t)
 
 int lf_tensor_is_contiguous(const lf_tensor *t)
 {
+    LF_PRECOND(t, "lf_tensor_is_contiguous", "argument 't' is NULL");
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] != 1 && t->stride[i] != s)
@@ -250,16 +252,19 @@ int lf_tensor_is_contiguous(const lf_tensor *t)
 
 lf_device lf_tensor_device(const lf_tensor *t)
 {
+    LF_PRECOND(t && t->storage, "lf_tensor_device", "argument 't' is NULL or has no storage");
     return t->storage->device;
 }
 
 void *lf_tensor_data(const lf_tensor *t)
 {
+    LF_PRECOND(t && t->storage, "lf_tensor_data", "argument 't' is NULL or has no storage");
     return (char *)t->storage->data + t->offset * (int64_t)lf_dtype_size(t->dtype);
 }
 
 int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b)
 {
+    LF_PRECOND(a && b, "lf_tensor_shares_storage", "an argument is NULL");
     return a->storage == b->storage;
 }
 

@@ -111,10 +111,12 @@ const lf_trace_event *lf_trace_get(const lf_trace *t, int64_t i)
 
 lf_trace_meta *lf_trace_meta_of(lf_trace *t)
 {
+    LF_PRECOND(t, "lf_trace_meta_of", "argument 't' is NULL");
     return &t->meta;
 }
 const lf_trace_meta *lf_trace_meta_get(const lf_trace *t)
 {
+    LF_PRECOND(t, "lf_trace_meta_get", "argument 't' is NULL");
     return &t->meta;
 }
 
