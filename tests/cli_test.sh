@@ -127,7 +127,7 @@ check "simple-mlp --compile --gated" 0 "$bin" simple-mlp --out "$dir" --batch 1 
 contains "compiled mlp, gated: 2 kernels" "kernels/step=2"
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
-before=$(find "$dir" -type f | wc -l)
+before=$(find "$dir" | wc -l)
 check "compile flags need --compile" 2 "$bin" linear --out "$dir" --gated
 contains "compile flags need --compile" "need --compile"
 check "kernels-mlp takes no --compile" 2 "$bin" kernels-mlp --out "$dir" --compile
@@ -142,9 +142,39 @@ check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4
 check "size that overflows memory" 2 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" linear --out "$dir" --batch 1099511627776 --in_dim 1099511627776
 check "unwritable out" 2 "$bin" linear --out /proc/linfuse-cannot-write
 contains "unwritable out" "--out: cannot"
-after=$(find "$dir" -type f | wc -l)
+# a run too big for the machine is refused up front with the numbers, and makes no directory
+check "too big for memory" 2 "$bin" matmul-add --out "$dir/fresh/out" --size 4000000 --batched
+contains "too big: the estimate" "needs about 756.7 TiB of cpu memory"
+contains "too big: what the machine has" "cpu can give"
 checks=$((checks + 1))
-[ "$before" = "$after" ] || { fails=$((fails + 1)); echo "FAIL: failed runs left files ($before -> $after)"; }
+[ ! -e "$dir/fresh" ] || { fails=$((fails + 1)); echo "FAIL: a refused run made $dir/fresh"; }
+# the sizes that used to be killed for memory after a minute, where this machine cannot hold them
+avail_kb=$(awk '/^(MemAvailable|SwapFree):/ {s += $2} END {print s}' /proc/meminfo)
+if [ "$avail_kb" -lt 33000000 ]; then
+    check "mlp over memory" 2 "$bin" simple-mlp --out "$dir/fresh" --batch 1 --seq 1048576 --dim 64 --hidden 4096
+    contains "mlp over memory" "needs about 32.3 GiB of cpu memory"
+fi
+if [ "$avail_kb" -lt 42000000 ]; then
+    check "matmul over memory" 2 "$bin" matmul-add --out "$dir/fresh" --size 65536
+    contains "matmul over memory" "needs about 40.0 GiB of cpu memory"
+fi
+after=$(find "$dir" | wc -l)
+checks=$((checks + 1))
+[ "$before" = "$after" ] || { fails=$((fails + 1)); echo "FAIL: failed runs left files or directories ($before -> $after)"; }
+# a trace and its table change together: a table that cannot be written leaves the trace alone
+mkdir -p "$dir/pair/linear/4x32x64_bf16_cold_eager.txt"
+check "table not writable" 1 "$bin" linear --out "$dir/pair" --batch 4
+contains "table not writable: why" "4x32x64_bf16_cold_eager.txt: it is a directory"
+checks=$((checks + 1))
+[ ! -e "$dir/pair/linear/4x32x64_bf16_cold_eager.json" ] && [ -z "$(find "$dir/pair" -name '*.tmp.*')" ] ||
+    { fails=$((fails + 1)); echo "FAIL: the trace was written without its table, or a temporary was left"; }
+# through a symbolic link: the link stays, its target gets the trace
+rmdir "$dir/pair/linear/4x32x64_bf16_cold_eager.txt"
+ln -s table.txt "$dir/pair/linear/4x32x64_bf16_cold_eager.txt"
+check "table through a link" 0 "$bin" linear --out "$dir/pair" --batch 4
+checks=$((checks + 1))
+[ -L "$dir/pair/linear/4x32x64_bf16_cold_eager.txt" ] && grep -q "Self CPU" "$dir/pair/linear/table.txt" ||
+    { fails=$((fails + 1)); echo "FAIL: the link was replaced or its target not written"; }
 check "tour" 0 "$bin" tour --out "$dir"
 contains "tour table" "what changed"
 contains "tour mlp note" "batch 64 -> 8"

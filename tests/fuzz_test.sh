@@ -1,8 +1,10 @@
 #!/bin/sh
 # Fuzz the trace reader (and the table, diff, summary and SVG built on it) with libFuzzer for a
-# bounded time, seeded with real traces: PyTorch's reference traces and traces linfuse writes
-# now. Earlier crashes live in tests/fuzz/regressions and are replayed first; a new crash fails
-# the test and is saved there to become a regression test.
+# bounded time, seeded with real traces (PyTorch's reference traces and traces linfuse writes
+# now) and hand-made hostile ones (tests/fuzz/seeds: sums past 64 bits, bad UTF-8, numbers at the
+# edge of JSON's grammar, many names), mutated with a dictionary of the trace's keys
+# (tests/fuzz/trace.dict). Earlier crashes live in tests/fuzz/regressions and are replayed
+# first; a new crash fails the test and is saved there to become a regression test.
 # Usage: fuzz_test.sh <source dir> <ref dir> <linfuse binary> <work dir> [seconds]
 set -eu
 src="$1" ref="$2" bin="$3" work="$4" secs="${5:-45}"
@@ -15,7 +17,7 @@ srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/strmap.
 # shellcheck disable=SC2086
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_trace"
-cp "$ref"/*.json "$work/corpus/"
+cp "$ref"/*.json "$src"/tests/fuzz/seeds/*.json "$work/corpus/"
 "$bin" linear --out "$work/traces" --batch 16 >/dev/null
 "$bin" simple-mlp --out "$work/traces" --batch 1 --seq 4 --dim 32 --hidden 48 >/dev/null
 find "$work/traces" -name '*.json' -exec cp {} "$work/corpus/" \;
@@ -26,7 +28,7 @@ fi
 # then search for new failures, bounded in time and memory
 status=0
 (cd "$work" && ./fuzz_trace -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
-    -print_final_stats=1 corpus >fuzz.log 2>&1) || status=$?
+    -dict="$src/tests/fuzz/trace.dict" -print_final_stats=1 corpus >fuzz.log 2>&1) || status=$?
 tail -15 "$work/fuzz.log"
 if [ "$status" != 0 ]; then
     for f in "$work"/crash-* "$work"/timeout-* "$work"/leak-* "$work"/oom-*; do

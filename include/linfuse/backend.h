@@ -103,6 +103,11 @@ lf_status lf_device_require(lf_device dev);
  * through raw pointers). A no-op on the CPU, whose kernels finish before they return. */
 lf_status lf_device_synchronize(lf_device dev);
 
+/* Bytes dev can still give (*available) and its size (*total). The CPU: MemAvailable plus free
+ * swap, lowered by the process's cgroup memory limits and RLIMIT_AS; a GPU: its free and total
+ * memory. LF_EDEVICE when dev is not available, LF_EUNSUPPORTED when the system does not say. */
+lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *total);
+
 /* LF_OK when dev's backend runs g as described, else LF_EUNSUPPORTED with a message saying
  * why (a layout, dtype or shape the kernel does not take): callers that have another way to
  * compute g ask first. Invalid descriptions fail as lf_backend_gemm would. */

@@ -90,6 +90,19 @@ lf_status lf_device_synchronize(lf_device dev)
     return b->synchronize ? b->synchronize() : LF_OK;
 }
 
+lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *total)
+{
+    LF_CHECK_PTR(available, "lf_device_memory", "available");
+    LF_CHECK_PTR(total, "lf_device_memory", "total");
+    *available = *total = 0;
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->memory)
+        return lf_fail(LF_EUNSUPPORTED, "lf_device_memory: the %s device does not say how much memory it has", b->name);
+    return b->memory(available, total);
+}
+
 const lf_device_events *lf_backend_events(lf_device dev)
 {
     const device_slot *d = device_of(dev);

@@ -148,6 +148,8 @@ typedef struct lf_backend_ops {
      * with *why saying why (a static string owned by the backend). NULL: always available. */
     int (*available)(const char **why);
     lf_status (*synchronize)(void); /* NULL: work finishes before its launch returns */
+    /* Bytes the device can still give, and its size (lf_device_memory). NULL: it does not say. */
+    lf_status (*memory)(int64_t *available, int64_t *total);
     lf_status (*gemm)(const lf_gemm *g, lf_kernel_info *info);
     lf_status (*pointwise)(const lf_pointwise *p, lf_kernel_info *info);
     /* Whether gemm can run g as described (1), else 0 with why filled. NULL: every valid GEMM. */
@@ -176,7 +178,7 @@ const lf_device_events *lf_backend_events(lf_device dev);
  * A device other than the CPU lives in a shared object loaded at run time (as ggml's backend
  * registry loads its backends), so a program that only uses the CPU never loads CUDA's
  * libraries. The module exports LF_BACKEND_MODULE_ENTRY. */
-enum { LF_BACKEND_ABI = 1 };
+enum { LF_BACKEND_ABI = 2 }; /* 2: the memory slot */
 #define LF_BACKEND_MODULE_ENTRY "lf_backend_module_init"
 typedef const lf_backend_ops *(*lf_backend_module_init_fn)(int abi);
 

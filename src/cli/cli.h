@@ -16,8 +16,13 @@ int lf_cli_bench_profiler(int reps);
 int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
 int lf_cli_trace(int argc, char **argv);
 
-/* mkdir -p dir, then prove it takes a file; 0 with err filled (cap bytes) when not. */
-int lf_cli_prepare_dir(const char *dir, char *err, int cap);
+/* mkdir -p dir, then prove it takes a file; 0 with err filled (cap bytes) when not. made gets
+ * the first directory this call created ("" when dir existed), for lf_cli_unmake_dir. */
+int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int cap);
+/* Remove dir and its parents up to made (what lf_cli_prepare_dir created), where empty. */
+void lf_cli_unmake_dir(const char *dir, const char *made);
+/* A lf_file_job writer for a NUL-terminated text (ctx). */
+int lf_cli_put_text(FILE *f, void *ctx);
 
 /* Write text to path through a temporary file and a rename; 1 on success. */
 int lf_cli_write_text(const char *path, const char *text);

@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/experiments.h"
 #include "core/core.h"
+#include "trace/trace_impl.h"
 
 /* --- the models the rows build --- */
 
@@ -98,6 +99,36 @@ static void shape_mlp(const exp_cfg *c, char *buf, size_t cap)
              (long long)c->hidden);
 }
 
+/* What a run holds at its peak, in elements: the parameters and input (made on the host, then
+ * moved to the device), and the largest set of intermediates alive at once (outputs included).
+ * An upper bound from the forwards above, which free each intermediate when their op is done. */
+typedef struct exp_memory {
+    double params, input, work;
+} exp_memory;
+
+static void memory_matmul_add(const exp_cfg *c, exp_memory *e)
+{
+    double n2 = (double)c->size * (double)c->size, x = (c->batched ? 8 : 1) * n2;
+    *e = (exp_memory){2 * n2, x, 2 * x}; /* w and b; x; x.w and the sum */
+}
+
+static void memory_linear(const exp_cfg *c, exp_memory *e)
+{
+    double bo = (double)c->batch * (double)c->out_dim;
+    *e = (exp_memory){(double)c->out_dim * (double)c->in_dim + (c->no_bias ? 0 : (double)c->out_dim),
+                      (double)c->batch * (double)c->in_dim, 2 * bo}; /* the GEMM's output and the bias add's */
+}
+
+static void memory_mlp(const exp_cfg *c, exp_memory *e)
+{
+    double tokens = (double)c->batch * (double)c->seq, th = tokens * (double)c->hidden;
+    /* eager (and compile mode's unfused plan) holds g, u, gelu(g) and the product; fused g, u and
+     * gelu(g)*u; gated the GEMM over [Wg; Wu] (2 TH) and, where it falls back, the fused middle */
+    double middle = c->compile || c->variant == LF_MLP_EAGER ? 4 : 3;
+    *e = (exp_memory){3 * (double)c->dim * (double)c->hidden, tokens * (double)c->dim,
+                      middle * th + tokens * (double)c->dim};
+}
+
 /* --- the flags --- */
 
 /* What an experiment's row says it takes (common flags are taken by all). */
@@ -170,21 +201,22 @@ typedef struct exp_def {
     unsigned takes;           /* T_* */
     int64_t batch;            /* default --batch */
     void (*shape)(const exp_cfg *c, char *buf, size_t cap);
+    void (*memory)(const exp_cfg *c, exp_memory *e);
     lf_status (*build)(const exp_cfg *c, lf_rng *rng, model *m);
     lf_status (*forward)(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y);
 } exp_def;
 
 static const exp_def exps[EXP_COUNT] = {
     [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
-                        0, shape_matmul_add, build_matmul_add, forward_matmul_add},
+                        0, shape_matmul_add, memory_matmul_add, build_matmul_add, forward_matmul_add},
     [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
-                    shape_linear, build_linear, forward_linear},
+                    shape_linear, memory_linear, build_linear, forward_linear},
     [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled", T_MLP | T_COMPILE, 64,
-                        shape_mlp, build_mlp, forward_mlp},
+                        shape_mlp, memory_mlp, build_mlp, forward_mlp},
     /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
     [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
                          "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
-                         shape_mlp, build_mlp, forward_mlp},
+                         shape_mlp, memory_mlp, build_mlp, forward_mlp},
 };
 
 const char *lf_exp_name(exp_kind k)
@@ -371,7 +403,7 @@ static void window_ready(lf_profiler *p, void *user)
     exp_result *r = x->r;
     if (x->st != LF_OK || x->write_failed)
         return;
-    int k = ++r->windows;
+    int k = r->windows + 1; /* counted once written */
     const char *sfx = "";
     char wsfx[32];
     if (x->c->sched.repeat > 1) {
@@ -388,15 +420,20 @@ static void window_ready(lf_profiler *p, void *user)
         s = lf_prof_table(p, &to, &table);
     if (s == LF_OK)
         s = lf_trace_summarize(t, &r->sum);
-    if (s == LF_OK)
-        s = lf_trace_write_json(t, r->json_path);
     if (s != LF_OK) {
         x->st = s;
-    } else if (!lf_cli_write_text(r->txt_path, table)) {
-        unlink(r->json_path); /* both files or neither */
-        fprintf(stderr, "linfuse %s: cannot write %s: %s\n", exps[x->c->kind].name, r->txt_path, lf_last_error());
-        x->write_failed = 1;
     } else {
+        /* the trace and its table together: both appear, or neither changes */
+        lf_trace_json_job jj = {t, r->json_path};
+        lf_file_job jobs[2] = {{r->json_path, lf_trace_json_write_cb, &jj}, {r->txt_path, lf_cli_put_text, table}};
+        s = lf_write_files_atomic(jobs, 2);
+        if (s != LF_OK) {
+            fprintf(stderr, "linfuse %s: %s\n", exps[x->c->kind].name, lf_last_error());
+            x->write_failed = 1;
+        }
+    }
+    if (s == LF_OK) {
+        r->windows = k;
         lf_trace_summary_line(&r->sum, r->summary, sizeof r->summary);
         if (x->print) {
             if (x->c->sched.repeat > 1)
@@ -456,21 +493,56 @@ static lf_status model_build(const exp_cfg *c, model *m)
     return s;
 }
 
-int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
+static void fmt_bytes(double b, char *buf, size_t cap)
 {
-    memset(r, 0, sizeof *r);
+    const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    for (; b >= 1024 && u < 6; u++)
+        b /= 1024;
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+/* Whether the run fits: the estimate against what dev can still give; 0 with the numbers
+ * printed when it does not. A device that does not say how much it has is not checked. */
+static int fits(const char *name, const char *shape, lf_dtype dt, lf_device dev, double need, const exp_memory *e,
+                double esize)
+{
+    int64_t avail = 0, total = 0;
+    if (lf_device_memory(dev, &avail, &total) != LF_OK || need <= (double)avail)
+        return 1;
+    char n[32], p[32], x[32], w[32], a[32], t[32];
+    fmt_bytes(need, n, sizeof n), fmt_bytes(e->params * esize, p, sizeof p), fmt_bytes(e->input * esize, x, sizeof x);
+    fmt_bytes(e->work * esize, w, sizeof w), fmt_bytes((double)avail, a, sizeof a), fmt_bytes((double)total, t, sizeof t);
+    fprintf(stderr,
+            "linfuse %s: %s in %s needs about %s of %s memory (parameters %s, input %s, intermediates and output "
+            "%s); %s can give %s (of %s): choose smaller sizes\n",
+            name, shape, lf_dtype_name(dt), n, lf_device_name(dev), p, x, dev == LF_DEVICE_CPU ? w : "on the device",
+            lf_device_name(dev), a, t);
+    return 0;
+}
+
+/* The whole run's memory, estimated before anything is made: the host holds the parameters and
+ * input (all of the run on the CPU), the GPU all of it. */
+static int memory_fits(const exp_cfg *c)
+{
+    exp_memory e;
+    char shape[96];
+    exps[c->kind].memory(c, &e);
+    lf_exp_shape(c, shape, sizeof shape);
+    const double esize = (double)lf_dtype_size(c->dtype), all = (e.params + e.input + e.work) * esize;
     const char *name = exps[c->kind].name;
-    char err[512], shape[96];
-    if (!lf_cli_prepare_dir(c->out_dir, err, sizeof err)) {
-        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
-        return LF_EXIT_USAGE;
-    }
-    char dir[4200], base[4400];
-    snprintf(dir, sizeof dir, "%s/%s", c->out_dir, name);
-    if (!lf_cli_prepare_dir(dir, err, sizeof err)) {
-        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
-        return LF_EXIT_USAGE;
-    }
+    if (c->device == LF_DEVICE_CPU)
+        return fits(name, shape, c->dtype, LF_DEVICE_CPU, all, &e, esize);
+    exp_memory host = {e.params, e.input, 0};
+    return fits(name, shape, c->dtype, LF_DEVICE_CPU, (e.params + e.input) * esize, &host, esize) &&
+           fits(name, shape, c->dtype, c->device, all, &e, esize);
+}
+
+/* The run itself, into dir (made and proved writable). */
+static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
+{
+    const char *name = exps[c->kind].name;
+    char shape[96], base[4400];
     lf_exp_shape(c, shape, sizeof shape);
     /* the mode says how the forward ran: eager, kernels (the hand-fused middle) or gated */
     const char *mode = c->compile                      ? "compile"
@@ -549,6 +621,29 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
     lf_compiled_free(compiled);
     model_free(&m);
     lf_cpu_set_threads(0);
+    return code;
+}
+
+int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
+{
+    memset(r, 0, sizeof *r);
+    const char *name = exps[c->kind].name;
+    char err[512], dir[4200], made[4200];
+    if (snprintf(dir, sizeof dir, "%s/%s", c->out_dir, name) >= (int)sizeof dir) {
+        fprintf(stderr, "linfuse %s: --out: path too long\n", name);
+        return LF_EXIT_USAGE;
+    }
+    if (!memory_fits(c))
+        return LF_EXIT_USAGE;
+    /* made and proved writable before the run; what was made is removed again when the run wrote
+     * nothing (refused, failed), so a failed run leaves no empty directories behind */
+    if (!lf_cli_prepare_dir(dir, made, sizeof made, err, sizeof err)) {
+        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
+        return LF_EXIT_USAGE;
+    }
+    int code = run_into(c, r, print, dir);
+    if (r->windows == 0)
+        lf_cli_unmake_dir(dir, made);
     return code;
 }
 

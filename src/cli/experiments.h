@@ -30,7 +30,7 @@ typedef struct exp_cfg {
 enum { EXP_MAX_WINDOWS = 16 };
 
 typedef struct exp_result {
-    int windows;                     /* traces written: one per scheduled window */
+    int windows;                          /* traces written: one per scheduled window */
     char json_path[4500], txt_path[4500]; /* the last window's trace and table */
     lf_trace_summary sum;                 /* and its summary */
     char summary[160];

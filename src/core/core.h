@@ -75,9 +75,19 @@ int lf_utf8_char(const char *s);
  * cut between characters, never inside one; *chars (may be NULL) gets how many there were. */
 size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars);
 
-/* Write a file so that it either appears complete or not at all: write() fills a temporary
- * file in the same directory (returning nonzero on failure), which is flushed and renamed
- * over path. On failure nothing is left behind and the message names path. */
+/* Files written so that each appears complete or not at all, and a set of them all or none:
+ * every file goes to a temporary beside its target (symbolic links followed to the file they
+ * name, so a link stays a link), all are written and flushed, and only then are they renamed
+ * over their targets; on a failure no target has changed and no temporary is left. "-" is
+ * standard output and a special file (a device, a FIFO) is written in place, never replaced; a
+ * directory is refused. A new file gets the umask's mode, a replaced one keeps its own. The
+ * message names the path and the system's reason. write returns nonzero on failure. */
+typedef struct lf_file_job {
+    const char *path;
+    int (*write)(FILE *f, void *ctx);
+    void *ctx;
+} lf_file_job;
+lf_status lf_write_files_atomic(const lf_file_job *jobs, int n); /* 1 <= n <= 8 */
 lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx);
 
 #ifdef __cplusplus

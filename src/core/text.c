@@ -1,9 +1,11 @@
 /* Text helpers shared by the layers that print: a growing buffer and whole-or-nothing file
  * writes. Layer: base. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -70,33 +72,164 @@ size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars)
     return bytes;
 }
 
+/* The mode a new file gets: 0666 less the umask, read from /proc where it can be (umask() itself
+ * can only be read by setting it, which races with other threads creating files). */
+static mode_t new_file_mode(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[128];
+    unsigned um = 0;
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "Umask: %o", &um) == 1;
+    if (f)
+        fclose(f);
+    if (!found) {
+        static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&lock);
+        mode_t m = umask(022);
+        umask(m);
+        pthread_mutex_unlock(&lock);
+        um = m;
+    }
+    return (mode_t)(0666 & ~um);
+}
+
+/* Where job i writes: a temporary beside its target, or straight into a special file. */
+typedef struct job_state {
+    char *target; /* the path after symlinks (malloc'ed) */
+    char *tmp;    /* the temporary (malloc'ed), NULL when written straight */
+    int direct;   /* "-" or a special file: written in place, nothing renamed */
+} job_state;
+
+/* The file a path names once symbolic links are followed, for a path that may not exist yet
+ * (a dangling link, or a chain of them, names the file it would create). */
+static char *resolve(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (r)
+        return r;
+    char *cur = strdup(path);
+    for (int hops = 0; cur && hops < 40; hops++) { /* 40: the kernel's own limit (ELOOP) */
+        struct stat lsb;
+        char link[4096];
+        ssize_t n;
+        if (lstat(cur, &lsb) != 0 || !S_ISLNK(lsb.st_mode) || (n = readlink(cur, link, sizeof link - 1)) <= 0)
+            return cur;
+        link[n] = '\0';
+        const char *slash = strrchr(cur, '/');
+        char *next;
+        if (link[0] == '/' || !slash) {
+            next = strdup(link);
+        } else { /* relative to the link's directory */
+            size_t d = (size_t)(slash - cur) + 1;
+            next = malloc(d + (size_t)n + 1);
+            if (next) {
+                memcpy(next, cur, d);
+                memcpy(next + d, link, (size_t)n + 1);
+            }
+        }
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+/* Write job into its temporary (or straight on), flushed; 0 with *err set on failure. */
+static int write_one(const lf_file_job *job, job_state *js, mode_t new_mode, int *err)
+{
+    FILE *f = NULL;
+    int fd = -1;
+    if (js->direct) {
+        f = !strcmp(js->target, "-") ? stdout : fopen(js->target, "w");
+    } else {
+        struct stat sb;
+        mode_t mode = stat(js->target, &sb) == 0 ? sb.st_mode & 07777 : new_mode; /* replaced: its mode */
+        size_t n = strlen(js->target);
+        js->tmp = malloc(n + 16);
+        if (!js->tmp) {
+            *err = ENOMEM;
+            return 0;
+        }
+        snprintf(js->tmp, n + 16, "%s.tmp.XXXXXX", js->target);
+        fd = mkstemp(js->tmp);
+        if (fd < 0 || fchmod(fd, mode) != 0 || !(f = fdopen(fd, "w"))) {
+            *err = errno;
+            if (fd >= 0) {
+                close(fd);
+                unlink(js->tmp);
+            }
+            free(js->tmp);
+            js->tmp = NULL;
+            return 0;
+        }
+    }
+    if (!f) {
+        *err = errno;
+        return 0;
+    }
+    errno = 0;
+    int ok = job->write(f, job->ctx) == 0 && !ferror(f) && fflush(f) == 0;
+    if (ok && !js->direct)
+        ok = fsync(fileno(f)) == 0;
+    *err = errno;
+    if (f != stdout)
+        ok &= fclose(f) == 0;
+    if (!ok && !*err)
+        *err = errno ? errno : EIO;
+    return ok;
+}
+
+lf_status lf_write_files_atomic(const lf_file_job *jobs, int n)
+{
+    LF_CHECK_PTR(jobs, "lf_write_files_atomic", "jobs");
+    job_state js[8] = {{0}};
+    if (n < 1 || n > 8)
+        return lf_fail(LF_EINVAL, "lf_write_files_atomic: %d files, expected 1 to 8", n);
+    for (int k = 0; k < n; k++)
+        LF_CHECK_PTR(jobs[k].path, "lf_write_files_atomic", "path");
+    const mode_t new_mode = new_file_mode();
+    lf_status st = LF_OK;
+    int i = 0;
+    for (; i < n && st == LF_OK; i++) { /* where each goes */
+        struct stat sb;
+        js[i].target = strcmp(jobs[i].path, "-") ? resolve(jobs[i].path) : strdup("-");
+        if (!js[i].target)
+            st = lf_fail(LF_ENOMEM, "cannot write %s: out of memory", jobs[i].path);
+        else if (!strcmp(js[i].target, "-"))
+            js[i].direct = 1;
+        else if (stat(js[i].target, &sb) == 0 && S_ISDIR(sb.st_mode))
+            st = lf_fail(LF_EIO, "cannot write %s: it is a directory", jobs[i].path);
+        else if (stat(js[i].target, &sb) == 0 && !S_ISREG(sb.st_mode))
+            js[i].direct = 1; /* a device or a FIFO is written, never replaced */
+    }
+    int err = 0;
+    for (i = 0; i < n && st == LF_OK; i++) /* every temporary complete before anything is replaced */
+        if (!js[i].direct && !write_one(&jobs[i], &js[i], new_mode, &err))
+            st = lf_fail(LF_EIO, "cannot write %s: %s", jobs[i].path, strerror(err ? err : EIO));
+    for (i = 0; i < n && st == LF_OK; i++)
+        if (js[i].direct && !write_one(&jobs[i], &js[i], new_mode, &err))
+            st = lf_fail(LF_EIO, "cannot write %s: %s", jobs[i].path, strerror(err ? err : EIO));
+    for (i = 0; i < n && st == LF_OK; i++)
+        if (js[i].tmp && rename(js[i].tmp, js[i].target) != 0) {
+            st = lf_fail(LF_EIO, "cannot write %s: %s", jobs[i].path, strerror(errno));
+        } else if (js[i].tmp) {
+            free(js[i].tmp);
+            js[i].tmp = NULL;
+        }
+    for (i = 0; i < n; i++) { /* temporaries not renamed are removed: the old files stay */
+        if (js[i].tmp) {
+            unlink(js[i].tmp);
+            free(js[i].tmp);
+        }
+        free(js[i].target);
+    }
+    return st;
+}
+
 lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx)
 {
     LF_CHECK_PTR(path, "lf_write_file_atomic", "path");
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 16);
-    if (!tmp)
-        return lf_fail(LF_ENOMEM, "cannot write %s: out of memory", path);
-    snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        lf_status s = lf_fail(LF_EIO, "cannot write %s: %s", path, strerror(errno));
-        free(tmp);
-        return s;
-    }
-    FILE *f = fdopen(fd, "w");
-    int ok = f && write(f, ctx) == 0 && !ferror(f) && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (f)
-        ok &= fclose(f) == 0;
-    else
-        close(fd);
-    if (ok && rename(tmp, path) == 0) {
-        free(tmp);
-        return LF_OK;
-    }
-    err = errno ? errno : err;
-    unlink(tmp);
-    free(tmp);
-    return lf_fail(LF_EIO, "cannot write %s: %s", path, err ? strerror(err) : "write failed");
+    lf_file_job job = {path, write, ctx};
+    return lf_write_files_atomic(&job, 1);
 }

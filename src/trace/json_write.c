@@ -198,14 +198,9 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     return !ferror(f);
 }
 
-typedef struct write_ctx {
-    const lf_trace *t;
-    const char *path;
-} write_ctx;
-
-static int write_cb(FILE *f, void *ctx)
+int lf_trace_json_write_cb(FILE *f, void *ctx)
 {
-    const write_ctx *w = ctx;
+    const lf_trace_json_job *w = ctx;
     return write_all(w->t, f, w->path) ? 0 : -1;
 }
 
@@ -213,6 +208,6 @@ lf_status lf_trace_write_json(const lf_trace *t, const char *path)
 {
     LF_CHECK_PTR(t, "lf_trace_write_json", "t");
     LF_CHECK_PTR(path, "lf_trace_write_json", "path");
-    write_ctx w = {t, path};
-    return lf_write_file_atomic(path, write_cb, &w);
+    lf_trace_json_job w = {t, path};
+    return lf_write_file_atomic(path, lf_trace_json_write_cb, &w);
 }

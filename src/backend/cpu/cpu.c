@@ -14,7 +14,7 @@
 /* The CPU is always available, and its kernels finish before they return: no start, no
  * synchronize, no event source (the profiler times its kernels around the call). */
 const lf_backend_ops lf_cpu_backend_ops = {
-    .name = "cpu", .gemm = lf_cpu_gemm, .pointwise = lf_cpu_pointwise, .fused = lf_cpu_fused};
+    .name = "cpu", .memory = lf_cpu_memory, .gemm = lf_cpu_gemm, .pointwise = lf_cpu_pointwise, .fused = lf_cpu_fused};
 
 static const char *const isa_names[LF_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
 

@@ -80,6 +80,15 @@ static lf_status cuda_synchronize(void)
     return LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(lf_cuda.stream));
 }
 
+static lf_status cuda_memory(int64_t *available, int64_t *total)
+{
+    size_t free_b = 0, total_b = 0;
+    LF_TRY(LF_CU_CHECK(RUNTIME, cudaMemGetInfo(&free_b, &total_b)));
+    *available = (int64_t)free_b;
+    *total = (int64_t)total_b;
+    return LF_OK;
+}
+
 /* --- pointwise and fused launches --- */
 
 static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
@@ -144,6 +153,7 @@ static void cuda_graph_free(void *graph)
 static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .available = lf_cuda_available,
                                         .synchronize = cuda_synchronize,
+                                        .memory = cuda_memory,
                                         .gemm = lf_cuda_gemm,
                                         .pointwise = cuda_pointwise,
                                         .gemm_supports = lf_cuda_gemm_supports,

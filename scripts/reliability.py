@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Attack the linfuse tool as a hostile user would and count what happened: every attack ends
+as handled (the right answer, or a clean error: exit 1 or 2 with a one-line message ending in a
+newline), or as a crash (a signal, a sanitizer report, another exit status), a hang (past the
+time limit), data lost (a previous output destroyed, a link or device node replaced, directories
+left behind) or a wrong answer (accepted what it should refuse, printed what is not true).
+
+usage: scripts/reliability.py BUILD/linfuse [--skip-huge] [--only trace|output|memory]
+
+--skip-huge leaves out the attacks that need much memory or disk when they go wrong (a 22 GB
+sparse trace, runs sized past the machine's memory): for running an older binary that reads
+such files whole. docs/reliability.md has this script's output."""
+import json, os, signal, stat, subprocess, sys, tempfile, time
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEEDS = os.path.join(HERE, "..", "tests", "fuzz", "seeds")
+REGRESSIONS = os.path.join(HERE, "..", "tests", "fuzz", "regressions")
+REF = os.path.join(HERE, "..", "..", "shared", "ref", "torch-h200")
+
+rows = []
+
+
+def run(args, timeout=60, cwd=None):
+    """(status, stdout, stderr, seconds); status None on a timeout, negative for a signal."""
+    t0 = time.time()
+    try:
+        p = subprocess.run(args, capture_output=True, timeout=timeout, cwd=cwd)
+        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"), time.time() - t0
+    except subprocess.TimeoutExpired:
+        return None, "", "", time.time() - t0
+
+
+def verdict(res, want_status, check=None):
+    """Classify one run: want_status is the exit status of the right answer (0 for success, 1
+    or 2 for a clean refusal; a tuple where either is right); check(out, err) returns None when the result is right, else what
+    was wrong ("data lost: ..." or "wrong: ...")."""
+    st, out, err, _ = res
+    if st is None:
+        return "hang", "no answer within the time limit"
+    if st < 0 or st > 2 or "Sanitizer" in err or "runtime error" in err:
+        sig = -st if st < 0 else 0
+        why = signal.Signals(sig).name if sig else ("exit %d" % st)
+        return "crash", why + (": " + err.strip().splitlines()[-1][:100] if err.strip() else "")
+    wants = want_status if isinstance(want_status, tuple) else (want_status,)
+    if st not in wants:
+        return "wrong", "exit %d, expected %s: %s" % (st, " or ".join(map(str, wants)),
+                                                       (err.strip() or out.strip())[:100])
+    if st != 0 and (not err.startswith("linfuse") or not err.endswith("\n")):
+        return "wrong", "a refusal without a clean message: %r" % err[:100]
+    try:
+        bad = check(out, err) if check else None
+    except OSError as e:  # an output that should be there is not
+        bad = "data lost: %s" % e
+    if bad:
+        kind, _, why = bad.partition(": ")
+        return kind, why
+    return "handled", (err.strip().splitlines()[0] if st else "ok")[:110]
+
+
+def attack(family, name, args, want, check=None, timeout=60):
+    res = run(args, timeout=timeout)
+    kind, why = verdict(res, want, check)
+    rows.append((family, name, kind, res[3], why))
+    print("%-8s %-46s %-9s %6.2fs  %s" % (family, name, kind, res[3], why), flush=True)
+
+
+def write(path, data):
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    return path
+
+
+def trace(events):
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+def op(name, ts, dur, tid=1, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def main():
+    argv, args, skip_huge, only = sys.argv[1:], [], False, None
+    while argv:
+        a = argv.pop(0)
+        if a == "--skip-huge":
+            skip_huge = True
+        elif a == "--only" and argv:
+            only = argv.pop(0)
+        else:
+            args.append(a)
+    if len(args) != 1:
+        sys.exit(__doc__)
+    bin_ = os.path.abspath(args[0])
+    os.umask(0o022)
+    work = tempfile.mkdtemp(prefix="lf_attack_")
+    w = lambda *p: os.path.join(work, *p)
+    fam = lambda f: only is None or only == f
+
+    real = sorted(os.path.join(REF, f) for f in os.listdir(REF) if f.endswith(".json"))[0]
+    real_bytes = open(real, "rb").read()
+
+    if fam("trace"):
+        attack("trace", "empty file", [bin_, "trace", "table", write(w("empty.json"), "")], 2)
+        attack("trace", "a directory", [bin_, "trace", "summary", work], 2)
+        attack("trace", "1 MB of random bytes", [bin_, "trace", "table", write(w("rand.json"), os.urandom(1 << 20))], 2)
+        for k in range(1, 11):  # a real trace cut at ten places
+            cut = write(w("cut%d.json" % k), real_bytes[: len(real_bytes) * k // 11])
+            attack("trace", "PyTorch's trace cut at %d/11" % k, [bin_, "trace", "table", cut], 2)
+        if not skip_huge:
+            huge = w("sparse.json")
+            with open(huge, "wb") as f:
+                f.write(b'{"traceEvents": [')
+                f.truncate(22 << 30)  # 22 GB, almost all of it a hole
+            attack("trace", "22 GB sparse file", [bin_, "trace", "summary", huge], 2, timeout=30)
+            os.unlink(huge)
+        attack("trace", "--max-bytes below the file's size", [bin_, "trace", "summary", real, "--max-bytes", "1000"], 2)
+        for tag, num in [("0x10", "0x10"), ("-Infinity", "-Infinity"), ("01", "01"), ("1.", "1."),
+                         ("NUL after a number", "1\u0000")]:
+            f = write(w("num.json"), '{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"n","pid":1,"tid":1,"ts":%s,'
+                                     '"dur":1}]}' % num)
+            attack("trace", "number %s in an event" % tag, [bin_, "trace", "summary", f], 2)
+            f = write(w("top.json"), '{"schemaVersion":%s,"traceEvents":[{"ph":"X","cat":"cpu_op","name":"n","pid":1,'
+                                     '"tid":1,"ts":1,"dur":1}]}' % num)
+            attack("trace", "number %s at the top level" % tag, [bin_, "trace", "summary", f], 2)
+        for seed in ("memory_sum_overflow", "dur_sum_overflow"):
+            f = os.path.join(SEEDS, seed + ".json")
+            attack("trace", seed.replace("_", " ") + " (table)", [bin_, "trace", "table", f], 0,
+                   lambda o, e: None if "warning" in o + e and "-446744073709551" not in o
+                   else "wrong: a total past 64 bits printed without a warning")
+        attack("trace", "overlapping siblings (negative self time)",
+               [bin_, "trace", "table", os.path.join(SEEDS, "overlapping_siblings.json")], 0,
+               lambda o, e: None if "first" in e + o and "warning" in e + o else "wrong: negative self time, silently")
+        for name in sorted(os.listdir(REGRESSIONS)):
+            attack("trace", "fuzz regression " + name, [bin_, "trace", "table", os.path.join(REGRESSIONS, name)], (0, 2))
+        # names: long Japanese thread names, bytes that are not UTF-8 (escaped as \u00ff is valid)
+        cjk = "日本語のとても長いスレッドの名前" * 8
+        names = write(w("names.json"), json.dumps(trace([{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+                                                           "args": {"name": cjk}}, op(cjk, 0, 5),
+                                                          op("ProfilerStep#1", 0, 20, cat="user_annotation")])))
+        res = subprocess.run([bin_, "trace", "table", names], capture_output=True)
+        try:
+            res.stdout.decode("utf-8")
+            ok = res.returncode == 0
+        except UnicodeDecodeError:
+            ok = False
+        rows.append(("trace", "long CJK names cut in the table", "handled" if ok else "wrong", 0.0,
+                     "table is UTF-8" if ok else "a name cut inside a character"))
+        print("%-8s %-46s %-9s" % rows[-1][:3])
+        svg = w("names.svg")
+        st = run([bin_, "trace", "svg", names, "--step", "0", "-o", svg])
+        try:
+            ET.parse(svg)
+            kind, why = ("handled", "the SVG parses as XML") if st[0] == 0 else verdict(st, 0)
+        except Exception as e:  # noqa: BLE001 -- any parse failure is the finding
+            kind, why = ("wrong", "the SVG is not XML: %s" % e) if st[0] == 0 else verdict(st, 0)
+        rows.append(("trace", "long CJK names in the SVG", kind, st[3], why))
+        print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1])
+        for v in ("nan", "inf", "-1", "1e999"):
+            attack("flags", "trace expect --kernels-per-step " + v,
+                   [bin_, "trace", "expect", real, "--kernels-per-step", v], 2)
+        # the shapes that were quadratic, at full size, with a minute each
+        many = write(w("many.json"), json.dumps(trace([op("ProfilerStep#1", 0, 400000, cat="user_annotation")] +
+                                                      [op("op_%d" % i, i + 1, 0.5) for i in range(300000)])))
+        attack("trace", "summary of 300k distinct names", [bin_, "trace", "summary", many], 0)
+        a = write(w("a.json"), json.dumps(trace([op("ProfilerStep#1", 0, 200000, cat="user_annotation")] +
+                                                [op("a_%d" % i, i + 1, 0.5) for i in range(100000)])))
+        b = write(w("b.json"), json.dumps(trace([op("ProfilerStep#1", 0, 200000, cat="user_annotation")] +
+                                                [op("b_%d" % i, i + 1, 0.5) for i in range(100000)])))
+        attack("trace", "diff of two 100k-name traces", [bin_, "trace", "diff", a, b], 0)
+        steps = write(w("steps.json"), json.dumps(trace([op("ProfilerStep#%d" % i, i * 10.0, 5, cat="user_annotation")
+                                                         for i in reversed(range(100000))])))
+        attack("trace", "svg of 100k steps in reverse order", [bin_, "trace", "svg", steps, "-o", w("s.svg")], 0)
+
+    if fam("output"):
+        small = ["--batch", "4"]
+        attack("output", "--out under /proc", [bin_, "linear", "--out", "/proc/linfuse-attack"] + small, 2)
+        # the table's path is a directory: the run fails, the previous trace stays
+        d = w("pair")
+        os.makedirs(w("pair", "linear", "4x32x64_bf16_cold_eager.txt"))
+        write(w("pair", "linear", "4x32x64_bf16_cold_eager.json"), "previous run\n")
+
+        def pair_kept(o, e):
+            kept = open(w("pair", "linear", "4x32x64_bf16_cold_eager.json")).read() == "previous run\n"
+            tmps = [f for f in os.listdir(w("pair", "linear")) if ".tmp." in f]
+            return None if kept and not tmps else "data lost: the previous trace was replaced or removed"
+        attack("output", "table path is a directory", [bin_, "linear", "--out", d] + small, 1, pair_kept)
+        # outputs that are symbolic links
+        os.rmdir(w("pair", "linear", "4x32x64_bf16_cold_eager.txt"))
+        os.symlink("kept_table.txt", w("pair", "linear", "4x32x64_bf16_cold_eager.txt"))
+
+        def link_kept(o, e):
+            p = w("pair", "linear", "4x32x64_bf16_cold_eager.txt")
+            if not os.path.islink(p):
+                return "data lost: the symbolic link was replaced by a file"
+            return None if "Self CPU" in open(w("pair", "linear", "kept_table.txt")).read() else "wrong: target not written"
+        attack("output", "table path is a symbolic link", [bin_, "linear", "--out", d] + small, 0, link_kept)
+        # device nodes as the output: our own copies of /dev/null and /dev/full (as root, a writer
+        # that renames over its target would replace the system's nodes: an older linfuse did)
+        def node(name, minor):
+            try:
+                os.mknod(w(name), 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+                return w(name)
+            except OSError:
+                return None
+
+        def still_node(path):
+            return lambda o, e: None if stat.S_ISCHR(os.lstat(path).st_mode) else "data lost: the device node was replaced"
+        null, full = node("null", 3), node("full", 7)
+        if null:
+            attack("output", "svg -o a device node (null)", [bin_, "trace", "svg", real, "-o", null], 0, still_node(null))
+        if full:
+            attack("output", "svg -o a full device (disk full)", [bin_, "trace", "svg", real, "-o", full], 1,
+                   lambda o, e: still_node(full)(o, e) or (None if "No space left" in e else "wrong: no reason given"))
+        shared = write(w("shared.svg"), "old\n")
+        os.chmod(shared, 0o644)
+        attack("output", "replacing a 0644 file keeps 0644", [bin_, "trace", "svg", real, "-o", shared], 0,
+               lambda o, e: None if stat.S_IMODE(os.stat(shared).st_mode) == 0o644 else
+               "wrong: mode %o" % stat.S_IMODE(os.stat(shared).st_mode))
+        attack("output", "a new file gets the umask's 0644", [bin_, "trace", "svg", real, "-o", w("new.svg")], 0,
+               lambda o, e: None if stat.S_IMODE(os.stat(w("new.svg")).st_mode) == 0o644 else
+               "wrong: mode %o" % stat.S_IMODE(os.stat(w("new.svg")).st_mode))
+        attack("output", "svg -o a directory", [bin_, "trace", "svg", real, "-o", work], 1,
+               lambda o, e: None if os.path.isdir(work) else "data lost: the directory was replaced")
+        attack("output", "refused sizes leave no directory",
+               [bin_, "linear", "--out", w("fresh", "x"), "--batch", "1099511627776", "--in_dim", "1099511627776"],
+               2, lambda o, e: None if not os.path.exists(w("fresh")) else "data lost: empty directories left behind")
+
+    if fam("memory") and not skip_huge:
+        with open("/proc/meminfo") as f:
+            kb = sum(int(l.split()[1]) for l in f if l.startswith(("MemAvailable:", "SwapFree:")))
+        for need_gib, cmd in [(32.3, ["simple-mlp", "--batch", "1", "--seq", "1048576", "--dim", "64", "--hidden", "4096"]),
+                              (40.0, ["matmul-add", "--size", "65536"])]:
+            if kb < need_gib * (1 << 20):
+                attack("memory", " ".join(cmd[:1] + cmd[-2:]), [bin_] + cmd + ["--out", w("big")], 2,
+                       lambda o, e: None if not os.path.exists(w("big")) else "data lost: directories left behind",
+                       timeout=180)
+
+    counts = {}
+    for r in rows:
+        counts[r[2]] = counts.get(r[2], 0) + 1
+    print("\n%d attacks: %s" % (len(rows), ", ".join("%s %d" % (k, counts.get(k, 0)) for k in
+                                                    ("handled", "crash", "hang", "data lost", "wrong"))))
+    subprocess.run(["rm", "-rf", work])
+    sys.exit(0 if counts.get("handled", 0) == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
