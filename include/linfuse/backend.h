@@ -103,6 +103,18 @@ lf_status lf_device_require(lf_device dev);
  * through raw pointers). A no-op on the CPU, whose kernels finish before they return. */
 lf_status lf_device_synchronize(lf_device dev);
 
+/* Units of dev this machine has (GPUs: what the driver sees; the CPU: 1), 0 when dev is not
+ * available. */
+int lf_device_count(lf_device dev);
+
+/* Make unit index of dev this thread's, as cudaSetDevice does: the tensors this thread creates
+ * on dev live there and its ops run there (a thread starts on unit 0). The unit is started on
+ * first use. One thread per GPU is how one process drives several (lf_comm_init_local).
+ * LF_EDEVICE when there is no such unit or it cannot start. */
+lf_status lf_device_select(lf_device dev, int index);
+/* This thread's unit of dev (0 until it selects another). */
+int lf_device_current(lf_device dev);
+
 /* Bytes dev can still give (*available) and its size (*total). The CPU: MemAvailable plus free
  * swap, lowered by the process's cgroup memory limits and RLIMIT_AS; a GPU: its free and total
  * memory. LF_EDEVICE when dev is not available, LF_EUNSUPPORTED when the system does not say. */

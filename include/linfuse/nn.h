@@ -65,9 +65,42 @@ lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o
 lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **y);
 lf_status lf_nn_geglu_mlp_forward_variant(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y);
+/* The middle alone: h (..., hidden) = gelu_tanh(gate(x)) * up(x), by the variant's kernels. */
+lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
+/* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H); m owns
+ * both from now on (lf_nn_geglu_mlp_free frees them), also when this fails. */
+lf_status lf_nn_geglu_mlp_from_weights(lf_nn_geglu_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
 lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev);
 void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m);
+
+/* --- tensor parallel: Megatron-LM's split of the MLP over N ranks ---
+ * gate and up column-parallel (rank r holds rows r*H/N .. (r+1)*H/N of each, stacked as its own
+ * [Wg_r; Wu_r]), down row-parallel (the same columns of Wd): each rank computes a partial
+ * down(gelu(x Wg_r^T) * (x Wu_r^T)) by any variant on one GPU, and one all-reduce sums the
+ * partials into the full MLP's output. */
+typedef struct lf_nn_tp_mlp {
+    int rank, world;
+    int64_t dim, hidden; /* the full MLP's */
+    lf_nn_geglu_mlp local; /* this rank's shard: dim -> hidden / world -> dim */
+    lf_comm *comm;         /* the group (not owned); NULL: partial sums only */
+    /* Token chunks: chunk i's all-reduce runs on the communicator's stream while chunk i+1
+     * computes. 0: chosen from the shape (lf_nn_tp_chunks); 1: no overlap. */
+    int chunks;
+} lf_nn_tp_mlp;
+
+/* Rank `rank` of `world`'s shard of full (on the CPU, contiguous), moved to dev (on this
+ * thread's unit). world must divide hidden. comm may be NULL, else its rank and size must be
+ * rank and world. */
+lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int rank, int world, lf_comm *comm,
+                             lf_device dev);
+/* This rank's partial output: summed over every rank it is the full MLP's. */
+lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
+/* The full MLP's output on every rank: the partial, all-reduced over the group, in chunks. */
+lf_status lf_nn_tp_mlp_forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
+/* The chunk count chosen for tokens rows (1: too few for overlap to pay). */
+int lf_nn_tp_chunks(int64_t tokens);
+void lf_nn_tp_mlp_free(lf_nn_tp_mlp *m);
 
 #ifdef __cplusplus
 }

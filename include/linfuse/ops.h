@@ -22,7 +22,14 @@ typedef enum lf_op_id {
     LF_OP_COUNT
 } lf_op_id;
 
-typedef enum lf_op_kind { LF_OPK_VIEW, LF_OPK_COPY, LF_OPK_GEMM, LF_OPK_POINTWISE, LF_OPK_COMPOSITE } lf_op_kind;
+typedef enum lf_op_kind {
+    LF_OPK_VIEW,
+    LF_OPK_COPY,
+    LF_OPK_GEMM,
+    LF_OPK_POINTWISE,
+    LF_OPK_COMPOSITE,
+    LF_OPK_COMM /* collectives, and record_param_comms, the span PyTorch gives their arguments */
+} lf_op_kind;
 
 const char *lf_op_name(lf_op_id op); /* "lf::addmm" */
 lf_op_kind lf_op_kind_of(lf_op_id op);
@@ -50,6 +57,10 @@ lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *
 /* out (M, N/2) = act(g) * u, where a . b (M, N) holds gates and partners in blocks of
  * 2 x group columns (lf_gate, LF_GATE_PAIRED). One GEMM; g and u never reach memory. */
 lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
+/* out = a . b written into out, an existing (M, N) tensor of a's dtype and device: a view is
+ * fine (a block of rows of a larger tensor, as torch.mm(a, b, out=...)); its columns must be
+ * contiguous on CUDA. out must not overlap a or b. */
+lf_status lf_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b);
 /* 2-D x 2-D is mm; (B, S, K) x (K, N) flattens the first operand to (B*S, K), runs mm and views
  * the result as (B, S, N), as torch.matmul does. */
 lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
@@ -68,6 +79,20 @@ lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
  * lf_mul(lf_gelu(g), u) bit for bit while reading g and u once and writing out once. On CUDA
  * one block per row, its width chosen from the row length as Liger's kernel does. */
 lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx);
+
+/* --- collectives ---
+ * A communicator is one rank of a group of devices (GPUs) that sum together; linfuse/dist.h
+ * makes them (one process per GPU under torchrun, or one thread per GPU in one process). */
+typedef struct lf_comm lf_comm;
+/* t = the sum of t over every rank of comm, in place: t contiguous, on the comm's GPU, the same
+ * shape and dtype on every rank. Traced as PyTorch's c10d::allreduce_ is: the op, inside it
+ * record_param_comms carrying the collective's arguments, and the device library's kernel.
+ * async 0: ops after it on this rank see the sum. async 1: it runs on the communicator's own
+ * stream beside the work that follows (overlap), and t must not be read, written or freed until
+ * lf_comm_wait(comm). */
+lf_status lf_all_reduce(lf_tensor *t, lf_comm *comm, int async);
+/* This rank's later work waits for every async collective queued on comm. */
+lf_status lf_comm_wait(lf_comm *comm);
 
 /* --- the observer: how the profiler (or a test) sees the dispatcher --- */
 

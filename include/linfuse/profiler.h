@@ -34,6 +34,9 @@ typedef struct lf_prof_opts {
      * then available through lf_prof_trace until the next window completes. May be NULL. */
     void (*on_trace_ready)(lf_profiler *p, void *user);
     void *user;
+    /* A rank's identity, written into every trace as Kineto's distributedInfo (lf_comm_describe
+     * in linfuse/dist.h gives it): JSON text, copied at start. NULL for a trace of no group. */
+    const char *distributed_info;
 } lf_prof_opts;
 
 /* One profiler runs at a time in a process (it owns the dispatcher's observer). */

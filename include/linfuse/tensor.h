@@ -21,6 +21,8 @@ extern "C" {
 typedef enum lf_dtype { LF_DTYPE_F32, LF_DTYPE_BF16, LF_DTYPE_F16, LF_DTYPE_COUNT } lf_dtype;
 
 typedef enum lf_device { LF_DEVICE_CPU, LF_DEVICE_CUDA, LF_DEVICE_COUNT } lf_device;
+/* Units of one device a process can use (GPUs: cuda:0 .. cuda:15). */
+enum { LF_MAX_DEVICE_INDEX = 16 };
 
 typedef struct lf_storage lf_storage; /* opaque: bytes on one device, refcounted */
 
@@ -155,10 +157,10 @@ lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
 void lf_tensor_free(lf_tensor *t);
 
-/* Told of every storage allocation (bytes > 0) and release (bytes < 0), with the device's
+/* Told of every storage allocation (bytes > 0) and release (bytes < 0), with the unit's (cuda:1's)
  * running total of allocated bytes: the profiler's memory events. NULL removes it. */
-typedef void (*lf_alloc_observer)(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total_allocated,
-                                  int64_t total_reserved);
+typedef void (*lf_alloc_observer)(void *user, lf_device dev, int index, const void *addr, int64_t bytes,
+                                  int64_t total_allocated, int64_t total_reserved);
 void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
 
 /* --- facts ---
@@ -169,6 +171,8 @@ void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
 int64_t lf_tensor_numel(const lf_tensor *t);
 int lf_tensor_is_contiguous(const lf_tensor *t); /* row-major, no gaps (size-1 dims ignored) */
 lf_device lf_tensor_device(const lf_tensor *t);
+/* Which unit of its device t lives on: a GPU's ordinal (cuda:1 is 1), 0 on the CPU. */
+int lf_tensor_device_index(const lf_tensor *t);
 /* Address of element [0,...,0] (a device address for device tensors). */
 void *lf_tensor_data(const lf_tensor *t);
 /* Same storage, so possibly overlapping memory. */

@@ -82,10 +82,17 @@ typedef struct lf_trace_meta {
     int64_t dropped_events; /* events the profiler could not keep (0 is the goal) */
     int64_t cpu_device_pid; /* pid of linfuse's CPU-kernel track, or -1 */
     const char *device_properties; /* Kineto's deviceProperties array as JSON text, or NULL ([]) */
+    /* A rank's trace: Kineto's distributedInfo object as JSON text ({"backend": "nccl", "rank":
+     * 0, "world_size": 2, ...}), or NULL; and the rank and world size it names (-1, 0 when none). */
+    const char *distributed_info;
+    int64_t rank, world_size;
 } lf_trace_meta;
 
 lf_trace_meta *lf_trace_meta_of(lf_trace *t);
 const lf_trace_meta *lf_trace_meta_get(const lf_trace *t);
+/* Set distributedInfo from JSON text (an object with Kineto's keys: at least "rank" and
+ * "world_size"), and the rank and world size from it; LF_EINVAL when it is not such an object. */
+lf_status lf_trace_set_distributed_info(lf_trace *t, const char *json);
 /* Name a (pid, tid) track for the M events ("thread 12 (linfuse)", "stream 7 "). */
 lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 
@@ -134,6 +141,7 @@ typedef struct lf_table_opts {
 typedef struct lf_table_row {
     const char *name;
     int is_device, is_annotation;
+    int is_async; /* a c10d work span (nccl:all_reduce): no self time, outside the op tree */
     int64_t count;
     double self_cpu_us, cpu_total_us, self_device_us, device_total_us;
     int64_t cpu_mem, self_cpu_mem, device_mem, self_device_mem; /* bytes, profile_memory */

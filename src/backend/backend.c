@@ -90,6 +90,32 @@ lf_status lf_device_synchronize(lf_device dev)
     return b->synchronize ? b->synchronize() : LF_OK;
 }
 
+int lf_device_count(lf_device dev)
+{
+    const device_slot *d = device_of(dev);
+    if (!d || !d->ops)
+        return 0;
+    return d->ops->unit_count ? d->ops->unit_count() : 1;
+}
+
+lf_status lf_device_select(lf_device dev, int index)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    int n = b->unit_count ? b->unit_count() : 1;
+    if (index < 0 || index >= n || index >= LF_MAX_DEVICE_INDEX)
+        return lf_fail(LF_EDEVICE, "lf_device_select: %s:%d does not exist (this machine has %d %s unit%s)",
+                       lf_device_name(dev), index, n, lf_device_name(dev), n == 1 ? "" : "s");
+    return b->select ? b->select(index) : LF_OK;
+}
+
+int lf_device_current(lf_device dev)
+{
+    const device_slot *d = device_of(dev);
+    return d && d->ops && d->ops->current ? d->ops->current() : 0;
+}
+
 lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *total)
 {
     LF_CHECK_PTR(available, "lf_device_memory", "available");

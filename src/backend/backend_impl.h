@@ -140,6 +140,21 @@ typedef struct lf_device_events {
     const char *(*properties)(void);
 } lf_device_events;
 
+/* --- collectives: the units of one device kind (GPUs) summing together ---
+ * A communicator joins `world` ranks, one per unit; the device's library (NCCL on CUDA) moves
+ * the bytes. Made from an id that one rank creates and every other rank is handed (over TCP by
+ * linfuse/dist.h), or for all units of one process at once. */
+enum { LF_COMM_ID_BYTES = 128 }; /* ncclUniqueId */
+typedef struct lf_collective {
+    void *comm; /* the backend's communicator */
+    void *data; /* summed in place: count contiguous elements on the calling thread's unit */
+    lf_dtype dtype;
+    int64_t count;
+    /* 0: the unit's stream waits for the result (ops after it see the sum); 1: it runs on the
+     * communicator's own stream beside later work until comm_wait */
+    int async;
+} lf_collective;
+
 /* --- the table a device fills --- */
 
 typedef struct lf_backend_ops {
@@ -148,6 +163,11 @@ typedef struct lf_backend_ops {
      * with *why saying why (a static string owned by the backend). NULL: always available. */
     int (*available)(const char **why);
     lf_status (*synchronize)(void); /* NULL: work finishes before its launch returns */
+    /* Several units (GPUs): how many, make unit index this thread's (starting it), and which is
+     * this thread's. NULL: one unit, 0. */
+    int (*unit_count)(void);
+    lf_status (*select)(int index);
+    int (*current)(void);
     /* Bytes the device can still give, and its size (lf_device_memory). NULL: it does not say. */
     lf_status (*memory)(int64_t *available, int64_t *total);
     lf_status (*gemm)(const lf_gemm *g, lf_kernel_info *info);
@@ -163,6 +183,15 @@ typedef struct lf_backend_ops {
     lf_status (*graph_end)(void **graph);
     lf_status (*graph_launch)(void *graph);
     void (*graph_free)(void *graph);
+    /* Collectives; NULL where the device has none. comm_init makes this thread's unit rank
+     * `rank`; comm_init_all makes comms[i] for unit i, all in one process. */
+    lf_status (*comm_unique_id)(unsigned char id[LF_COMM_ID_BYTES]);
+    lf_status (*comm_init)(void **comm, const unsigned char id[LF_COMM_ID_BYTES], int rank, int world);
+    lf_status (*comm_init_all)(void **comms, int n);
+    lf_status (*all_reduce)(const lf_collective *c, lf_kernel_info *info);
+    lf_status (*comm_wait)(void *comm); /* the unit's stream waits for every async collective */
+    void (*comm_free)(void *comm);
+    const char *(*comm_library)(void); /* "nccl 2.28.9", once a communicator was made */
     const lf_device_events *events; /* NULL: the profiler times launches itself */
 } lf_backend_ops;
 
@@ -178,7 +207,7 @@ const lf_device_events *lf_backend_events(lf_device dev);
  * A device other than the CPU lives in a shared object loaded at run time (as ggml's backend
  * registry loads its backends), so a program that only uses the CPU never loads CUDA's
  * libraries. The module exports LF_BACKEND_MODULE_ENTRY. */
-enum { LF_BACKEND_ABI = 2 }; /* 2: the memory slot */
+enum { LF_BACKEND_ABI = 3 }; /* 2: the memory slot; 3: units and collectives */
 #define LF_BACKEND_MODULE_ENTRY "lf_backend_module_init"
 typedef const lf_backend_ops *(*lf_backend_module_init_fn)(int abi);
 

@@ -186,6 +186,38 @@ static void cap_pointwise(void *user, lf_device dev, const lf_pointwise *p)
     n->fout = (ref){R_VALUE, new_value(g, lo, hi, dev, p->out.dtype), 0, NULL};
 }
 
+/* A collective sums a value in place: it reads the value and writes a new one over the same
+ * bytes (the plan gives both one buffer). */
+static void cap_collective(void *user, lf_device dev, const lf_collective *c)
+{
+    graph *g = user;
+    g->kernels++;
+    if (g->err != LF_OK)
+        return;
+    node *n = new_node(g, N_COLL, dev);
+    if (!n)
+        return;
+    n->coll = *c;
+    uintptr_t lo = (uintptr_t)c->data, hi = lo + (uintptr_t)(c->count * (int64_t)lf_dtype_size(c->dtype));
+    n->cin = resolve(g, lo, hi);
+    if (n->cin.kind != R_VALUE) {
+        g->err = lf_fail(LF_EUNSUPPORTED, "compile: a collective on %s is not captured (only on what the forward computed)",
+                         n->cin.kind == R_INPUT ? "an input" : "a parameter");
+        return;
+    }
+    n->cout = (ref){R_VALUE, new_value(g, lo, hi, dev, c->dtype), 0, NULL};
+}
+
+static void cap_comm_wait(void *user, lf_device dev, void *comm)
+{
+    graph *g = user;
+    if (g->err != LF_OK)
+        return;
+    node *n = new_node(g, N_WAIT, dev);
+    if (n)
+        n->coll.comm = comm;
+}
+
 void cg_free(graph *g)
 {
     for (int i = 0; i < g->n_nodes; i++)
@@ -205,7 +237,13 @@ lf_status cg_capture(graph *g, lf_forward_fn fn, void *ctx, int n_in, lf_tensor 
         memcpy(s.stride, in[i]->stride, sizeof s.stride);
         span_strided(&s, in[i]->ndim, in[i]->shape, &g->in_lo[i], &g->in_hi[i]);
     }
-    lf_capture_hooks hooks = {cap_op_begin, cap_op_end, cap_gemm, cap_pointwise, g};
+    lf_capture_hooks hooks = {.op_begin = cap_op_begin,
+                              .op_end = cap_op_end,
+                              .gemm = cap_gemm,
+                              .pointwise = cap_pointwise,
+                              .collective = cap_collective,
+                              .comm_wait = cap_comm_wait,
+                              .user = g};
     lf_tensor *y = NULL;
     lf_capture_tls = &hooks;
     lf_status s = fn(ctx, n_in, in, &y);

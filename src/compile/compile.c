@@ -111,6 +111,13 @@ static lf_status build_plan(plan *p, const lf_compile_opts *o)
         value *val = &g->values[v];
         if (g->nodes[val->writer].dead && !val->users)
             continue;
+        const node *w = &g->nodes[val->writer];
+        if (w->kind == N_COLL && w->cout.idx == v) { /* in place: the buffer of what it sums */
+            const value *src = &g->values[w->cin.idx];
+            LF_TRY(lf_tensor_alias(&val->buf, src->buf, src->buf->ndim, src->buf->shape, src->buf->stride,
+                                   src->buf->offset + w->cin.off / (int64_t)lf_dtype_size(val->dtype)));
+            continue;
+        }
         int64_t es = (int64_t)lf_dtype_size(val->dtype), numel = ((int64_t)(val->hi - val->lo) + es - 1) / es;
         LF_TRY(lf_tensor_empty(&val->buf, val->dtype, 1, &numel, val->dev));
     }
@@ -134,6 +141,11 @@ static lf_status build_plan(plan *p, const lf_compile_opts *o)
                 LF_TRY(bind(p, n->fin[q], &n->p.in[q].data));
             LF_TRY(bind(p, n->fout, &n->p.out.data));
             p->kernels++;
+        } else if (n->kind == N_COLL) {
+            LF_TRY(bind(p, n->cout, &n->coll.data));
+            p->kernels++;
+        } else if (n->kind == N_WAIT) {
+            continue;
         } else if (n->kind == N_FUSED) {
             int len = snprintf(n->f.name, sizeof n->f.name, "lf_poi_fused");
             for (int k = 0; k < n->f.n_ops && len < (int)sizeof n->f.name - 16; k++)
@@ -195,6 +207,8 @@ static lf_status run_steps(plan *p, lf_tensor *const *in, int direct)
         case N_GEMM: s = direct ? lf_backend_gemm(n->dev, &n->g, NULL) : lf_launch_gemm(n->dev, &n->g); break;
         case N_PW: s = direct ? lf_backend_pointwise(n->dev, &n->p, NULL) : lf_launch_pointwise(n->dev, &n->p); break;
         case N_FUSED: s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f); break;
+        case N_COLL: s = lf_launch_collective(n->dev, &n->coll, direct); break;
+        case N_WAIT: s = lf_launch_comm_wait(n->dev, n->coll.comm, direct); break;
         default: s = run_view(p, n, in); break;
         }
         if (s != LF_OK)
@@ -473,6 +487,15 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
                                     n->kind == N_FUSED ? n->f.name : "pointwise", lf_op_name(n->op), r[3], r[2]);
             break;
         }
+        case N_COLL:
+            fmt_ref(r[0], sizeof r[0], n->cin), fmt_ref(r[2], sizeof r[2], n->cout);
+            len += (size_t)snprintf(b + len, cap - len, "  %d. all_reduce (%s) %lld %s: %s -> %s in place%s\n", step++,
+                                    lf_op_name(n->op), (long long)n->coll.count, lf_dtype_name(n->coll.dtype), r[0],
+                                    r[2], n->coll.async ? ", async" : "");
+            break;
+        case N_WAIT:
+            len += (size_t)snprintf(b + len, cap - len, "  -  wait for the collectives (%s)\n", lf_op_name(n->op));
+            break;
         default:
             fmt_ref(r[0], sizeof r[0], n->vin);
             len += (size_t)snprintf(b + len, cap - len, "  -  %s on %s (a view: no kernel)\n", lf_op_name(n->op), r[0]);

@@ -28,7 +28,7 @@ typedef struct value {
     lf_tensor *buf; /* the plan's buffer */
 } value;
 
-typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW } node_kind;
+typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW, N_COLL, N_WAIT } node_kind;
 
 typedef struct node {
     node_kind kind;
@@ -48,6 +48,10 @@ typedef struct node {
     int v_ndim;
     int64_t v_shape[LF_MAX_DIMS];
     int v_d0, v_d1;
+    /* N_COLL: a collective in place (cin read, cout the sum in the same buffer); N_WAIT: the
+     * wait for a communicator's async collectives (coll.comm) */
+    lf_collective coll;
+    ref cin, cout;
     char note[96]; /* what a pass did to it */
 } node;
 

@@ -48,6 +48,8 @@ static int n_reads(const node *n, ref *out)
         for (int q = 0; q < n->f.n_in; q++)
             out[k++] = n->fin[q];
         break;
+    case N_COLL: out[k++] = n->cin; break;
+    case N_WAIT: break;
     default: out[k++] = n->vin; break;
     }
     return k;

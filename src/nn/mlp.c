@@ -66,6 +66,39 @@ lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o
     return LF_OK;
 }
 
+lf_status lf_nn_geglu_mlp_from_weights(lf_nn_geglu_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight)
+{
+    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_from_weights", "m");
+    memset(m, 0, sizeof *m);
+    LF_CHECK_PTR(gate_up, "lf_nn_geglu_mlp_from_weights", "gate_up");
+    LF_CHECK_PTR(down_weight, "lf_nn_geglu_mlp_from_weights", "down_weight");
+    char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
+    if (gate_up->ndim != 2 || down_weight->ndim != 2 || gate_up->shape[0] % 2 ||
+        down_weight->shape[0] != gate_up->shape[1] || down_weight->shape[1] != gate_up->shape[0] / 2 ||
+        !lf_tensor_is_contiguous(gate_up) || gate_up->dtype != down_weight->dtype ||
+        lf_tensor_device(gate_up) != lf_tensor_device(down_weight))
+        return lf_fail(LF_ESHAPE,
+                       "lf_nn_geglu_mlp_from_weights: gate_up %s (%s) and down %s (%s): expected a contiguous (2H, D) "
+                       "and a (D, H) of one dtype and device",
+                       lf_fmt_shape(a, sizeof a, gate_up->ndim, gate_up->shape), lf_dtype_name(gate_up->dtype),
+                       lf_fmt_shape(b, sizeof b, down_weight->ndim, down_weight->shape),
+                       lf_dtype_name(down_weight->dtype));
+    m->dim = gate_up->shape[1];
+    m->hidden = gate_up->shape[0] / 2;
+    m->gate_up = gate_up;
+    lf_status s = make_views(m);
+    if (s != LF_OK) {
+        m->gate_up = NULL;
+        return s;
+    }
+    m->gate.in_features = m->up.in_features = m->dim;
+    m->gate.out_features = m->up.out_features = m->hidden;
+    m->down.weight = down_weight;
+    m->down.in_features = m->hidden;
+    m->down.out_features = m->dim;
+    return LF_OK;
+}
+
 lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev)
 {
     LF_CHECK_PTR(m, "lf_nn_geglu_mlp_to_device", "m");
@@ -119,35 +152,42 @@ static lf_status gated_middle(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_t
     return s;
 }
 
+lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h)
+{
+    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_middle", "m");
+    LF_CHECK_PTR(h, "lf_nn_geglu_mlp_middle", "h");
+    *h = NULL;
+    LF_CHECK_PTR(x, "lf_nn_geglu_mlp_middle", "x");
+    if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
+        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_forward: variant %d is not eager, fused or gated", (int)v);
+    if (v == LF_MLP_GATED)
+        return gated_middle(m, x, h);
+    lf_tensor *g = NULL, *u = NULL, *a = NULL;
+    lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
+    if (s == LF_OK)
+        s = lf_nn_linear_forward(&m->up, x, &u);
+    if (s == LF_OK && v == LF_MLP_FUSED)
+        s = lf_gelu_mul(h, g, u, LF_GELU_TANH);
+    if (s == LF_OK && v == LF_MLP_EAGER)
+        s = lf_gelu(&a, g, LF_GELU_TANH);
+    if (s == LF_OK && v == LF_MLP_EAGER)
+        s = lf_mul(h, a, u);
+    lf_tensor_free(g);
+    lf_tensor_free(u);
+    lf_tensor_free(a);
+    return s;
+}
+
 lf_status lf_nn_geglu_mlp_forward_variant(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y)
 {
     LF_CHECK_PTR(m, "lf_nn_geglu_mlp_forward", "m");
     LF_CHECK_PTR(y, "lf_nn_geglu_mlp_forward", "y");
     *y = NULL;
-    LF_CHECK_PTR(x, "lf_nn_geglu_mlp_forward", "x");
-    if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_forward: variant %d is not eager, fused or gated", (int)v);
-    lf_tensor *g = NULL, *u = NULL, *a = NULL, *h = NULL;
-    lf_status s = LF_OK;
-    if (v == LF_MLP_GATED) {
-        s = gated_middle(m, x, &h);
-    } else {
-        s = lf_nn_linear_forward(&m->gate, x, &g);
-        if (s == LF_OK)
-            s = lf_nn_linear_forward(&m->up, x, &u);
-        if (s == LF_OK && v == LF_MLP_FUSED)
-            s = lf_gelu_mul(&h, g, u, LF_GELU_TANH);
-        if (s == LF_OK && v == LF_MLP_EAGER)
-            s = lf_gelu(&a, g, LF_GELU_TANH);
-        if (s == LF_OK && v == LF_MLP_EAGER)
-            s = lf_mul(&h, a, u);
-    }
+    lf_tensor *h = NULL;
+    lf_status s = lf_nn_geglu_mlp_middle(m, v, x, &h);
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->down, h, y);
-    lf_tensor_free(g);
-    lf_tensor_free(u);
-    lf_tensor_free(a);
     lf_tensor_free(h);
     return s;
 }

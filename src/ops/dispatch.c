@@ -71,6 +71,43 @@ lf_status lf_launch_fused(lf_device dev, const lf_fused *f)
     return s;
 }
 
+lf_status lf_launch_collective(lf_device dev, const lf_collective *c, int direct)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->all_reduce)
+        return lf_fail(LF_EUNSUPPORTED, "collectives: %s has none", lf_device_name(dev));
+    if (direct)
+        return b->all_reduce(c, NULL);
+    const lf_capture_hooks *cap = lf_capture_tls;
+    if (__builtin_expect(cap != NULL, 0) && cap->collective)
+        cap->collective(cap->user, dev, c);
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return b->all_reduce(c, NULL);
+    if (o->note_begin)
+        o->note_begin(o->user, "nccl:all_reduce"); /* the library's span, as c10d names it */
+    lf_kernel_info info = {0};
+    o->kernel_begin(o->user, dev, &info);
+    lf_status s = b->all_reduce(c, &info);
+    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    if (o->note_end)
+        o->note_end(o->user);
+    return s;
+}
+
+lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct)
+{
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    const lf_capture_hooks *cap = lf_capture_tls;
+    if (!direct && __builtin_expect(cap != NULL, 0) && cap->comm_wait)
+        cap->comm_wait(cap->user, dev, comm);
+    return b->comm_wait ? b->comm_wait(comm) : LF_OK;
+}
+
 void lf_ops_note_begin(const char *text)
 {
     const lf_op_observer *o = lf_obs();
@@ -119,6 +156,11 @@ lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
                        op, name, lf_fmt_shape(sh, sizeof sh, t->ndim, t->shape),
                        lf_fmt_shape(st, sizeof st, t->ndim, t->stride), (long long)t->offset, t->storage->nbytes);
     }
+    /* a device's kernels run on this thread's unit (lf_device_select): its tensors must be there */
+    if (t->storage->device != LF_DEVICE_CPU && t->storage->index != lf_device_current(t->storage->device))
+        return lf_fail(LF_EDEVICE, "%s: '%s' is on %s:%d but this thread runs on %s:%d (lf_device_select)", op, name,
+                       lf_device_name(t->storage->device), t->storage->index, lf_device_name(t->storage->device),
+                       lf_device_current(t->storage->device));
     return LF_OK;
 }
 

@@ -24,6 +24,9 @@ typedef struct lf_capture_hooks {
     void (*op_end)(void *user, lf_op_id op, int n_args, const lf_op_arg *args, const lf_tensor *out);
     void (*gemm)(void *user, lf_device dev, const lf_gemm *g);
     void (*pointwise)(void *user, lf_device dev, const lf_pointwise *p);
+    /* a collective's launch, and a wait for the async ones (NULL: not captured) */
+    void (*collective)(void *user, lf_device dev, const lf_collective *c);
+    void (*comm_wait)(void *user, lf_device dev, void *comm);
     void *user;
 } lf_capture_hooks;
 
@@ -56,6 +59,11 @@ extern _Thread_local const lf_capture_hooks *lf_capture_tls;
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
 lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
+/* A collective through dev's backend (the observer sees its kernel inside the library's span,
+ * "nccl:all_reduce"), and the wait for a communicator's async ones. direct: no observer, no
+ * capture (a plan recording a CUDA graph). */
+lf_status lf_launch_collective(lf_device dev, const lf_collective *c, int direct);
+lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct);
 
 /* A note span for the observer (a fallback and why; a compiled region): text is copied. */
 void lf_ops_note_begin(const char *text);

@@ -50,6 +50,31 @@ lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
     LF_DISPATCH(MM, args, out, mm_impl(out, a, b));
 }
 
+static lf_status mm_out_impl(lf_tensor *out, const lf_tensor *a, const lf_tensor *b)
+{
+    char x[LF_SHAPE_STR_CAP];
+    LF_TRY(check_operands("lf_mm_out", a, b));
+    LF_TRY(lf_check_ndim("lf_mm_out", "out", out, 2));
+    LF_TRY(lf_check_same("lf_mm_out", "out", out, "mat1", a));
+    if (out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
+        return lf_fail(LF_ESHAPE, "lf_mm_out: out is %s, the product is [%lld, %lld]",
+                       lf_fmt_shape(x, sizeof x, 2, out->shape), (long long)a->shape[0], (long long)b->shape[1]);
+    if (lf_tensor_shares_storage(out, a) || lf_tensor_shares_storage(out, b))
+        return lf_fail(LF_EINVAL, "lf_mm_out: out shares memory with an operand");
+    lf_gemm g = {.ep = lf_epilogue_default()};
+    g.a = lf_matrix_of(a);
+    g.b = lf_matrix_of(b);
+    g.d = lf_matrix_of(out);
+    return lf_launch_gemm(lf_tensor_device(a), &g);
+}
+
+lf_status lf_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b)
+{
+    lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG(out)};
+    lf_tensor **none = NULL; /* the result is out itself, not a new tensor */
+    LF_DISPATCH(MM_OUT, args, none, mm_out_impl(out, a, b));
+}
+
 /* Check a bias for an (M, N) result and say how to apply it: as the epilogue's bias vector
  * (*as_vector) or as a C matrix broadcast through stride-0 dims (*c). */
 static lf_status bias_plan(const char *fn, const lf_tensor *bias, const lf_tensor *a, int64_t M, int64_t N,

@@ -30,7 +30,9 @@ typedef struct lf_rec {
     uint8_t n_args;
     uint8_t device;
     uint8_t stream;
-    int32_t op;
+    uint8_t unit; /* kernels and memory: which GPU (its ordinal); 0 on the CPU */
+    uint8_t pad_;
+    int16_t op;
     int64_t t0, t1; /* stamps (clock.c); t1 = -1 while open */
     int64_t ext_id; /* this op's or range's id; for kernels, the launching op's */
     const char *name;
@@ -51,7 +53,8 @@ typedef struct lf_rec {
 
 _Static_assert(sizeof(lf_rec) <= 80, "records stay small: recording streams them through memory");
 
-/* One op argument as recorded: enough for Input Dims / Input type / Input Strides. */
+/* One op argument as recorded: enough for Input Dims / Input type / Input Strides (a scalar's
+ * value, truncated to an integer, in shape[0]). */
 typedef struct lf_rec_arg {
     int8_t kind; /* 0 absent, 1 tensor, 2 scalar */
     int8_t ndim;
@@ -103,6 +106,7 @@ struct lf_profiler {
     int64_t tick0;        /* and on the event stamps' clock */
     _Atomic int64_t lost;
     lf_trace *trace; /* the last completed window */
+    char *dist_info; /* distributedInfo for every window's trace (a copy), or NULL */
 };
 
 /* The session recording now (one per process), or NULL. */

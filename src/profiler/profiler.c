@@ -148,10 +148,26 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
                            "expected active >= 1 and the others >= 0",
                            s->wait, s->warmup, s->active, s->repeat, s->skip_first);
     }
+    if (o->distributed_info) { /* checked now, not at the first window */
+        lf_trace *probe = NULL;
+        LF_TRY(lf_trace_create(&probe));
+        lf_status s = lf_trace_set_distributed_info(probe, o->distributed_info);
+        lf_trace_free(probe);
+        if (s != LF_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", lf_last_error());
+            return lf_fail(s, "lf_prof_start: distributed_info: %s", why);
+        }
+    }
     lf_profiler *p = calloc(1, sizeof *p);
     if (!p)
         return lf_fail(LF_ENOMEM, "lf_prof_start: out of memory");
     p->o = *o;
+    p->o.distributed_info = NULL;
+    if (o->distributed_info && !(p->dist_info = strdup(o->distributed_info))) {
+        free(p);
+        return lf_fail(LF_ENOMEM, "lf_prof_start: out of memory");
+    }
     if (!p->o.activities)
         p->o.activities = LF_PROF_CPU | LF_PROF_DEVICE;
     pthread_mutex_init(&p->mu, NULL);
@@ -168,6 +184,7 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
     lf_profiler *none = NULL; /* published only once set up: hooks on other threads may see it at once */
     if (!atomic_compare_exchange_strong(&lf_prof_active, &none, p)) {
         pthread_mutex_destroy(&p->mu);
+        free(p->dist_info);
         free(p);
         return lf_fail(LF_EINVAL, "lf_prof_start: another profiler is running; stop it first");
     }
@@ -248,6 +265,7 @@ void lf_prof_free(lf_profiler *p)
     lf_prof_free_bufs(p->bufs);
     lf_trace_free(p->trace);
     pthread_mutex_destroy(&p->mu);
+    free(p->dist_info);
     free(p);
 }
 

@@ -84,7 +84,8 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
         p->source->push(e->ext_id);
         e->pushed = 1;
     }
-    if (e && e->rec && p->o.record_shapes) {
+    /* a collective's arguments are its description (Kineto writes them whatever record_shapes says) */
+    if (e && e->rec && (p->o.record_shapes || op == LF_OP_RECORD_PARAM_COMMS)) {
         int n = n_args < LF_MAX_ARGS ? n_args : LF_MAX_ARGS;
         lf_rec_arg *a = lf_prof_arena_alloc(lf_prof_tls.buf, (size_t)n * sizeof *a);
         if (a) {
@@ -95,6 +96,8 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
                 a[i].dtype = t ? (int8_t)t->dtype : 0;
                 for (int d = 0; t && d < t->ndim; d++)
                     a[i].shape[d] = t->shape[d], a[i].stride[d] = t->stride[d];
+                if (args[i].is_scalar) /* its value, for the args that name a collective */
+                    a[i].shape[0] = (int64_t)args[i].scalar;
             }
             e->rec->u.args = a;
             e->rec->n_args = (uint8_t)n;
@@ -156,6 +159,7 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
         r->u.k.timing = info->timing;
         r->u.k.resolve = info->resolve;
         r->stream = (uint8_t)info->stream;
+        r->unit = (uint8_t)info->device_index;
         r->device = (uint8_t)dev;
         lf_open *o = owner();
         if (o) {
@@ -169,7 +173,8 @@ static void on_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
     lf_prof_leave();
 }
 
-static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes, int64_t total, int64_t reserved)
+static void on_alloc(void *user, lf_device dev, int index, const void *addr, int64_t bytes, int64_t total,
+                     int64_t reserved)
 {
     (void)user;
     lf_profiler *p = lf_prof_enter();
@@ -181,6 +186,7 @@ static void on_alloc(void *user, lf_device dev, const void *addr, int64_t bytes,
         memset(r, 0, sizeof *r);
         r->kind = REC_MEM;
         r->device = (uint8_t)dev;
+        r->unit = (uint8_t)index; /* the GPU the memory is on */
         r->name = "[memory]";
         r->t0 = r->t1 = lf_prof_ticks();
         r->u.m.bytes = bytes;

@@ -39,6 +39,43 @@ static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
         snprintf(buf + n, cap - n, "]");
 }
 
+/* A collective's description as Kineto writes it, on record_param_comms and on the kernel it
+ * launched, from the op's arguments (the tensor, the rank, the group size). One group: every
+ * rank of the communicator, described as c10d's default group is. 0 when r is not one. */
+static int collective_args(char *buf, size_t cap, const lf_rec *r)
+{
+    if (r->op != LF_OP_RECORD_PARAM_COMMS || r->n_args < 3 || !r->u.args || r->u.args[0].kind != 1)
+        return 0;
+    const lf_rec_arg *t = &r->u.args[0];
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++)
+        numel *= t->shape[d];
+    const int64_t rank = r->u.args[1].shape[0], world = r->u.args[2].shape[0];
+    const char *dt = lf_dtype_torch_name((lf_dtype)t->dtype);
+    if (!strncmp(dt, "c10::", 5))
+        dt += 5; /* "BFloat16", as c10d names it */
+    char ranks[256];
+    size_t n = (size_t)snprintf(ranks, sizeof ranks, "[");
+    for (int64_t i = 0; i < world && n < sizeof ranks - 8; i++)
+        n += (size_t)snprintf(ranks + n, sizeof ranks - n, i ? ", %lld" : "%lld", (long long)i);
+    snprintf(ranks + n, sizeof ranks - n, "]");
+    int w = snprintf(buf, cap,
+                     "\"Collective name\": \"allreduce\", \"In msg nelems\": %lld, \"Out msg nelems\": %lld, "
+                     "\"Group size\": %lld, \"dtype\": \"%s\", \"In split size\": \"[]\", \"Out split size\": \"[]\", "
+                     "\"Process Group Name\": \"0\", \"Process Group Description\": \"default_pg\", "
+                     "\"Process Group Ranks\": \"%s\", \"Rank\": %lld, \"Global rank start\": 0, "
+                     "\"Global rank stride\": 1",
+                     (long long)numel, (long long)numel, (long long)world, dt, ranks, (long long)rank);
+    return w > 0 && (size_t)w < cap;
+}
+
+/* The collective descriptions of a window, by the record_param_comms op's External id, for the
+ * kernels the device source reports under it. */
+typedef struct coll_note {
+    int64_t ext_id;
+    char *args;
+} coll_note;
+
 /* A host range, for placing the device source's API records inside their ranges. */
 typedef struct host_span {
     int64_t tid, ts, end;
@@ -54,9 +91,10 @@ typedef struct source_sink {
     lf_trace *t;
     int64_t lo, hi, to_base;
     lf_status st;
-    int stream;
     const host_span *spans; /* the window's ops and ranges, by (tid, start) */
     int64_t n_spans;
+    const coll_note *colls; /* the window's collectives, in the order recorded */
+    int n_colls;
 } source_sink;
 
 /* CUPTI stamps API calls on its own clock reading; mapped onto ours, a call that returns just
@@ -123,9 +161,42 @@ static void sink_add(void *user, const lf_dev_event *d)
                         .flow_tid = d->launch_tid};
     if ((c.cat == LF_TC_RUNTIME || c.cat == LF_TC_DRIVER) && c.dur_ns > 0 && k->n_spans)
         fit_in_range(k, &c);
-    if (c.cat == LF_TC_KERNEL)
-        k->stream = (int)c.tid;
+    char *joined = NULL;
+    for (int i = 0; c.cat == LF_TC_KERNEL && c.ext_id && i < k->n_colls; i++)
+        if (k->colls[i].ext_id == c.ext_id) { /* a collective's kernel carries its description, as Kineto's */
+            size_t len = (c.extra_args ? strlen(c.extra_args) + 2 : 0) + strlen(k->colls[i].args) + 1;
+            if ((joined = malloc(len)))
+                snprintf(joined, len, "%s%s%s", c.extra_args ? c.extra_args : "", c.extra_args ? ", " : "",
+                         k->colls[i].args);
+            c.extra_args = joined ? joined : c.extra_args;
+            break;
+        }
     k->st = lf_trace_add(k->t, &c);
+    free(joined);
+}
+
+/* Name every GPU lane (device, stream) that holds work "stream N ", as Kineto does: with several
+ * GPUs and a collective's own stream there are several. */
+static lf_status name_streams(lf_trace *t)
+{
+    int64_t named[64][2];
+    int n = 0;
+    lf_status st = LF_OK;
+    for (int64_t i = 0, count = lf_trace_count(t); i < count && st == LF_OK; i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        if (e->pid == LF_CPU_DEVICE_PID || (e->cat != LF_TC_KERNEL && e->cat != LF_TC_MEMCPY && e->cat != LF_TC_MEMSET))
+            continue;
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++)
+            seen = named[j][0] == e->pid && named[j][1] == e->tid;
+        if (seen || n == 64)
+            continue;
+        named[n][0] = e->pid, named[n][1] = e->tid, n++;
+        char nm[32];
+        snprintf(nm, sizeof nm, "stream %lld ", (long long)e->tid);
+        st = lf_trace_name_thread(t, e->pid, e->tid, nm);
+    }
+    return st;
 }
 
 /* The CPU-kernel lane of thread tid: 1 + its rank among the window's threads by id, so the
@@ -154,10 +225,15 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
     m->with_flops = p->o.with_flops;
     m->device_label = "CPU-dev";
     m->cpu_device_pid = -1;
+    if (p->dist_info && lf_trace_set_distributed_info(t, p->dist_info) != LF_OK) {
+        lf_trace_free(t);
+        return LF_EINVAL;
+    }
     int64_t dropped = atomic_load(&p->lost);
     const int64_t pid = (int64_t)getpid();
-    int cuda_stream = -1;
     lf_status st = LF_OK;
+    coll_note *colls = NULL;
+    int n_colls = 0;
     for (lf_tbuf *b = bufs; b && st == LF_OK; b = b->next) {
         dropped += b->lost;
         int named = 0, lane_used = 0;
@@ -183,14 +259,28 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
                                     .flow_ts = -1,
                                     .flow_pid = -1,
                                     .flow_tid = -1};
-                char dims[512], types[256], strides[512];
+                char dims[512], types[256], strides[512], coll[768];
                 switch (r->kind) {
                 case REC_OP:
                 case REC_RANGE:
                     e.cat = r->kind == REC_OP ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
                     e.ext_id = r->ext_id;
                     e.flops = r->flops;
-                    if (r->n_args && r->u.args) {
+                    if (r->kind == REC_OP && collective_args(coll, sizeof coll, r)) {
+                        e.extra_args = coll;
+                        coll_note *nc = realloc(colls, (size_t)(n_colls + 1) * sizeof *nc);
+                        char *copy = strdup(coll);
+                        if (nc && copy) {
+                            colls = nc;
+                            colls[n_colls++] = (coll_note){r->ext_id, copy};
+                        } else {
+                            free(copy);
+                            if (nc)
+                                colls = nc;
+                        }
+                    }
+                    if (r->n_args && r->u.args && (p->o.record_shapes || r->kind != REC_OP ||
+                                                   r->op != LF_OP_RECORD_PARAM_COMMS)) {
                         put_dims(dims, sizeof dims, r, 0);
                         put_dims(strides, sizeof strides, r, 1);
                         put_dims(types, sizeof types, r, 2);
@@ -213,7 +303,7 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
                     e.correlation = r->u.k.corr;
                     e.flops = r->flops;
                     e.bytes = r->u.k.bytes;
-                    e.device = 0;
+                    e.device = r->unit;
                     e.flow_pid = pid, e.flow_tid = b->tid;
                     if (r->device == LF_DEVICE_CPU) {
                         e.pid = LF_CPU_DEVICE_PID;
@@ -221,10 +311,9 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
                         m->cpu_device_pid = LF_CPU_DEVICE_PID;
                         lane_used = 1;
                     } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
-                        e.pid = 0;
+                        e.pid = r->unit;
                         e.tid = r->stream;
                         m->device_label = "CUDA";
-                        cuda_stream = r->stream;
                     }
                     break;
                 default:
@@ -234,6 +323,7 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
                     e.mem_total_allocated = r->u.m.total;
                     e.mem_total_reserved = r->u.m.reserved;
                     e.mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
+                    e.device = r->device == LF_DEVICE_CPU ? -1 : r->unit; /* the GPU's ordinal */
                     e.mem_addr = r->u.m.addr;
                     break;
                 }
@@ -253,7 +343,7 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
         }
     }
     if (st == LF_OK && p->source) {
-        source_sink k = {t, lf_prof_to_ns(&cm, t_begin), lf_prof_to_ns(&cm, t_end), to_base, LF_OK, -1, NULL, 0};
+        source_sink k = {t, lf_prof_to_ns(&cm, t_begin), lf_prof_to_ns(&cm, t_end), to_base, LF_OK, NULL, 0, colls, n_colls};
         const int64_t n = lf_trace_count(t);
         host_span *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
         for (int64_t i = 0; spans && i < n; i++) {
@@ -269,13 +359,12 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
         st = k.st;
         m->device_label = "CUDA";
         m->device_properties = p->source->properties ? p->source->properties() : NULL;
-        cuda_stream = k.stream;
     }
-    if (st == LF_OK && cuda_stream >= 0) {
-        char nm[32];
-        snprintf(nm, sizeof nm, "stream %d ", cuda_stream);
-        st = lf_trace_name_thread(t, 0, cuda_stream, nm);
-    }
+    for (int i = 0; i < n_colls; i++)
+        free(colls[i].args);
+    free(colls);
+    if (st == LF_OK)
+        st = name_streams(t);
     m->dropped_events = dropped;
     if (st != LF_OK) {
         lf_trace_free(t);

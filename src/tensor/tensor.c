@@ -53,15 +53,16 @@ const char *lf_device_name(lf_device d)
 
 /* --- allocators --- */
 
-static void *cpu_alloc(size_t n, void *ctx)
+static void *cpu_alloc(size_t n, int *index, void *ctx)
 {
     (void)ctx;
+    *index = 0;
     /* 64-byte aligned so SIMD loads never split a cache line at the start of a row. */
     return aligned_alloc(64, (n + 63) & ~(size_t)63);
 }
-static void cpu_free(void *p, size_t n, void *ctx)
+static void cpu_free(void *p, size_t n, int index, void *ctx)
 {
-    (void)n, (void)ctx, free(p);
+    (void)n, (void)index, (void)ctx, free(p);
 }
 
 static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL, NULL, NULL}};
@@ -86,7 +87,7 @@ void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a)
 
 static _Atomic(lf_alloc_observer) alloc_obs;
 static void *_Atomic alloc_obs_user;
-static atomic_llong allocated_bytes[LF_DEVICE_COUNT];
+static atomic_llong allocated_bytes[LF_DEVICE_COUNT][LF_MAX_DEVICE_INDEX];
 
 void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user)
 {
@@ -94,14 +95,14 @@ void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user)
     atomic_store(&alloc_obs, fn);
 }
 
-static void note_alloc(lf_device dev, const void *p, int64_t bytes)
+static void note_alloc(lf_device dev, int index, const void *p, int64_t bytes)
 {
-    long long total = atomic_fetch_add(&allocated_bytes[dev], bytes) + bytes;
+    long long total = atomic_fetch_add(&allocated_bytes[dev][index], bytes) + bytes;
     lf_alloc_observer fn = atomic_load_explicit(&alloc_obs, memory_order_acquire);
     if (__builtin_expect(fn != NULL, 0)) {
         const lf_allocator *a = &allocators[dev];
-        int64_t reserved = a->reserved ? a->reserved(a->ctx) : (int64_t)total;
-        fn(atomic_load(&alloc_obs_user), dev, p, bytes, (int64_t)total, reserved);
+        int64_t reserved = a->reserved ? a->reserved(index, a->ctx) : (int64_t)total;
+        fn(atomic_load(&alloc_obs_user), dev, index, p, bytes, (int64_t)total, reserved);
     }
 }
 
@@ -158,15 +159,18 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     lf_storage *s = malloc(sizeof *s);
     if (!s)
         return lf_fail(LF_ENOMEM, "%s: out of host memory for a storage header", what);
-    s->data = a->alloc(nbytes, a->ctx);
+    int index = 0;
+    s->data = a->alloc(nbytes, &index, a->ctx);
     if (!s->data) {
         free(s);
         return lf_fail(LF_ENOMEM, "%s: could not allocate %zu bytes on %s", what, nbytes, lf_device_name(dev));
     }
+    LF_ASSERT(index >= 0 && index < LF_MAX_DEVICE_INDEX);
     atomic_init(&s->refs, 1);
     s->device = dev;
+    s->index = index;
     s->nbytes = nbytes;
-    note_alloc(dev, s->data, (int64_t)nbytes);
+    note_alloc(dev, index, s->data, (int64_t)nbytes);
     *out = s;
     return LF_OK;
 }
@@ -174,8 +178,8 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
 static void storage_release(lf_storage *s)
 {
     if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
-        note_alloc(s->device, s->data, -(int64_t)s->nbytes);
-        allocators[s->device].free(s->data, s->nbytes, allocators[s->device].ctx);
+        note_alloc(s->device, s->index, s->data, -(int64_t)s->nbytes);
+        allocators[s->device].free(s->data, s->nbytes, s->index, allocators[s->device].ctx);
         free(s);
     }
 }
@@ -256,6 +260,12 @@ lf_device lf_tensor_device(const lf_tensor *t)
     return t->storage->device;
 }
 
+int lf_tensor_device_index(const lf_tensor *t)
+{
+    LF_PRECOND(t && t->storage, "lf_tensor_device_index", "argument 't' is NULL or has no storage");
+    return t->storage->index;
+}
+
 void *lf_tensor_data(const lf_tensor *t)
 {
     LF_PRECOND(t && t->storage, "lf_tensor_data", "argument 't' is NULL or has no storage");
@@ -311,7 +321,7 @@ static lf_status host_bytes(const lf_tensor *t, const char *fn, const void **byt
     void *h = malloc(t->storage->nbytes ? t->storage->nbytes : 1);
     if (!h)
         return lf_fail(LF_ENOMEM, "%s: out of host memory to stage %zu bytes", fn, t->storage->nbytes);
-    if (!a->copy || a->copy(h, t->storage->data, t->storage->nbytes, 1, a->ctx) != 0) {
+    if (!a->copy || a->copy(h, t->storage->data, t->storage->nbytes, 1, t->storage->index, a->ctx) != 0) {
         free(h);
         return lf_fail(LF_EDEVICE, "%s: copying %zu bytes from %s failed", fn, t->storage->nbytes, lf_device_name(dev));
     }
@@ -341,7 +351,7 @@ lf_status lf_tensor_to_device(lf_tensor **out, const lf_tensor *t, lf_device dev
         } else {
             s = lf_tensor_empty(&y, t->dtype, t->ndim, t->shape, dev);
             if (s == LF_OK && allocators[dev].copy(y->storage->data, h->storage->data, h->storage->nbytes, 0,
-                                                   allocators[dev].ctx) != 0)
+                                                   y->storage->index, allocators[dev].ctx) != 0)
                 s = lf_fail(LF_EDEVICE, "lf_tensor_to_device: copying to %s failed", lf_device_name(dev));
         }
     }

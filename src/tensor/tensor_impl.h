@@ -11,21 +11,24 @@
 struct lf_storage {
     atomic_int refs;
     lf_device device;
+    int index; /* which unit of the device (a GPU's ordinal; 0 on the CPU) */
     size_t nbytes;
     void *data;
 };
 
 /* How bytes are obtained on a device. The CPU's is built in; a device backend registers its own
- * when it starts (so tensor/ never calls a backend). */
+ * when it starts (so tensor/ never calls a backend). A device may have several units (GPUs):
+ * alloc takes memory on the calling thread's unit and says which in *index; free, copy and
+ * reserved are told the unit. */
 typedef struct lf_allocator {
-    void *(*alloc)(size_t nbytes, void *ctx); /* NULL on failure */
-    void (*free)(void *p, size_t nbytes, void *ctx);
-    /* Copy n bytes between this device and the host (to_host says which way), finished when it
-     * returns. NULL for the CPU. */
-    int (*copy)(void *dst, const void *src, size_t n, int to_host, void *ctx);
-    /* Bytes held from the device: in use plus cached for reuse (PyTorch's "Total Reserved").
+    void *(*alloc)(size_t nbytes, int *index, void *ctx); /* NULL on failure */
+    void (*free)(void *p, size_t nbytes, int index, void *ctx);
+    /* Copy n bytes between unit index of this device and the host (to_host says which way),
+     * finished when it returns. NULL for the CPU. */
+    int (*copy)(void *dst, const void *src, size_t n, int to_host, int index, void *ctx);
+    /* Bytes held from unit index: in use plus cached for reuse (PyTorch's "Total Reserved").
      * NULL when the allocator caches nothing, so reserved is what is in use. */
-    int64_t (*reserved)(void *ctx);
+    int64_t (*reserved)(int index, void *ctx);
     void *ctx;
 } lf_allocator;
 

@@ -303,6 +303,8 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
             ev.mem_total_allocated = get_int(args, "Total Allocated", 0);
             ev.mem_total_reserved = get_int(args, "Total Reserved", ev.mem_total_allocated);
             ev.mem_device_type = get_int(args, "Device Type", 0);
+            if (ev.mem_device_type)
+                ev.device = get_int(args, "Device Id", 0);
             ev.mem_addr = get_int(args, "Addr", 0);
         }
         dims = spaced(dump_compact(json_object_get(args, "Input Dims")));
@@ -365,6 +367,57 @@ static lf_status top_int(reader *r, int64_t *out)
     return LF_OK;
 }
 
+/* A top-level object or array kept as JSON text in the trace (deviceProperties,
+ * distributedInfo), checked by jansson; *out stays NULL when it is not valid. */
+static lf_status top_raw(reader *r, const char **out, json_t **parsed)
+{
+    ws(r);
+    size_t start = r->pos;
+    LF_TRY(skip_value(r, 1));
+    json_error_t err;
+    json_t *v = json_loadb(r->p + start, r->pos - start, JSON_DECODE_ANY, &err);
+    if (!v || (!json_is_object(v) && !json_is_array(v))) {
+        json_decref(v);
+        return LF_OK;
+    }
+    char *text = json_dumps(v, JSON_ENCODE_ANY);
+    if (text) {
+        *out = lf_trace_intern(r->t, text);
+        free(text);
+    }
+    if (parsed)
+        *parsed = v;
+    else
+        json_decref(v);
+    return LF_OK;
+}
+
+lf_status lf_trace_set_distributed_info(lf_trace *t, const char *text)
+{
+    LF_CHECK_PTR(t, "lf_trace_set_distributed_info", "t");
+    LF_CHECK_PTR(text, "lf_trace_set_distributed_info", "json");
+    json_error_t err;
+    json_t *v = json_loads(text, 0, &err);
+    json_t *rk = json_object_get(v, "rank"), *ws_ = json_object_get(v, "world_size");
+    lf_status s = LF_OK;
+    if (!json_is_object(v) || !json_is_integer(rk) || !json_is_integer(ws_) || json_integer_value(rk) < 0 ||
+        json_integer_value(ws_) <= json_integer_value(rk))
+        s = lf_fail(LF_EINVAL, "lf_trace_set_distributed_info: not an object with a rank below its world_size: %.80s",
+                    text);
+    char *dumped = s == LF_OK ? json_dumps(v, 0) : NULL;
+    if (s == LF_OK && !dumped)
+        s = lf_fail(LF_ENOMEM, "lf_trace_set_distributed_info: out of memory");
+    if (s == LF_OK) {
+        lf_trace_meta *m = lf_trace_meta_of(t);
+        m->distributed_info = lf_trace_intern(t, dumped);
+        m->rank = json_integer_value(rk);
+        m->world_size = json_integer_value(ws_);
+    }
+    free(dumped);
+    json_decref(v);
+    return s;
+}
+
 static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
@@ -402,6 +455,17 @@ static lf_status parse_doc(reader *r)
                     m->with_flops = v != 0;
                 } else if (KEY("linfuse_dropped_events")) {
                     LF_TRY(top_int(r, &m->dropped_events));
+                } else if (KEY("deviceProperties")) {
+                    LF_TRY(top_raw(r, &m->device_properties, NULL));
+                } else if (KEY("distributedInfo")) {
+                    json_t *di = NULL;
+                    LF_TRY(top_raw(r, &m->distributed_info, &di));
+                    json_t *rk = json_object_get(di, "rank"), *ws_ = json_object_get(di, "world_size");
+                    if (json_is_integer(rk) && json_integer_value(rk) >= 0)
+                        m->rank = json_integer_value(rk);
+                    if (json_is_integer(ws_) && json_integer_value(ws_) > 0)
+                        m->world_size = json_integer_value(ws_);
+                    json_decref(di);
                 } else {
                     LF_TRY(skip_value(r, 1));
                 }

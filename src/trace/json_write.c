@@ -111,7 +111,7 @@ static void put_memory(FILE *f, const lf_trace_event *e, int64_t idx)
             ", \"args\": {\"Total Reserved\": %" PRId64 ", \"Total Allocated\": %" PRId64 ", \"Bytes\": %" PRId64
             ", \"Addr\": %" PRId64 ", \"Device Type\": %" PRId64 ", \"Device Id\": %d, \"Ev Idx\": %" PRId64 "}}",
             e->mem_total_reserved, e->mem_total_allocated, e->mem_bytes, e->mem_addr, e->mem_device_type,
-            e->mem_device_type ? 0 : -1, idx);
+            e->mem_device_type ? (int)(e->device > 0 ? e->device : 0) : -1, idx);
 }
 
 static void put_meta(FILE *f, const char *what, int64_t pid, int64_t tid, const char *key, const char *sval,
@@ -133,6 +133,8 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     const lf_trace_meta *m = &t->meta;
     fprintf(f, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": %s,\n",
             m->device_properties ? m->device_properties : "[]");
+    if (m->distributed_info)
+        fprintf(f, "  \"distributedInfo\": %s,\n", m->distributed_info);
     if (m->record_shapes)
         fputs("  \"record_shapes\": 1,\n", f);
     if (m->profile_memory)

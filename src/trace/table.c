@@ -62,6 +62,20 @@ static int is_tabled(const lf_trace_event *e)
            strcmp(n, "aten::is_leaf") && strcmp(n, "aten::output_nr") && strcmp(n, "aten::_version");
 }
 
+/* c10d's work spans ("nccl:all_reduce", on the thread that queued the collective) are async
+ * in PyTorch: they may end on another thread, so they are no part of the op tree (no parent, no
+ * children), count no self CPU time, and print "0" as their CPU total %. */
+static int is_async(const lf_trace_event *e)
+{
+    static const char *const backends[] = {"nccl:", "gloo:", "mpi:", "ucc:", "xccl:"};
+    if (e->cat != LF_TC_USER_ANNOTATION)
+        return 0;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (!strncmp(e->name, backends[i], strlen(backends[i])))
+            return 1;
+    return 0;
+}
+
 /* Rows appear in order of their first event's start; at equal starts, ops and annotations come
  * before runtime calls, device work, then device annotations (the order PyTorch lists them). */
 static int order_class(lf_trace_cat c)
@@ -212,7 +226,7 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     /* 1. host events nest per thread: parents, and each one's direct children's time */
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++)
-        if (is_tabled(&t->ev[i]) && !lf_trace_cat_is_device(t->ev[i].cat))
+        if (is_tabled(&t->ev[i]) && !lf_trace_cat_is_device(t->ev[i].cat) && !is_async(&t->ev[i]))
             idx[m++] = i;
     qsort_r(idx, (size_t)m, sizeof *idx, by_track_time, (void *)t);
     int64_t depth = 0;
@@ -327,9 +341,9 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         const int64_t i = idx[k];
         const lf_trace_event *e = &t->ev[i];
         int dev = lf_trace_cat_is_device(e->cat);
-        int ann = e->cat == LF_TC_USER_ANNOTATION || e->cat == LF_TC_GPU_ANNOTATION;
+        int ann = e->cat == LF_TC_USER_ANNOTATION || e->cat == LF_TC_GPU_ANNOTATION, async = is_async(e);
         const char *name = strncmp(e->name, "ProfilerStep#", 13) ? e->name : "ProfilerStep*";
-        lf_strmap_entry *s = lf_strmap_get(&groups, name, dev * 2 + ann);
+        lf_strmap_entry *s = lf_strmap_get(&groups, name, dev * 2 + ann + 4 * async);
         if (!s) {
             st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
             free(own_total);
@@ -337,7 +351,7 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         }
         if (s->val < 0) {
             s->val = n_rows;
-            rows[n_rows++] = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann};
+            rows[n_rows++] = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann, .is_async = async};
         }
         lf_table_row *r = &rows[s->val];
         r->count++;
@@ -346,6 +360,8 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
             r->self_device_us += us[i];
             r->device_total_us += us[i];
             out->has_device = 1;
+        } else if (async) {
+            r->cpu_total_us += us[i];
         } else {
             r->self_cpu_us += us[i] - child_cpu[i];
             r->cpu_total_us += us[i];
@@ -581,7 +597,10 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         fmt_name(name, sizeof name, r->name);
         fmt_pct(cells[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
         fmt_us(cells[1], 32, r->self_cpu_us);
-        fmt_pct(cells[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
+        if (r->is_async) /* PyTorch prints the integer 0 for an async event's share */
+            snprintf(cells[2], 32, "0");
+        else
+            fmt_pct(cells[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
         fmt_us(cells[3], 32, r->cpu_total_us);
         fmt_us(cells[4], 32, r->count ? r->cpu_total_us / (double)r->count : 0);
         fmt_us(cells[5], 32, r->self_device_us);

@@ -29,6 +29,7 @@ lf_status lf_trace_create(lf_trace **out)
     t->meta.device_label = "CUDA";
     t->meta.process_name = "linfuse";
     t->meta.cpu_device_pid = -1;
+    t->meta.rank = -1;
     *out = t;
     return LF_OK;
 }

@@ -13,91 +13,115 @@ typedef struct block {
     size_t size;
 } block;
 
+/* One cache per GPU: a block is only ever handed out again on the GPU it came from. */
+typedef struct pool_t {
+    block *free;
+    size_t n, cap;
+    int64_t reserved; /* everything cudaMalloc gave us and we still hold: in use + cached */
+} pool_t;
+
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static block *pool; /* free blocks */
-static size_t pool_n, pool_cap;
-static int64_t reserved_bytes; /* everything cudaMalloc gave us and we still hold: in use + pool */
+static pool_t pools[LF_CUDA_MAX_DEVICES];
 
 static size_t round_size(size_t n)
 {
     return n < 512 ? 512 : (n + 511) & ~(size_t)511;
 }
 
-/* Give every cached block back to the driver (before retrying an allocation that failed). */
-static void release_pool(void)
+/* Give every block cached for GPU k back to the driver (before retrying an allocation that
+ * failed there). */
+static void release_pool(int k)
 {
     pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < pool_n; i++) {
-        cudaFree(pool[i].p);
-        reserved_bytes -= (int64_t)pool[i].size;
+    pool_t *pl = &pools[k];
+    for (size_t i = 0; i < pl->n; i++) {
+        cudaFree(pl->free[i].p);
+        pl->reserved -= (int64_t)pl->free[i].size;
     }
-    pool_n = 0;
+    pl->n = 0;
     pthread_mutex_unlock(&pool_lock);
 }
 
-static void *cu_alloc(size_t n, void *ctx)
+static void *cu_alloc(size_t n, int *index, void *ctx)
 {
     (void)ctx;
+    lf_cuda_dev *d = lf_cuda_cur();
+    if (!d)
+        return NULL;
+    const int k = d->ordinal;
+    *index = k;
     n = round_size(n);
     pthread_mutex_lock(&pool_lock);
-    for (size_t i = 0; i < pool_n; i++)
-        if (pool[i].size == n) {
-            void *p = pool[i].p;
-            pool[i] = pool[--pool_n];
+    pool_t *pl = &pools[k];
+    for (size_t i = 0; i < pl->n; i++)
+        if (pl->free[i].size == n) {
+            void *p = pl->free[i].p;
+            pl->free[i] = pl->free[--pl->n];
             pthread_mutex_unlock(&pool_lock);
             return p;
         }
     pthread_mutex_unlock(&pool_lock);
     void *p = NULL;
     if (LF_CU_CHECK(RUNTIME, cudaMalloc(&p, n)) != LF_OK) { /* out of memory: give the cache back, try once more */
-        release_pool();
+        release_pool(k);
         if (LF_CU_CHECK(RUNTIME, cudaMalloc(&p, n)) != LF_OK)
             return NULL; /* the tensor layer reports LF_ENOMEM with the size */
     }
     pthread_mutex_lock(&pool_lock);
-    reserved_bytes += (int64_t)n;
+    pl->reserved += (int64_t)n;
     pthread_mutex_unlock(&pool_lock);
     return p;
 }
 
-/* Blocks go back to the pool; work queued on the one stream that still reads them runs before
- * any later work that reuses them, so no synchronization is needed. */
-static void cu_free(void *p, size_t n, void *ctx)
+/* Blocks go back to their GPU's pool; work queued on that GPU's one stream that still reads them
+ * runs before any later work that reuses them, so no synchronization is needed. (Work queued on
+ * a collective's side stream is joined back into the main stream before its op returns.) */
+static void cu_free(void *p, size_t n, int index, void *ctx)
 {
     (void)ctx;
     pthread_mutex_lock(&pool_lock);
-    if (pool_n == pool_cap) {
-        size_t cap = pool_cap ? 2 * pool_cap : 64;
-        block *b = realloc(pool, cap * sizeof *b);
+    pool_t *pl = &pools[index];
+    if (pl->n == pl->cap) {
+        size_t cap = pl->cap ? 2 * pl->cap : 64;
+        block *b = realloc(pl->free, cap * sizeof *b);
         if (!b) {
-            reserved_bytes -= (int64_t)round_size(n);
+            pl->reserved -= (int64_t)round_size(n);
             pthread_mutex_unlock(&pool_lock);
             cudaFree(p);
             return;
         }
-        pool = b;
-        pool_cap = cap;
+        pl->free = b;
+        pl->cap = cap;
     }
-    pool[pool_n++] = (block){p, round_size(n)};
+    pl->free[pl->n++] = (block){p, round_size(n)};
     pthread_mutex_unlock(&pool_lock);
 }
 
-static int64_t cu_reserved(void *ctx)
+static int64_t cu_reserved(int index, void *ctx)
 {
     (void)ctx;
     pthread_mutex_lock(&pool_lock);
-    int64_t r = reserved_bytes;
+    int64_t r = pools[index].reserved;
     pthread_mutex_unlock(&pool_lock);
     return r;
 }
 
-static int cu_copy(void *dst, const void *src, size_t n, int to_host, void *ctx)
+/* A copy on the stream of the GPU that holds the device side (made current for the copy). */
+static int cu_copy(void *dst, const void *src, size_t n, int to_host, int index, void *ctx)
 {
     (void)ctx;
-    lf_status s = LF_CU_CHECK(RUNTIME, cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                                                      lf_cuda.stream));
+    lf_cuda_dev *d = lf_cuda_dev_get(index);
+    int prev = index;
+    if (!d || LF_CU_CHECK(RUNTIME, cudaGetDevice(&prev)) != LF_OK)
+        return -1;
+    lf_status s = prev == index ? LF_OK : LF_CU_CHECK(RUNTIME, cudaSetDevice(index));
     if (s == LF_OK)
-        s = LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(lf_cuda.stream));
+        s = LF_CU_CHECK(RUNTIME, cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                                 d->stream));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(d->stream));
+    if (prev != index)
+        cudaSetDevice(prev);
     return s == LF_OK ? 0 : -1;
 }
 

@@ -1,18 +1,26 @@
-/* The CUDA backend's table and start: one GPU, one non-blocking stream per process, started on
- * first use (no GPU or no driver simply means the device is not available); pointwise and fused
- * launches, CUDA graphs, and the module entry the core library looks up when it loads
- * liblinfuse_cuda.so. GEMMs are in cuda_gemm.c, memory in cuda_alloc.c, event timing in
+/* The CUDA backend's table and start: each GPU with one non-blocking stream, started the first
+ * time a thread uses it, and each thread on the GPU it selected (0 by default), as the CUDA
+ * runtime's own current device (no GPU or no driver simply means the device is not available);
+ * pointwise and fused launches, CUDA graphs, and the module entry the core library looks up when
+ * it loads liblinfuse_cuda.so. GEMMs are in cuda_gemm.c, memory in cuda_alloc.c, event timing in
  * cuda_timing.c, CUPTI in cupti_source.c. Layer: backend/cuda. */
 #include <cublasLt.h>
 #include <cupti.h>
 #include <nvrtc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "backend/cuda/cuda_impl.h"
 
-lf_cuda_state lf_cuda;
+static lf_cuda_dev devs[LF_CUDA_MAX_DEVICES];
+static _Atomic int dev_state[LF_CUDA_MAX_DEVICES]; /* 0 not started, 1 running, -1 failed */
+static char dev_why[LF_CUDA_MAX_DEVICES][192];
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static int n_devices;
+static int backend_ready;
 static char why_not[192]; /* why the device is not available */
+static _Thread_local lf_cuda_dev *tls_dev; /* this thread's GPU, once it has used one */
 
 lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call)
 {
@@ -40,30 +48,114 @@ lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call)
     return lf_fail(LF_EDEVICE, "%s: %s: %s (code %d)", prefix, call, what ? what : "?", code);
 }
 
-static lf_status start_device(void)
+/* Start GPU k: its stream, cuBLASLt handle and workspace. Leaves the calling thread's current
+ * GPU as it was. */
+static lf_status start_device(lf_cuda_dev *d, int k)
 {
-    int n = 0;
-    LF_CU_TRY(RUNTIME, cudaGetDeviceCount(&n));
-    if (n == 0)
-        return lf_fail(LF_EDEVICE, "the driver sees no CUDA device");
-    LF_CU_TRY(RUNTIME, cudaSetDevice(0));
-    LF_CU_TRY(RUNTIME, cudaDeviceGetAttribute(&lf_cuda.sm_count, cudaDevAttrMultiProcessorCount, 0));
-    LF_CU_TRY(RUNTIME, cudaStreamCreateWithFlags(&lf_cuda.stream, cudaStreamNonBlocking));
-    LF_CU_TRY(RUNTIME, cudaMalloc(&lf_cuda.workspace, LF_CUDA_WORKSPACE_BYTES));
-    cublasLtHandle_t lt;
-    LF_CU_TRY(CUBLASLT, cublasLtCreate(&lt));
-    lf_cuda.lt = lt;
+    int prev = 0;
+    LF_CU_TRY(RUNTIME, cudaGetDevice(&prev));
+    d->ordinal = k;
+    lf_status s = LF_CU_CHECK(RUNTIME, cudaSetDevice(k));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, k));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaMalloc(&d->workspace, LF_CUDA_WORKSPACE_BYTES));
+    cublasLtHandle_t lt = NULL;
+    if (s == LF_OK)
+        s = LF_CU_CHECK(CUBLASLT, cublasLtCreate(&lt));
+    d->lt = lt;
+    cudaSetDevice(prev);
+    return s;
+}
+
+lf_cuda_dev *lf_cuda_dev_get(int k)
+{
+    if (k < 0 || k >= n_devices) {
+        lf_fail(LF_EDEVICE, "cuda:%d does not exist: the driver sees %d GPU%s", k, n_devices, n_devices == 1 ? "" : "s");
+        return NULL;
+    }
+    int st = atomic_load_explicit(&dev_state[k], memory_order_acquire);
+    if (__builtin_expect(st == 0, 0)) {
+        pthread_mutex_lock(&start_lock);
+        st = atomic_load_explicit(&dev_state[k], memory_order_relaxed);
+        if (st == 0) {
+            st = start_device(&devs[k], k) == LF_OK ? 1 : -1;
+            if (st < 0)
+                snprintf(dev_why[k], sizeof dev_why[k], "cuda:%d cannot start: %s", k, lf_last_error());
+            atomic_store_explicit(&dev_state[k], st, memory_order_release);
+        }
+        pthread_mutex_unlock(&start_lock);
+    }
+    if (st < 0) {
+        lf_fail(LF_EDEVICE, "%s", dev_why[k]);
+        return NULL;
+    }
+    return &devs[k];
+}
+
+static lf_status cuda_select(int k)
+{
+    lf_cuda_dev *d = lf_cuda_dev_get(k);
+    if (!d)
+        return LF_EDEVICE;
+    if (tls_dev != d) {
+        LF_CU_TRY(RUNTIME, cudaSetDevice(k));
+        tls_dev = d;
+    }
     return LF_OK;
+}
+
+lf_cuda_dev *lf_cuda_cur(void)
+{
+    lf_cuda_dev *d = tls_dev;
+    if (__builtin_expect(d != NULL, 1))
+        return d;
+    return cuda_select(0) == LF_OK ? tls_dev : NULL; /* a thread starts on GPU 0, as the runtime's */
+}
+
+static int cuda_current(void)
+{
+    return tls_dev ? tls_dev->ordinal : 0;
+}
+
+int lf_cuda_device_count(void)
+{
+    return n_devices;
+}
+
+lf_status lf_cuda_synchronize_all(void)
+{
+    int prev = 0;
+    LF_CU_TRY(RUNTIME, cudaGetDevice(&prev));
+    lf_status s = LF_OK;
+    for (int k = 0; k < n_devices; k++)
+        if (atomic_load_explicit(&dev_state[k], memory_order_acquire) == 1) {
+            lf_status sk = LF_CU_CHECK(RUNTIME, cudaSetDevice(k));
+            if (sk == LF_OK)
+                sk = LF_CU_CHECK(RUNTIME, cudaDeviceSynchronize());
+            if (s == LF_OK)
+                s = sk;
+        }
+    cudaSetDevice(prev);
+    return s;
 }
 
 static void start(void)
 {
-    if (start_device() != LF_OK) {
+    int n = 0;
+    if (LF_CU_CHECK(RUNTIME, cudaGetDeviceCount(&n)) != LF_OK) {
         snprintf(why_not, sizeof why_not, "%s", lf_last_error());
         return;
     }
+    if (n == 0) {
+        snprintf(why_not, sizeof why_not, "the driver sees no CUDA device");
+        return;
+    }
+    n_devices = n < LF_CUDA_MAX_DEVICES ? n : LF_CUDA_MAX_DEVICES;
     lf_cuda_alloc_register();
-    lf_cuda.available = 1;
+    backend_ready = 1;
 }
 
 int lf_cuda_available(const char **why)
@@ -72,16 +164,25 @@ int lf_cuda_available(const char **why)
     pthread_once(&once, start);
     if (why)
         *why = why_not;
-    return lf_cuda.available;
+    return backend_ready;
 }
+
+/* The calling thread's GPU as d, or return LF_EDEVICE from the enclosing function. */
+#define CUR_OR_FAIL(d)              \
+    lf_cuda_dev *d = lf_cuda_cur(); \
+    if (!d)                         \
+    return LF_EDEVICE
 
 static lf_status cuda_synchronize(void)
 {
-    return LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(lf_cuda.stream));
+    CUR_OR_FAIL(d);
+    return LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(d->stream));
 }
 
 static lf_status cuda_memory(int64_t *available, int64_t *total)
 {
+    CUR_OR_FAIL(d);
+    (void)d;
     size_t free_b = 0, total_b = 0;
     LF_TRY(LF_CU_CHECK(RUNTIME, cudaMemGetInfo(&free_b, &total_b)));
     *available = (int64_t)free_b;
@@ -93,13 +194,14 @@ static lf_status cuda_memory(int64_t *available, int64_t *total)
 
 static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
 {
-    lf_cuda_timing *tm = lf_cuda_time_begin(info);
-    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, lf_cuda.stream));
+    CUR_OR_FAIL(d);
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, d->stream));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
-    lf_cuda_time_end(info, tm);
+    lf_cuda_time_end(d, info, tm);
     if (info)
         lf_pointwise_report(p, LF_KF_CUDA_POINTWISE, info);
     return LF_OK;
@@ -107,13 +209,14 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
 
 static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 {
-    lf_cuda_timing *tm = lf_cuda_time_begin(info);
-    lf_status s = lf_cuda_fused_launch(f, lf_cuda.stream);
+    CUR_OR_FAIL(d);
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    lf_status s = lf_cuda_fused_launch(f, d->stream);
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
-    lf_cuda_time_end(info, tm);
+    lf_cuda_time_end(d, info, tm);
     if (info)
         lf_fused_report(f, info);
     return LF_OK;
@@ -123,14 +226,16 @@ static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 
 static lf_status cuda_graph_begin(void)
 {
-    return LF_CU_CHECK(RUNTIME, cudaStreamBeginCapture(lf_cuda.stream, cudaStreamCaptureModeThreadLocal));
+    CUR_OR_FAIL(d);
+    return LF_CU_CHECK(RUNTIME, cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
 }
 
 static lf_status cuda_graph_end(void **out)
 {
+    CUR_OR_FAIL(d);
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
-    lf_status s = LF_CU_CHECK(RUNTIME, cudaStreamEndCapture(lf_cuda.stream, &g));
+    lf_status s = LF_CU_CHECK(RUNTIME, cudaStreamEndCapture(d->stream, &g));
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaGraphInstantiate(&x, g, 0));
     if (g)
@@ -142,7 +247,8 @@ static lf_status cuda_graph_end(void **out)
 
 static lf_status cuda_graph_launch(void *graph)
 {
-    return LF_CU_CHECK(RUNTIME, cudaGraphLaunch((cudaGraphExec_t)graph, lf_cuda.stream));
+    CUR_OR_FAIL(d);
+    return LF_CU_CHECK(RUNTIME, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream));
 }
 
 static void cuda_graph_free(void *graph)
@@ -153,6 +259,9 @@ static void cuda_graph_free(void *graph)
 static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .available = lf_cuda_available,
                                         .synchronize = cuda_synchronize,
+                                        .unit_count = lf_cuda_device_count,
+                                        .select = cuda_select,
+                                        .current = cuda_current,
                                         .memory = cuda_memory,
                                         .gemm = lf_cuda_gemm,
                                         .pointwise = cuda_pointwise,
@@ -164,6 +273,13 @@ static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .graph_end = cuda_graph_end,
                                         .graph_launch = cuda_graph_launch,
                                         .graph_free = cuda_graph_free,
+                                        .comm_unique_id = lf_cuda_comm_unique_id,
+                                        .comm_init = lf_cuda_comm_init,
+                                        .comm_init_all = lf_cuda_comm_init_all,
+                                        .all_reduce = lf_cuda_all_reduce,
+                                        .comm_wait = lf_cuda_comm_wait,
+                                        .comm_free = lf_cuda_comm_free,
+                                        .comm_library = lf_cuda_comm_library,
                                         .events = &lf_cupti_events};
 
 /* What the core library finds by name when it loads this module (backend/module.c). */

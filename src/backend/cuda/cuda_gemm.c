@@ -33,10 +33,22 @@ typedef struct lt_plan {
     int used;
 } lt_plan;
 
+/* One cache per GPU (a plan's heuristic was asked of that GPU's handle), each with its own lock,
+ * so threads driving different GPUs never wait for each other here. */
 enum { PLANS = 64 };
-static lt_plan plans[PLANS];
-static unsigned next_victim; /* a full cache replaces plans round-robin */
-static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct plan_cache {
+    pthread_mutex_t lock;
+    lt_plan plans[PLANS];
+    unsigned next_victim; /* a full cache replaces plans round-robin */
+} plan_cache;
+static plan_cache caches[LF_CUDA_MAX_DEVICES];
+static pthread_once_t caches_once = PTHREAD_ONCE_INIT;
+
+static void caches_init(void)
+{
+    for (int i = 0; i < LF_CUDA_MAX_DEVICES; i++)
+        pthread_mutex_init(&caches[i].lock, NULL);
+}
 
 /* The largest power of two (<= 256) dividing both the address and the row pitch in bytes:
  * cuBLASLt assumes 256 unless told, and a kernel chosen for aligned rows reads misaligned
@@ -111,8 +123,8 @@ static void plan_clear(lt_plan *pl)
     memset(pl, 0, sizeof *pl);
 }
 
-/* Descriptors for c and the algorithm cuBLASLt's heuristic picks first. */
-static lf_status plan_build(const lt_call *c, lt_plan *pl)
+/* Descriptors for c and the algorithm cuBLASLt's heuristic picks first on GPU d. */
+static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, lt_plan *pl)
 {
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta));
@@ -150,7 +162,7 @@ static lf_status plan_build(const lt_call *c, lt_plan *pl)
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (s == LF_OK)
-        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)lf_cuda.lt, pl->desc, pl->a, pl->b,
+        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b,
                                                                  pl->c, pl->d, pref, 1, &res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     LF_TRY(s);
@@ -161,12 +173,13 @@ static lf_status plan_build(const lt_call *c, lt_plan *pl)
     return LF_OK;
 }
 
-/* The cached plan for c, built on a miss (replacing plans round-robin when the cache is full).
- * Called with plan_lock held, which the caller keeps until its launch is queued: a plan's
- * descriptor carries the call's bias pointer, so two threads must not share it at once. */
-static lf_status plan_for(const lt_call *c, lt_plan **out)
+/* GPU d's cached plan for c, built on a miss (replacing plans round-robin when the cache is
+ * full). Called with the cache's lock held, which the caller keeps until its launch is queued: a
+ * plan's descriptor carries the call's bias pointer, so two threads must not share it at once. */
+static lf_status plan_for(const lf_cuda_dev *d, const lt_call *c, lt_plan **out)
 {
-    lt_plan *slot = NULL;
+    plan_cache *pc = &caches[d->ordinal];
+    lt_plan *plans = pc->plans, *slot = NULL;
     for (int i = 0; i < PLANS; i++) {
         if (plans[i].used && !memcmp(&plans[i].key, c, sizeof *c)) {
             *out = &plans[i];
@@ -176,9 +189,9 @@ static lf_status plan_for(const lt_call *c, lt_plan **out)
             slot = &plans[i];
     }
     if (!slot)
-        slot = &plans[next_victim++ % PLANS];
+        slot = &plans[pc->next_victim++ % PLANS];
     plan_clear(slot);
-    lf_status s = plan_build(c, slot);
+    lf_status s = plan_build(d, c, slot);
     if (s != LF_OK) {
         plan_clear(slot);
         return s;
@@ -191,34 +204,34 @@ static lf_status plan_for(const lt_call *c, lt_plan **out)
 
 /* Queue the planned call (with the lock held, see plan_for), timed from after planning when
  * info asks. */
-static lf_status lt_launch(const lf_gemm *g, const lt_call *c, const lf_kernel_info *info, lf_cuda_timing **tm)
+static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, const lf_kernel_info *info,
+                           lf_cuda_timing **tm)
 {
     lt_plan *pl = NULL;
-    LF_TRY(plan_for(c, &pl));
-    *tm = lf_cuda_time_begin(info);
+    LF_TRY(plan_for(d, c, &pl));
+    *tm = lf_cuda_time_begin(d, info);
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
     if (c->epi & CUBLASLT_EPILOGUE_BIAS) /* the bias pointer changes per call; the plan does not */
         LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias,
                                                            sizeof g->ep.bias));
-    return LF_CU_CHECK(CUBLASLT, cublasLtMatmul((cublasLtHandle_t)lf_cuda.lt, pl->desc, &alpha, g->b.data, pl->a,
-                                                g->a.data, pl->b, &beta, c->has_c ? g->c.data : g->d.data, pl->c,
-                                                g->d.data, pl->d, &pl->algo, lf_cuda.workspace, LF_CUDA_WORKSPACE_BYTES,
-                                                lf_cuda.stream));
+    return LF_CU_CHECK(CUBLASLT, cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data,
+                                                pl->b, &beta, c->has_c ? g->c.data : g->d.data, pl->c, g->d.data, pl->d,
+                                                &pl->algo, d->workspace, LF_CUDA_WORKSPACE_BYTES, d->stream));
 }
 
 /* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel runs it. */
-static lf_status gated_gemm(const lf_gemm *g, lf_kernel_info *info)
+static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
 {
     char why[256];
     if (!lf_cuda_gated_supported(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
-    lf_cuda_timing *tm = lf_cuda_time_begin(info);
-    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, lf_cuda.stream));
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, d->stream));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
-    lf_cuda_time_end(info, tm);
+    lf_cuda_time_end(d, info, tm);
     if (info)
         lf_gemm_report(g, LF_KF_CUDA_GATED, LF_CUDA_GATED_TILE_M, LF_CUDA_GATED_TILE_N, info);
     return LF_OK;
@@ -233,26 +246,31 @@ int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 
 lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
 {
+    lf_cuda_dev *d = lf_cuda_cur();
+    if (!d)
+        return LF_EDEVICE;
     if (g->ep.gate != LF_GATE_NONE)
-        return gated_gemm(g, info);
+        return gated_gemm(d, g, info);
     lt_call c;
     LF_TRY(describe(g, &c));
     lf_cuda_timing *tm = NULL;
-    pthread_mutex_lock(&plan_lock);
-    lf_status s = lt_launch(g, &c, info, &tm);
-    pthread_mutex_unlock(&plan_lock);
+    pthread_once(&caches_once, caches_init);
+    plan_cache *pc = &caches[d->ordinal];
+    pthread_mutex_lock(&pc->lock);
+    lf_status s = lt_launch(d, g, &c, info, &tm);
+    pthread_mutex_unlock(&pc->lock);
     if (s == LF_OK && g->ep.act == LF_ACT_GELU_ERF) {
         /* no cuBLASLt epilogue for it: an in-place kernel, timed with the GEMM */
         lf_pointwise p = {.op = LF_PW_ACT, .act = LF_ACT_GELU_ERF, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
         p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
         p.in[0] = p.out;
-        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda.stream));
+        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, d->stream));
     }
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
-    lf_cuda_time_end(info, tm);
+    lf_cuda_time_end(d, info, tm);
     if (info)
         lf_gemm_report(g, LF_KF_CUBLASLT_GEMM, 0, 0, info);
     return LF_OK;

@@ -22,19 +22,32 @@ lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call);
 #define LF_CU_CHECK(lib, call) lf_cu_status(LF_CU_##lib, (int)(call), #call)
 #define LF_CU_TRY(lib, call)   LF_TRY(LF_CU_CHECK(lib, call))
 
-/* --- the backend's state (cuda_backend.c): one device, one stream per process --- */
-typedef struct lf_cuda_state {
-    int available;
-    cudaStream_t stream;
-    void *lt;        /* cublasLtHandle_t */
-    void *workspace; /* (LF_CUDA_WORKSPACE_BYTES) for cuBLASLt */
+/* --- the backend's state (cuda_backend.c): per GPU, one stream each ---
+ * A process may drive several GPUs, one thread each (lf_device_select, as cudaSetDevice): every
+ * call works on the calling thread's GPU, whose state lf_cuda_cur() returns. A GPU starts (its
+ * stream, cuBLASLt handle and workspace) the first time a thread uses it. */
+enum { LF_CUDA_MAX_DEVICES = LF_MAX_DEVICE_INDEX };
+typedef struct lf_cuda_dev {
+    int ordinal;
+    cudaStream_t stream; /* every launch on this GPU goes here */
+    void *lt;            /* cublasLtHandle_t */
+    void *workspace;     /* (LF_CUDA_WORKSPACE_BYTES) for cuBLASLt */
     int sm_count;
-} lf_cuda_state;
-extern lf_cuda_state lf_cuda;
+} lf_cuda_dev;
 enum { LF_CUDA_WORKSPACE_BYTES = 32 << 20 /* cuBLASLt's Hopper kernels want up to 32 MiB (llm.c) */ };
 
-/* Start the backend once; 0 (with *why saying why) when there is no usable GPU. */
+/* Load the backend once: the driver answers and sees a GPU; 0 (with *why saying why) when not.
+ * No GPU is started here: each starts on first use. */
 int lf_cuda_available(const char **why);
+/* This thread's GPU, started and current for the thread; NULL (the message set) when it cannot
+ * start. Cheap after the thread's first call: one thread-local load. */
+lf_cuda_dev *lf_cuda_cur(void);
+/* GPU ordinal's state, started (NULL with the message set when it cannot be). Does not change
+ * which GPU is the calling thread's. */
+lf_cuda_dev *lf_cuda_dev_get(int ordinal);
+int lf_cuda_device_count(void);
+/* Wait for every GPU this process has started (the profiler's drain). */
+lf_status lf_cuda_synchronize_all(void);
 
 /* --- the caching allocator (cuda_alloc.c) --- */
 /* Hand the tensor layer this device's allocator and copies. */
@@ -44,11 +57,20 @@ void lf_cuda_alloc_register(void);
 typedef struct lf_cuda_timing lf_cuda_timing;
 /* Begin timing a launch when info asks (time_on_device: the profiler does when CUPTI is off):
  * NULL otherwise, or when no events could be had (the kernel then goes untimed). */
-lf_cuda_timing *lf_cuda_time_begin(const lf_kernel_info *info);
+lf_cuda_timing *lf_cuda_time_begin(const lf_cuda_dev *d, const lf_kernel_info *info);
 /* After a successful launch: the end event, and the handle left in info for the profiler. */
-void lf_cuda_time_end(lf_kernel_info *info, lf_cuda_timing *t);
+void lf_cuda_time_end(const lf_cuda_dev *d, lf_kernel_info *info, lf_cuda_timing *t);
 /* After a failed launch: the handle goes back unused. */
 void lf_cuda_time_cancel(lf_cuda_timing *t);
+
+/* --- collectives over NCCL (cuda_nccl.c): the table's comm_* and all_reduce slots --- */
+lf_status lf_cuda_comm_unique_id(unsigned char id[LF_COMM_ID_BYTES]);
+lf_status lf_cuda_comm_init(void **comm, const unsigned char id[LF_COMM_ID_BYTES], int rank, int world);
+lf_status lf_cuda_comm_init_all(void **comms, int n);
+lf_status lf_cuda_all_reduce(const lf_collective *c, lf_kernel_info *info);
+lf_status lf_cuda_comm_wait(void *comm);
+void lf_cuda_comm_free(void *comm);
+const char *lf_cuda_comm_library(void);
 
 /* --- GEMMs (cuda_gemm.c) --- */
 lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info);

@@ -38,7 +38,7 @@ static struct {
     int64_t dropped;
     int sms;
     cudaOccDeviceProp occ; /* the device, as the occupancy calculator wants it */
-    char props[1024];
+    char props[LF_CUDA_MAX_DEVICES * 512]; /* Kineto's deviceProperties: one object per GPU */
 } cs = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* CUPTI waits on this callback (its "Activity Buffer Request" overhead), so it hands out a
@@ -126,30 +126,45 @@ static int src_start(void)
         return -1;
     }
     cs.mono_minus_cupti = mono_ns() - (int64_t)t;
-    struct cudaDeviceProp p;
-    if (LF_CU_CHECK(RUNTIME, cudaGetDeviceProperties(&p, 0)) == LF_OK) {
-        cs.sms = p.multiProcessorCount;
-        cs.occ = (cudaOccDeviceProp){p.major,
-                                     p.minor,
-                                     p.maxThreadsPerBlock,
-                                     p.maxThreadsPerMultiProcessor,
-                                     p.regsPerBlock,
-                                     p.regsPerMultiprocessor,
-                                     p.warpSize,
-                                     p.sharedMemPerBlock,
-                                     p.sharedMemPerMultiprocessor,
-                                     p.multiProcessorCount,
-                                     p.sharedMemPerBlockOptin,
-                                     p.reservedSharedMemPerBlock};
-        snprintf(cs.props, sizeof cs.props,
-                 "[{\"id\": 0, \"name\": \"%s\", \"totalGlobalMem\": %zu, \"computeMajor\": %d, \"computeMinor\": %d, "
-                 "\"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, \"regsPerBlock\": %d, "
-                 "\"warpSize\": %d, \"sharedMemPerBlock\": %zu, \"numSms\": %d, \"regsPerMultiprocessor\": %d, "
-                 "\"sharedMemPerBlockOptin\": %zu, \"sharedMemPerMultiprocessor\": %zu}]",
-                 p.name, p.totalGlobalMem, p.major, p.minor, p.maxThreadsPerBlock, p.maxThreadsPerMultiProcessor,
-                 p.regsPerBlock, p.warpSize, p.sharedMemPerBlock, p.multiProcessorCount, p.regsPerMultiprocessor,
-                 p.sharedMemPerBlockOptin, p.sharedMemPerMultiprocessor);
+    size_t used = 0;
+    cs.props[0] = '\0';
+    for (int k = 0; k < lf_cuda_device_count(); k++) { /* every GPU, as Kineto lists them */
+        struct cudaDeviceProp p;
+        if (LF_CU_CHECK(RUNTIME, cudaGetDeviceProperties(&p, k)) != LF_OK)
+            break;
+        if (k == 0) { /* the occupancy estimate's device: the GPUs of one machine are alike */
+            cs.sms = p.multiProcessorCount;
+            cs.occ = (cudaOccDeviceProp){p.major,
+                                         p.minor,
+                                         p.maxThreadsPerBlock,
+                                         p.maxThreadsPerMultiProcessor,
+                                         p.regsPerBlock,
+                                         p.regsPerMultiprocessor,
+                                         p.warpSize,
+                                         p.sharedMemPerBlock,
+                                         p.sharedMemPerMultiprocessor,
+                                         p.multiProcessorCount,
+                                         p.sharedMemPerBlockOptin,
+                                         p.reservedSharedMemPerBlock};
+        }
+        int w = snprintf(cs.props + used, sizeof cs.props - used,
+                         "%s{\"id\": %d, \"name\": \"%s\", \"totalGlobalMem\": %zu, \"computeMajor\": %d, "
+                         "\"computeMinor\": %d, \"maxThreadsPerBlock\": %d, \"maxThreadsPerMultiprocessor\": %d, "
+                         "\"regsPerBlock\": %d, \"warpSize\": %d, \"sharedMemPerBlock\": %zu, \"numSms\": %d, "
+                         "\"regsPerMultiprocessor\": %d, \"sharedMemPerBlockOptin\": %zu, "
+                         "\"sharedMemPerMultiprocessor\": %zu}",
+                         k ? ", " : "[", k, p.name, p.totalGlobalMem, p.major, p.minor, p.maxThreadsPerBlock,
+                         p.maxThreadsPerMultiProcessor, p.regsPerBlock, p.warpSize, p.sharedMemPerBlock,
+                         p.multiProcessorCount, p.regsPerMultiprocessor, p.sharedMemPerBlockOptin,
+                         p.sharedMemPerMultiprocessor);
+        if (w < 0 || (size_t)w >= sizeof cs.props - used - 2) {
+            cs.props[used] = '\0';
+            break;
+        }
+        used += (size_t)w;
     }
+    if (used)
+        snprintf(cs.props + used, sizeof cs.props - used, "]");
     cs.dropped = 0;
     cs.active = 1;
     return 0;
@@ -236,7 +251,7 @@ static int64_t src_drain(void *sink, lf_dev_event_sink add)
 {
     /* a failed wait or flush still drains what arrived; the records it kept back are lost and
      * the trace says so through the dropped count */
-    (void)LF_CU_CHECK(RUNTIME, cudaDeviceSynchronize());
+    (void)lf_cuda_synchronize_all();
     (void)LF_CU_CHECK(CUPTI, cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
     pthread_mutex_lock(&cs.lock);
     int n = cs.n_done;

@@ -322,7 +322,8 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
         return s;
     }
     long long work = pr->vec ? n / 8 : n, blocks = (work + 255) / 256;
-    long long cap = 16LL * (lf_cuda.sm_count > 0 ? lf_cuda.sm_count : 132); /* 16 blocks of 256 per SM at most; the loop strides over the rest */
+    const lf_cuda_dev *d = lf_cuda_cur();
+    long long cap = 16LL * (d && d->sm_count > 0 ? d->sm_count : 132); /* 16 blocks of 256 per SM at most; the loop strides over the rest */
     pr->grid = (unsigned)(blocks < cap ? blocks : cap);
     pr->n = n;
     f->prepared = pr;

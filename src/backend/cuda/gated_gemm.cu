@@ -25,6 +25,9 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include <atomic>
+#include <mutex>
+
 #include "backend/cuda/cuda_impl.h"
 
 namespace lf {
@@ -284,22 +287,25 @@ __global__ void __launch_bounds__(384, 1)
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled;
-int sm_count;
-char why_not[160];
+// Per GPU (a kernel's shared-memory limit is set per device): 0 not checked, 1 can run, -1 cannot.
+std::atomic<int> dev_ok[LF_CUDA_MAX_DEVICES];
+int sm_count[LF_CUDA_MAX_DEVICES];
+char why_not[LF_CUDA_MAX_DEVICES][160];
+std::mutex init_lock;
 
-// Once per process (a C++ static's initialisation is thread-safe): the device can run the
-// kernel, its shared-memory limit is raised, the driver's tensor-map encoder is found.
-bool init_impl()
+// Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
+// tensor-map encoder is found (once per process).
+bool init_device(int dev)
 {
-    int dev = 0;
     cudaDeviceProp prop;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-        snprintf(why_not, sizeof why_not, "no CUDA device");
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(why_not[dev], sizeof why_not[dev], "cuda:%d's properties cannot be read", dev);
         return false;
     }
     if (prop.major != 9 || prop.minor != 0) {
-        snprintf(why_not, sizeof why_not, "the gated kernel is built for sm_90a (Hopper); this GPU is sm_%d%d",
-                 prop.major, prop.minor);
+        snprintf(why_not[dev], sizeof why_not[dev],
+                 "the gated kernel is built for sm_90a (Hopper); this GPU is sm_%d%d", prop.major, prop.minor);
         return false;
     }
     cudaFuncAttributes fa;
@@ -307,27 +313,44 @@ bool init_impl()
         cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, lf::gated::SMEM_BYTES) != cudaSuccess) {
         cudaGetLastError();
-        snprintf(why_not, sizeof why_not, "the gated kernel cannot be loaded on this GPU");
+        snprintf(why_not[dev], sizeof why_not[dev], "the gated kernel cannot be loaded on this GPU");
         return false;
     }
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        snprintf(why_not, sizeof why_not, "the driver has no cuTensorMapEncodeTiled");
-        return false;
+    if (!encode_tiled) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn) {
+            cudaGetLastError();
+            snprintf(why_not[dev], sizeof why_not[dev], "the driver has no cuTensorMapEncodeTiled");
+            return false;
+        }
+        encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     }
-    encode_tiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    sm_count = prop.multiProcessorCount;
+    sm_count[dev] = prop.multiProcessorCount;
     return true;
 }
 
-bool init_once()
+// The calling thread's GPU, checked once; -1 (why in that GPU's why_not) when it cannot run.
+int ready_device()
 {
-    static const bool ok = init_impl();
-    return ok;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= LF_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        snprintf(why_not[0], sizeof why_not[0], "no CUDA device");
+        return -1;
+    }
+    int st = dev_ok[dev].load(std::memory_order_acquire);
+    if (st == 0) {
+        std::lock_guard<std::mutex> g(init_lock);
+        st = dev_ok[dev].load(std::memory_order_relaxed);
+        if (st == 0) {
+            st = init_device(dev) ? 1 : -1;
+            dev_ok[dev].store(st, std::memory_order_release);
+        }
+    }
+    return st > 0 ? dev : -1;
 }
 
 // A (rows, cols) bf16 row-major matrix with row stride ld elements, in boxes of box_rows x 64
@@ -348,8 +371,13 @@ bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, l
 extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 {
 #define NO(...) return snprintf(why, cap, __VA_ARGS__), 0
-    if (!init_once())
-        NO("%s", why_not);
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= LF_CUDA_MAX_DEVICES) {
+        cudaGetLastError();
+        NO("no CUDA device");
+    }
+    if (ready_device() < 0)
+        NO("%s", why_not[dev]);
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
     if (g->ep.gate != LF_GATE_PAIRED || g->ep.act != LF_ACT_GELU_TANH)
         NO("the gated kernel computes gelu_tanh(g) * u only (act %s)", lf_act_name(g->ep.act));
@@ -384,7 +412,10 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
         return cudaErrorInvalidValue;
     const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
     const long long tiles = (long long)((M + lf::gated::BM - 1) / lf::gated::BM) * (H / (lf::gated::BN / 2));
-    const int grid = (int)(tiles < sm_count ? tiles : sm_count);
+    int dev = ready_device();
+    if (dev < 0)
+        return cudaErrorInvalidDevice;
+    const int grid = (int)(tiles < sm_count[dev] ? tiles : sm_count[dev]);
     lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(
         xm, wm, om, M, H, K, G);
     return cudaGetLastError();
