@@ -42,6 +42,7 @@ test-gpu:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cuda
+	./$(BUILD)/tests/test_tp_gpu
 	tests/gpu/experiments_gpu.sh ./$(BUILD)/linfuse $(BUILD)/gpu-traces
 
 install: build

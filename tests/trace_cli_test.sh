@@ -155,6 +155,54 @@ assert dark > 200, ("too little text or outline", dark)
 print("svg rendered: kernel at", (cx, cy), "is", (r, g, b), "; dark pixels", dark)
 PY
 fi
+# tensor parallel: PyTorch's two rank traces (NCCL) from two H200s
+x2="$ref/../torch-h200x2"
+for r in 0 1; do
+    stem="tp_64x128x768x3072_rank$r"
+    checks=$((checks + 1))
+    "$bin" trace table "$x2/$stem.json" --sort-by cuda_time_total --row-limit 25 >"$work/$stem.txt" 2>&1
+    printf '\n' >>"$work/$stem.txt" # the reference script wrote the table and a newline after it
+    if ! cmp -s "$work/$stem.txt" "$x2/$stem.txt"; then
+        fails=$((fails + 1))
+        echo "FAIL: table of $stem differs from PyTorch's (record_param_comms, the async nccl:all_reduce):"
+        diff "$work/$stem.txt" "$x2/$stem.txt" | head -10
+    fi
+done
+check "summary of a rank: communication" 0 "$bin" trace summary "$x2/tp_64x128x768x3072_rank0.json"
+contains "comm per step" "comm/step=58.752us exposed_comm/step=58.752us overlap=0%"
+check "summary of the waiting rank" 0 "$bin" trace summary "$x2/tp_64x128x768x3072_rank1.json"
+contains "rank 1 waits on its all-reduce" "verdict=comm-bound"
+check "merge" 0 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank1.json" -o "$work/merged.json"
+contains "merge: every event" "2 ranks, 322 events"
+check "summary of the merged trace" 0 "$bin" trace summary "$work/merged.json"
+contains "a line per rank" "rank=1 kernels/step=6"
+contains "rank 0's line" "rank=0 kernels/step=6 cpu_ops/step=22 device_busy=31%"
+checks=$((checks + 1))
+python3 - "$work/merged.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: the merged trace"; }
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"]
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+assert procs == {0: "rank 0", 1: "rank 1"}, procs
+x = [e for e in ev if e.get("ph") == "X"]
+assert len(x) == 322 and {e["pid"] for e in x} == {0, 1}, (len(x), {e["pid"] for e in x})
+k = [e for e in x if e["cat"] == "kernel" and e["name"].startswith("ncclDevKernel")]
+assert len(k) == 6 and {e["pid"] for e in k} == {0, 1}
+# flows stay within a rank: every flow id has one start and one end, on one process
+flows = {}
+for e in ev:
+    if e.get("ph") in ("s", "f"):
+        flows.setdefault(e["id"], []).append(e["pid"])
+assert flows and all(len(v) == 2 and v[0] == v[1] for v in flows.values())
+# clocks aligned: rank 1's NCCL kernels end within a few microseconds of rank 0's (they finish together)
+ends = sorted((e["ts"] + e["dur"], e["pid"]) for e in k)
+assert all(abs(ends[i][0] - ends[i + 1][0]) < 50 for i in range(0, 6, 2)), ends
+print("merged trace: 2 processes, 322 events, flows per rank, all-reduces end together")
+PY
+check "merge: one rank twice" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank0.json" -o "$work/bad.json"
+contains "merge: one rank twice" "both rank 0"
+check "merge: no output" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json"
+check "merge of a merged trace" 2 "$bin" trace merge "$work/merged.json" -o "$work/bad.json"
 rm -rf "$work"
 echo "$((checks - fails)) passed, $fails failed"
 [ "$fails" = 0 ]

@@ -18,7 +18,9 @@
 extern "C" {
 #endif
 
-/* torchrun's variables. */
+/* torchrun's variables. master_port is where linfuse's ranks meet: MASTER_PORT, or the port after
+ * it under torchrun (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent holds MASTER_PORT for its
+ * own store), or LINFUSE_DIST_PORT when set. */
 typedef struct lf_dist_env {
     int rank, world_size, local_rank;
     char master_addr[256];

@@ -85,7 +85,8 @@ typedef struct lf_nn_tp_mlp {
     lf_nn_geglu_mlp local; /* this rank's shard: dim -> hidden / world -> dim */
     lf_comm *comm;         /* the group (not owned); NULL: partial sums only */
     /* Token chunks: chunk i's all-reduce runs on the communicator's stream while chunk i+1
-     * computes. 0: chosen from the shape (lf_nn_tp_chunks); 1: no overlap. */
+     * computes. 0: lf_nn_tp_chunks's choice (one pass: on 2 H200s chunking lost at every shape
+     * measured); 1: no overlap. */
     int chunks;
 } lf_nn_tp_mlp;
 
@@ -98,7 +99,7 @@ lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int r
 lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
 /* The full MLP's output on every rank: the partial, all-reduced over the group, in chunks. */
 lf_status lf_nn_tp_mlp_forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
-/* The chunk count chosen for tokens rows (1: too few for overlap to pay). */
+/* The chunk count chosen for a forward of `tokens` rows (bench/RESULTS.md says why it is 1). */
 int lf_nn_tp_chunks(int64_t tokens);
 void lf_nn_tp_mlp_free(lf_nn_tp_mlp *m);
 

@@ -86,6 +86,9 @@ typedef struct lf_trace_meta {
      * 0, "world_size": 2, ...}), or NULL; and the rank and world size it names (-1, 0 when none). */
     const char *distributed_info;
     int64_t rank, world_size;
+    /* A merged trace (lf_trace_merge): the number of ranks in it, whose events have pid = rank;
+     * 0 for any other trace. */
+    int64_t merged_ranks;
 } lf_trace_meta;
 
 lf_trace_meta *lf_trace_meta_of(lf_trace *t);
@@ -95,6 +98,21 @@ const lf_trace_meta *lf_trace_meta_get(const lf_trace *t);
 lf_status lf_trace_set_distributed_info(lf_trace *t, const char *json);
 /* Name a (pid, tid) track for the M events ("thread 12 (linfuse)", "stream 7 "). */
 lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name);
+
+/* --- the traces of a group of ranks (tensor parallel) --- */
+
+/* One rank's part of a trace of a process that drove several GPUs, one thread each: the host
+ * events of thread host_tid of process host_pid, the stepping thread's ProfilerStep ranges
+ * (step_tid) placed on it when that is another thread, and the work of GPU device. */
+lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
+                               lf_trace **out);
+/* One trace of n ranks' traces, for Perfetto: one process per rank (pid = rank, named "rank R"),
+ * each rank's GPU streams as threads of it, times aligned on the ranks' own clocks (their
+ * baseTimeNanoseconds: one machine's clock, or NTP's across machines), External ids and flow
+ * ids kept apart per rank, every event kept. A rank is its distributedInfo's, else its place. */
+lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
+/* Rank `rank` of a merged trace, as a trace of its own. */
+lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
 
 /* Write Kineto-schema Chrome trace JSON to path, atomically: a temporary file in the same
  * directory, flushed, then renamed over path. On error nothing is left behind. */
@@ -177,10 +195,17 @@ typedef struct lf_trace_summary {
     double step_ns;            /* mean wall time of a step */
     double device_ns_per_step; /* mean device time per step */
     int compute_bound;         /* device busy at least half the time */
+    /* Communication (collective kernels: NCCL's), per step, on each GPU against that GPU's other
+     * kernels, as HTA reads it: its time, the part no compute kernel overlaps (exposed), and the
+     * share that overlaps compute (HTA's computation-communication overlap). */
+    int has_comm;
+    double comm_ns_per_step, exposed_comm_ns_per_step, overlap;
+    int comm_bound; /* exposed communication outweighs the compute kernels */
 } lf_trace_summary;
 
 lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
-/* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline) */
+/* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
+ * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound" */
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
 
 /* --- per-step profile and the eager-versus-compiled diff --- */

@@ -203,24 +203,29 @@ static int bench_cpu(int reps)
 
 int lf_cli_bench(int argc, char **argv)
 {
-    int64_t reps = 10;
+    int64_t reps = 10, tp = 0;
     const char *what = NULL, *only = NULL, *v;
-    enum { B_REPS, B_CASE };
-    const lf_cli_opt opts[] = {{"reps", 1, B_REPS, 0}, {"case", 1, B_CASE, 0}};
+    enum { B_REPS, B_CASE, B_TP };
+    const lf_cli_opt opts[] = {{"reps", 1, B_REPS, 0}, {"case", 1, B_CASE, 0}, {"tp", 1, B_TP, 0}};
     lf_cli_args a;
-    lf_cli_args_init(&a, "linfuse bench", argc, argv, opts, 2);
+    lf_cli_args_init(&a, "linfuse bench", argc, argv, opts, 3);
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
         if (id == B_REPS) {
             if (!lf_cli_int("linfuse bench", "--reps", v, 1, 200, &reps))
                 return LF_EXIT_USAGE;
+        } else if (id == B_TP) {
+            if (!lf_cli_int("linfuse bench", "--tp", v, 2, LF_MAX_DEVICE_INDEX, &tp))
+                return LF_EXIT_USAGE;
         } else if (id == B_CASE && *v) {
             only = v;
         } else if (id == LF_CLI_HELP) {
-            printf("usage: linfuse bench cpu|profiler|cuda [--reps N] [--case NAME]\n"
+            printf("usage: linfuse bench cpu|profiler|cuda|tp [--reps N] [--case NAME] [--tp N]\n"
                    "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
                    "  profiler: what recording costs per event and per step, profiler on vs off\n"
                    "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
                    "            --case runs only the cases whose names contain NAME\n"
+                   "  tp:       the MLP split over the GPUs (--tp N of them, default all), each variant with and\n"
+                   "            without overlap and compiled (bench/tp_vs_torch.py puts PyTorch beside them)\n"
                    "  --reps N: samples per case, 1 to 200 (10)\n");
             return LF_EXIT_OK;
         } else if (id == LF_CLI_WORD && !what) {
@@ -237,12 +242,18 @@ int lf_cli_bench(int argc, char **argv)
         return lf_cli_bench_profiler((int)reps);
     if (what && !strcmp(what, "cuda"))
         return lf_cli_bench_cuda((int)reps, only);
+    if (what && !strcmp(what, "tp"))
+        return lf_cli_bench_tp((int)reps, only, (int)tp);
+    if (tp) {
+        fprintf(stderr, "linfuse bench: --tp is for `linfuse bench tp`\n");
+        return LF_EXIT_USAGE;
+    }
     if (only) {
-        fprintf(stderr, "linfuse bench: --case is for `linfuse bench cuda`\n");
+        fprintf(stderr, "linfuse bench: --case is for `linfuse bench cuda` and `linfuse bench tp`\n");
         return LF_EXIT_USAGE;
     }
     if (!what || strcmp(what, "cpu")) {
-        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu`, `linfuse bench profiler` or `linfuse bench cuda`%s%s\n",
+        fprintf(stderr, "linfuse bench: expected `linfuse bench cpu`, `profiler`, `cuda` or `tp`%s%s\n",
                 what ? ", got " : "", what ? what : "");
         return LF_EXIT_USAGE;
     }

@@ -100,6 +100,8 @@ int lf_cli_bench_cuda(int reps, const char *only)
         {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0},
         {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0},
         {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0},
+        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0},
+        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0},
         {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0},
         {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0},
         /* compile mode: one CUDA graph launch per forward */
@@ -110,6 +112,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL},
         {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
         {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL},
+        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
     };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

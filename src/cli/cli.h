@@ -14,6 +14,7 @@ int lf_cli_demo(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
 int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
+int lf_cli_bench_tp(int reps, const char *only, int tp); /* tp: GPUs (0: all) */
 int lf_cli_trace(int argc, char **argv);
 
 /* mkdir -p dir, then prove it takes a file; 0 with err filled (cap bytes) when not. made gets

@@ -144,7 +144,7 @@ enum opt_id {
     O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
     O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
     O_NO_ACT_EPILOGUE, O_GATED, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
-    O_THREADS, O_COUNT
+    O_THREADS, O_TP, O_CHUNKS, O_COUNT
 };
 
 typedef struct flag_def {
@@ -190,6 +190,11 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"row-limit", 1, O_ROW_LIMIT, 0}, 0, "--row-limit N", "table rows printed (25)"},
     {{"threads", 1, O_THREADS, 0}, 0, "--threads N",
      "CPU threads (default: OMP_NUM_THREADS when set, else one per core)"},
+    {{"tp", 1, O_TP, 0}, T_MLP, "--tp N",
+     "tensor parallel over N GPUs (Megatron's split, NCCL): one thread per GPU, or under torchrun one process "
+     "per GPU (N = WORLD_SIZE); each rank writes <file>_rank<R>.json"},
+    {{"chunks", 1, O_CHUNKS, 0}, T_MLP, "--chunks N",
+     "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
 
 /* --- the table --- */
@@ -365,6 +370,8 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_REPEAT: ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x; break;
         case O_ROW_LIMIT: ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x; break;
         case O_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x; break;
+        case O_TP: ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x; break;
+        case O_CHUNKS: ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x; break;
         default: ok = 0; break;
         }
         if (!ok)
@@ -372,6 +379,21 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
     }
     if (compile_flag && !c->compile) {
         fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    const char *rank_env = getenv("RANK");
+    if (c->tp == 0 && rank_env && *rank_env && (exps[k].takes & T_MLP))
+        c->tp = -1; /* under torchrun: one rank of WORLD_SIZE */
+    if (c->chunks && c->tp == 0) {
+        fprintf(stderr, "%s: --chunks needs --tp\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if ((c->tp > 1 || c->tp < 0) && !strcmp(device, "cpu")) {
+        fprintf(stderr, "%s: --tp runs on GPUs (NCCL); the cpu has no collectives\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if ((c->tp > 1 || c->tp < 0) && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
+        fprintf(stderr, "%s: --tp: %s\n", cmd, lf_last_error());
         return LF_EXIT_USAGE;
     }
     if (!strcmp(device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
@@ -534,8 +556,12 @@ static int memory_fits(const exp_cfg *c)
     if (c->device == LF_DEVICE_CPU)
         return fits(name, shape, c->dtype, LF_DEVICE_CPU, all, &e, esize);
     exp_memory host = {e.params, e.input, 0};
+    if (c->tp > 1) { /* one GPU holds its shard: a 1/tp of the parameters and of the hidden work */
+        e.params /= c->tp;
+        e.work = e.work / c->tp + e.input;
+    }
     return fits(name, shape, c->dtype, LF_DEVICE_CPU, (e.params + e.input) * esize, &host, esize) &&
-           fits(name, shape, c->dtype, c->device, all, &e, esize);
+           fits(name, shape, c->dtype, c->device, (e.params + e.input + e.work) * esize, &e, esize);
 }
 
 /* The run itself, into dir (made and proved writable). */
@@ -555,6 +581,10 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
         return LF_EXIT_USAGE;
     }
     lf_cpu_set_threads(c->threads);
+    if (c->tp > 1 || c->tp < 0) { /* the MLP over several GPUs */
+        exp_tp_job j = {c, name, exps[c->kind].label, base, c->variant, NULL};
+        return lf_exp_run_tp(&j, r, print);
+    }
 
     model m;
     lf_status s = model_build(c, &m);

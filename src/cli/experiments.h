@@ -25,6 +25,8 @@ typedef struct exp_cfg {
     lf_prof_schedule sched;
     const char *out_dir;
     int row_limit;
+    int tp;     /* --tp N: the MLP over N GPUs (0, 1: one) */
+    int chunks; /* --chunks N: token chunks for overlap (0: from the shape) */
 } exp_cfg;
 
 enum { EXP_MAX_WINDOWS = 16 };
@@ -33,7 +35,7 @@ typedef struct exp_result {
     int windows;                          /* traces written: one per scheduled window */
     char json_path[4500], txt_path[4500]; /* the last window's trace and table */
     lf_trace_summary sum;                 /* and its summary */
-    char summary[160];
+    char summary[320];
     double compile_ms; /* --compile: capture, passes and kernel builds, before the steps */
 } exp_result;
 
@@ -45,6 +47,16 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k);
 void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap);
 /* Run one experiment: files written, summary filled; prints the tables when print is set. */
 int lf_exp_run(const exp_cfg *c, exp_result *r, int print);
+
+/* An MLP experiment over several GPUs (tp_run.c): what experiments.c hands it. */
+typedef struct exp_tp_job {
+    const exp_cfg *c;
+    const char *name, *label; /* "simple-mlp", "mlp_fwd" */
+    const char *base;         /* <dir>/<shape>_<dtype>_<cold|warm>_<mode>; _rank<R> is added */
+    lf_mlp_variant variant;
+    void *run; /* tp_run.c's own state */
+} exp_tp_job;
+int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print);
 
 /* `linfuse <experiment> [flags]` (argv[0] is its name). */
 int lf_cli_experiment(exp_kind k, int argc, char **argv);

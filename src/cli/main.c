@@ -21,6 +21,7 @@ static void usage(FILE *f)
           "  bench cpu      CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
           "  bench profiler what recording costs per event and per step, profiler on and off\n"
           "  bench cuda     the forwards (eager, kernels-mlp, gated, compiled) on the GPU, for bench/*_vs_torch.py\n"
+          "  bench tp       the MLP over several GPUs (tensor parallel, NCCL), for bench/tp_vs_torch.py\n"
           "  help           this text (also --help, -h); --version prints the version\n"
           "\n"
           "`linfuse <command> --help` describes each command's flags; flags take `--flag value` or `--flag=value`.\n",

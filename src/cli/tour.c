@@ -19,8 +19,8 @@ int lf_cli_tour(int argc, char **argv)
             out = v;
         } else if (id == LF_CLI_HELP) {
             printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and "
-                   "kernels-mlp (fused, then gated) at the blog's sizes on the default device, writes their traces to "
-                   "DIR (traces), and prints what changed between them.\n");
+                   "kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the gated MLP over 2 "
+                   "GPUs when there are two, writes their traces to DIR (traces), and prints what changed between them.\n");
             return LF_EXIT_OK;
         } else {
             if (id == T_OUT)
@@ -32,7 +32,7 @@ int lf_cli_tour(int argc, char **argv)
     }
     /* the blog's order: matmul-add, linear, the MLP eager, then compiled; then kernels-mlp with
      * the hand-fused middle, and with the gated GEMM that goes beyond the blog */
-    enum { RUNS = 6 };
+    enum { RUNS = 7 };
     static const struct {
         exp_kind kind;
         int compile;
@@ -45,11 +45,15 @@ int lf_cli_tour(int argc, char **argv)
         {EXP_SIMPLE_MLP, 1, LF_MLP_EAGER, "compiled: gelu*mul generated as one kernel, no ops dispatched per step"},
         {EXP_KERNELS_MLP, 0, LF_MLP_FUSED, "gelu and mul hand-fused: one pass reads g and u once"},
         {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "gated GEMM: gelu(g)*u in the epilogue; g and u never reach memory"},
+        {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "2 GPUs (Megatron's split): half the hidden each, then one NCCL all-reduce"},
     };
+    /* the last run goes past one GPU, where there are two or more */
+    const int n_runs = lf_device_count(LF_DEVICE_CUDA) >= 2 ? RUNS : RUNS - 1;
     exp_cfg cfg[RUNS];
     const char *notes[RUNS] = {NULL};
-    for (int k = 0; k < RUNS; k++) {
+    for (int k = 0; k < n_runs; k++) {
         lf_exp_defaults(&cfg[k], runs[k].kind);
+        cfg[k].tp = k == RUNS - 1 ? 2 : 0;
         cfg[k].compile = runs[k].compile;
         cfg[k].variant = runs[k].variant;
         cfg[k].out_dir = out;
@@ -64,12 +68,13 @@ int lf_cli_tour(int argc, char **argv)
            lf_device_name(cfg[0].device), lf_dtype_name(cfg[0].dtype));
     exp_result res[RUNS];
     char setup[RUNS][160];
-    for (int k = 0; k < RUNS; k++) {
+    for (int k = 0; k < n_runs; k++) {
         char shape[96];
         lf_exp_shape(&cfg[k], shape, sizeof shape);
-        snprintf(setup[k], sizeof setup[k], "%s%s%s %s", lf_exp_name(cfg[k].kind),
-                 cfg[k].variant == LF_MLP_GATED ? " --variant gated" : "", cfg[k].compile ? " --compile" : "", shape);
-        printf("[%d/%d] %s ...\n", k + 1, RUNS, setup[k]);
+        snprintf(setup[k], sizeof setup[k], "%s%s%s%s %s", lf_exp_name(cfg[k].kind),
+                 cfg[k].variant == LF_MLP_GATED ? " --variant gated" : "", cfg[k].compile ? " --compile" : "",
+                 cfg[k].tp > 1 ? " --tp 2" : "", shape);
+        printf("[%d/%d] %s ...\n", k + 1, n_runs, setup[k]);
         fflush(stdout);
         if (notes[k])
             printf("      note: %s\n", notes[k]);
@@ -80,7 +85,7 @@ int lf_cli_tour(int argc, char **argv)
     }
     printf("\n%-44s %8s %8s %14s %14s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "CPU/fwd",
            "what changed");
-    for (int k = 0; k < RUNS; k++)
+    for (int k = 0; k < n_runs; k++)
         printf("%-44s %8g %8g %11.3f ms %11.3f ms  %s\n", setup[k], res[k].sum.kernels_per_step,
                res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6, runs[k].changed);
     printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "

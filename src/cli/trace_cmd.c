@@ -20,7 +20,8 @@ static const struct verb_help {
     {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]...",
      "exit 0 if the trace matches the guess, 1 if not"},
     {"svg", "FILE.json [--step N] -o OUT.svg", "one step drawn as a timeline"},
-    {"summary", "FILE.json", "kernels per step, device busy, verdict"},
+    {"summary", "FILE.json", "kernels per step, device busy, communication, verdict (one line per rank of a merged trace)"},
+    {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
 };
 
 static void usage(FILE *f)
@@ -340,18 +341,70 @@ static int verb_summary(int argc, char **argv)
     lf_trace *t = load(file);
     if (!t)
         return LF_EXIT_USAGE;
-    lf_trace_summary s;
-    char line[200];
-    lf_status st = lf_trace_summarize(t, &s);
-    if (st == LF_OK) {
-        lf_trace_summary_line(&s, line, sizeof line);
-        printf("%s\nsteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", line, (long long)s.steps,
-               s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
-    } else {
-        fprintf(stderr, "linfuse trace summary: %s\n", lf_last_error());
+    const int64_t ranks = lf_trace_meta_get(t)->merged_ranks;
+    lf_status st = LF_OK;
+    for (int64_t r = 0; r < (ranks ? ranks : 1) && st == LF_OK; r++) { /* a merged trace: each rank alone */
+        lf_trace *one = NULL;
+        if (ranks)
+            st = lf_trace_of_rank(t, r, &one);
+        lf_trace_summary s;
+        char line[320], who[32] = "";
+        if (st == LF_OK)
+            st = lf_trace_summarize(ranks ? one : t, &s);
+        if (ranks)
+            snprintf(who, sizeof who, "rank=%lld ", (long long)r);
+        if (st == LF_OK) {
+            lf_trace_summary_line(&s, line, sizeof line);
+            printf("%s%s\n%ssteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", who, line, who,
+                   (long long)s.steps, s.step_ns / 1e3, s.device_ns_per_step / 1e3,
+                   (long long)lf_trace_count(ranks ? one : t));
+        }
+        lf_trace_free(one);
     }
+    if (st != LF_OK)
+        fprintf(stderr, "linfuse trace summary: %s\n", lf_last_error());
     lf_trace_free(t);
     return st == LF_OK ? LF_EXIT_OK : LF_EXIT_FAIL;
+}
+
+static int verb_merge(int argc, char **argv)
+{
+    enum { MAX_IN = 256 };
+    const char *files[MAX_IN], *out = NULL, *v, *cmd = "linfuse trace merge";
+    int nf = 0, rc;
+    enum { OUT };
+    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, MAX_BYTES_OPT};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    for (int id; (id = next_arg(&a, "merge", &v)) != LF_CLI_END;) {
+        if (id == OUT)
+            out = v;
+        else if ((rc = common_arg(id, v, cmd, files, &nf, MAX_IN)) >= 0)
+            return rc;
+    }
+    if (nf < 1 || !out) {
+        fprintf(stderr, "%s: usage: linfuse trace merge RANK0.json RANK1.json ... -o MERGED.json\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    lf_trace *in[MAX_IN] = {0}, *m = NULL;
+    rc = LF_EXIT_OK;
+    for (int i = 0; i < nf && rc == LF_EXIT_OK; i++)
+        if (!(in[i] = load(files[i])))
+            rc = LF_EXIT_USAGE;
+    if (rc == LF_EXIT_OK && lf_trace_merge((const lf_trace *const *)in, nf, &m) != LF_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        rc = LF_EXIT_USAGE;
+    }
+    if (rc == LF_EXIT_OK && lf_trace_write_json(m, out) != LF_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        rc = LF_EXIT_FAIL;
+    }
+    if (rc == LF_EXIT_OK)
+        printf("wrote %s: %d rank%s, %lld events\n", out, nf, nf == 1 ? "" : "s", (long long)lf_trace_count(m));
+    for (int i = 0; i < nf; i++)
+        lf_trace_free(in[i]);
+    lf_trace_free(m);
+    return rc;
 }
 
 int lf_cli_trace(int argc, char **argv)
@@ -371,6 +424,8 @@ int lf_cli_trace(int argc, char **argv)
         return verb_svg(argc - 1, argv + 1);
     if (!strcmp(v, "summary"))
         return verb_summary(argc - 1, argv + 1);
+    if (!strcmp(v, "merge"))
+        return verb_merge(argc - 1, argv + 1);
     fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);
     usage(stderr);
     return LF_EXIT_USAGE;

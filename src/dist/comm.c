@@ -41,6 +41,13 @@ lf_status lf_dist_env_read(lf_dist_env *e, int *present)
         return LF_EINVAL;
     if (e->rank >= e->world_size)
         return lf_fail(LF_EINVAL, "RANK=%d is not below WORLD_SIZE=%d", e->rank, e->world_size);
+    /* torchrun's agent itself listens on MASTER_PORT (its TCPStore, which PyTorch's workers join
+     * as clients): linfuse's ranks then meet on the next port. LINFUSE_DIST_PORT overrides both. */
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent && !strcmp(agent, "True") && e->master_port < 65535)
+        e->master_port++;
+    if (getenv("LINFUSE_DIST_PORT") && !env_int("LINFUSE_DIST_PORT", 1, 65535, &e->master_port))
+        return LF_EINVAL;
     const char *addr = getenv("MASTER_ADDR");
     if (!addr || !*addr)
         return lf_fail(LF_EINVAL, "torchrun's variable MASTER_ADDR is not set");

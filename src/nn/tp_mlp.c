@@ -10,8 +10,14 @@
 
 int lf_nn_tp_chunks(int64_t tokens)
 {
-    /* below ~2k rows a chunk's GEMMs lose more to their size than the overlap gives back */
-    return tokens >= 8192 ? 4 : tokens >= 2048 ? 2 : 1;
+    /* Measured on 2 x H200 over NVLink (bench/RESULTS.md, "tensor parallel"): splitting the
+     * tokens lost at every shape and count tried, 6-41% (16 to 8192 tokens, 2 and 4 chunks, with
+     * NCCL's LL, LL128 and Simple protocols): a chunk's GEMMs are smaller, and the NCCL kernel
+     * running beside them takes SMs the GEMMs' waves were sized for. So the choice is one pass
+     * at every size: overlap stays a flag (--chunks) until a GEMM that leaves SMs to NCCL makes
+     * it pay. */
+    (void)tokens;
+    return 1;
 }
 
 lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int rank, int world, lf_comm *comm,

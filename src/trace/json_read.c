@@ -261,8 +261,10 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     if (!strcmp(ph, "M")) {
         const char *what = json_string_value(json_object_get(e, "name"));
         const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
-        if (what && nm && !strcmp(what, "thread_name"))
+        if (what && nm && !strcmp(what, "thread_name") && get_int(e, "tid", -1) != LF_TRACK_PROCESS)
             return lf_trace_name_thread(t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
+        if (what && nm && !strcmp(what, "process_name") && r->t->meta.merged_ranks) /* "rank R" */
+            return lf_trace_name_track(t, get_int(e, "pid", -1), LF_TRACK_PROCESS, nm);
         return LF_OK;
     }
     const char *name = json_string_value(json_object_get(e, "name"));
@@ -455,6 +457,9 @@ static lf_status parse_doc(reader *r)
                     m->with_flops = v != 0;
                 } else if (KEY("linfuse_dropped_events")) {
                     LF_TRY(top_int(r, &m->dropped_events));
+                } else if (KEY("linfuse_merged_ranks")) {
+                    LF_TRY(top_int(r, &v));
+                    m->merged_ranks = v > 0 && v <= 4096 ? v : 0;
                 } else if (KEY("deviceProperties")) {
                     LF_TRY(top_raw(r, &m->device_properties, NULL));
                 } else if (KEY("distributedInfo")) {

@@ -135,6 +135,8 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
             m->device_properties ? m->device_properties : "[]");
     if (m->distributed_info)
         fprintf(f, "  \"distributedInfo\": %s,\n", m->distributed_info);
+    if (m->merged_ranks)
+        fprintf(f, "  \"linfuse_merged_ranks\": %" PRId64 ",\n", m->merged_ranks);
     if (m->record_shapes)
         fputs("  \"record_shapes\": 1,\n", f);
     if (m->profile_memory)
@@ -175,7 +177,10 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     }
     if (first)
         fputs("{\"name\": \"Trace\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {}}", f);
-    if (host_pid >= 0) {
+    int named_host = 0;
+    for (int64_t i = 0; i < t->n_tracks; i++)
+        named_host |= t->tracks[i].tid == LF_TRACK_PROCESS && t->tracks[i].pid == host_pid;
+    if (host_pid >= 0 && !named_host) {
         put_meta(f, "process_name", host_pid, 0, "name", m->process_name, 0);
         put_meta(f, "process_labels", host_pid, 0, "labels", "CPU", 0);
         put_meta(f, "process_sort_index", host_pid, 0, "sort_index", NULL, host_pid);
@@ -188,6 +193,11 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     if (overhead) /* CUPTI's own costs, on Kineto's pid -1 */
         put_meta(f, "process_name", -1, 0, "name", "CUPTI Overhead", 0);
     for (int64_t i = 0; i < t->n_tracks; i++) {
+        if (t->tracks[i].tid == LF_TRACK_PROCESS) {
+            put_meta(f, "process_name", t->tracks[i].pid, 0, "name", t->tracks[i].name, 0);
+            put_meta(f, "process_sort_index", t->tracks[i].pid, 0, "sort_index", NULL, t->tracks[i].pid);
+            continue;
+        }
         put_meta(f, "thread_name", t->tracks[i].pid, t->tracks[i].tid, "name", t->tracks[i].name, 0);
         put_meta(f, "thread_sort_index", t->tracks[i].pid, t->tracks[i].tid, "sort_index", NULL, t->tracks[i].tid);
     }

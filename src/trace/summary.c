@@ -1,10 +1,89 @@
 /* The one-line reading of a trace: kernels and CPU ops per step, how busy the device was
- * during the steps, and whether the run is overhead-bound (the device mostly waits for the
- * host) or compute-bound. Layer: trace/. */
+ * during the steps, whether the run is overhead-bound (the device mostly waits for the host),
+ * compute-bound, or comm-bound (collectives no compute hides), and how much of its
+ * communication overlaps computation, as HTA measures it. Layer: trace/. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/trace_impl.h"
+
+/* A collective's kernel: NCCL's (ncclDevKernel_*, ncclKernel_*), or linfuse's own timing of one
+ * when CUPTI is off ("nccl:all_reduce bf16"). */
+static int is_comm(const lf_trace_event *e)
+{
+    return e->cat == LF_TC_KERNEL && !strncmp(e->name, "nccl", 4);
+}
+
+typedef struct ival {
+    int64_t dev, lo, hi;
+} ival;
+
+static int by_dev_lo(const void *a, const void *b)
+{
+    const ival *x = a, *y = b;
+    return x->dev != y->dev ? (x->dev < y->dev ? -1 : 1) : x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : 0;
+}
+
+/* Merge sorted intervals (by dev, lo) in place into disjoint ones; returns how many. */
+static int64_t merge(ival *v, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (k && v[k - 1].dev == v[i].dev && v[i].lo <= v[k - 1].hi) {
+            if (v[i].hi > v[k - 1].hi)
+                v[k - 1].hi = v[i].hi;
+        } else {
+            v[k++] = v[i];
+        }
+    }
+    return k;
+}
+
+/* Collective time inside the steps and the part of it compute kernels on the same GPU overlap. */
+static lf_status comm_overlap(const lf_trace *t, double *comm_ns, double *hidden_ns, int *found)
+{
+    *comm_ns = *hidden_ns = 0;
+    *found = 0;
+    lf_span *sp;
+    int64_t steps, total;
+    LF_TRY(lf_trace_step_spans(t, &sp, &steps, &total));
+    int64_t *when = lf_trace_launch_times(t);
+    ival *c = malloc((size_t)(t->n + 1) * sizeof *c), *k = malloc((size_t)(t->n + 1) * sizeof *k);
+    if (!when || !c || !k) {
+        free(sp), free(when), free(c), free(k);
+        return lf_fail(LF_ENOMEM, "lf_trace_summarize: out of memory");
+    }
+    int64_t nc = 0, nk = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (e->cat != LF_TC_KERNEL || e->dur_ns <= 0 || (steps && !lf_span_contains(sp, steps, when[i])))
+            continue;
+        ival v = {e->device >= 0 ? e->device : e->pid, e->ts_ns, e->ts_ns + e->dur_ns};
+        if (is_comm(e))
+            c[nc++] = v;
+        else
+            k[nk++] = v;
+    }
+    qsort(c, (size_t)nc, sizeof *c, by_dev_lo);
+    qsort(k, (size_t)nk, sizeof *k, by_dev_lo);
+    nc = merge(c, nc);
+    nk = merge(k, nk);
+    /* both lists disjoint and sorted: one sweep adds up each comm interval's overlap */
+    for (int64_t i = 0, j = 0; i < nc; i++) {
+        *comm_ns += (double)(c[i].hi - c[i].lo);
+        while (j < nk && (k[j].dev < c[i].dev || (k[j].dev == c[i].dev && k[j].hi <= c[i].lo)))
+            j++;
+        for (int64_t q = j; q < nk && k[q].dev == c[i].dev && k[q].lo < c[i].hi; q++) {
+            int64_t lo = k[q].lo > c[i].lo ? k[q].lo : c[i].lo, hi = k[q].hi < c[i].hi ? k[q].hi : c[i].hi;
+            if (hi > lo)
+                *hidden_ns += (double)(hi - lo);
+        }
+    }
+    *found = nc > 0;
+    free(sp), free(when), free(c), free(k);
+    return LF_OK;
+}
 
 /* The summary is the step profile's totals (diff.c), read as a verdict. */
 lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
@@ -23,12 +102,30 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     if (out->device_busy > 1)
         out->device_busy = 1; /* concurrent streams can overlap */
     out->compute_bound = out->device_busy >= 0.5;
+    const double steps = (double)(p.steps > 0 ? p.steps : 1);
     lf_step_profile_free(&p);
+    double comm = 0, hidden = 0;
+    LF_TRY(comm_overlap(t, &comm, &hidden, &out->has_comm));
+    if (out->has_comm) {
+        out->comm_ns_per_step = comm / steps;
+        out->exposed_comm_ns_per_step = (comm - hidden) / steps;
+        out->overlap = comm > 0 ? hidden / comm : 0;
+        out->comm_bound = out->exposed_comm_ns_per_step > out->device_ns_per_step - out->comm_ns_per_step;
+    }
     return LF_OK;
 }
 
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "kernels/step=%g cpu_ops/step=%g device_busy=%.0f%% verdict=%s", s->kernels_per_step,
-             s->cpu_ops_per_step, 100.0 * s->device_busy, s->compute_bound ? "compute-bound" : "overhead-bound");
+    int n = snprintf(buf, cap, "kernels/step=%g cpu_ops/step=%g device_busy=%.0f%%", s->kernels_per_step,
+                     s->cpu_ops_per_step, 100.0 * s->device_busy);
+    if (s->has_comm && n > 0 && (size_t)n < cap) {
+        char a[32], b[32];
+        n += snprintf(buf + n, cap - (size_t)n, " comm/step=%s exposed_comm/step=%s overlap=%.0f%%",
+                      lf_fmt_time(a, sizeof a, s->comm_ns_per_step), lf_fmt_time(b, sizeof b, s->exposed_comm_ns_per_step),
+                      100.0 * s->overlap);
+    }
+    if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " verdict=%s",
+                 s->has_comm && s->comm_bound ? "comm-bound" : s->compute_bound ? "compute-bound" : "overhead-bound");
 }

@@ -125,6 +125,13 @@ lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char
 {
     LF_CHECK_PTR(t, "lf_trace_name_thread", "t");
     LF_CHECK_PTR(name, "lf_trace_name_thread", "name");
+    if (tid == LF_TRACK_PROCESS)
+        return lf_fail(LF_EINVAL, "lf_trace_name_thread: tid %lld is reserved", (long long)tid);
+    return lf_trace_name_track(t, pid, tid, name);
+}
+
+lf_status lf_trace_name_track(lf_trace *t, int64_t pid, int64_t tid, const char *name)
+{
     if (t->n_tracks == t->cap_tracks) {
         int64_t cap = t->cap_tracks ? 2 * t->cap_tracks : 16;
         lf_track_name *tr = realloc(t->tracks, (size_t)cap * sizeof *tr);

@@ -12,9 +12,12 @@ typedef struct lf_arena_chunk {
 } lf_arena_chunk;
 
 typedef struct lf_track_name {
-    int64_t pid, tid;
+    int64_t pid, tid; /* tid LF_TRACK_PROCESS: the name of process pid */
     const char *name;
 } lf_track_name;
+#define LF_TRACK_PROCESS INT64_MIN
+/* Name track (pid, tid), or process pid with tid LF_TRACK_PROCESS. */
+lf_status lf_trace_name_track(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 
 struct lf_trace {
     lf_trace_event *ev;

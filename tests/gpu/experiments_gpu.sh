@@ -68,7 +68,55 @@ for f in "$cm" "$cg" "$cn" "$cma" "$cl"; do
     fi
 done
 
-for f in "$ma" "$lin" "$mlp" "$kf" "$kg"; do
+# tensor parallel over two GPUs (when there are two): one thread per GPU, and one process per
+# GPU under torchrun; each rank's trace: its kernels plus one NCCL kernel per all-reduce (per
+# chunk with --chunks), distributedInfo, record_param_comms with the collective's arguments
+tpfiles=""
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ "$gpus" -ge 2 ]; then
+    run "simple-mlp --tp 2 --chunks 1" "$bin" simple-mlp --tp 2 --chunks 1 --out "$work/tp"
+    run "simple-mlp --tp 2 --chunks 2" "$bin" simple-mlp --tp 2 --chunks 2 --out "$work/tpc"
+    run "kernels-mlp gated --tp 2 --chunks 1" "$bin" kernels-mlp --variant gated --tp 2 --chunks 1 --out "$work/tp"
+    run "simple-mlp --tp 2 --compile" "$bin" simple-mlp --tp 2 --compile --out "$work/tpg"
+    run "simple-mlp under torchrun" env NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --nproc-per-node 2 \
+        --no-python "$bin" simple-mlp --tp 2 --chunks 1 --out "$work/tr"
+    for r in 0 1; do
+        e="$work/tp/simple-mlp/64x128x768x3072_bf16_cold_eager_rank$r.json"
+        c="$work/tpc/simple-mlp/64x128x768x3072_bf16_cold_eager_rank$r.json"
+        g="$work/tp/kernels-mlp/64x128x768x3072_bf16_cold_gated_rank$r.json"
+        k="$work/tpg/simple-mlp/64x128x768x3072_bf16_cold_compile_rank$r.json"
+        t="$work/tr/simple-mlp/64x128x768x3072_bf16_cold_eager_rank$r.json"
+        run "tp rank $r: 5 kernels + 1 all-reduce" "$bin" trace expect "$e" --kernels-per-step 6 --kernel 'ncclDevKernel_AllReduce'
+        run "tp rank $r, 2 chunks: 2 x (5 + 1)" "$bin" trace expect "$c" --kernels-per-step 12 --kernel 'ncclDevKernel_AllReduce'
+        run "tp rank $r, gated: 2 + 1" "$bin" trace expect "$g" --kernels-per-step 3 --kernel 'gated_gemm' --kernel 'nccl'
+        run "tp rank $r, compiled: 4 + 1 in one graph" "$bin" trace expect "$k" --kernels-per-step 5 --kernel 'lf_poi_fused_gelu_mul_0' --kernel 'nccl'
+        run "tp rank $r under torchrun: 5 + 1" "$bin" trace expect "$t" --kernels-per-step 6 --kernel 'ncclDevKernel_AllReduce'
+        tpfiles="$tpfiles $e $c $g $t"
+        for f in "$e" "$t"; do
+            checks=$((checks + 1))
+            python3 - "$f" "$r" <<'PY' || { fails=$((fails + 1)); echo "FAIL: rank $r's distributed facts in $f"; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = int(sys.argv[2])
+di = d["distributedInfo"]
+assert di["rank"] == r and di["world_size"] == 2 and di["backend"] == "nccl" and di["nccl_version"].startswith("2."), di
+rpc = [e for e in d["traceEvents"] if e.get("name") == "record_param_comms"]
+assert rpc and all(e["args"]["Collective name"] == "allreduce" and e["args"]["Group size"] == 2 and e["args"]["Rank"] == r
+                   and e["args"]["In msg nelems"] == 8192 * 768 for e in rpc), rpc[:1]
+k = [e for e in d["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+assert k and all(e["args"].get("Collective name") == "allreduce" and e["args"]["device"] == r for e in k), k[:1]
+print("rank %d: distributedInfo, %d record_param_comms, %d NCCL kernels on cuda:%d" % (r, len(rpc), len(k), r))
+PY
+        done
+    done
+    run "merge the torchrun ranks" "$bin" trace merge "$work/tr/simple-mlp/64x128x768x3072_bf16_cold_eager_rank0.json" \
+        "$work/tr/simple-mlp/64x128x768x3072_bf16_cold_eager_rank1.json" -o "$work/tr/merged.json"
+    run "summary of the merged ranks" sh -c "\"$bin\" trace summary \"$work/tr/merged.json\" | grep -q 'rank=1 kernels/step=6'"
+else
+    echo "experiments_gpu: $gpus GPU here; the tensor-parallel checks need 2"
+fi
+
+for f in "$ma" "$lin" "$mlp" "$kf" "$kg" $tpfiles; do
     checks=$((checks + 1))
     if ! python3 - "$f" <<'EOF'; then
 import json, sys

@@ -1,0 +1,198 @@
+/* `linfuse bench tp`: the MLP split over the GPUs of this machine (one thread per GPU, NCCL),
+ * each variant with and without overlap and compiled, for bench/tp_vs_torch.py to put beside
+ * PyTorch's Megatron split under torchrun. Timed as `bench cuda` times: forwards queued back to
+ * back on every rank, every GPU synchronized once, divided (median of samples); host time per
+ * call is rank 0's one call timed alone after the queues drained. Layer: cli/. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "linfuse/compile.h"
+#include "linfuse/dist.h"
+
+typedef struct tcase {
+    const char *shape; /* "64x128x768x3072": batch x seq x dim x hidden */
+    int64_t b, s, d, h;
+    lf_mlp_variant v;
+    int chunks;        /* token chunks: 1 is no overlap */
+    unsigned compiled; /* 0: eager; else compile mode's passes (one CUDA graph per rank, chunks 1) */
+} tcase;
+
+typedef struct tshared {
+    const tcase *c;
+    int n, reps;
+    lf_comm **comms;
+    lf_nn_geglu_mlp full;
+    lf_tensor *x_host;
+    pthread_barrier_t bar;
+    double t[64], h[64]; /* rank 0's samples */
+    lf_status st[LF_MAX_DEVICE_INDEX];
+    char err[LF_MAX_DEVICE_INDEX][256];
+} tshared;
+
+typedef struct trank {
+    tshared *sh;
+    int r;
+    lf_nn_tp_mlp m;
+    lf_tensor *x;
+} trank;
+
+static lf_status fwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    const trank *k = ctx;
+    (void)n;
+    return lf_nn_tp_mlp_forward(&k->m, k->sh->c->v, in[0], out);
+}
+
+static lf_status once(const trank *k, lf_compiled *c)
+{
+    lf_tensor *y = NULL;
+    lf_status s = c ? lf_compiled_run(c, 1, (lf_tensor *const *)&k->x, &y) : fwd((void *)k, 1, &k->x, &y);
+    lf_tensor_free(y);
+    return s;
+}
+
+/* Every rank runs this: the same loop, meeting at the barrier around each timed block. A rank
+ * that fails keeps going through the barriers (so none waits forever) and reports at the end. */
+static void *rank_bench(void *arg)
+{
+    trank *k = arg;
+    tshared *sh = k->sh;
+    lf_compiled *c = NULL;
+    lf_status s = lf_device_select(LF_DEVICE_CUDA, k->r);
+    if (s == LF_OK)
+        s = lf_nn_tp_mlp_shard(&k->m, &sh->full, k->r, sh->n, sh->comms[k->r], LF_DEVICE_CUDA);
+    k->m.chunks = sh->c->compiled ? 1 : sh->c->chunks;
+    if (s == LF_OK)
+        s = lf_tensor_to_device(&k->x, sh->x_host, LF_DEVICE_CUDA);
+    if (s == LF_OK && sh->c->compiled) {
+        lf_compile_opts co = lf_compile_opts_default();
+        co.name = "tp_mlp";
+        co.passes = sh->c->compiled;
+        s = lf_compile(&c, fwd, k, 1, &k->x, &co);
+    }
+    const int per = 50;
+    for (int i = 0; i < 20 && s == LF_OK; i++)
+        s = once(k, c);
+    if (s == LF_OK)
+        s = lf_device_synchronize(LF_DEVICE_CUDA);
+    for (int r = 0; r < sh->reps; r++) {
+        pthread_barrier_wait(&sh->bar);
+        double t0 = lf_cli_now();
+        for (int i = 0; i < per && s == LF_OK; i++)
+            s = once(k, c);
+        if (s == LF_OK)
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
+        pthread_barrier_wait(&sh->bar); /* every GPU done: the slowest rank is the time */
+        if (k->r == 0)
+            sh->t[r] = (lf_cli_now() - t0) / per;
+    }
+    for (int r = 0; r < sh->reps; r++) { /* one call alone, queues drained */
+        pthread_barrier_wait(&sh->bar);
+        double t0 = lf_cli_now();
+        if (s == LF_OK)
+            s = once(k, c);
+        if (k->r == 0)
+            sh->h[r] = lf_cli_now() - t0;
+        if (s == LF_OK)
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
+        pthread_barrier_wait(&sh->bar);
+    }
+    sh->st[k->r] = s;
+    if (s != LF_OK)
+        snprintf(sh->err[k->r], sizeof sh->err[k->r], "%s", lf_last_error());
+    lf_compiled_free(c);
+    lf_tensor_free(k->x);
+    lf_nn_tp_mlp_free(&k->m);
+    return NULL;
+}
+
+int lf_cli_bench_tp(int reps, const char *only, int tp)
+{
+    const int n = tp ? tp : lf_device_count(LF_DEVICE_CUDA);
+    if (n < 2) {
+        fprintf(stderr, "linfuse bench tp: needs 2 or more GPUs, this machine has %d\n",
+                lf_device_count(LF_DEVICE_CUDA));
+        return LF_EXIT_FAIL;
+    }
+    lf_comm *comms[LF_MAX_DEVICE_INDEX] = {0};
+    if (lf_comm_init_local(comms, n, LF_DEVICE_CUDA) != LF_OK) {
+        fprintf(stderr, "linfuse bench tp: %s\n", lf_last_error());
+        return LF_EXIT_FAIL;
+    }
+    /* chunk counts spelled out, so every count the automatic choice can make is measured */
+#define BLOG "64x128x768x3072", 64, 128, 768, 3072
+#define BIG "8x1024x4096x11008", 8, 1024, 4096, 11008
+#define SMALL "1x16x4096x11008", 1, 16, 4096, 11008
+    static const tcase cases[] = {
+        {BLOG, LF_MLP_EAGER, 1, 0},  {BLOG, LF_MLP_EAGER, 2, 0},  {BLOG, LF_MLP_EAGER, 4, 0},
+        {BLOG, LF_MLP_FUSED, 2, 0},  {BLOG, LF_MLP_GATED, 1, 0},  {BLOG, LF_MLP_GATED, 2, 0},
+        {BLOG, LF_MLP_GATED, 4, 0},  {BLOG, LF_MLP_EAGER, 1, LF_PASSES_DEFAULT}, {BLOG, LF_MLP_EAGER, 1, LF_PASSES_ALL},
+        {BIG, LF_MLP_EAGER, 1, 0},   {BIG, LF_MLP_EAGER, 2, 0},   {BIG, LF_MLP_EAGER, 4, 0},
+        {BIG, LF_MLP_FUSED, 2, 0},   {BIG, LF_MLP_GATED, 1, 0},   {BIG, LF_MLP_GATED, 2, 0},
+        {BIG, LF_MLP_GATED, 4, 0},   {BIG, LF_MLP_EAGER, 1, LF_PASSES_DEFAULT},  {BIG, LF_MLP_EAGER, 1, LF_PASSES_ALL},
+        {SMALL, LF_MLP_EAGER, 1, 0}, {SMALL, LF_MLP_FUSED, 1, 0}, {SMALL, LF_MLP_GATED, 1, 0},
+        {SMALL, LF_MLP_EAGER, 1, LF_PASSES_DEFAULT}, {SMALL, LF_MLP_EAGER, 1, LF_PASSES_ALL},
+    };
+#undef BLOG
+#undef BIG
+#undef SMALL
+    printf("# linfuse tensor parallel over %d GPUs (%s), bf16; median over %d samples of back-to-back "
+           "forwards\n",
+           n, lf_comm_library(comms[0]), reps);
+    int code = LF_EXIT_OK;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && code == LF_EXIT_OK; i++) {
+        const tcase *c = &cases[i];
+        char name[128];
+        if (c->compiled)
+            snprintf(name, sizeof name, "tp%d_mlp_%s_compiled%s", n, c->shape,
+                     c->compiled == LF_PASSES_ALL ? "_gated" : "");
+        else
+            snprintf(name, sizeof name, "tp%d_mlp_%s_%s_c%d", n, c->shape, lf_mlp_variant_name(c->v), c->chunks);
+        if (only && !strstr(name, only))
+            continue;
+        tshared sh;
+        memset(&sh, 0, sizeof sh);
+        sh.c = c, sh.n = n, sh.reps = reps < 64 ? reps : 64, sh.comms = comms;
+        lf_rng rng;
+        lf_rng_seed(&rng, 1);
+        lf_nn_geglu_mlp_opts o = {c->d, c->h, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        int64_t xs[3] = {c->b, c->s, c->d};
+        lf_status s = lf_nn_geglu_mlp_init(&sh.full, &o, &rng);
+        if (s == LF_OK)
+            s = lf_tensor_empty(&sh.x_host, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = lf_tensor_fill_uniform(sh.x_host, &rng, -1, 1);
+        if (s != LF_OK) {
+            fprintf(stderr, "linfuse bench tp: %s: %s\n", name, lf_last_error());
+            code = LF_EXIT_FAIL;
+            break;
+        }
+        pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+        trank ranks[LF_MAX_DEVICE_INDEX];
+        pthread_t th[LF_MAX_DEVICE_INDEX];
+        for (int r = 0; r < n; r++)
+            ranks[r] = (trank){&sh, r, {0}, NULL};
+        for (int r = 1; r < n; r++)
+            pthread_create(&th[r], NULL, rank_bench, &ranks[r]);
+        rank_bench(&ranks[0]);
+        for (int r = 1; r < n; r++)
+            pthread_join(th[r], NULL);
+        pthread_barrier_destroy(&sh.bar);
+        for (int r = 0; r < n; r++)
+            if (sh.st[r] != LF_OK) {
+                fprintf(stderr, "linfuse bench tp: %s: rank %d: %s\n", name, r, sh.err[r]);
+                code = LF_EXIT_FAIL;
+            }
+        if (code == LF_EXIT_OK)
+            printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f\n", name,
+                   lf_cli_median(sh.t, sh.reps) * 1e6, lf_cli_median(sh.h, sh.reps) * 1e6);
+        fflush(stdout);
+        lf_nn_geglu_mlp_free(&sh.full);
+        lf_tensor_free(sh.x_host);
+    }
+    for (int r = 0; r < n; r++)
+        lf_comm_free(comms[r]);
+    return code;
+}

@@ -1,0 +1,203 @@
+/* Traces of a group of ranks: one rank's part of a process that drove several GPUs, the ranks'
+ * traces merged into one file Perfetto opens (one process per rank), and one rank of such a
+ * merged trace again. Layer: trace/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+/* Copy t's facts into out (not its distributedInfo: that is the rank's). */
+static void copy_meta(lf_trace *out, const lf_trace *t)
+{
+    const lf_trace_meta *m = &t->meta;
+    lf_trace_meta *o = &out->meta;
+    o->base_ns = m->base_ns;
+    o->device_label = m->device_label;
+    o->process_name = m->process_name ? lf_trace_intern(out, m->process_name) : NULL;
+    o->record_shapes = m->record_shapes, o->profile_memory = m->profile_memory, o->with_flops = m->with_flops;
+    o->dropped_events = m->dropped_events;
+    o->cpu_device_pid = m->cpu_device_pid;
+    o->device_properties = m->device_properties ? lf_trace_intern(out, m->device_properties) : NULL;
+}
+
+static int is_step(const lf_trace_event *e)
+{
+    return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
+}
+
+lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
+                               lf_trace **out)
+{
+    LF_CHECK_PTR(t, "lf_trace_select_rank", "t");
+    LF_CHECK_PTR(out, "lf_trace_select_rank", "out");
+    *out = NULL;
+    lf_trace *r;
+    LF_TRY(lf_trace_create(&r));
+    copy_meta(r, t);
+    lf_status s = LF_OK;
+    for (int64_t i = 0; i < t->n && s == LF_OK; i++) {
+        lf_trace_event e = t->ev[i];
+        int keep;
+        if (e.cat == LF_TC_OVERHEAD || e.cat == LF_TC_OTHER)
+            keep = 0;
+        else if (lf_trace_cat_is_device(e.cat))
+            keep = e.device == device || (e.device < 0 && e.pid == device);
+        else if (e.pid == host_pid && e.tid == host_tid)
+            keep = 1;
+        else if (e.pid == host_pid && e.tid == step_tid && is_step(&e)) /* the process's steps, on this rank's thread */
+            keep = 1, e.tid = host_tid;
+        else
+            keep = 0;
+        if (keep)
+            s = lf_trace_add(r, &e);
+    }
+    for (int64_t i = 0; i < t->n_tracks && s == LF_OK; i++) {
+        const lf_track_name *k = &t->tracks[i];
+        if ((k->pid == host_pid && k->tid == host_tid) || k->pid == device || k->tid == LF_TRACK_PROCESS)
+            s = lf_trace_name_track(r, k->pid, k->tid, k->name);
+    }
+    if (s != LF_OK) {
+        lf_trace_free(r);
+        return s;
+    }
+    *out = r;
+    return LF_OK;
+}
+
+/* The pid of t's host events (its process), or -1. */
+static int64_t host_pid_of(const lf_trace *t)
+{
+    for (int64_t i = 0; i < t->n; i++)
+        if (!lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_OVERHEAD && t->ev[i].cat != LF_TC_OTHER)
+            return t->ev[i].pid;
+    return -1;
+}
+
+/* A rank's non-host track (a GPU stream, linfuse's CPU-kernel lane, CUPTI's overhead) as a
+ * thread of the rank's process: its own tid above any OS thread id, in order of first sight. */
+typedef struct lane_map {
+    int64_t pid[256], tid[256];
+    int n;
+} lane_map;
+
+enum { LANE_TID0 = 1000000000 };
+
+static int64_t lane_of(lane_map *l, int64_t pid, int64_t tid)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->pid[i] == pid && l->tid[i] == tid)
+            return LANE_TID0 + i;
+    if (l->n == 256)
+        return LANE_TID0 + 255; /* more than 256 device lanes share the last one */
+    l->pid[l->n] = pid, l->tid[l->n] = tid;
+    return LANE_TID0 + l->n++;
+}
+
+static const char *track_name_of(const lf_trace *t, int64_t pid, int64_t tid)
+{
+    for (int64_t i = 0; i < t->n_tracks; i++)
+        if (t->tracks[i].pid == pid && t->tracks[i].tid == tid)
+            return t->tracks[i].name;
+    return NULL;
+}
+
+lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
+{
+    LF_CHECK_PTR(in, "lf_trace_merge", "in");
+    LF_CHECK_PTR(out, "lf_trace_merge", "out");
+    *out = NULL;
+    if (n < 1 || n > 4096)
+        return lf_fail(LF_EINVAL, "lf_trace_merge: %d traces, expected 1 to 4096", n);
+    int64_t base = 0;
+    for (int i = 0; i < n; i++) {
+        LF_CHECK_PTR(in[i], "lf_trace_merge", "in[i]");
+        if (in[i]->meta.merged_ranks)
+            return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is already a merged trace", i);
+        if (i == 0 || in[i]->meta.base_ns < base)
+            base = in[i]->meta.base_ns;
+        for (int j = 0; j < i; j++) {
+            int64_t ri = in[i]->meta.rank >= 0 ? in[i]->meta.rank : i, rj = in[j]->meta.rank >= 0 ? in[j]->meta.rank : j;
+            if (ri == rj)
+                return lf_fail(LF_EINVAL, "lf_trace_merge: inputs %d and %d are both rank %lld", j, i, (long long)ri);
+        }
+    }
+    lf_trace *m;
+    LF_TRY(lf_trace_create(&m));
+    copy_meta(m, in[0]);
+    m->meta.base_ns = base;
+    m->meta.cpu_device_pid = -1;
+    m->meta.merged_ranks = n;
+    lf_status s = LF_OK;
+    for (int i = 0; i < n && s == LF_OK; i++) {
+        const lf_trace *t = in[i];
+        const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i, shift = t->meta.base_ns - base,
+                      ids = rank << 40, host = host_pid_of(t);
+        lane_map lanes = {0};
+        for (int64_t k = 0; k < t->n && s == LF_OK; k++) {
+            lf_trace_event e = t->ev[k];
+            e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
+            if (e.flow_ts >= 0)
+                e.flow_ts += shift;
+            if (e.pid != host)
+                e.tid = lane_of(&lanes, e.pid, e.tid);
+            e.pid = rank; /* one process per rank */
+            if (e.flow_pid >= 0) {
+                e.flow_tid = e.flow_pid == host ? e.flow_tid : lane_of(&lanes, e.flow_pid, e.flow_tid);
+                e.flow_pid = rank;
+            }
+            e.ext_id = e.ext_id ? e.ext_id + ids : 0; /* ids of two ranks never meet */
+            e.correlation = e.correlation ? e.correlation + ids : 0;
+            s = lf_trace_add(m, &e);
+        }
+        char nm[320];
+        snprintf(nm, sizeof nm, "rank %lld", (long long)rank);
+        if (s == LF_OK)
+            s = lf_trace_name_track(m, rank, LF_TRACK_PROCESS, nm);
+        for (int64_t k = 0; k < t->n_tracks && s == LF_OK; k++)
+            if (t->tracks[k].pid == host && t->tracks[k].tid != LF_TRACK_PROCESS)
+                s = lf_trace_name_track(m, rank, t->tracks[k].tid, t->tracks[k].name);
+        for (int l = 0; l < lanes.n && s == LF_OK; l++) {
+            const char *tn = track_name_of(t, lanes.pid[l], lanes.tid[l]);
+            if (lanes.pid[l] >= 0 && lanes.pid[l] == t->meta.cpu_device_pid)
+                snprintf(nm, sizeof nm, "cpu kernels %s", tn ? tn : "");
+            else if (lanes.pid[l] < 0) /* CUPTI's overhead, Kineto's other spans */
+                snprintf(nm, sizeof nm, "%s", tn ? tn : "spans");
+            else
+                snprintf(nm, sizeof nm, "GPU %lld %s", (long long)lanes.pid[l], tn ? tn : "stream");
+            s = lf_trace_name_track(m, rank, LANE_TID0 + l, nm);
+        }
+    }
+    if (s != LF_OK) {
+        lf_trace_free(m);
+        return s;
+    }
+    *out = m;
+    return LF_OK;
+}
+
+lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out)
+{
+    LF_CHECK_PTR(merged, "lf_trace_of_rank", "merged");
+    LF_CHECK_PTR(out, "lf_trace_of_rank", "out");
+    *out = NULL;
+    if (rank < 0 || rank >= merged->meta.merged_ranks)
+        return lf_fail(LF_EINVAL, "lf_trace_of_rank: rank %lld of a trace of %lld ranks", (long long)rank,
+                       (long long)merged->meta.merged_ranks);
+    lf_trace *r;
+    LF_TRY(lf_trace_create(&r));
+    copy_meta(r, merged);
+    lf_status s = LF_OK;
+    for (int64_t i = 0; i < merged->n && s == LF_OK; i++)
+        if (merged->ev[i].pid == rank)
+            s = lf_trace_add(r, &merged->ev[i]);
+    for (int64_t i = 0; i < merged->n_tracks && s == LF_OK; i++)
+        if (merged->tracks[i].pid == rank)
+            s = lf_trace_name_track(r, rank, merged->tracks[i].tid, merged->tracks[i].name);
+    if (s != LF_OK) {
+        lf_trace_free(r);
+        return s;
+    }
+    *out = r;
+    return LF_OK;
+}
