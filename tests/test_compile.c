@@ -101,7 +101,7 @@ static double diff(const lf_tensor *a, const lf_tensor *b)
 
 typedef struct model {
     lf_nn_linear lin;
-    lf_nn_geglu_mlp mlp;
+    lf_nn_gated_mlp mlp;
     lf_tensor *w, *b;
 } model;
 
@@ -126,7 +126,7 @@ static lf_status fwd_matmul_add(void *ctx, int n, lf_tensor *const *in, lf_tenso
 static lf_status fwd_mlp(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
 {
     (void)n;
-    return lf_nn_geglu_mlp_forward(&((model *)ctx)->mlp, in[0], out);
+    return lf_nn_gated_mlp_forward(&((model *)ctx)->mlp, in[0], out);
 }
 
 static lf_status fwd_identity(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
@@ -171,7 +171,7 @@ static void check_run(lf_compiled *c, lf_forward_fn fn, model *m, lf_tensor *x, 
               "%s: output shape", what);
         /* the MLP against float64 (its passes skip roundings eager makes between kernels, so
          * compiled and eager may each be a few bf16 ulps off, in different directions) */
-        double e = fn == fwd_mlp ? geglu_mlp_err(&m->mlp, x, y, 1) : diff(y, ref);
+        double e = fn == fwd_mlp ? gated_mlp_err(&m->mlp, x, y, 1) : diff(y, ref);
         CHECK(e < tol_for(y->dtype), "%s: err %.3g (%s)", what, e, fn == fwd_mlp ? "vs float64" : "vs eager");
     }
     lf_tensor_free(y), lf_tensor_free(ref);
@@ -241,8 +241,8 @@ static void test_mlp(void)
     for (int dt = 0; dt < 2; dt++) {
         lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
         model m = {0};
-        lf_nn_geglu_mlp_opts o = {48, 136, d, LF_DEVICE_CPU};
-        OK(lf_nn_geglu_mlp_init(&m.mlp, &o, &rng));
+        lf_nn_gated_mlp_opts o = {48, 136, d, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+        OK(lf_nn_gated_mlp_init(&m.mlp, &o, &rng));
         int64_t xs[3] = {3, 7, 48};
         lf_tensor *x = rand_tensor(&rng, d, 3, xs);
         char what[96];
@@ -265,7 +265,27 @@ static void test_mlp(void)
         check_run(c, fwd_mlp, &m, x, 5, "lf_cpu_mul", 0, "mlp, passes off");
         lf_compiled_free(c);
         lf_tensor_free(x);
-        lf_nn_geglu_mlp_free(&m.mlp);
+        lf_nn_gated_mlp_free(&m.mlp);
+    }
+    /* SwiGLU: the same passes, silu where gelu was */
+    for (int dt = 0; dt < 2; dt++) {
+        lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
+        model m = {0};
+        lf_nn_gated_mlp_opts o = {48, 136, d, LF_DEVICE_CPU, LF_ACT_SILU};
+        OK(lf_nn_gated_mlp_init(&m.mlp, &o, &rng));
+        int64_t xs[3] = {3, 7, 48};
+        lf_tensor *x = rand_tensor(&rng, d, 3, xs);
+        char what[96];
+        snprintf(what, sizeof what, "compiled swiglu %s", lf_dtype_name(d));
+        lf_compiled *c = compile_with(fwd_mlp, &m, x, LF_PASSES_DEFAULT, 0);
+        check_run(c, fwd_mlp, &m, x, 4, "lf_poi_fused_silu_mul_0", 0, what);
+        lf_compiled_free(c);
+        c = compile_with(fwd_mlp, &m, x, LF_PASSES_ALL, 0);
+        snprintf(what, sizeof what, "compiled swiglu, gated, %s", lf_dtype_name(d));
+        check_run(c, fwd_mlp, &m, x, 2, "_silu_gated", 0, what);
+        lf_compiled_free(c);
+        lf_tensor_free(x);
+        lf_nn_gated_mlp_free(&m.mlp);
     }
 }
 

@@ -40,46 +40,49 @@ static void test_linear_init(void)
     lf_nn_linear_free(&a), lf_nn_linear_free(&b), lf_nn_linear_free(&c);
 }
 
-/* Every MLP variant (eager, fused, gated) equals down(gelu_tanh(gate(x)) * up(x)) computed in
- * float64, on odd token counts and a hidden size that is no multiple of any kernel's tile. */
+/* Every MLP variant (eager, fused, gated) of GeGLU and SwiGLU equals down(act(gate(x)) * up(x))
+ * computed in float64, on odd token counts and a hidden size that is no multiple of any kernel's
+ * tile. */
 static void test_mlp_forward(void)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 8);
-    for (int dt = 0; dt < 2; dt++) {
-        lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
+    for (int k = 0; k < 4; k++) {
+        const lf_dtype d = k % 2 ? LF_DTYPE_BF16 : LF_DTYPE_F32;
+        const lf_act act = k < 2 ? LF_ACT_GELU_TANH : LF_ACT_SILU;
         const int64_t B = 3, S = 11, D = 48, H = 136, T = B * S;
-        lf_nn_geglu_mlp m;
-        lf_nn_geglu_mlp_opts o = {D, H, d, LF_DEVICE_CPU};
-        OK(lf_nn_geglu_mlp_init(&m, &o, &rng));
+        lf_nn_gated_mlp m;
+        lf_nn_gated_mlp_opts o = {D, H, d, LF_DEVICE_CPU, act};
+        OK(lf_nn_gated_mlp_init(&m, &o, &rng));
+        CHECK(m.act == act, "the module's activation");
         int64_t xs[3] = {B, S, D};
         lf_tensor *x = rand_tensor(&rng, d, 3, xs), *y = NULL;
         CHECK(lf_tensor_shares_storage(m.gate.weight, m.gate_up) && lf_tensor_shares_storage(m.up.weight, m.gate_up) &&
                   lf_tensor_data(m.up.weight) == (char *)lf_tensor_data(m.gate_up) + H * D * lf_dtype_size(d),
               "gate and up weights are the two row halves of gate_up");
-        OK(lf_nn_geglu_mlp_forward(&m, x, &y));
+        OK(lf_nn_gated_mlp_forward(&m, x, &y));
         CHECK(y->ndim == 3 && y->shape[0] == B && y->shape[1] == S && y->shape[2] == D, "output shape");
         double *Y = to_f64(y);
         for (int v = 0; v < LF_MLP_VARIANT_COUNT; v++) {
             lf_tensor *yv = NULL;
-            OK(lf_nn_geglu_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &yv));
+            OK(lf_nn_gated_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &yv));
             if (!yv)
                 continue;
             CHECK(yv->ndim == 3 && yv->shape[0] == B && yv->shape[1] == S && yv->shape[2] == D, "%s output shape",
                   lf_mlp_variant_name((lf_mlp_variant)v));
-            double *V = to_f64(yv), e = geglu_mlp_err(&m, x, yv, 1);
-            CHECK(e < tol_for(d), "mlp forward %s %s: err %.3g", lf_mlp_variant_name((lf_mlp_variant)v),
-                  lf_dtype_name(d), e);
-            /* the hand-fused middle rounds gelu(g) as the eager one does: the same bits */
+            double *V = to_f64(yv), e = gated_mlp_err(&m, x, yv, 1);
+            CHECK(e < tol_for(d), "mlp forward %s %s %s: err %.3g", lf_act_name(act),
+                  lf_mlp_variant_name((lf_mlp_variant)v), lf_dtype_name(d), e);
+            /* the hand-fused middle rounds act(g) as the eager one does: the same bits */
             if (v == LF_MLP_FUSED)
-                CHECK(!memcmp(V, Y, (size_t)(T * D) * sizeof *V), "fused forward == eager forward bit for bit (%s)",
-                      lf_dtype_name(d));
+                CHECK(!memcmp(V, Y, (size_t)(T * D) * sizeof *V), "fused forward == eager forward bit for bit (%s %s)",
+                      lf_act_name(act), lf_dtype_name(d));
             free(V);
             lf_tensor_free(yv);
         }
         free(Y);
         lf_tensor_free(x), lf_tensor_free(y);
-        lf_nn_geglu_mlp_free(&m);
+        lf_nn_gated_mlp_free(&m);
     }
 }
 
@@ -100,26 +103,29 @@ static void test_nn_errors(void)
     lf_tensor_free(x);
     lf_nn_linear_free(&l);
     lf_nn_linear_free(&l); /* freeing twice is harmless */
-    lf_nn_geglu_mlp m;
-    lf_nn_geglu_mlp_opts mo = {16, 0, LF_DTYPE_F32, LF_DEVICE_CPU};
-    FAILS(LF_ESHAPE, NULL, lf_nn_geglu_mlp_init(&m, &mo, &rng));
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts mo = {16, 0, LF_DTYPE_F32, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    FAILS(LF_ESHAPE, NULL, lf_nn_gated_mlp_init(&m, &mo, &rng));
     FAILS(LF_EINVAL, "'rng' is NULL", lf_nn_linear_init(&l, &ok, NULL));
     mo.hidden = 32;
-    OK(lf_nn_geglu_mlp_init(&m, &mo, &rng));
+    mo.act = LF_ACT_RELU;
+    FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU) or silu (SwiGLU)", lf_nn_gated_mlp_init(&m, &mo, &rng));
+    mo.act = LF_ACT_SILU;
+    OK(lf_nn_gated_mlp_init(&m, &mo, &rng));
     int64_t bad_x[2] = {5, 15};
     x = rand_tensor(&rng, LF_DTYPE_F32, 2, bad_x);
-    FAILS(LF_ESHAPE, "dim = 16", lf_nn_geglu_mlp_forward_variant(&m, LF_MLP_GATED, x, &y));
+    FAILS(LF_ESHAPE, "dim = 16", lf_nn_gated_mlp_forward_variant(&m, LF_MLP_GATED, x, &y));
     CHECK(y == NULL, "no output on failure (gated)");
-    FAILS(LF_ESHAPE, NULL, lf_nn_geglu_mlp_forward_variant(&m, LF_MLP_FUSED, x, &y));
-    FAILS(LF_EINVAL, "variant 7", lf_nn_geglu_mlp_forward_variant(&m, (lf_mlp_variant)7, x, &y));
+    FAILS(LF_ESHAPE, NULL, lf_nn_gated_mlp_forward_variant(&m, LF_MLP_FUSED, x, &y));
+    FAILS(LF_EINVAL, "variant 7", lf_nn_gated_mlp_forward_variant(&m, (lf_mlp_variant)7, x, &y));
     if (!lf_device_available(LF_DEVICE_CUDA)) {
         lf_tensor *gu = m.gate_up;
-        FAILS(LF_EDEVICE, NULL, lf_nn_geglu_mlp_to_device(&m, LF_DEVICE_CUDA));
+        FAILS(LF_EDEVICE, NULL, lf_nn_gated_mlp_to_device(&m, LF_DEVICE_CUDA));
         CHECK(m.gate_up == gu && lf_tensor_shares_storage(m.gate.weight, gu), "a failed move leaves the module as it was");
     }
     lf_tensor_free(x);
-    lf_nn_geglu_mlp_free(&m);
-    lf_nn_geglu_mlp_free(&m);
+    lf_nn_gated_mlp_free(&m);
+    lf_nn_gated_mlp_free(&m);
 }
 
 int main(void)

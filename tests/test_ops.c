@@ -271,15 +271,15 @@ static void test_mlp_chain(void)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 15);
-    lf_nn_geglu_mlp mlp;
-    lf_nn_geglu_mlp_opts o = {64, 96, LF_DTYPE_BF16, LF_DEVICE_CPU};
-    OK(lf_nn_geglu_mlp_init(&mlp, &o, &rng));
+    lf_nn_gated_mlp mlp;
+    lf_nn_gated_mlp_opts o = {64, 96, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    OK(lf_nn_gated_mlp_init(&mlp, &o, &rng));
     int64_t xs[3] = {2, 7, 64};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *y = NULL;
     recorder rec = {0};
     lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
     lf_ops_set_observer(&obs);
-    lf_status s = lf_nn_geglu_mlp_forward(&mlp, x, &y);
+    lf_status s = lf_nn_gated_mlp_forward(&mlp, x, &y);
     lf_ops_set_observer(NULL);
     OK(s);
     CHECK(count_kernels(&rec, NULL) == 5, "five kernels, got %d", count_kernels(&rec, NULL));
@@ -301,7 +301,7 @@ static void test_mlp_chain(void)
     if (count_kernels(&rec, NULL) != 5)
         print_rec(&rec);
     lf_tensor_free(x), lf_tensor_free(y);
-    lf_nn_geglu_mlp_free(&mlp);
+    lf_nn_gated_mlp_free(&mlp);
 }
 
 /* fused epilogues equal the unfused op sequences */
@@ -323,6 +323,8 @@ static void test_fused_equals_unfused(void)
             OK(lf_addmm(&lin, b, x, wt, 1.0f, 1.0f));
             if (act == LF_ACT_NONE)
                 unfused = lin, lin = NULL;
+            else if (act == LF_ACT_SILU)
+                OK(lf_silu(&unfused, lin));
             else
                 OK(lf_gelu(&unfused, lin, act == LF_ACT_GELU_TANH ? LF_GELU_TANH : LF_GELU_ERF));
             double *f = to_f64(fused), *u = to_f64(unfused), *mag = malloc((size_t)(M * H) * sizeof *mag);
@@ -330,7 +332,7 @@ static void test_fused_equals_unfused(void)
                 mag[i] = 1; /* both are rounded to d once or twice; compare at d's resolution */
             /* bf16: the unfused path rounds the pre-activation to bf16 before gelu, the fused
              * one does not, so they may differ by a bf16 ulp or two */
-            CHECK(worst_err(f, u, mag, M * H, d, NULL) < (dt ? 2e-2 : 1e-5), "addmm_act %s %s == gelu(addmm)",
+            CHECK(worst_err(f, u, mag, M * H, d, NULL) < (dt ? 2e-2 : 1e-5), "addmm_act %s %s == act(addmm)",
                   lf_act_name((lf_act)act), lf_dtype_name(d));
             free(f), free(u), free(mag);
             lf_tensor_free(fused), lf_tensor_free(lin), lf_tensor_free(unfused);
@@ -412,9 +414,9 @@ static void test_gelu_values(void)
         }
 }
 
-/* gelu_mul == mul(gelu(g), u) bit for bit: every dtype, odd row lengths, views whose rows
- * are strided (the two halves of one [tokens, 2H] product) and transposed inputs; and its
- * errors. */
+/* gelu_mul == mul(gelu(g), u) and silu_mul == mul(silu(g), u) bit for bit: every dtype, odd row
+ * lengths, views whose rows are strided (the two halves of one [tokens, 2H] product) and
+ * transposed inputs; silu against float64; and their errors. */
 static void test_gelu_mul(void)
 {
     lf_rng rng;
@@ -438,19 +440,38 @@ static void test_gelu_mul(void)
                     g = rand_colmajor(&rng, (lf_dtype)dt, R, C);
                     u = rand_colmajor(&rng, (lf_dtype)dt, R, C);
                 }
-                lf_tensor *fused = NULL, *a = NULL, *two = NULL;
-                OK(lf_gelu_mul(&fused, g, u, LF_GELU_TANH));
-                OK(lf_gelu(&a, g, LF_GELU_TANH));
-                OK(lf_mul(&two, a, u));
-                if (fused && two) {
-                    CHECK(lf_tensor_is_contiguous(fused) && fused->shape[0] == R && fused->shape[1] == C,
-                          "gelu_mul output is a new (%lld, %lld) tensor", (long long)R, (long long)C);
-                    double *F = to_f64(fused), *T = to_f64(two);
-                    CHECK(!memcmp(F, T, (size_t)(R * C) * sizeof *F), "gelu_mul == mul(gelu) bit for bit: %s %lldx%lld layout %d",
-                          lf_dtype_name((lf_dtype)dt), (long long)R, (long long)C, layout);
-                    free(F), free(T);
+                for (int silu = 0; silu < 2; silu++) {
+                    lf_tensor *fused = NULL, *a = NULL, *two = NULL;
+                    if (silu) {
+                        OK(lf_silu_mul(&fused, g, u));
+                        OK(lf_silu(&a, g));
+                    } else {
+                        OK(lf_gelu_mul(&fused, g, u, LF_GELU_TANH));
+                        OK(lf_gelu(&a, g, LF_GELU_TANH));
+                    }
+                    OK(lf_mul(&two, a, u));
+                    const char *nm = silu ? "silu_mul" : "gelu_mul";
+                    if (fused && two) {
+                        CHECK(lf_tensor_is_contiguous(fused) && fused->shape[0] == R && fused->shape[1] == C,
+                              "%s output is a new (%lld, %lld) tensor", nm, (long long)R, (long long)C);
+                        double *F = to_f64(fused), *T = to_f64(two);
+                        CHECK(!memcmp(F, T, (size_t)(R * C) * sizeof *F), "%s == mul(act) bit for bit: %s %lldx%lld layout %d",
+                              nm, lf_dtype_name((lf_dtype)dt), (long long)R, (long long)C, layout);
+                        if (silu) { /* and silu(g) * u against float64 */
+                            double *G = to_f64(g), *U = to_f64(u), *ref = malloc((size_t)(R * C) * sizeof *ref),
+                                   *mag = malloc((size_t)(R * C) * sizeof *mag);
+                            for (int64_t i = 0; i < R * C; i++)
+                                ref[i] = G[i] / (1.0 + exp(-G[i])) * U[i], mag[i] = fabs(ref[i]);
+                            double e = worst_err(F, ref, mag, R * C, (lf_dtype)dt, NULL);
+                            CHECK(e < tol_for((lf_dtype)dt), "silu_mul %s against float64: err %.3g",
+                                  lf_dtype_name((lf_dtype)dt), e);
+                            free(G), free(U), free(ref), free(mag);
+                        }
+                        free(F), free(T);
+                    }
+                    lf_tensor_free(fused), lf_tensor_free(a), lf_tensor_free(two);
                 }
-                lf_tensor *list[] = {g, u, gu, fused, a, two};
+                lf_tensor *list[] = {g, u, gu};
                 for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
                     lf_tensor_free(list[i]);
             }
@@ -461,6 +482,8 @@ static void test_gelu_mul(void)
     FAILS(LF_EDTYPE, "expected one dtype", lf_gelu_mul(&o, g, ub, LF_GELU_TANH));
     FAILS(LF_EINVAL, "approximate = 9", lf_gelu_mul(&o, g, g, (lf_gelu_approx)9));
     FAILS(LF_EINVAL, "'u' is NULL", lf_gelu_mul(&o, g, NULL, LF_GELU_TANH));
+    FAILS(LF_ESHAPE, "lf_silu_mul: g [4, 6] and u [4, 5] must have one shape", lf_silu_mul(&o, g, u));
+    FAILS(LF_EINVAL, "lf_silu: argument 'x' is NULL", lf_silu(&o, NULL));
     CHECK(o == NULL, "no output on failure");
     lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(ub);
 }

@@ -21,7 +21,7 @@ static lf_profiler *profile(which w, const char *path, const lf_prof_opts *extra
     lf_rng rng;
     lf_rng_seed(&rng, 21);
     lf_nn_linear lin = {0};
-    lf_nn_geglu_mlp mlp = {0};
+    lf_nn_gated_mlp mlp = {0};
     lf_tensor *x = NULL, *wm = NULL, *b = NULL;
     if (w == M_LINEAR || w == M_LINEAR_NOBIAS) {
         lf_nn_linear_opts o = {32, 64, w == M_LINEAR, LF_DTYPE_BF16, LF_DEVICE_CPU};
@@ -34,9 +34,9 @@ static lf_profiler *profile(which w, const char *path, const lf_prof_opts *extra
         x = rand_tensor(&rng, LF_DTYPE_BF16, 2, s), wm = rand_tensor(&rng, LF_DTYPE_BF16, 2, s);
         b = rand_tensor(&rng, LF_DTYPE_BF16, 2, s);
     } else {
-        lf_nn_geglu_mlp_opts o = {64, 160, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_nn_gated_mlp_opts o = {64, 160, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
         int64_t xs[3] = {2, 8, 64};
-        if (lf_nn_geglu_mlp_init(&mlp, &o, &rng))
+        if (lf_nn_gated_mlp_init(&mlp, &o, &rng))
             abort();
         x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs);
     }
@@ -51,7 +51,7 @@ static lf_profiler *profile(which w, const char *path, const lf_prof_opts *extra
         lf_prof_range_push("fwd");
         lf_tensor *y = NULL, *t = NULL;
         lf_status s = w == M_MATMUL_ADD ? lf_matmul(&t, x, wm)
-                      : w == M_MLP      ? lf_nn_geglu_mlp_forward(&mlp, x, &y)
+                      : w == M_MLP      ? lf_nn_gated_mlp_forward(&mlp, x, &y)
                                         : lf_nn_linear_forward(&lin, x, &y);
         if (s == LF_OK && w == M_MATMUL_ADD)
             s = lf_add(&y, t, b);
@@ -64,7 +64,7 @@ static lf_profiler *profile(which w, const char *path, const lf_prof_opts *extra
     CHECK(lf_prof_export(p, path) == LF_OK, "export: %s", lf_last_error());
     lf_tensor_free(x), lf_tensor_free(wm), lf_tensor_free(b);
     lf_nn_linear_free(&lin);
-    lf_nn_geglu_mlp_free(&mlp);
+    lf_nn_gated_mlp_free(&mlp);
     return p;
 }
 

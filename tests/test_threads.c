@@ -33,11 +33,11 @@ static void *work(void *arg)
     lf_rng rng;
     lf_rng_seed(&rng, 100 + (uint64_t)w->id);
     lf_nn_linear lin;
-    lf_nn_geglu_mlp mlp;
+    lf_nn_gated_mlp mlp;
     lf_nn_linear_opts lo = {32, 48, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
-    lf_nn_geglu_mlp_opts mo = {32, 64, LF_DTYPE_F32, LF_DEVICE_CPU};
+    lf_nn_gated_mlp_opts mo = {32, 64, LF_DTYPE_F32, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     int64_t xs[2] = {16, 32};
-    if (lf_nn_linear_init(&lin, &lo, &rng) || lf_nn_geglu_mlp_init(&mlp, &mo, &rng))
+    if (lf_nn_linear_init(&lin, &lo, &rng) || lf_nn_gated_mlp_init(&mlp, &mo, &rng))
         abort();
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *xf = rand_tensor(&rng, LF_DTYPE_F32, 2, xs);
     char name[32];
@@ -45,7 +45,7 @@ static void *work(void *arg)
     while (!atomic_load(&quit)) {
         lf_prof_range_push(name);
         lf_tensor *y = NULL, *z = NULL;
-        if (lf_nn_linear_forward(&lin, x, &y) || lf_nn_geglu_mlp_forward(&mlp, xf, &z))
+        if (lf_nn_linear_forward(&lin, x, &y) || lf_nn_gated_mlp_forward(&mlp, xf, &z))
             abort();
         lf_tensor_free(y), lf_tensor_free(z);
         lf_prof_range_pop();
@@ -53,7 +53,7 @@ static void *work(void *arg)
     }
     lf_tensor_free(x), lf_tensor_free(xf);
     lf_nn_linear_free(&lin);
-    lf_nn_geglu_mlp_free(&mlp);
+    lf_nn_gated_mlp_free(&mlp);
     return NULL;
 }
 

@@ -16,9 +16,9 @@ static void test_shards_sum_to_full(void)
     for (int dt = 0; dt < 2; dt++) {
         const lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
         const int64_t B = 1, S = 37, D = 40, H = 96, T = B * S; /* 37 tokens: no tile divides them */
-        lf_nn_geglu_mlp full;
-        lf_nn_geglu_mlp_opts o = {D, H, d, LF_DEVICE_CPU};
-        OK(lf_nn_geglu_mlp_init(&full, &o, &rng));
+        lf_nn_gated_mlp full;
+        lf_nn_gated_mlp_opts o = {D, H, d, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+        OK(lf_nn_gated_mlp_init(&full, &o, &rng));
         int64_t xs[3] = {B, S, D};
         lf_tensor *x = rand_tensor(&rng, d, 3, xs);
         for (int world = 2; world <= 4; world++)
@@ -48,14 +48,14 @@ static void test_shards_sum_to_full(void)
                     f[i] = (float)sum[i];
                 lf_tensor *ys = NULL;
                 OK(lf_tensor_from_f32(&ys, LF_DTYPE_F32, 3, xs, f, LF_DEVICE_CPU));
-                double e = geglu_mlp_err(&full, x, ys, 1);
+                double e = gated_mlp_err(&full, x, ys, 1);
                 CHECK(e < tol_for(d), "%d ranks, %s, %s: the partials sum to the full MLP (err %.3g)", world,
                       lf_mlp_variant_name((lf_mlp_variant)v), lf_dtype_name(d), e);
                 lf_tensor_free(ys);
                 free(f), free(sum);
             }
         lf_tensor_free(x);
-        lf_nn_geglu_mlp_free(&full);
+        lf_nn_gated_mlp_free(&full);
     }
 }
 
@@ -101,9 +101,9 @@ static void test_errors(void)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 3);
-    lf_nn_geglu_mlp full;
-    lf_nn_geglu_mlp_opts o = {16, 30, LF_DTYPE_F32, LF_DEVICE_CPU};
-    OK(lf_nn_geglu_mlp_init(&full, &o, &rng));
+    lf_nn_gated_mlp full;
+    lf_nn_gated_mlp_opts o = {16, 30, LF_DTYPE_F32, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    OK(lf_nn_gated_mlp_init(&full, &o, &rng));
     lf_nn_tp_mlp m;
     FAILS(LF_ESHAPE, "not divisible by 4 ranks", lf_nn_tp_mlp_shard(&m, &full, 0, 4, NULL, LF_DEVICE_CPU));
     FAILS(LF_EINVAL, "rank 2 of 2", lf_nn_tp_mlp_shard(&m, &full, 2, 2, NULL, LF_DEVICE_CPU));
@@ -122,7 +122,7 @@ static void test_errors(void)
     lf_nn_tp_mlp_free(&m);
     lf_nn_tp_mlp_free(&m); /* twice is harmless */
     lf_tensor_free(x), lf_tensor_free(xb);
-    lf_nn_geglu_mlp_free(&full);
+    lf_nn_gated_mlp_free(&full);
     CHECK(lf_nn_tp_chunks(16) == 1 && lf_nn_tp_chunks(8192) == 1, "chunks: one pass (measured: chunking lost)");
 }
 

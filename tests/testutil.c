@@ -94,7 +94,7 @@ double tol_for(lf_dtype dt)
 
 /* The worst error of y (tokens, dim) against down(gelu_tanh(gate(x)) * up(x)) in float64, over
  * tokens `step` apart, by the measure of test_nn (mag: the magnitudes of every term). */
-double geglu_mlp_err(const lf_nn_geglu_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step)
+double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step)
 {
     const int64_t D = m->dim, H = m->hidden, T = lf_tensor_numel(x) / D;
     double *X = to_f64(x), *Wg = to_f64(m->gate.weight), *Wu = to_f64(m->up.weight), *Wd = to_f64(m->down.weight);
@@ -107,7 +107,7 @@ double geglu_mlp_err(const lf_nn_geglu_mlp *m, const lf_tensor *x, const lf_tens
                 g += X[t * D + k] * Wg[j * D + k], gm += fabs(X[t * D + k] * Wg[j * D + k]);
                 u += X[t * D + k] * Wu[j * D + k], um += fabs(X[t * D + k] * Wu[j * D + k]);
             }
-            double a = lf_act_ref(LF_ACT_GELU_TANH, g);
+            double a = lf_act_ref(m->act, g);
             h[j] = a * u, hm[j] = (fabs(a) + gm) * (fabs(u) + um);
         }
         for (int64_t j = 0; j < D; j++) {

@@ -61,9 +61,9 @@ double *to_f64(const lf_tensor *t);
 double worst_err(const double *got, const double *ref, const double *mag, int64_t n, lf_dtype dt, int64_t *where);
 
 /* The worst error (worst_err's measure) of y (tokens, dim), computed by m from x (..., dim),
- * against down(gelu_tanh(gate(x)) * up(x)) in float64 over tokens `step` apart; mag holds the
+ * against down(act(gate(x)) * up(x)) (m's act) in float64 over tokens `step` apart; mag holds the
  * magnitudes of every term through both layers. m's weights must be host tensors. */
-double geglu_mlp_err(const lf_nn_geglu_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step);
+double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step);
 
 /* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */
 double tol_for(lf_dtype dt);

@@ -19,6 +19,7 @@ typedef enum lf_act {
     LF_ACT_RELU,
     LF_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), cuBLASLt's GELU */
     LF_ACT_GELU_ERF,  /* 0.5 x (1 + erf(x / sqrt(2))), torch's default gelu */
+    LF_ACT_SILU,      /* x sigmoid(x) = x / (1 + e^-x): SwiGLU's (Llama, Mistral, Qwen); torch's silu */
     LF_ACT_COUNT
 } lf_act;
 

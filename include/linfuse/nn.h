@@ -1,6 +1,6 @@
 /* linfuse nn: modules that own parameters and call ops, as torch.nn does.
  *   lf_nn_linear:    y = x . W^T + b, W (out, in), b (out) or none
- *   lf_nn_geglu_mlp: y = down(gelu_tanh(gate(x)) * up(x)), three bias-free linears, run eagerly,
+ *   lf_nn_gated_mlp: y = down(gelu_tanh(gate(x)) * up(x)), three bias-free linears, run eagerly,
  *                    with a fused middle, or as a gated GEMM plus down
  * Parameters start as torch's defaults do (kaiming_uniform with a = sqrt(5): uniform in
  * +-1/sqrt(in), bias likewise), drawn from a seeded lf_rng so runs repeat.
@@ -32,8 +32,11 @@ lf_status lf_nn_linear_init(lf_nn_linear *m, const lf_nn_linear_opts *o, lf_rng 
 lf_status lf_nn_linear_forward(const lf_nn_linear *m, const lf_tensor *x, lf_tensor **y);
 void lf_nn_linear_free(lf_nn_linear *m);
 
-typedef struct lf_nn_geglu_mlp {
+/* The gated MLP of Gemma (GeGLU: gelu_tanh) and of Llama, Mistral, Qwen (SwiGLU: silu):
+ * y = down(act(gate(x)) * up(x)), act one setting of the module. */
+typedef struct lf_nn_gated_mlp {
     int64_t dim, hidden;
+    lf_act act; /* LF_ACT_GELU_TANH (GeGLU) or LF_ACT_SILU (SwiGLU) */
     /* The one weight-layout decision of the gated GEMM, made at init: gate's and up's weights
      * live stacked in gate_up (2*hidden, dim) = [Wg; Wu], and gate.weight and up.weight are
      * row views of it. Eager and fused forwards use the views (nothing changes for them); the
@@ -43,36 +46,39 @@ typedef struct lf_nn_geglu_mlp {
     lf_tensor *gate_up;
     lf_nn_linear gate, up; /* dim -> hidden, no bias */
     lf_nn_linear down;     /* hidden -> dim, no bias */
-} lf_nn_geglu_mlp;
+} lf_nn_gated_mlp;
 
-typedef struct lf_nn_geglu_mlp_opts {
+typedef struct lf_nn_gated_mlp_opts {
     int64_t dim, hidden;
     lf_dtype dtype;
     lf_device device;
-} lf_nn_geglu_mlp_opts;
+    lf_act act; /* LF_ACT_GELU_TANH or LF_ACT_SILU; LF_ACT_NONE (0) means GELU_TANH, the blog's GeGLU */
+} lf_nn_gated_mlp_opts;
 
-/* How a forward runs, from most kernels to fewest (all compute down(gelu_tanh(gate(x)) * up(x))):
- *   EAGER  gate, up, gelu, mul, down: five kernels, as torch eager (simple-mlp);
- *   FUSED  gate, up, gelu_mul, down: four, the hand-fused middle of the blog's kernels-mlp;
- *   GATED  mm_gated over gate_up (gelu(g) * u in the GEMM's epilogue), down: two. Where the
+/* How a forward runs, from most kernels to fewest (all compute down(act(gate(x)) * up(x))):
+ *   EAGER  gate, up, act, mul, down: five kernels, as torch eager (simple-mlp);
+ *   FUSED  gate, up, act_mul (lf_gelu_mul / lf_silu_mul), down: four, the hand-fused middle of
+ *          the blog's kernels-mlp;
+ *   GATED  mm_gated over gate_up (act(g) * u in the GEMM's epilogue), down: two. Where the
  *          device has no gated kernel for the shape, mm_gated says so in the trace and runs one
  *          GEMM over gate_up plus the fused middle instead. */
 typedef enum lf_mlp_variant { LF_MLP_EAGER, LF_MLP_FUSED, LF_MLP_GATED, LF_MLP_VARIANT_COUNT } lf_mlp_variant;
 const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated" */
 
-lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o, lf_rng *rng);
+lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o, lf_rng *rng);
 /* y (..., dim) for x (..., dim), eagerly: five kernels. */
-lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **y);
-lf_status lf_nn_geglu_mlp_forward_variant(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y);
+lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y);
-/* The middle alone: h (..., hidden) = gelu_tanh(gate(x)) * up(x), by the variant's kernels. */
-lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
-/* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H); m owns
- * both from now on (lf_nn_geglu_mlp_free frees them), also when this fails. */
-lf_status lf_nn_geglu_mlp_from_weights(lf_nn_geglu_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight);
+/* The middle alone: h (..., hidden) = act(gate(x)) * up(x), by the variant's kernels. */
+lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
+/* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H), act
+ * GELU_TANH or SILU; m owns both tensors from now on (lf_nn_gated_mlp_free frees them), also when
+ * this fails. */
+lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
-lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev);
-void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m);
+lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
+void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);
 
 /* --- tensor parallel: Megatron-LM's split of the MLP over N ranks ---
  * gate and up column-parallel (rank r holds rows r*H/N .. (r+1)*H/N of each, stacked as its own
@@ -82,7 +88,7 @@ void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m);
 typedef struct lf_nn_tp_mlp {
     int rank, world;
     int64_t dim, hidden; /* the full MLP's */
-    lf_nn_geglu_mlp local; /* this rank's shard: dim -> hidden / world -> dim */
+    lf_nn_gated_mlp local; /* this rank's shard: dim -> hidden / world -> dim */
     lf_comm *comm;         /* the group (not owned); NULL: partial sums only */
     /* Token chunks: chunk i's all-reduce runs on the communicator's stream while chunk i+1
      * computes. 0: lf_nn_tp_chunks's choice (one pass: on 2 H200s chunking lost at every shape
@@ -93,7 +99,7 @@ typedef struct lf_nn_tp_mlp {
 /* Rank `rank` of `world`'s shard of full (on the CPU, contiguous), moved to dev (on this
  * thread's unit). world must divide hidden. comm may be NULL, else its rank and size must be
  * rank and world. */
-lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int rank, int world, lf_comm *comm,
+lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_gated_mlp *full, int rank, int world, lf_comm *comm,
                              lf_device dev);
 /* This rank's partial output: summed over every rank it is the full MLP's. */
 lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);

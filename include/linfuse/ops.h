@@ -79,6 +79,10 @@ lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
  * lf_mul(lf_gelu(g), u) bit for bit while reading g and u once and writing out once. On CUDA
  * one block per row, its width chosen from the row length as Liger's kernel does. */
 lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx);
+/* silu(x) = x sigmoid(x), torch's F.silu; and SwiGLU's middle silu(g) * u in one pass (silu(g)
+ * rounded to the dtype first, so it equals lf_mul(lf_silu(g), u) bit for bit). */
+lf_status lf_silu(lf_tensor **out, const lf_tensor *x);
+lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
 
 /* --- collectives ---
  * A communicator is one rank of a group of devices (GPUs) that sum together; linfuse/dist.h

@@ -24,6 +24,8 @@ double lf_act_ref(lf_act act, double x)
         return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case LF_ACT_GELU_ERF:
         return 0.5 * x * erfc(-x * 0.7071067811865476);
+    case LF_ACT_SILU:
+        return x / (1.0 + exp(-x));
     default:
         return x;
     }
@@ -208,7 +210,8 @@ lf_status lf_gemm_validate(const lf_gemm *g)
                        lf_dtype_name(g->a.dtype), lf_dtype_name(g->b.dtype));
     const lf_epilogue *ep = &g->ep;
     if ((unsigned)ep->act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_gemm: activation %d is not one of none, relu, gelu_tanh, gelu_erf", (int)ep->act);
+        return lf_fail(LF_EINVAL, "lf_gemm: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu",
+                       (int)ep->act);
     int64_t n_out = N;
     if (ep->gate == LF_GATE_PAIRED) {
         if (ep->gate_group < 1 || N % (2 * ep->gate_group))

@@ -8,7 +8,7 @@
 #include "backend/backend_impl.h"
 #include "backend/names.h"
 
-static const char *const act_names[LF_ACT_COUNT] = {"none", "relu", "gelu_tanh", "gelu_erf"};
+static const char *const act_names[LF_ACT_COUNT] = {"none", "relu", "gelu_tanh", "gelu_erf", "silu"};
 
 const char *lf_act_name(lf_act act)
 {

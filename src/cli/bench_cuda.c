@@ -22,11 +22,11 @@ typedef struct gstate {
     const gcase *g;
     lf_tensor *w, *b;
     lf_nn_linear *lin;
-    lf_nn_geglu_mlp *mlp;
+    lf_nn_gated_mlp *mlp;
 } gstate;
 
 static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
-                       const lf_nn_geglu_mlp *mlp, lf_tensor **out)
+                       const lf_nn_gated_mlp *mlp, lf_tensor **out)
 {
     lf_tensor *y = NULL, *t = NULL;
     lf_status s;
@@ -37,7 +37,7 @@ static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b,
     } else if (g->kind == 1) {
         s = lf_nn_linear_forward(lin, x, &y);
     } else if (g->kind == 2) {
-        s = lf_nn_geglu_mlp_forward_variant(mlp, g->variant, x, &y);
+        s = lf_nn_gated_mlp_forward_variant(mlp, g->variant, x, &y);
     } else { /* x is (tokens, dim); the gated GEMM against the plain GEMM with the same FLOPs */
         s = lf_t(&t, mlp->gate_up);
         if (s == LF_OK)
@@ -60,7 +60,7 @@ static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **ou
 }
 
 static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
-                         const lf_nn_geglu_mlp *mlp, lf_compiled *c)
+                         const lf_nn_gated_mlp *mlp, lf_compiled *c)
 {
     if (!c)
         return eager(g, x, w, b, lin, mlp, NULL);
@@ -123,7 +123,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         lf_rng_seed(&rng, 1);
         lf_tensor *x = NULL, *w = NULL, *b = NULL;
         lf_nn_linear lin = {0};
-        lf_nn_geglu_mlp mlp = {0};
+        lf_nn_gated_mlp mlp = {0};
         lf_status s = LF_OK;
         if (g->kind == 0) {
             int64_t sq[2] = {g->a, g->a};
@@ -151,14 +151,14 @@ int lf_cli_bench_cuda(int reps, const char *only)
             if (s == LF_OK)
                 s = to_cuda(&lin.bias);
         } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
-            lf_nn_geglu_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
             int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
-            s = lf_nn_geglu_mlp_init(&mlp, &o, &rng);
+            s = lf_nn_gated_mlp_init(&mlp, &o, &rng);
             if (s == LF_OK)
                 s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
                                  : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
             if (s == LF_OK)
-                s = lf_nn_geglu_mlp_to_device(&mlp, LF_DEVICE_CUDA);
+                s = lf_nn_gated_mlp_to_device(&mlp, LF_DEVICE_CUDA);
         }
         if (s == LF_OK)
             s = lf_tensor_fill_uniform(x, &rng, -1, 1);
@@ -208,7 +208,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         lf_compiled_free(c);
         lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
         lf_nn_linear_free(&lin);
-        lf_nn_geglu_mlp_free(&mlp);
+        lf_nn_gated_mlp_free(&mlp);
     }
     return LF_EXIT_OK;
 }

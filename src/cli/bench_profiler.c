@@ -18,7 +18,7 @@ typedef struct pcase {
 typedef struct work {
     lf_tensor *x, *small;
     lf_nn_linear lin;
-    lf_nn_geglu_mlp mlp;
+    lf_nn_gated_mlp mlp;
 } work;
 
 static lf_status run_once(const pcase *c, work *w)
@@ -30,7 +30,7 @@ static lf_status run_once(const pcase *c, work *w)
     else if (c->kind == 1)
         s = lf_nn_linear_forward(&w->lin, w->x, &y);
     else
-        s = lf_nn_geglu_mlp_forward(&w->mlp, w->x, &y);
+        s = lf_nn_gated_mlp_forward(&w->mlp, w->x, &y);
     lf_tensor_free(y);
     return s;
 }
@@ -97,9 +97,9 @@ int lf_cli_bench_profiler(int reps)
             if (s == LF_OK)
                 s = lf_tensor_empty(&w.x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
         } else {
-            lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, LF_DTYPE_BF16, LF_DEVICE_CPU};
+            lf_nn_gated_mlp_opts o = {c->dim, c->hidden, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
             int64_t xs[3] = {c->batch, c->seq, c->dim};
-            s = lf_nn_geglu_mlp_init(&w.mlp, &o, &rng);
+            s = lf_nn_gated_mlp_init(&w.mlp, &o, &rng);
             if (s == LF_OK)
                 s = lf_tensor_empty(&w.x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
         }
@@ -122,7 +122,7 @@ int lf_cli_bench_profiler(int reps)
         }
         lf_tensor_free(w.x), lf_tensor_free(w.small);
         lf_nn_linear_free(&w.lin);
-        lf_nn_geglu_mlp_free(&w.mlp);
+        lf_nn_gated_mlp_free(&w.mlp);
     }
     return rc;
 }

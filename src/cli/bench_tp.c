@@ -23,7 +23,7 @@ typedef struct tshared {
     const tcase *c;
     int n, reps;
     lf_comm **comms;
-    lf_nn_geglu_mlp full;
+    lf_nn_gated_mlp full;
     lf_tensor *x_host;
     pthread_barrier_t bar;
     double t[64], h[64]; /* rank 0's samples */
@@ -157,9 +157,9 @@ int lf_cli_bench_tp(int reps, const char *only, int tp)
         sh.c = c, sh.n = n, sh.reps = reps < 64 ? reps : 64, sh.comms = comms;
         lf_rng rng;
         lf_rng_seed(&rng, 1);
-        lf_nn_geglu_mlp_opts o = {c->d, c->h, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_nn_gated_mlp_opts o = {c->d, c->h, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
         int64_t xs[3] = {c->b, c->s, c->d};
-        lf_status s = lf_nn_geglu_mlp_init(&sh.full, &o, &rng);
+        lf_status s = lf_nn_gated_mlp_init(&sh.full, &o, &rng);
         if (s == LF_OK)
             s = lf_tensor_empty(&sh.x_host, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU);
         if (s == LF_OK)
@@ -189,7 +189,7 @@ int lf_cli_bench_tp(int reps, const char *only, int tp)
             printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f\n", name,
                    lf_cli_median(sh.t, sh.reps) * 1e6, lf_cli_median(sh.h, sh.reps) * 1e6);
         fflush(stdout);
-        lf_nn_geglu_mlp_free(&sh.full);
+        lf_nn_gated_mlp_free(&sh.full);
         lf_tensor_free(sh.x_host);
     }
     for (int r = 0; r < n; r++)

@@ -142,14 +142,14 @@ int lf_cli_demo(int argc, char **argv)
 
     lf_rng rng;
     lf_rng_seed(&rng, (uint64_t)seed);
-    lf_nn_geglu_mlp mlp;
-    lf_nn_geglu_mlp_opts mo = {dim, hidden, dtype, LF_DEVICE_CPU};
+    lf_nn_gated_mlp mlp;
+    lf_nn_gated_mlp_opts mo = {dim, hidden, dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     lf_tensor *x = NULL, *y = NULL;
     int64_t xs[3] = {batch, seq, dim};
-    if (lf_nn_geglu_mlp_init(&mlp, &mo, &rng) != LF_OK || lf_tensor_empty(&x, dtype, 3, xs, LF_DEVICE_CPU) != LF_OK ||
+    if (lf_nn_gated_mlp_init(&mlp, &mo, &rng) != LF_OK || lf_tensor_empty(&x, dtype, 3, xs, LF_DEVICE_CPU) != LF_OK ||
         lf_tensor_fill_uniform(x, &rng, -1.0, 1.0) != LF_OK) {
         fprintf(stderr, "linfuse demo: %s\n", lf_last_error());
-        lf_nn_geglu_mlp_free(&mlp);
+        lf_nn_gated_mlp_free(&mlp);
         lf_tensor_free(x);
         return LF_EXIT_FAIL;
     }
@@ -166,7 +166,7 @@ int lf_cli_demo(int argc, char **argv)
         goto done;
     }
     lf_ops_set_observer(&obs);
-    lf_status s = lf_nn_geglu_mlp_forward(&mlp, x, &y);
+    lf_status s = lf_nn_gated_mlp_forward(&mlp, x, &y);
     lf_ops_set_observer(NULL);
     if (s != LF_OK) {
         fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
@@ -199,7 +199,7 @@ int lf_cli_demo(int argc, char **argv)
         lf_tensor_free(y);
         y = NULL;
         double t0 = lf_cli_now();
-        if (lf_nn_geglu_mlp_forward(&mlp, x, &y) != LF_OK) {
+        if (lf_nn_gated_mlp_forward(&mlp, x, &y) != LF_OK) {
             fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
             rc = LF_EXIT_FAIL;
             break;
@@ -217,6 +217,6 @@ done:
     free(log);
     lf_tensor_free(x);
     lf_tensor_free(y);
-    lf_nn_geglu_mlp_free(&mlp);
+    lf_nn_gated_mlp_free(&mlp);
     return rc;
 }

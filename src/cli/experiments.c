@@ -21,14 +21,14 @@
 typedef struct model {
     lf_tensor *x, *w, *b; /* x: the input; w, b: matmul-add's operands */
     lf_nn_linear lin;
-    lf_nn_geglu_mlp mlp;
+    lf_nn_gated_mlp mlp;
 } model;
 
 static void model_free(model *m)
 {
     lf_tensor_free(m->x), lf_tensor_free(m->w), lf_tensor_free(m->b);
     lf_nn_linear_free(&m->lin);
-    lf_nn_geglu_mlp_free(&m->mlp);
+    lf_nn_gated_mlp_free(&m->mlp);
 }
 
 static lf_status build_matmul_add(const exp_cfg *c, lf_rng *rng, model *m)
@@ -51,9 +51,9 @@ static lf_status build_linear(const exp_cfg *c, lf_rng *rng, model *m)
 
 static lf_status build_mlp(const exp_cfg *c, lf_rng *rng, model *m)
 {
-    lf_nn_geglu_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU};
+    lf_nn_gated_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     int64_t xs[3] = {c->batch, c->seq, c->dim};
-    LF_TRY(lf_nn_geglu_mlp_init(&m->mlp, &o, rng));
+    LF_TRY(lf_nn_gated_mlp_init(&m->mlp, &o, rng));
     return lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
 }
 
@@ -76,7 +76,7 @@ static lf_status forward_linear(const exp_cfg *c, const model *m, const lf_tenso
 
 static lf_status forward_mlp(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y)
 {
-    return lf_nn_geglu_mlp_forward_variant(&m->mlp, c->variant, x, y);
+    return lf_nn_gated_mlp_forward_variant(&m->mlp, c->variant, x, y);
 }
 
 static void shape_matmul_add(const exp_cfg *c, char *buf, size_t cap)
@@ -497,7 +497,7 @@ static lf_status model_build(const exp_cfg *c, model *m)
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
     if (s == LF_OK && c->device != LF_DEVICE_CPU && m->mlp.gate_up)
-        s = lf_nn_geglu_mlp_to_device(&m->mlp, c->device);
+        s = lf_nn_gated_mlp_to_device(&m->mlp, c->device);
     if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
         lf_tensor **all[] = {&m->x, &m->w, &m->b, &m->lin.weight, &m->lin.bias};
         for (size_t i = 0; i < sizeof all / sizeof all[0] && s == LF_OK; i++)

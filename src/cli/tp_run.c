@@ -22,7 +22,7 @@ typedef struct rank_ctx {
     const exp_tp_job *j;
     int rank;
     lf_comm *comm;
-    const lf_nn_geglu_mlp *full; /* on the host, shared */
+    const lf_nn_gated_mlp *full; /* on the host, shared */
     const lf_tensor *x_host;
     lf_nn_tp_mlp m;
     lf_tensor *x;
@@ -258,11 +258,11 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
     /* the full MLP and input on the host, the same on every rank (seeded), as one GPU's run */
     lf_rng rng;
     lf_rng_seed(&rng, 0);
-    lf_nn_geglu_mlp full = {0};
+    lf_nn_gated_mlp full = {0};
     lf_tensor *x_host = NULL;
-    lf_nn_geglu_mlp_opts mo = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU};
+    lf_nn_gated_mlp_opts mo = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     int64_t xs[3] = {c->batch, c->seq, c->dim};
-    lf_status s = lf_nn_geglu_mlp_init(&full, &mo, &rng);
+    lf_status s = lf_nn_gated_mlp_init(&full, &mo, &rng);
     if (s == LF_OK)
         s = lf_tensor_empty(&x_host, c->dtype, 3, xs, LF_DEVICE_CPU);
     if (s == LF_OK)
@@ -351,7 +351,7 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
     }
     pthread_barrier_destroy(&run.go);
     pthread_barrier_destroy(&run.done);
-    lf_nn_geglu_mlp_free(&full);
+    lf_nn_gated_mlp_free(&full);
     lf_tensor_free(x_host);
     return code;
 }

@@ -73,7 +73,7 @@ static void plan_free(plan *p)
 static const char *op_short(const lf_fused_op *o)
 {
     if (o->op == LF_PW_ACT)
-        return o->act == LF_ACT_RELU ? "relu" : o->act == LF_ACT_NONE ? "copy" : "gelu";
+        return o->act == LF_ACT_RELU ? "relu" : o->act == LF_ACT_NONE ? "copy" : o->act == LF_ACT_SILU ? "silu" : "gelu";
     return o->op == LF_PW_ADD ? "add" : o->op == LF_PW_MUL ? "mul" : "copy";
 }
 

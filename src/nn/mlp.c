@@ -12,7 +12,7 @@ const char *lf_mlp_variant_name(lf_mlp_variant v)
 }
 
 /* gate.weight and up.weight as row views of gate_up (old views dropped). */
-static lf_status make_views(lf_nn_geglu_mlp *m)
+static lf_status make_views(lf_nn_gated_mlp *m)
 {
     const int64_t H = m->hidden, D = m->dim, shape[2] = {H, D}, stride[2] = {D, 1};
     lf_tensor *g = NULL, *u = NULL;
@@ -30,19 +30,22 @@ static lf_status make_views(lf_nn_geglu_mlp *m)
     return LF_OK;
 }
 
-lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o, lf_rng *rng)
+lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o, lf_rng *rng)
 {
-    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_init", "m");
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_init", "m");
     memset(m, 0, sizeof *m);
-    LF_CHECK_PTR(o, "lf_nn_geglu_mlp_init", "opts");
-    LF_CHECK_PTR(rng, "lf_nn_geglu_mlp_init", "rng");
+    LF_CHECK_PTR(o, "lf_nn_gated_mlp_init", "opts");
+    LF_CHECK_PTR(rng, "lf_nn_gated_mlp_init", "rng");
     if (o->dim < 1 || o->hidden < 1)
-        return lf_fail(LF_ESHAPE, "lf_nn_geglu_mlp_init: dim = %lld and hidden = %lld, expected both >= 1",
+        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_init: dim = %lld and hidden = %lld, expected both >= 1",
                        (long long)o->dim, (long long)o->hidden);
+    if (o->act != LF_ACT_NONE && o->act != LF_ACT_GELU_TANH && o->act != LF_ACT_SILU)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_init: act %s: a gated MLP's is gelu_tanh (GeGLU) or silu (SwiGLU)",
+                       lf_act_name(o->act));
     if (o->device != LF_DEVICE_CPU)
         return lf_fail(LF_EDEVICE,
-                       "lf_nn_geglu_mlp_init: device %s: parameters are created on cpu; move them with "
-                       "lf_nn_geglu_mlp_to_device",
+                       "lf_nn_gated_mlp_init: device %s: parameters are created on cpu; move them with "
+                       "lf_nn_gated_mlp_to_device",
                        lf_device_name(o->device));
     /* gate then up, drawn in that order as two nn.Linear(dim, hidden) would be */
     const double bound = 1.0 / sqrt((double)o->dim);
@@ -53,6 +56,7 @@ lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o
         s = lf_tensor_fill_uniform(m->gate_up, rng, -bound, bound);
     m->dim = o->dim;
     m->hidden = o->hidden;
+    m->act = o->act == LF_ACT_NONE ? LF_ACT_GELU_TANH : o->act;
     if (s == LF_OK)
         s = make_views(m);
     m->gate.in_features = m->up.in_features = o->dim;
@@ -60,35 +64,45 @@ lf_status lf_nn_geglu_mlp_init(lf_nn_geglu_mlp *m, const lf_nn_geglu_mlp_opts *o
     if (s == LF_OK)
         s = lf_nn_linear_init(&m->down, &outo, rng);
     if (s != LF_OK) {
-        lf_nn_geglu_mlp_free(m);
+        lf_nn_gated_mlp_free(m);
         return s;
     }
     return LF_OK;
 }
 
-lf_status lf_nn_geglu_mlp_from_weights(lf_nn_geglu_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight)
+lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act)
 {
-    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_from_weights", "m");
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_from_weights", "m");
     memset(m, 0, sizeof *m);
-    LF_CHECK_PTR(gate_up, "lf_nn_geglu_mlp_from_weights", "gate_up");
-    LF_CHECK_PTR(down_weight, "lf_nn_geglu_mlp_from_weights", "down_weight");
+    if (!gate_up || !down_weight || (act != LF_ACT_GELU_TANH && act != LF_ACT_SILU)) {
+        lf_tensor_free(gate_up);
+        lf_tensor_free(down_weight);
+        if (act != LF_ACT_GELU_TANH && act != LF_ACT_SILU)
+            return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: act %s: gelu_tanh or silu", lf_act_name(act));
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: argument '%s' is NULL", gate_up ? "down_weight" : "gate_up");
+    }
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
+    lf_status s = LF_OK;
     if (gate_up->ndim != 2 || down_weight->ndim != 2 || gate_up->shape[0] % 2 ||
         down_weight->shape[0] != gate_up->shape[1] || down_weight->shape[1] != gate_up->shape[0] / 2 ||
         !lf_tensor_is_contiguous(gate_up) || gate_up->dtype != down_weight->dtype ||
         lf_tensor_device(gate_up) != lf_tensor_device(down_weight))
-        return lf_fail(LF_ESHAPE,
-                       "lf_nn_geglu_mlp_from_weights: gate_up %s (%s) and down %s (%s): expected a contiguous (2H, D) "
-                       "and a (D, H) of one dtype and device",
-                       lf_fmt_shape(a, sizeof a, gate_up->ndim, gate_up->shape), lf_dtype_name(gate_up->dtype),
-                       lf_fmt_shape(b, sizeof b, down_weight->ndim, down_weight->shape),
-                       lf_dtype_name(down_weight->dtype));
-    m->dim = gate_up->shape[1];
-    m->hidden = gate_up->shape[0] / 2;
-    m->gate_up = gate_up;
-    lf_status s = make_views(m);
-    if (s != LF_OK) {
-        m->gate_up = NULL;
+        s = lf_fail(LF_ESHAPE,
+                    "lf_nn_gated_mlp_from_weights: gate_up %s (%s) and down %s (%s): expected a contiguous (2H, D) "
+                    "and a (D, H) of one dtype and device",
+                    lf_fmt_shape(a, sizeof a, gate_up->ndim, gate_up->shape), lf_dtype_name(gate_up->dtype),
+                    lf_fmt_shape(b, sizeof b, down_weight->ndim, down_weight->shape), lf_dtype_name(down_weight->dtype));
+    if (s == LF_OK) {
+        m->dim = gate_up->shape[1];
+        m->hidden = gate_up->shape[0] / 2;
+        m->act = act;
+        m->gate_up = gate_up;
+        s = make_views(m);
+    }
+    if (s != LF_OK) { /* the weights were handed over: they go with the failure */
+        memset(m, 0, sizeof *m);
+        lf_tensor_free(gate_up);
+        lf_tensor_free(down_weight);
         return s;
     }
     m->gate.in_features = m->up.in_features = m->dim;
@@ -99,11 +113,11 @@ lf_status lf_nn_geglu_mlp_from_weights(lf_nn_geglu_mlp *m, lf_tensor *gate_up, l
     return LF_OK;
 }
 
-lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev)
+lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev)
 {
-    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_to_device", "m");
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_to_device", "m");
     if (!m->gate_up || !m->down.weight)
-        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_to_device: the module is not initialised");
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_to_device: the module is not initialised");
     lf_tensor *gu = NULL, *dw = NULL;
     lf_status s = lf_tensor_to_device(&gu, m->gate_up, dev);
     if (s == LF_OK)
@@ -128,11 +142,11 @@ lf_status lf_nn_geglu_mlp_to_device(lf_nn_geglu_mlp *m, lf_device dev)
 }
 
 /* act(x . Wg^T) * (x . Wu^T) in one gated GEMM over gate_up; x (..., dim) -> (..., hidden). */
-static lf_status gated_middle(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **h)
+static lf_status gated_middle(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **h)
 {
     *h = NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
-        return lf_fail(LF_ESHAPE, "lf_nn_geglu_mlp_forward: x's last dim is %lld, expected dim = %lld",
+        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
                        x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
     const int64_t tokens = lf_tensor_numel(x) / m->dim;
     int64_t flat[2] = {tokens, m->dim}, back[LF_MAX_DIMS];
@@ -143,7 +157,7 @@ static lf_status gated_middle(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_t
     if (s == LF_OK)
         s = lf_t(&wt, m->gate_up);
     if (s == LF_OK)
-        s = lf_mm_gated(&h2, x2, wt, LF_ACT_GELU_TANH, m->hidden);
+        s = lf_mm_gated(&h2, x2, wt, m->act, m->hidden);
     if (s == LF_OK)
         s = lf_view(h, h2, x->ndim, back);
     lf_tensor_free(x2);
@@ -152,14 +166,14 @@ static lf_status gated_middle(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_t
     return s;
 }
 
-lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h)
+lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h)
 {
-    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_middle", "m");
-    LF_CHECK_PTR(h, "lf_nn_geglu_mlp_middle", "h");
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_middle", "m");
+    LF_CHECK_PTR(h, "lf_nn_gated_mlp_middle", "h");
     *h = NULL;
-    LF_CHECK_PTR(x, "lf_nn_geglu_mlp_middle", "x");
+    LF_CHECK_PTR(x, "lf_nn_gated_mlp_middle", "x");
     if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_nn_geglu_mlp_forward: variant %d is not eager, fused or gated", (int)v);
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: variant %d is not eager, fused or gated", (int)v);
     if (v == LF_MLP_GATED)
         return gated_middle(m, x, h);
     lf_tensor *g = NULL, *u = NULL, *a = NULL;
@@ -167,9 +181,9 @@ lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, con
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->up, x, &u);
     if (s == LF_OK && v == LF_MLP_FUSED)
-        s = lf_gelu_mul(h, g, u, LF_GELU_TANH);
+        s = m->act == LF_ACT_SILU ? lf_silu_mul(h, g, u) : lf_gelu_mul(h, g, u, LF_GELU_TANH);
     if (s == LF_OK && v == LF_MLP_EAGER)
-        s = lf_gelu(&a, g, LF_GELU_TANH);
+        s = m->act == LF_ACT_SILU ? lf_silu(&a, g) : lf_gelu(&a, g, LF_GELU_TANH);
     if (s == LF_OK && v == LF_MLP_EAGER)
         s = lf_mul(h, a, u);
     lf_tensor_free(g);
@@ -178,26 +192,26 @@ lf_status lf_nn_geglu_mlp_middle(const lf_nn_geglu_mlp *m, lf_mlp_variant v, con
     return s;
 }
 
-lf_status lf_nn_geglu_mlp_forward_variant(const lf_nn_geglu_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y)
 {
-    LF_CHECK_PTR(m, "lf_nn_geglu_mlp_forward", "m");
-    LF_CHECK_PTR(y, "lf_nn_geglu_mlp_forward", "y");
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_forward", "m");
+    LF_CHECK_PTR(y, "lf_nn_gated_mlp_forward", "y");
     *y = NULL;
     lf_tensor *h = NULL;
-    lf_status s = lf_nn_geglu_mlp_middle(m, v, x, &h);
+    lf_status s = lf_nn_gated_mlp_middle(m, v, x, &h);
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->down, h, y);
     lf_tensor_free(h);
     return s;
 }
 
-lf_status lf_nn_geglu_mlp_forward(const lf_nn_geglu_mlp *m, const lf_tensor *x, lf_tensor **y)
+lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y)
 {
-    return lf_nn_geglu_mlp_forward_variant(m, LF_MLP_EAGER, x, y);
+    return lf_nn_gated_mlp_forward_variant(m, LF_MLP_EAGER, x, y);
 }
 
-void lf_nn_geglu_mlp_free(lf_nn_geglu_mlp *m)
+void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
 {
     if (!m)
         return;

@@ -20,7 +20,7 @@ int lf_nn_tp_chunks(int64_t tokens)
     return 1;
 }
 
-lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int rank, int world, lf_comm *comm,
+lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_gated_mlp *full, int rank, int world, lf_comm *comm,
                              lf_device dev)
 {
     LF_CHECK_PTR(m, "lf_nn_tp_mlp_shard", "m");
@@ -62,11 +62,11 @@ lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_geglu_mlp *full, int r
     char *ddst = lf_tensor_data(dwr);
     for (int64_t i = 0; i < D; i++)
         memcpy(ddst + (size_t)(i * h) * es, dsrc + (size_t)(i * H + rank * h) * es, (size_t)h * es);
-    s = lf_nn_geglu_mlp_from_weights(&m->local, gur, dwr);
+    s = lf_nn_gated_mlp_from_weights(&m->local, gur, dwr, full->act);
     if (s == LF_OK && dev != LF_DEVICE_CPU)
-        s = lf_nn_geglu_mlp_to_device(&m->local, dev);
+        s = lf_nn_gated_mlp_to_device(&m->local, dev);
     if (s != LF_OK) {
-        lf_nn_geglu_mlp_free(&m->local);
+        lf_nn_gated_mlp_free(&m->local);
         memset(m, 0, sizeof *m);
         return s;
     }
@@ -118,7 +118,7 @@ static lf_status forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tenso
         lf_tensor *h = NULL, *yc = NULL;
         s = chunks == 1 ? lf_tensor_as_strided(&xc, x2, 2, flat, x2->stride, x2->offset) : rows(&xc, x2, r0, r1);
         if (s == LF_OK)
-            s = lf_nn_geglu_mlp_middle(&m->local, v, xc, &h);
+            s = lf_nn_gated_mlp_middle(&m->local, v, xc, &h);
         if (s == LF_OK)
             s = chunks == 1 ? lf_tensor_as_strided(&yc, out, 2, flat, out->stride, 0) : rows(&yc, out, r0, r1);
         if (s == LF_OK)
@@ -160,6 +160,6 @@ void lf_nn_tp_mlp_free(lf_nn_tp_mlp *m)
 {
     if (!m)
         return;
-    lf_nn_geglu_mlp_free(&m->local);
+    lf_nn_gated_mlp_free(&m->local);
     memset(m, 0, sizeof *m);
 }

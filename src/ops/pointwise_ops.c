@@ -54,18 +54,41 @@ lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b)
     LF_DISPATCH(MUL, args, out, binary_impl(LF_PW_MUL, "lf_mul", out, a, b));
 }
 
-static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
+/* act(x) by one pointwise kernel; fn names the op in messages. */
+static lf_status act_impl(const char *fn, lf_tensor **out, const lf_tensor *x, lf_act act)
 {
-    LF_CHECK_PTR(out, "lf_gelu", "out");
+    LF_CHECK_PTR(out, fn, "out");
     *out = NULL;
-    LF_TRY(lf_check_tensor("lf_gelu", "x", x));
-    if (approx != LF_GELU_ERF && approx != LF_GELU_TANH)
-        return lf_fail(LF_EINVAL, "lf_gelu: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
+    LF_TRY(lf_check_tensor(fn, "x", x));
     lf_tensor *y;
     LF_TRY(lf_new_output(&y, x, x->ndim, x->shape));
-    lf_pointwise p = {
-        .op = LF_PW_ACT, .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF, .in = {lf_strided_of(x)}};
+    lf_pointwise p = {.op = LF_PW_ACT, .act = act, .in = {lf_strided_of(x)}};
     return lf_pointwise_into(out, y, &p);
+}
+
+/* act(g) * u in one pass, act(g) rounded to the dtype first (so it equals mul(act(g), u)). */
+static lf_status act_mul_impl(const char *fn, lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_act act)
+{
+    char x[LF_SHAPE_STR_CAP], y[LF_SHAPE_STR_CAP];
+    LF_CHECK_PTR(out, fn, "out");
+    *out = NULL;
+    LF_TRY(lf_check_tensor(fn, "g", g));
+    LF_TRY(lf_check_tensor(fn, "u", u));
+    LF_TRY(lf_check_same(fn, "g", g, "u", u));
+    if (g->ndim != u->ndim || memcmp(g->shape, u->shape, (size_t)g->ndim * sizeof g->shape[0]))
+        return lf_fail(LF_ESHAPE, "%s: g %s and u %s must have one shape", fn,
+                       lf_fmt_shape(x, sizeof x, g->ndim, g->shape), lf_fmt_shape(y, sizeof y, u->ndim, u->shape));
+    lf_tensor *o;
+    LF_TRY(lf_new_output(&o, g, g->ndim, g->shape));
+    lf_pointwise p = {.op = LF_PW_ACT_MUL, .act = act, .in = {lf_strided_of(g), lf_strided_of(u)}};
+    return lf_pointwise_into(out, o, &p);
+}
+
+static lf_status gelu_impl(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
+{
+    if (approx != LF_GELU_ERF && approx != LF_GELU_TANH)
+        return lf_fail(LF_EINVAL, "lf_gelu: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
+    return act_impl("lf_gelu", out, x, approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF);
 }
 
 lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
@@ -76,27 +99,25 @@ lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx)
 
 static lf_status gelu_mul_impl(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
 {
-    char x[LF_SHAPE_STR_CAP], y[LF_SHAPE_STR_CAP];
-    LF_CHECK_PTR(out, "lf_gelu_mul", "out");
-    *out = NULL;
-    LF_TRY(lf_check_tensor("lf_gelu_mul", "g", g));
-    LF_TRY(lf_check_tensor("lf_gelu_mul", "u", u));
-    LF_TRY(lf_check_same("lf_gelu_mul", "g", g, "u", u));
     if (approx != LF_GELU_ERF && approx != LF_GELU_TANH)
         return lf_fail(LF_EINVAL, "lf_gelu_mul: approximate = %d, expected LF_GELU_ERF or LF_GELU_TANH", (int)approx);
-    if (g->ndim != u->ndim || memcmp(g->shape, u->shape, (size_t)g->ndim * sizeof g->shape[0]))
-        return lf_fail(LF_ESHAPE, "lf_gelu_mul: g %s and u %s must have one shape",
-                       lf_fmt_shape(x, sizeof x, g->ndim, g->shape), lf_fmt_shape(y, sizeof y, u->ndim, u->shape));
-    lf_tensor *o;
-    LF_TRY(lf_new_output(&o, g, g->ndim, g->shape));
-    lf_pointwise p = {.op = LF_PW_ACT_MUL,
-                      .act = approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF,
-                      .in = {lf_strided_of(g), lf_strided_of(u)}};
-    return lf_pointwise_into(out, o, &p);
+    return act_mul_impl("lf_gelu_mul", out, g, u, approx == LF_GELU_TANH ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF);
 }
 
 lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx)
 {
     lf_op_arg args[] = {LF_ARG(g), LF_ARG(u)};
     LF_DISPATCH(GELU_MUL, args, out, gelu_mul_impl(out, g, u, approx));
+}
+
+lf_status lf_silu(lf_tensor **out, const lf_tensor *x)
+{
+    lf_op_arg args[] = {LF_ARG(x)};
+    LF_DISPATCH(SILU, args, out, act_impl("lf_silu", out, x, LF_ACT_SILU));
+}
+
+lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u)
+{
+    lf_op_arg args[] = {LF_ARG(g), LF_ARG(u)};
+    LF_DISPATCH(SILU_MUL, args, out, act_mul_impl("lf_silu_mul", out, g, u, LF_ACT_SILU));
 }

@@ -105,16 +105,16 @@ static void test_linear_and_pointwise(void)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 6);
-    lf_nn_geglu_mlp m;
-    lf_nn_geglu_mlp_opts o = {96, 160, LF_DTYPE_BF16, LF_DEVICE_CPU};
-    OK(lf_nn_geglu_mlp_init(&m, &o, &rng));
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts o = {96, 160, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    OK(lf_nn_gated_mlp_init(&m, &o, &rng));
     int64_t xs[3] = {2, 33, 96};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *ycpu = NULL, *ygpu = NULL;
-    OK(lf_nn_geglu_mlp_forward(&m, x, &ycpu));
-    lf_nn_geglu_mlp g = m; /* the same weights, moved to the GPU */
+    OK(lf_nn_gated_mlp_forward(&m, x, &ycpu));
+    lf_nn_gated_mlp g = m; /* the same weights, moved to the GPU */
     g.gate.weight = to_gpu(m.gate.weight), g.up.weight = to_gpu(m.up.weight), g.down.weight = to_gpu(m.down.weight);
     lf_tensor *gx = to_gpu(x);
-    OK(lf_nn_geglu_mlp_forward(&g, gx, &ygpu));
+    OK(lf_nn_gated_mlp_forward(&g, gx, &ygpu));
     CHECK(lf_tensor_device(ygpu) == LF_DEVICE_CUDA, "the MLP ran on the GPU");
     double *c = to_f64(ycpu), *d = to_f64(ygpu), *mag = malloc(2 * 33 * 96 * sizeof *mag);
     for (int i = 0; i < 2 * 33 * 96; i++)
@@ -123,7 +123,7 @@ static void test_linear_and_pointwise(void)
     free(c), free(d), free(mag);
     lf_tensor_free(g.gate.weight), lf_tensor_free(g.up.weight), lf_tensor_free(g.down.weight);
     lf_tensor_free(gx), lf_tensor_free(ycpu), lf_tensor_free(ygpu), lf_tensor_free(x);
-    lf_nn_geglu_mlp_free(&m);
+    lf_nn_gated_mlp_free(&m);
 
     /* broadcast add and strided mul and gelu, all dtypes */
     for (int dt = 0; dt < LF_DTYPE_COUNT; dt++) {
@@ -282,7 +282,7 @@ static void test_profiled_memory(void)
 
 /* act(x W_g^T) * (x W_u^T) in float64 for rows step apart (large shapes: a sample of rows), W
  * (2H, K) in blocks of G rows; error against got (M, H) by the usual measure. */
-static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const lf_tensor *got, int64_t step)
+static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const lf_tensor *got, int64_t step, lf_act act)
 {
     const int64_t M = x->shape[0], K = x->shape[1], H = w->shape[0] / 2;
     double *X = to_f64(x), *W = to_f64(w), *Y = to_f64(got), worst = 0;
@@ -295,7 +295,7 @@ static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const
                 g += X[i * K + k] * W[gr * K + k], gm += fabs(X[i * K + k] * W[gr * K + k]);
                 u += X[i * K + k] * W[ur * K + k], um += fabs(X[i * K + k] * W[ur * K + k]);
             }
-            double a = lf_act_ref(LF_ACT_GELU_TANH, g);
+            double a = lf_act_ref(act, g);
             ref[j] = a * u;
             mag[j] = (fabs(a) + gm) * (fabs(u) + um);
         }
@@ -322,17 +322,26 @@ static void test_gelu_mul_gpu(void)
                 lf_tensor *dg = to_gpu(hg), *du = to_gpu(hu), *g = NULL, *u = NULL;
                 OK(lf_tensor_as_strided(&g, dg, 2, half, st, 0));
                 OK(lf_tensor_as_strided(&u, halves ? dg : du, 2, half, st, halves ? C : 0));
-                lf_tensor *f = NULL, *a = NULL, *two = NULL;
-                OK(lf_gelu_mul(&f, g, u, LF_GELU_TANH));
-                OK(lf_gelu(&a, g, LF_GELU_TANH));
-                OK(lf_mul(&two, a, u));
-                if (f && two) {
-                    double *F = to_f64(f), *T = to_f64(two);
-                    CHECK(!memcmp(F, T, (size_t)(R * C) * sizeof *F), "gpu gelu_mul == mul(gelu): %s %lldx%lld halves %d",
-                          lf_dtype_name((lf_dtype)dt), (long long)R, (long long)C, halves);
-                    free(F), free(T);
+                for (int silu = 0; silu < 2; silu++) {
+                    lf_tensor *f = NULL, *a = NULL, *two = NULL;
+                    if (silu) {
+                        OK(lf_silu_mul(&f, g, u));
+                        OK(lf_silu(&a, g));
+                    } else {
+                        OK(lf_gelu_mul(&f, g, u, LF_GELU_TANH));
+                        OK(lf_gelu(&a, g, LF_GELU_TANH));
+                    }
+                    OK(lf_mul(&two, a, u));
+                    if (f && two) {
+                        double *F = to_f64(f), *T = to_f64(two);
+                        CHECK(!memcmp(F, T, (size_t)(R * C) * sizeof *F), "gpu %s == mul(act): %s %lldx%lld halves %d",
+                              silu ? "silu_mul" : "gelu_mul", lf_dtype_name((lf_dtype)dt), (long long)R, (long long)C,
+                              halves);
+                        free(F), free(T);
+                    }
+                    lf_tensor_free(f), lf_tensor_free(a), lf_tensor_free(two);
                 }
-                lf_tensor *list[] = {hg, hu, dg, du, g, u, f, a, two};
+                lf_tensor *list[] = {hg, hu, dg, du, g, u};
                 for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
                     lf_tensor_free(list[i]);
             }
@@ -349,7 +358,9 @@ static void test_gated_gemm(void)
     static const int64_t cases[][4] = {/* M, K, H, G */
                                        {1, 64, 128, 128},     {77, 768, 384, 384},  {300, 136, 256, 128},
                                        {1000, 256, 512, 256}, {129, 4096, 128, 128}, {8192, 768, 3072, 3072}};
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    for (size_t cj = 0; cj < 2 * sizeof cases / sizeof cases[0]; cj++) {
+        const size_t ci = cj / 2; /* each case in GeGLU's act, then SwiGLU's */
+        const lf_act act = cj % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH;
         const int64_t M = cases[ci][0], K = cases[ci][1], H = cases[ci][2], G = cases[ci][3], pad = 24;
         int64_t xs[2] = {M, K}, ws[2] = {2 * H, K}, ds[2] = {M, H + pad};
         lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws);
@@ -358,13 +369,13 @@ static void test_gated_gemm(void)
         OK(lf_tensor_fill(poison, NAN));
         lf_tensor *gx = to_gpu(x), *gw = to_gpu(w), *gd = to_gpu(poison);
         lf_gemm g = {.ep = lf_epilogue_default()};
-        g.ep.act = LF_ACT_GELU_TANH, g.ep.gate = LF_GATE_PAIRED, g.ep.gate_group = G;
+        g.ep.act = act, g.ep.gate = LF_GATE_PAIRED, g.ep.gate_group = G;
         g.a = (lf_matrix){lf_tensor_data(gx), LF_DTYPE_BF16, M, K, K, 1};
         g.b = (lf_matrix){lf_tensor_data(gw), LF_DTYPE_BF16, K, 2 * H, 1, K}; /* W^T */
         g.d = (lf_matrix){lf_tensor_data(gd), LF_DTYPE_BF16, M, H, H + pad, 1};
         char what[96];
-        snprintf(what, sizeof what, "gated %lldx%lldx%lld G %lld", (long long)M, (long long)K, (long long)H,
-                 (long long)G);
+        snprintf(what, sizeof what, "gated %s %lldx%lldx%lld G %lld", lf_act_name(act), (long long)M, (long long)K,
+                 (long long)H, (long long)G);
         lf_status s = lf_backend_gemm_supported(LF_DEVICE_CUDA, &g);
         CHECK(s == LF_OK, "%s: the Hopper kernel takes it: %s", what, s == LF_OK ? "" : lf_last_error());
         lf_kernel_info info = {0};
@@ -372,7 +383,8 @@ static void test_gated_gemm(void)
         CHECK(s == LF_OK, "%s: %s", what, lf_last_error());
         lf_device_synchronize(LF_DEVICE_CUDA);
         if (s == LF_OK) {
-            CHECK(info.name && strstr(info.name, "gated_gemm_bf16_gelu_tanh"), "%s: kernel name %s", what,
+            CHECK(info.name && strstr(info.name, act == LF_ACT_SILU ? "gated_gemm_bf16_silu" : "gated_gemm_bf16_gelu_tanh"),
+                  "%s: kernel name %s", what,
                   info.name ? info.name : "(none)");
             if (info.timing)
                 info.resolve(info.timing, &(int64_t){0}, &(int64_t){0});
@@ -394,7 +406,7 @@ static void test_gated_gemm(void)
                 pf[i] = (float)packed[i];
             lf_tensor *got = NULL;
             OK(lf_tensor_from_f32(&got, LF_DTYPE_BF16, 2, (int64_t[]){M, H}, pf, LF_DEVICE_CPU));
-            double e = gated_err(x, w, G, got, M > 2000 ? 61 : 1);
+            double e = gated_err(x, w, G, got, M > 2000 ? 61 : 1, act);
             CHECK(e < 1e-2, "%s: err %.3g against float64", what, e);
             free(D), free(packed), free(pf);
             lf_tensor_free(got);
@@ -427,9 +439,10 @@ static void test_gated_gemm(void)
         OK(lf_tensor_empty(&out, refused[ri].dt, 2, (int64_t[]){M, H}, LF_DEVICE_CUDA));
         g.d = (lf_matrix){lf_tensor_data(out), refused[ri].dt, M, H, H, 1};
         FAILS(LF_EUNSUPPORTED, refused[ri].why, lf_backend_gemm_supported(LF_DEVICE_CUDA, &g));
-        OK(lf_mm_gated(&m, gx, gwt, LF_ACT_GELU_TANH, G));
+        const lf_act act = ri % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH; /* the fallback, in both activations */
+        OK(lf_mm_gated(&m, gx, gwt, act, G));
         if (m) {
-            double e = gated_err(x, w, G, m, 1);
+            double e = gated_err(x, w, G, m, 1, act);
             CHECK(e < 1e-2, "fallback %s G %lld: err %.3g", refused[ri].why, (long long)G, e);
         }
         lf_tensor *list[] = {x, w, gx, gw, gwt, m, out};
@@ -438,7 +451,8 @@ static void test_gated_gemm(void)
     }
 }
 
-/* Every MLP variant on the GPU against float64 (a sample of tokens at the blog's shape), and
+/* Every MLP variant on the GPU against float64 (GeGLU at an odd size, SwiGLU at the blog's shape on a
+ * sample of tokens), and
  * the fused forward equal to the eager one bit for bit; odd token count too. */
 static void test_mlp_variants_gpu(void)
 {
@@ -447,12 +461,12 @@ static void test_mlp_variants_gpu(void)
     static const int64_t shapes[][4] = {{2, 33, 256, 384}, {1, 8192, 768, 3072}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t B = shapes[si][0], S = shapes[si][1], D = shapes[si][2], H = shapes[si][3];
-        lf_nn_geglu_mlp cpu, gpu;
-        lf_nn_geglu_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_nn_gated_mlp cpu, gpu;
+        lf_nn_gated_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU, si ? LF_ACT_SILU : LF_ACT_GELU_TANH};
         lf_rng r2 = rng;
-        OK(lf_nn_geglu_mlp_init(&cpu, &o, &rng));
-        OK(lf_nn_geglu_mlp_init(&gpu, &o, &r2));
-        OK(lf_nn_geglu_mlp_to_device(&gpu, LF_DEVICE_CUDA));
+        OK(lf_nn_gated_mlp_init(&cpu, &o, &rng));
+        OK(lf_nn_gated_mlp_init(&gpu, &o, &r2));
+        OK(lf_nn_gated_mlp_to_device(&gpu, LF_DEVICE_CUDA));
         CHECK(lf_tensor_device(gpu.gate.weight) == LF_DEVICE_CUDA &&
                   lf_tensor_shares_storage(gpu.gate.weight, gpu.gate_up),
               "moved: the views follow gate_up to the GPU");
@@ -461,10 +475,10 @@ static void test_mlp_variants_gpu(void)
         double *E = NULL;
         for (int v = 0; v < LF_MLP_VARIANT_COUNT; v++) {
             lf_tensor *y = NULL;
-            OK(lf_nn_geglu_mlp_forward_variant(&gpu, (lf_mlp_variant)v, gx, &y));
+            OK(lf_nn_gated_mlp_forward_variant(&gpu, (lf_mlp_variant)v, gx, &y));
             if (!y)
                 continue;
-            double e = geglu_mlp_err(&cpu, x, y, B * S > 1000 ? 97 : 1);
+            double e = gated_mlp_err(&cpu, x, y, B * S > 1000 ? 97 : 1);
             CHECK(e < tol_for(LF_DTYPE_BF16), "mlp %s on GPU %lldx%lldx%lldx%lld vs float64: err %.3g",
                   lf_mlp_variant_name((lf_mlp_variant)v), (long long)B, (long long)S, (long long)D, (long long)H, e);
             double *Y = to_f64(y);
@@ -477,14 +491,14 @@ static void test_mlp_variants_gpu(void)
         }
         free(E);
         lf_tensor_free(x), lf_tensor_free(gx);
-        lf_nn_geglu_mlp_free(&cpu), lf_nn_geglu_mlp_free(&gpu);
+        lf_nn_gated_mlp_free(&cpu), lf_nn_gated_mlp_free(&gpu);
     }
 }
 
 /* --- compile mode on the GPU --- */
 
 typedef struct cmodel {
-    lf_nn_geglu_mlp mlp;
+    lf_nn_gated_mlp mlp;
     lf_nn_linear lin;
     lf_tensor *w, *b;
     int which; /* 0 mlp, 1 linear, 2 matmul-add */
@@ -504,7 +518,7 @@ static lf_status cfwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
         lf_tensor_free(t);
         return s;
     }
-    return lf_nn_geglu_mlp_forward(&m->mlp, in[0], out);
+    return lf_nn_gated_mlp_forward(&m->mlp, in[0], out);
 }
 
 static int count_files(const char *dir)
@@ -534,11 +548,11 @@ static void test_compile_gpu(void)
     for (size_t si = 0; si < 2; si++) {
         const int64_t B = shapes[si][0], S = shapes[si][1], D = shapes[si][2], H = shapes[si][3];
         cmodel cpu = {0}, gpu = {0};
-        lf_nn_geglu_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_nn_gated_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
         lf_rng r2 = rng;
-        OK(lf_nn_geglu_mlp_init(&cpu.mlp, &o, &rng));
-        OK(lf_nn_geglu_mlp_init(&gpu.mlp, &o, &r2));
-        OK(lf_nn_geglu_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
+        OK(lf_nn_gated_mlp_init(&cpu.mlp, &o, &rng));
+        OK(lf_nn_gated_mlp_init(&gpu.mlp, &o, &r2));
+        OK(lf_nn_gated_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
         int64_t xs[3] = {B, S, D};
         lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *gx = to_gpu(x);
         for (int variant = 0; variant < 3; variant++) { /* graph, no graph, gated */
@@ -558,7 +572,7 @@ static void test_compile_gpu(void)
                 lf_tensor *y = NULL;
                 OK(lf_compiled_run(c, 1, &gx, &y));
                 if (y && run == 2) {
-                    double e = geglu_mlp_err(&cpu.mlp, x, y, B * S > 1000 ? 97 : 1);
+                    double e = gated_mlp_err(&cpu.mlp, x, y, B * S > 1000 ? 97 : 1);
                     CHECK(e < tol_for(LF_DTYPE_BF16), "compiled mlp %lldx%lldx%lldx%lld variant %d vs float64: err %.3g",
                           (long long)B, (long long)S, (long long)D, (long long)H, variant, e);
                 }
@@ -567,16 +581,16 @@ static void test_compile_gpu(void)
             lf_compiled_free(c);
         }
         lf_tensor_free(x), lf_tensor_free(gx);
-        lf_nn_geglu_mlp_free(&cpu.mlp), lf_nn_geglu_mlp_free(&gpu.mlp);
+        lf_nn_gated_mlp_free(&cpu.mlp), lf_nn_gated_mlp_free(&gpu.mlp);
     }
     int files = count_files(cache);
     CHECK(files == 2, "one cached cubin per distinct generated kernel (2 shapes), found %d", files);
     /* compiling again finds them: no new files */
     {
         cmodel gpu = {0};
-        lf_nn_geglu_mlp_opts o = {256, 384, LF_DTYPE_BF16, LF_DEVICE_CPU};
-        OK(lf_nn_geglu_mlp_init(&gpu.mlp, &o, &rng));
-        OK(lf_nn_geglu_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
+        lf_nn_gated_mlp_opts o = {256, 384, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+        OK(lf_nn_gated_mlp_init(&gpu.mlp, &o, &rng));
+        OK(lf_nn_gated_mlp_to_device(&gpu.mlp, LF_DEVICE_CUDA));
         int64_t xs[3] = {2, 33, 256};
         lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *gx = to_gpu(x);
         lf_compile_opts co = lf_compile_opts_default();
@@ -586,7 +600,7 @@ static void test_compile_gpu(void)
         CHECK(count_files(cache) == files, "the second compile loads the cached kernel");
         lf_compiled_free(c);
         lf_tensor_free(x), lf_tensor_free(gx);
-        lf_nn_geglu_mlp_free(&gpu.mlp);
+        lf_nn_gated_mlp_free(&gpu.mlp);
     }
     /* linear and matmul-add: one kernel each */
     for (int which = 1; which <= 2; which++) {

@@ -17,7 +17,7 @@ typedef struct job {
     int rank, n;
     lf_comm *comm;
     void (*fn)(struct job *);
-    const lf_nn_geglu_mlp *full;
+    const lf_nn_gated_mlp *full;
     const lf_tensor *x;
     lf_mlp_variant v;
     int chunks, compiled;
@@ -208,9 +208,9 @@ static void test_tp_mlp(int n)
     lf_rng rng;
     lf_rng_seed(&rng, 11);
     const int64_t D = 256, H = 256 * n; /* each rank's half tile: the gated kernel's 128-wide groups */
-    lf_nn_geglu_mlp full;
-    lf_nn_geglu_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU};
-    OK(lf_nn_geglu_mlp_init(&full, &o, &rng));
+    lf_nn_gated_mlp full;
+    lf_nn_gated_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    OK(lf_nn_gated_mlp_init(&full, &o, &rng));
     const int64_t tokens[2] = {37, 2 * 1031}; /* odd: no tile divides them */
     for (int ti = 0; ti < 2; ti++) {
         int64_t xs[2] = {tokens[ti], D};
@@ -238,7 +238,7 @@ static void test_tp_mlp(int n)
                 f[i] = (float)outs[0][i];
             lf_tensor *y = NULL;
             OK(lf_tensor_from_f32(&y, LF_DTYPE_F32, 2, xs, f, LF_DEVICE_CPU));
-            double e = geglu_mlp_err(&full, x, y, 1);
+            double e = gated_mlp_err(&full, x, y, 1);
             CHECK(e < tol_for(LF_DTYPE_BF16), "TP over %d GPUs, %lld tokens, %s, chunks %d%s: err %.3g", n,
                   (long long)tokens[ti], lf_mlp_variant_name(runs[k].v), runs[k].chunks,
                   runs[k].compiled ? ", compiled" : "", e);
@@ -261,7 +261,7 @@ static void test_tp_mlp(int n)
         free(first);
         lf_tensor_free(x);
     }
-    lf_nn_geglu_mlp_free(&full);
+    lf_nn_gated_mlp_free(&full);
     for (int r = 0; r < n; r++)
         lf_comm_free(comms[r]);
 }

@@ -31,6 +31,11 @@ static void LF_K(act_row_)(lf_act act, const float *x, float *y, int64_t n)
         for (int64_t i = 0; i < n; i++)
             y[i] = lf_vgelu_erf(x[i]);
         break;
+    case LF_ACT_SILU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            y[i] = lf_vsilu(x[i]);
+        break;
     default:
         if (x != y)
             memcpy(y, x, (size_t)n * sizeof *y);
@@ -55,6 +60,11 @@ static void LF_K(act_mul_row_)(lf_act act, const float *x, const float *u, float
 #pragma omp simd
         for (int64_t i = 0; i < n; i++)
             y[i] = lf_vgelu_erf(x[i]) * u[i];
+        break;
+    case LF_ACT_SILU:
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++)
+            y[i] = lf_vsilu(x[i]) * u[i];
         break;
     default:
 #pragma omp simd
@@ -181,6 +191,9 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
         break;
     case LF_ACT_GELU_ERF:
         LF_EP_ROWS(lf_vgelu_erf);
+        break;
+    case LF_ACT_SILU:
+        LF_EP_ROWS(lf_vsilu);
         break;
     default:
         LF_EP_ROWS(LF_IDENTITY);

@@ -75,6 +75,12 @@ static inline float lf_vgelu_erf(float x)
     return 0.5f * x * c;
 }
 
+/* x sigmoid(x) = x / (1 + e^-x): one exp; for very negative x the quotient goes to -0, as it should. */
+static inline float lf_vsilu(float x)
+{
+    return x / (1.0f + lf_vexpf(-x));
+}
+
 /* bf16/f16 stores inside vector loops (the same rounding as tensor.h's, written branch-free). */
 static inline uint16_t lf_vbf16(float f)
 {

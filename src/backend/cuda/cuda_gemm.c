@@ -4,6 +4,7 @@
  * Hopper kernel (gated_gemm.cu). Layer: backend/cuda. */
 #include <cublasLt.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
@@ -105,7 +106,7 @@ static lf_status describe(const lf_gemm *g, lt_call *c)
     switch (g->ep.act) {
     case LF_ACT_RELU: c->epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU; break;
     case LF_ACT_GELU_TANH: c->epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU; break;
-    default: /* gelu_erf has no cuBLASLt epilogue: the GEMM keeps the bias, a kernel follows */
+    default: /* gelu_erf and silu have no cuBLASLt epilogue: the GEMM keeps the bias, a kernel follows */
         c->epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
         break;
     }
@@ -241,6 +242,10 @@ int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
     if (g->ep.gate != LF_GATE_NONE)
         return lf_cuda_gated_supported(g, why, cap);
+    if (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU) { /* lf_cuda_gemm runs it as a GEMM + a kernel */
+        snprintf(why, cap, "cuBLASLt has no %s epilogue", lf_act_name(g->ep.act));
+        return 0;
+    }
     return 1;
 }
 
@@ -259,9 +264,9 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     pthread_mutex_lock(&pc->lock);
     lf_status s = lt_launch(d, g, &c, info, &tm);
     pthread_mutex_unlock(&pc->lock);
-    if (s == LF_OK && g->ep.act == LF_ACT_GELU_ERF) {
+    if (s == LF_OK && (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU)) {
         /* no cuBLASLt epilogue for it: an in-place kernel, timed with the GEMM */
-        lf_pointwise p = {.op = LF_PW_ACT, .act = LF_ACT_GELU_ERF, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
+        lf_pointwise p = {.op = LF_PW_ACT, .act = g->ep.act, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
         p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
         p.in[0] = p.out;
         s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, d->stream));

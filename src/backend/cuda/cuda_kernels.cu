@@ -42,6 +42,7 @@ __device__ __forceinline__ float act(int a, float x)
         return x / (1.f + __expf(-2.f * u));
     }
     case LF_ACT_GELU_ERF: return 0.5f * x * erfcf(-x * 0.7071067811865476f);
+    case LF_ACT_SILU: return x / (1.f + __expf(-x));
     default: return x;
     }
 }
@@ -125,6 +126,9 @@ struct gelu_tanh_op {
 struct gelu_erf_op {
     static __device__ __forceinline__ float f(float x, float) { return act(LF_ACT_GELU_ERF, x); }
 };
+struct silu_op {
+    static __device__ __forceinline__ float f(float x, float) { return act(LF_ACT_SILU, x); }
+};
 
 template <typename T, typename Op>
 __global__ void flat_kernel(const T *__restrict__ x, const T *__restrict__ y, long long row, T *__restrict__ out,
@@ -204,6 +208,9 @@ static void launch_act_mul(const lf_pointwise *p, long long rows, long long cols
     case LF_ACT_GELU_TANH:
         act_mul_kernel<T, gelu_tanh_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
         break;
+    case LF_ACT_SILU:
+        act_mul_kernel<T, silu_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
+        break;
     default:
         act_mul_kernel<T, copy_op><<<(unsigned)rows, threads, 0, stream>>>(g, rs[1], u, rs[2], o, rs[0], cols, vec);
         break;
@@ -226,6 +233,8 @@ static void launch_flat(const lf_pointwise *p, const void *y, long long row, lon
             flat_kernel<T, gelu_tanh_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
         else if (p->act == LF_ACT_GELU_ERF)
             flat_kernel<T, gelu_erf_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
+        else if (p->act == LF_ACT_SILU)
+            flat_kernel<T, silu_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
         else
             flat_kernel<T, copy_op><<<blocks, 256, 0, stream>>>(x, yy, row, o, n, 0);
         break;

@@ -84,7 +84,8 @@ static const char *prelude =
     "__device__ __forceinline__ float relu(float x) { return x > 0.f ? x : 0.f; }\n"
     "__device__ __forceinline__ float gelu_tanh(float x) {\n"
     "  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x); return x / (1.f + __expf(-2.f * u)); }\n"
-    "__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }\n";
+    "__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }\n"
+    "__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }\n";
 
 /* The program's steps on registers r0.. (inputs first), for element k of a vector or the scalar
  * path (suffix ""). */

@@ -1,4 +1,5 @@
-// The gated GEMM for Hopper (sm_90a): m = gelu_tanh(x . Wg^T) * (x . Wu^T) in one kernel.
+// The gated GEMM for Hopper (sm_90a): m = act(x . Wg^T) * (x . Wu^T) in one kernel, act gelu_tanh
+// (GeGLU) or silu (SwiGLU).
 // g and u live only in registers: each output tile's accumulators hold 128 gate columns next
 // to their 128 up columns, and the epilogue writes act(g) * u, half the columns a GEMM over
 // [Wg; Wu] would write and none of them read again.
@@ -151,6 +152,17 @@ __device__ __forceinline__ float gelu_tanh(float x)
     return 0.5f * x * (1.f + t);
 }
 
+// x sigmoid(x) with the fast exp and divide (relative error about 2^-21), for SwiGLU.
+__device__ __forceinline__ float silu(float x)
+{
+    return __fdividef(x, 1.f + __expf(-x));
+}
+
+template <int ACT> __device__ __forceinline__ float act_of(float x)
+{
+    return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
+}
+
 // Tile t of the persistent walk -> (row-tile, column-tile of m): row-tiles vary fastest
 // within bands of BAND, so CTAs running together share the weight tiles they load.
 __device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int &mb, int &nb)
@@ -163,10 +175,12 @@ __device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int &mb
 #endif
 
 // x: tensor map over (M, K) bf16 row-major; w: over (2H, K) bf16, [Wg; Wu] in blocks of G
-// rows; out: over (M, H) bf16, written in 64 x 64 boxes.
-__global__ void __launch_bounds__(384, 1)
-    gated_gemm_bf16_gelu_tanh_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
-                                      const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
+// rows; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u with ACT one of
+// LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space (references to
+// its __grid_constant__ parameters), as TMA wants them.
+template <int ACT>
+__device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out, int M,
+                                           int H, int K, int G)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
@@ -258,7 +272,7 @@ __global__ void __launch_bounds__(384, 1)
                 for (int i = 0; i < 16; i++) {
                     const int q = 4 * i + 2 * h;
                     __nv_bfloat162 v =
-                        __floats2bfloat162_rn(gelu_tanh(d[q]) * d[q + 64], gelu_tanh(d[q + 1]) * d[q + 65]);
+                        __floats2bfloat162_rn(act_of<ACT>(d[q]) * d[q + 64], act_of<ACT>(d[q + 1]) * d[q + 65]);
                     const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
                     *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
                                                         (lane % 4) * 4) = v;
@@ -279,6 +293,21 @@ __global__ void __launch_bounds__(384, 1)
 #else
     __trap(); // built only for sm_90a; the host checks the device before launching
 #endif
+}
+
+// One kernel per activation, each named for what it computes (the names traces show).
+__global__ void __launch_bounds__(384, 1)
+    gated_gemm_bf16_gelu_tanh_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
+                                      const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
+{
+    gated_body<LF_ACT_GELU_TANH>(x, w, out, M, H, K, G);
+}
+
+__global__ void __launch_bounds__(384, 1)
+    gated_gemm_bf16_silu_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
+                                 const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
+{
+    gated_body<LF_ACT_SILU>(x, w, out, M, H, K, G);
 }
 
 } // namespace gated
@@ -311,7 +340,9 @@ bool init_device(int dev)
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) != cudaSuccess ||
         cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, lf::gated::SMEM_BYTES) != cudaSuccess) {
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, lf::gated::SMEM_BYTES) != cudaSuccess ||
+        cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_silu_128x256, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             lf::gated::SMEM_BYTES) != cudaSuccess) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernel cannot be loaded on this GPU");
         return false;
@@ -379,8 +410,8 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
     if (ready_device() < 0)
         NO("%s", why_not[dev]);
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    if (g->ep.gate != LF_GATE_PAIRED || g->ep.act != LF_ACT_GELU_TANH)
-        NO("the gated kernel computes gelu_tanh(g) * u only (act %s)", lf_act_name(g->ep.act));
+    if (g->ep.gate != LF_GATE_PAIRED || (g->ep.act != LF_ACT_GELU_TANH && g->ep.act != LF_ACT_SILU))
+        NO("the gated kernel computes gelu_tanh(g) * u or silu(g) * u only (act %s)", lf_act_name(g->ep.act));
     if (A->dtype != LF_DTYPE_BF16 || B->dtype != LF_DTYPE_BF16 || D->dtype != LF_DTYPE_BF16)
         NO("the gated kernel is bf16 only (x %s, w %s, out %s)", lf_dtype_name(A->dtype), lf_dtype_name(B->dtype),
            lf_dtype_name(D->dtype));
@@ -416,7 +447,10 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     if (dev < 0)
         return cudaErrorInvalidDevice;
     const int grid = (int)(tiles < sm_count[dev] ? tiles : sm_count[dev]);
-    lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(
-        xm, wm, om, M, H, K, G);
+    if (g->ep.act == LF_ACT_SILU)
+        lf::gated::gated_gemm_bf16_silu_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(xm, wm, om, M, H, K, G);
+    else
+        lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(xm, wm, om, M, H,
+                                                                                                 K, G);
     return cudaGetLastError();
 }
