@@ -175,6 +175,71 @@ check "table through a link" 0 "$bin" linear --out "$dir/pair" --batch 4
 checks=$((checks + 1))
 [ -L "$dir/pair/linear/4x32x64_bf16_cold_eager.txt" ] && grep -q "Self CPU" "$dir/pair/linear/table.txt" ||
     { fails=$((fails + 1)); echo "FAIL: the link was replaced or its target not written"; }
+# linfuse mlp: a Hugging Face layer (SwiGLU, f32, with its config.json) on an input file, the
+# output against float64 computed here; and its errors, none of which leaves an output behind
+mkdir -p "$dir/hf"
+python3 - "$dir/hf" <<'PY'
+import json, math, random, struct, sys
+d = sys.argv[1]
+random.seed(7)
+D, H, T = 8, 12, 5
+def mat(r, c): return [[random.uniform(-1, 1) for _ in range(c)] for _ in range(r)]
+def save(path, tensors):
+    header, blob = {}, b""
+    for name in sorted(tensors):
+        rows = tensors[name]
+        data = b"".join(struct.pack("<%df" % len(r), *r) for r in rows)
+        header[name] = {"dtype": "F32", "shape": [len(rows), len(rows[0])], "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+g, u, dn, x = mat(H, D), mat(H, D), mat(D, H), mat(T, D)
+save(d + "/model.safetensors", {"model.layers.0.mlp.gate_proj.weight": g, "model.layers.0.mlp.up_proj.weight": u,
+                                "model.layers.0.mlp.down_proj.weight": dn})
+save(d + "/x.safetensors", {"x": x})
+json.dump({"hidden_act": "silu"}, open(d + "/config.json", "w"))
+silu = lambda v: v / (1 + math.exp(-v))
+y = [[sum(dn[j][k] * silu(sum(x[t][i] * g[k][i] for i in range(D))) * sum(x[t][i] * u[k][i] for i in range(D))
+          for k in range(H)) for j in range(D)] for t in range(T)]
+json.dump(y, open(d + "/y_ref.json", "w"))
+PY
+for variant in eager fused gated; do
+    check "mlp $variant" 0 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+        --output "$dir/hf/y_$variant.safetensors" --variant "$variant" --device cpu
+    contains "mlp $variant: silu from config.json" "(silu, 8 -> 12, f32) on cpu"
+    checks=$((checks + 1))
+    python3 - "$dir/hf/y_$variant.safetensors" "$dir/hf/y_ref.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: mlp $variant's y"; }
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+b, e = h["y"]["data_offsets"]
+assert h["y"]["dtype"] == "F32" and h["y"]["shape"] == [5, 8], h["y"]
+vals = struct.unpack("<40f", raw[8 + n + b:8 + n + e])
+ref = [v for row in json.load(open(sys.argv[2])) for v in row]
+worst = max(abs(a - r) / (abs(r) + 1e-2) for a, r in zip(vals, ref))
+assert worst < 1e-4, worst
+PY
+done
+check "mlp compiled" 0 "$bin" mlp --weights "$dir/hf/model.safetensors" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+    --output "$dir/hf/y_c.safetensors" --compile --device cpu --dtype bf16
+contains "mlp compiled, bf16" "bf16) on cpu, compiled eager"
+check "mlp: no such layer" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.9.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors"
+contains "mlp: no such layer" "no \"model.layers.9.mlp.gate_proj.weight\""
+check "mlp: no input" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/none.safetensors" --output "$dir/hf/bad.safetensors"
+check "mlp: x of the wrong size" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/model.safetensors" --output "$dir/hf/bad.safetensors"
+check "mlp: a bad act" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --act tanh
+check "mlp: flags missing" 2 "$bin" mlp --weights "$dir/hf"
+check "mlp: output in no directory" 1 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/no/y.safetensors" --device cpu
+checks=$((checks + 1))
+[ ! -e "$dir/hf/bad.safetensors" ] && [ -z "$(find "$dir/hf" -name '*.tmp.*')" ] || { fails=$((fails + 1)); echo "FAIL: a failed mlp left a file"; }
+# the experiments profile a real layer: its sizes and activation come from the checkpoint
+check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu
+contains "simple-mlp --weights: the file's sizes" "1x4x8x12"
+contains "simple-mlp --weights: silu" "lf::silu"
+check "--weights with --dim" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --dim 16
+check "--weights without --prefix" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf"
 check "tour" 0 "$bin" tour --out "$dir"
 contains "tour table" "what changed"
 contains "tour mlp note" "batch 64 -> 8"

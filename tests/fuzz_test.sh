@@ -1,10 +1,12 @@
 #!/bin/sh
-# Fuzz the trace reader (and the table, diff, summary and SVG built on it) with libFuzzer for a
-# bounded time, seeded with real traces (PyTorch's reference traces and traces linfuse writes
+# Fuzz the trace reader (and the table, diff, summary and SVG built on it), then the safetensors
+# reader, with libFuzzer for a bounded time (two thirds and one third of it). The traces are
+# seeded with real ones (PyTorch's reference traces and traces linfuse writes
 # now) and hand-made hostile ones (tests/fuzz/seeds: sums past 64 bits, bad UTF-8, numbers at the
 # edge of JSON's grammar, many names), mutated with a dictionary of the trace's keys
 # (tests/fuzz/trace.dict). Earlier crashes live in tests/fuzz/regressions and are replayed
-# first; a new crash fails the test and is saved there to become a regression test.
+# first; a new crash fails the test and is saved there to become a regression test. The
+# safetensors reader is seeded with tests/fuzz/st_seeds (an MLP's names, every dtype, a scalar).
 # Usage: fuzz_test.sh <source dir> <ref dir> <linfuse binary> <work dir> [seconds]
 set -eu
 src="$1" ref="$2" bin="$3" work="$4" secs="${5:-45}"
@@ -26,10 +28,21 @@ if ls "$src"/tests/fuzz/regressions/* >/dev/null 2>&1; then
     "$work/fuzz_trace" "$src"/tests/fuzz/regressions/*
 fi
 # then search for new failures, bounded in time and memory
+"$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -I"$src/include" -I"$src/src" "$src/tests/fuzz/fuzz_safetensors.c" "$src/src/safetensors/read.c" "$src/src/tensor/tensor.c" \
+    "$src/src/tensor/view.c" "$src/src/tensor/rng.c" "$src/src/core/status.c" "$src/src/core/text.c" \
+    $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_safetensors"
+mkdir -p "$work/st_corpus"
+cp "$src"/tests/fuzz/st_seeds/* "$work/st_corpus/"
 status=0
-(cd "$work" && ./fuzz_trace -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
+(cd "$work" && ./fuzz_trace -max_total_time=$((secs * 2 / 3)) -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
     -dict="$src/tests/fuzz/trace.dict" -print_final_stats=1 corpus >fuzz.log 2>&1) || status=$?
 tail -15 "$work/fuzz.log"
+if [ "$status" = 0 ]; then
+    (cd "$work" && ./fuzz_safetensors -max_total_time=$((secs - secs * 2 / 3)) -rss_limit_mb=2048 -timeout=10 \
+        -max_len=65536 -print_final_stats=1 st_corpus >fuzz_st.log 2>&1) || status=$?
+    tail -5 "$work/fuzz_st.log"
+fi
 if [ "$status" != 0 ]; then
     for f in "$work"/crash-* "$work"/timeout-* "$work"/leak-* "$work"/oom-*; do
         [ -e "$f" ] && cp "$f" "$src/tests/fuzz/regressions/" && echo "saved $(basename "$f") to tests/fuzz/regressions"

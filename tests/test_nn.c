@@ -109,7 +109,7 @@ static void test_nn_errors(void)
     FAILS(LF_EINVAL, "'rng' is NULL", lf_nn_linear_init(&l, &ok, NULL));
     mo.hidden = 32;
     mo.act = LF_ACT_RELU;
-    FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU) or silu (SwiGLU)", lf_nn_gated_mlp_init(&m, &mo, &rng));
+    FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf", lf_nn_gated_mlp_init(&m, &mo, &rng));
     mo.act = LF_ACT_SILU;
     OK(lf_nn_gated_mlp_init(&m, &mo, &rng));
     int64_t bad_x[2] = {5, 15};

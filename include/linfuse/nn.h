@@ -9,6 +9,7 @@
 #define LINFUSE_NN_H
 
 #include "linfuse/ops.h"
+#include "linfuse/safetensors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,7 +37,7 @@ void lf_nn_linear_free(lf_nn_linear *m);
  * y = down(act(gate(x)) * up(x)), act one setting of the module. */
 typedef struct lf_nn_gated_mlp {
     int64_t dim, hidden;
-    lf_act act; /* LF_ACT_GELU_TANH (GeGLU) or LF_ACT_SILU (SwiGLU) */
+    lf_act act; /* LF_ACT_GELU_TANH (GeGLU), LF_ACT_SILU (SwiGLU), or LF_ACT_GELU_ERF (no gated kernel) */
     /* The one weight-layout decision of the gated GEMM, made at init: gate's and up's weights
      * live stacked in gate_up (2*hidden, dim) = [Wg; Wu], and gate.weight and up.weight are
      * row views of it. Eager and fused forwards use the views (nothing changes for them); the
@@ -73,9 +74,16 @@ lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_varia
 /* The middle alone: h (..., hidden) = act(gate(x)) * up(x), by the variant's kernels. */
 lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
 /* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H), act
- * GELU_TANH or SILU; m owns both tensors from now on (lf_nn_gated_mlp_free frees them), also when
- * this fails. */
+ * GELU_TANH, SILU or GELU_ERF; m owns both tensors from now on (lf_nn_gated_mlp_free frees them),
+ * also when this fails. */
 lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act);
+/* A Hugging Face MLP (Llama's, Mistral's, Qwen's, Gemma's): <prefix>.gate_proj.weight (H, D),
+ * .up_proj.weight (H, D), .down_proj.weight (D, H) from st, their sizes checked against each
+ * other, gate and up copied into the stacked gate_up, down read in place where dtype is the
+ * file's (LF_DTYPE_COUNT: keep the file's dtype, else each weight converted). On the CPU; move it
+ * with lf_nn_gated_mlp_to_device. */
+lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
+                               lf_dtype dtype);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
 lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
 void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);

@@ -154,6 +154,11 @@ lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t 
 /* A new contiguous tensor holding src (numel floats, row-major), rounded to dt. */
 lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
                              lf_device dev);
+/* A contiguous CPU tensor over memory linfuse did not allocate (a mapped file, a caller's
+ * buffer): nbytes must be exactly shape x dtype. No copy; when its last view goes, release(ctx)
+ * is called (NULL: the memory is the caller's to keep alive and free). */
+lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
+                                void (*release)(void *ctx), void *ctx);
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
 void lf_tensor_free(lf_tensor *t);
 

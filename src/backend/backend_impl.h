@@ -224,6 +224,7 @@ typedef enum lf_kernel_family {
     LF_KF_CUBLASLT_GEMM,  /* lf_cublaslt_gemm_<dtype>_<layout and epilogue> */
     LF_KF_CUDA_POINTWISE, /* lf_cuda_<op>_<dtype>[_strided] */
     LF_KF_CUDA_GATED,     /* lf::gated::gated_gemm_<dtype>_<act>_<tile>: the Hopper kernel's own name */
+    LF_KF_CUDA_GEMV,      /* lf::gemv::gated_gemv_<dtype>_<act>: the few-token gated kernel */
     LF_KF_COUNT
 } lf_kernel_family;
 

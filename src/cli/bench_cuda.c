@@ -16,6 +16,7 @@ typedef struct gcase {
     int64_t a, b, c, d;
     lf_mlp_variant variant; /* kind 2 */
     unsigned compiled;      /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
+    lf_act act;             /* kind 2: LF_ACT_NONE is GeGLU's gelu_tanh; LF_ACT_SILU the Llama MLP */
 } gcase;
 
 typedef struct gstate {
@@ -89,30 +90,53 @@ int lf_cli_bench_cuda(int reps, const char *only)
         return LF_EXIT_FAIL;
     }
     static const gcase cases[] = {
-        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0},
-        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0},
-        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0},
-        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0},
-        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0},
-        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0},
-        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0},
-        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0},
-        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0},
-        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0},
-        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0},
-        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0},
-        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0},
-        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0},
-        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0},
+        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE},
+        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE},
+        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0, LF_ACT_NONE},
+        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0, LF_ACT_NONE},
+        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE},
+        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE},
+        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE},
+        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE},
+        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE},
+        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE},
+        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE},
+        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE},
+        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE},
+        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE},
+        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0, LF_ACT_NONE},
         /* compile mode: one CUDA graph launch per forward */
-        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT},
-        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT},
-        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT},
-        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT},
-        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL},
-        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
-        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL},
-        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT},
+        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE},
+        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE},
+        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
+#define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU
+        {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
+        {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
+        {"llama_mlp_1_gated", LLAMA(1, LF_MLP_GATED, 0)},
+        {"compiled_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+        {"compiled_gated_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_ALL)},
+        {"llama_mlp_16", LLAMA(16, LF_MLP_EAGER, 0)},
+        {"llama_mlp_16_fused", LLAMA(16, LF_MLP_FUSED, 0)},
+        {"llama_mlp_16_gated", LLAMA(16, LF_MLP_GATED, 0)},
+        {"compiled_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+        {"compiled_gated_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_ALL)},
+        {"llama_mlp_512", LLAMA(512, LF_MLP_EAGER, 0)},
+        {"llama_mlp_512_fused", LLAMA(512, LF_MLP_FUSED, 0)},
+        {"llama_mlp_512_gated", LLAMA(512, LF_MLP_GATED, 0)},
+        {"compiled_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+        {"compiled_gated_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_ALL)},
+        {"llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, 0)},
+        {"llama_mlp_8192_fused", LLAMA(8192, LF_MLP_FUSED, 0)},
+        {"llama_mlp_8192_gated", LLAMA(8192, LF_MLP_GATED, 0)},
+        {"compiled_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+        {"compiled_gated_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_ALL)},
+#undef LLAMA
     };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -151,7 +175,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
             if (s == LF_OK)
                 s = to_cuda(&lin.bias);
         } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
-            lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+            lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, g->act ? g->act : LF_ACT_GELU_TANH};
             int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
             s = lf_nn_gated_mlp_init(&mlp, &o, &rng);
             if (s == LF_OK)
@@ -203,8 +227,11 @@ int lf_cli_bench_cuda(int reps, const char *only)
             fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
             return LF_EXIT_FAIL;
         }
-        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f\n", g->name,
-               lf_cli_median(t, n) * 1e6, lf_cli_median(h, n) * 1e6);
+        const double us = lf_cli_median(t, n) * 1e6;
+        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us, lf_cli_median(h, n) * 1e6);
+        if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
+            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * 2.0 / (us * 1e3));
+        printf("\n");
         lf_compiled_free(c);
         lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
         lf_nn_linear_free(&lin);

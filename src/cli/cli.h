@@ -11,6 +11,7 @@
 enum { LF_EXIT_OK = 0, LF_EXIT_FAIL = 1, LF_EXIT_USAGE = 2 };
 
 int lf_cli_demo(int argc, char **argv);
+int lf_cli_mlp(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
 int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
@@ -22,6 +23,13 @@ int lf_cli_trace(int argc, char **argv);
 int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int cap);
 /* Remove dir and its parents up to made (what lf_cli_prepare_dir created), where empty. */
 void lf_cli_unmake_dir(const char *dir, const char *made);
+/* --act's words: silu, gelu_tanh (gelu_pytorch_tanh), gelu (gelu_erf); LF_EXIT_USAGE with the
+ * message printed otherwise. */
+int lf_cli_act(const char *cmd, const char *v, lf_act *act);
+/* The sizes of checkpoint `weights`' MLP at prefix (from gate_proj's shape); LF_EXIT_USAGE with the
+ * message printed when it cannot be read. */
+int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, int64_t *dim, int64_t *hidden);
+
 /* A lf_file_job writer for a NUL-terminated text (ctx). */
 int lf_cli_put_text(FILE *f, void *ctx);
 

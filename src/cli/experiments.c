@@ -49,11 +49,23 @@ static lf_status build_linear(const exp_cfg *c, lf_rng *rng, model *m)
     return lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU);
 }
 
+lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m)
+{
+    if (!c->weights) { /* the blog's: random, torch's default init */
+        lf_nn_gated_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, c->act};
+        return lf_nn_gated_mlp_init(m, &o, rng);
+    }
+    lf_safetensors *st = NULL; /* a real layer */
+    LF_TRY(lf_st_open(&st, c->weights));
+    lf_status s = lf_nn_gated_mlp_load(m, st, c->prefix, c->act, c->dtype);
+    lf_st_close(st);
+    return s;
+}
+
 static lf_status build_mlp(const exp_cfg *c, lf_rng *rng, model *m)
 {
-    lf_nn_gated_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     int64_t xs[3] = {c->batch, c->seq, c->dim};
-    LF_TRY(lf_nn_gated_mlp_init(&m->mlp, &o, rng));
+    LF_TRY(lf_exp_build_mlp(c, rng, &m->mlp));
     return lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
 }
 
@@ -144,7 +156,7 @@ enum opt_id {
     O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
     O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
     O_NO_ACT_EPILOGUE, O_GATED, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
-    O_THREADS, O_TP, O_CHUNKS, O_COUNT
+    O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_COUNT
 };
 
 typedef struct flag_def {
@@ -193,6 +205,11 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"tp", 1, O_TP, 0}, T_MLP, "--tp N",
      "tensor parallel over N GPUs (Megatron's split, NCCL): one thread per GPU, or under torchrun one process "
      "per GPU (N = WORLD_SIZE); each rank writes <file>_rank<R>.json"},
+    {{"weights", 1, O_WEIGHTS, 0}, T_MLP, "--weights FILE|DIR",
+     "a real layer from a Hugging Face checkpoint (safetensors file, index or directory): dim and hidden from it"},
+    {{"prefix", 1, O_PREFIX, 0}, T_MLP, "--prefix NAME", "the layer's names in it (model.layers.0.mlp)"},
+    {{"act", 1, O_ACT, 0}, T_MLP, "--act silu|gelu_tanh|gelu",
+     "the activation: SwiGLU's silu, GeGLU's gelu_tanh (default; with --weights the config.json's)"},
     {{"chunks", 1, O_CHUNKS, 0}, T_MLP, "--chunks N",
      "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
@@ -256,6 +273,7 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->out_dir = "traces";
     c->row_limit = 25;
     c->variant = exps[k].takes & T_VARIANT ? LF_MLP_FUSED : LF_MLP_EAGER;
+    c->act = LF_ACT_GELU_TANH;
     c->passes = LF_PASSES_DEFAULT;
 }
 
@@ -307,7 +325,7 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, n);
     const char *device = "auto", *v;
-    int compile_flag = 0, id;
+    int compile_flag = 0, id, dims_given = 0, act_given = 0;
     int64_t x;
     const int64_t big = INT64_C(1) << 40;
     while ((id = lf_cli_next(&a, &v)) != LF_CLI_END) {
@@ -326,8 +344,8 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_OUT_DIM: ok = lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim); break;
         case O_NO_BIAS: c->no_bias = 1; break;
         case O_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq); break;
-        case O_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim); break;
-        case O_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden); break;
+        case O_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim), dims_given = 1; break;
+        case O_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden), dims_given = 1; break;
         case O_VARIANT:
             if (strcmp(v, "fused") && strcmp(v, "gated")) {
                 fprintf(stderr, "%s: --variant must be fused or gated, got '%s'\n", cmd, v);
@@ -372,10 +390,30 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x; break;
         case O_TP: ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x; break;
         case O_CHUNKS: ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x; break;
+        case O_WEIGHTS: c->weights = v; break;
+        case O_PREFIX: c->prefix = v; break;
+        case O_ACT:
+            if (lf_cli_act(cmd, v, &c->act) != LF_EXIT_OK)
+                return LF_EXIT_USAGE;
+            act_given = 1;
+            break;
         default: ok = 0; break;
         }
         if (!ok)
             return LF_EXIT_USAGE;
+    }
+    if (c->weights || c->prefix) { /* a real layer: its sizes and activation come with it */
+        if (!c->weights || !c->prefix || dims_given) {
+            fprintf(stderr, "%s: --weights and --prefix go together, and the layer's sizes come from it (no --dim, --hidden)\n",
+                    cmd);
+            return LF_EXIT_USAGE;
+        }
+        if (lf_cli_mlp_shape(cmd, c->weights, c->prefix, &c->dim, &c->hidden) != LF_EXIT_OK)
+            return LF_EXIT_USAGE;
+        if (!act_given && lf_hf_config_act(c->weights, &c->act) != LF_OK) {
+            fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
+            return LF_EXIT_USAGE;
+        }
     }
     if (compile_flag && !c->compile) {
         fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", cmd);

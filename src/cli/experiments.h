@@ -27,6 +27,10 @@ typedef struct exp_cfg {
     int row_limit;
     int tp;     /* --tp N: the MLP over N GPUs (0, 1: one) */
     int chunks; /* --chunks N: token chunks for overlap (0: from the shape) */
+    /* the MLPs: a real layer (--weights FILE|DIR --prefix P), and the activation (--act, else the
+     * checkpoint's config.json, else gelu_tanh, the blog's) */
+    const char *weights, *prefix;
+    lf_act act;
 } exp_cfg;
 
 enum { EXP_MAX_WINDOWS = 16 };
@@ -47,6 +51,9 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k);
 void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap);
 /* Run one experiment: files written, summary filled; prints the tables when print is set. */
 int lf_exp_run(const exp_cfg *c, exp_result *r, int print);
+
+/* The MLP an experiment runs: random at its sizes, or its --weights layer (dims from the file). */
+lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m);
 
 /* An MLP experiment over several GPUs (tp_run.c): what experiments.c hands it. */
 typedef struct exp_tp_job {

@@ -18,6 +18,7 @@ static void usage(FILE *f)
           "  kernels-mlp    Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel (--variant gated: a gated GEMM)\n"
           "  trace          read any PyTorch or linfuse trace: table, diff, expect, svg, summary\n"
           "  demo           run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
+          "  mlp            one MLP layer of a Hugging Face checkpoint (safetensors) on an input file\n"
           "  bench cpu      CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
           "  bench profiler what recording costs per event and per step, profiler on and off\n"
           "  bench cuda     the forwards (eager, kernels-mlp, gated, compiled) on the GPU, for bench/*_vs_torch.py\n"
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
         return lf_cli_trace(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo"))
         return lf_cli_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mlp"))
+        return lf_cli_mlp(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return lf_cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -260,9 +260,8 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
     lf_rng_seed(&rng, 0);
     lf_nn_gated_mlp full = {0};
     lf_tensor *x_host = NULL;
-    lf_nn_gated_mlp_opts mo = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
     int64_t xs[3] = {c->batch, c->seq, c->dim};
-    lf_status s = lf_nn_gated_mlp_init(&full, &mo, &rng);
+    lf_status s = lf_exp_build_mlp(c, &rng, &full);
     if (s == LF_OK)
         s = lf_tensor_empty(&x_host, c->dtype, 3, xs, LF_DEVICE_CPU);
     if (s == LF_OK)

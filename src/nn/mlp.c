@@ -1,6 +1,8 @@
 /* The GeGLU MLP of the blog's simple-mlp and kernels-mlp: y = down(gelu_tanh(gate(x)) * up(x)),
  * in three variants that differ only in how many kernels carry the middle (nn.h). Layer: nn/. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "linfuse/nn.h"
@@ -9,6 +11,12 @@ const char *lf_mlp_variant_name(lf_mlp_variant v)
 {
     static const char *const names[LF_MLP_VARIANT_COUNT] = {"eager", "fused", "gated"};
     return (unsigned)v < LF_MLP_VARIANT_COUNT ? names[v] : "?";
+}
+
+/* The activations a gated MLP takes. */
+static int gated_act(lf_act a)
+{
+    return a == LF_ACT_GELU_TANH || a == LF_ACT_SILU || a == LF_ACT_GELU_ERF;
 }
 
 /* gate.weight and up.weight as row views of gate_up (old views dropped). */
@@ -39,8 +47,9 @@ lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o
     if (o->dim < 1 || o->hidden < 1)
         return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_init: dim = %lld and hidden = %lld, expected both >= 1",
                        (long long)o->dim, (long long)o->hidden);
-    if (o->act != LF_ACT_NONE && o->act != LF_ACT_GELU_TANH && o->act != LF_ACT_SILU)
-        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_init: act %s: a gated MLP's is gelu_tanh (GeGLU) or silu (SwiGLU)",
+    if (o->act != LF_ACT_NONE && !gated_act(o->act))
+        return lf_fail(LF_EINVAL,
+                       "lf_nn_gated_mlp_init: act %s: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf",
                        lf_act_name(o->act));
     if (o->device != LF_DEVICE_CPU)
         return lf_fail(LF_EDEVICE,
@@ -74,11 +83,12 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
 {
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_from_weights", "m");
     memset(m, 0, sizeof *m);
-    if (!gate_up || !down_weight || (act != LF_ACT_GELU_TANH && act != LF_ACT_SILU)) {
+    if (!gate_up || !down_weight || !gated_act(act)) {
         lf_tensor_free(gate_up);
         lf_tensor_free(down_weight);
-        if (act != LF_ACT_GELU_TANH && act != LF_ACT_SILU)
-            return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: act %s: gelu_tanh or silu", lf_act_name(act));
+        if (!gated_act(act))
+            return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: act %s: gelu_tanh, silu or gelu_erf",
+                           lf_act_name(act));
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: argument '%s' is NULL", gate_up ? "down_weight" : "gate_up");
     }
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
@@ -180,10 +190,11 @@ lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, con
     lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->up, x, &u);
+    const lf_gelu_approx approx = m->act == LF_ACT_GELU_ERF ? LF_GELU_ERF : LF_GELU_TANH;
     if (s == LF_OK && v == LF_MLP_FUSED)
-        s = m->act == LF_ACT_SILU ? lf_silu_mul(h, g, u) : lf_gelu_mul(h, g, u, LF_GELU_TANH);
+        s = m->act == LF_ACT_SILU ? lf_silu_mul(h, g, u) : lf_gelu_mul(h, g, u, approx);
     if (s == LF_OK && v == LF_MLP_EAGER)
-        s = m->act == LF_ACT_SILU ? lf_silu(&a, g) : lf_gelu(&a, g, LF_GELU_TANH);
+        s = m->act == LF_ACT_SILU ? lf_silu(&a, g) : lf_gelu(&a, g, approx);
     if (s == LF_OK && v == LF_MLP_EAGER)
         s = lf_mul(h, a, u);
     lf_tensor_free(g);
@@ -220,4 +231,80 @@ void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
     lf_nn_linear_free(&m->down);
     lf_tensor_free(m->gate_up);
     m->gate_up = NULL;
+}
+
+/* t in dtype dt: t itself (a new handle) when it is already, else a converted contiguous copy. */
+static lf_status as_dtype(const lf_tensor *t, lf_dtype dt, lf_tensor **out)
+{
+    if (t->dtype == dt)
+        return lf_tensor_as_strided(out, t, t->ndim, t->shape, t->stride, t->offset);
+    const int64_t n = lf_tensor_numel(t);
+    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+    if (!f)
+        return lf_fail(LF_ENOMEM, "lf_nn_gated_mlp_load: out of memory converting a weight to %s", lf_dtype_name(dt));
+    lf_status s = lf_tensor_to_f32(t, f, n);
+    if (s == LF_OK)
+        s = lf_tensor_from_f32(out, dt, t->ndim, t->shape, f, LF_DEVICE_CPU);
+    free(f);
+    return s;
+}
+
+lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
+                               lf_dtype dtype)
+{
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_load", "m");
+    memset(m, 0, sizeof *m);
+    LF_CHECK_PTR(st, "lf_nn_gated_mlp_load", "st");
+    LF_CHECK_PTR(prefix, "lf_nn_gated_mlp_load", "prefix");
+    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
+    lf_tensor *w[3] = {NULL, NULL, NULL}, *gu = NULL, *down = NULL;
+    char name[3][512];
+    lf_status s = LF_OK;
+    for (int i = 0; i < 3 && s == LF_OK; i++) {
+        if (snprintf(name[i], sizeof name[i], "%s.%s.weight", prefix, part[i]) >= (int)sizeof name[i])
+            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: prefix too long");
+        else if (!lf_st_has(st, name[i]))
+            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: the checkpoint has no \"%.300s\" (prefix \"%.200s\")", name[i],
+                        prefix);
+        else
+            s = lf_st_get(st, name[i], &w[i]);
+    }
+    char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP], c[LF_SHAPE_STR_CAP];
+    if (s == LF_OK && (w[0]->ndim != 2 || w[1]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] != w[1]->shape[0] ||
+                       w[0]->shape[1] != w[1]->shape[1] || w[2]->shape[0] != w[0]->shape[1] ||
+                       w[2]->shape[1] != w[0]->shape[0]))
+        s = lf_fail(LF_ESHAPE,
+                    "lf_nn_gated_mlp_load: %s: gate_proj %s, up_proj %s, down_proj %s: expected (H, D), (H, D), (D, H)",
+                    prefix, lf_fmt_shape(a, sizeof a, w[0]->ndim, w[0]->shape),
+                    lf_fmt_shape(b, sizeof b, w[1]->ndim, w[1]->shape), lf_fmt_shape(c, sizeof c, w[2]->ndim, w[2]->shape));
+    if (s == LF_OK && (w[0]->dtype != w[1]->dtype || w[0]->dtype != w[2]->dtype))
+        s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: %s: the three weights are %s, %s, %s; expected one dtype", prefix,
+                    lf_dtype_name(w[0]->dtype), lf_dtype_name(w[1]->dtype), lf_dtype_name(w[2]->dtype));
+    const lf_dtype dt = dtype == LF_DTYPE_COUNT && s == LF_OK ? w[0]->dtype : dtype;
+    if (s == LF_OK && (unsigned)dt >= LF_DTYPE_COUNT)
+        s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: dtype %d", (int)dt);
+    lf_tensor *g = NULL, *u = NULL;
+    if (s == LF_OK)
+        s = as_dtype(w[0], dt, &g);
+    if (s == LF_OK)
+        s = as_dtype(w[1], dt, &u);
+    if (s == LF_OK) { /* [Wg; Wu]: the gated GEMM's one weight */
+        const int64_t H = w[0]->shape[0], D = w[0]->shape[1], gs[2] = {2 * H, D};
+        s = lf_tensor_empty(&gu, dt, 2, gs, LF_DEVICE_CPU);
+        if (s == LF_OK) {
+            const size_t half = (size_t)(H * D) * lf_dtype_size(dt);
+            memcpy(lf_tensor_data(gu), lf_tensor_data(g), half);
+            memcpy((char *)lf_tensor_data(gu) + half, lf_tensor_data(u), half);
+        }
+    }
+    if (s == LF_OK)
+        s = as_dtype(w[2], dt, &down); /* the file's own bytes when the dtype is the file's */
+    lf_tensor_free(g), lf_tensor_free(u);
+    for (int i = 0; i < 3; i++)
+        lf_tensor_free(w[i]);
+    if (s != LF_OK) {
+        lf_tensor_free(gu), lf_tensor_free(down);
+        return s;
+    }
+    return lf_nn_gated_mlp_from_weights(m, gu, down, act);
 }

@@ -170,6 +170,7 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     s->device = dev;
     s->index = index;
     s->nbytes = nbytes;
+    s->release = NULL, s->release_ctx = NULL;
     note_alloc(dev, index, s->data, (int64_t)nbytes);
     *out = s;
     return LF_OK;
@@ -178,10 +179,51 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
 static void storage_release(lf_storage *s)
 {
     if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
-        note_alloc(s->device, s->index, s->data, -(int64_t)s->nbytes);
-        allocators[s->device].free(s->data, s->nbytes, s->index, allocators[s->device].ctx);
+        if (s->release) { /* someone else's memory: hand it back */
+            s->release(s->release_ctx);
+        } else {
+            note_alloc(s->device, s->index, s->data, -(int64_t)s->nbytes);
+            allocators[s->device].free(s->data, s->nbytes, s->index, allocators[s->device].ctx);
+        }
         free(s);
     }
+}
+
+static void keep_memory(void *ctx)
+{
+    (void)ctx; /* the caller's memory: nothing to give back */
+}
+
+lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
+                                void (*release)(void *ctx), void *ctx)
+{
+    LF_CHECK_PTR(out, "lf_tensor_from_memory", "out");
+    *out = NULL;
+    LF_CHECK_PTR(data, "lf_tensor_from_memory", "data");
+    int64_t numel;
+    LF_TRY(lf_shape_check("lf_tensor_from_memory", ndim, shape, dt, &numel));
+    if ((uint64_t)numel * lf_dtype_size(dt) != nbytes)
+        return lf_fail(LF_ESHAPE, "lf_tensor_from_memory: %lld elements of %s are %llu bytes, the memory holds %zu",
+                       (long long)numel, lf_dtype_name(dt), (unsigned long long)numel * lf_dtype_size(dt), nbytes);
+    lf_tensor *t = calloc(1, sizeof *t);
+    lf_storage *s = malloc(sizeof *s);
+    if (!t || !s) {
+        free(t), free(s);
+        return lf_fail(LF_ENOMEM, "lf_tensor_from_memory: out of host memory for a tensor header");
+    }
+    atomic_init(&s->refs, 1);
+    s->device = LF_DEVICE_CPU;
+    s->index = 0;
+    s->nbytes = nbytes;
+    s->data = data;
+    s->release = release ? release : keep_memory, s->release_ctx = ctx;
+    t->storage = s;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    lf_contiguous_strides(ndim, shape, t->stride);
+    *out = t;
+    return LF_OK;
 }
 
 lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev)

@@ -14,6 +14,10 @@ struct lf_storage {
     int index; /* which unit of the device (a GPU's ordinal; 0 on the CPU) */
     size_t nbytes;
     void *data;
+    /* memory the tensor layer did not allocate (lf_tensor_from_memory): given back through this
+     * when the last view goes, instead of the device's allocator; NULL otherwise */
+    void (*release)(void *ctx);
+    void *release_ctx;
 };
 
 /* How bytes are obtained on a device. The CPU's is built in; a device backend registers its own

@@ -223,6 +223,18 @@ static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call
 /* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel runs it. */
 static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
 {
+    if (lf_cuda_gemv_supported(g)) { /* a few tokens: read the weights once, at memory speed */
+        lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+        lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, d->stream));
+        if (s != LF_OK) {
+            lf_cuda_time_cancel(tm);
+            return s;
+        }
+        lf_cuda_time_end(d, info, tm);
+        if (info)
+            lf_gemm_report(g, LF_KF_CUDA_GEMV, 0, 0, info);
+        return LF_OK;
+    }
     char why[256];
     if (!lf_cuda_gated_supported(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
@@ -241,7 +253,7 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
 int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
     if (g->ep.gate != LF_GATE_NONE)
-        return lf_cuda_gated_supported(g, why, cap);
+        return lf_cuda_gemv_supported(g) || lf_cuda_gated_supported(g, why, cap);
     if (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU) { /* lf_cuda_gemm runs it as a GEMM + a kernel */
         snprintf(why, cap, "cuBLASLt has no %s epilogue", lf_act_name(g->ep.act));
         return 0;

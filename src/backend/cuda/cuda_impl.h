@@ -84,6 +84,9 @@ cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 /* The Hopper gated GEMM: whether it can run g (1), else 0 with why filled; its launch; and the
  * tile it computes (for its name). */
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
+/* The gated GEMM for 1 to 16 tokens (gemv.cu): a memory-bound pass over the weights. */
+int lf_cuda_gemv_supported(const lf_gemm *g);
+cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream);
 enum { LF_CUDA_GATED_TILE_M = 128, LF_CUDA_GATED_TILE_N = 256 };
 

@@ -1,0 +1,61 @@
+/* Hugging Face checkpoints: safetensors files read as linfuse tensors that view the file (mapped,
+ * no copy on the CPU; one upload when a module moves to the GPU), sharded checkpoints through
+ * their model.safetensors.index.json, a writer for outputs, and the activation a checkpoint's
+ * config.json names.
+ *
+ * The format: 8 bytes (little-endian u64) N, then N bytes of JSON {"name": {"dtype": "BF16",
+ * "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {...}}, then the data, every
+ * byte of it some tensor's. Every file is checked whole when it is opened: a length past the
+ * end, JSON that is not valid or not UTF-8, a name given twice, an unknown dtype, offsets out of
+ * range, overlapping, or leaving bytes no tensor owns, shape x dtype not the byte length: each an
+ * LF_EINVAL naming the file and what is wrong. Layer: safetensors/ sits on tensor/. */
+#ifndef LINFUSE_SAFETENSORS_H
+#define LINFUSE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "linfuse/backend.h"
+#include "linfuse/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lf_safetensors lf_safetensors;
+
+/* Open a checkpoint: a .safetensors file, a model.safetensors.index.json (its shards beside it),
+ * or a directory holding either. */
+lf_status lf_st_open(lf_safetensors **out, const char *path);
+/* The same checks on a file already in memory (name for messages); the bytes are copied. */
+lf_status lf_st_open_buffer(lf_safetensors **out, const void *data, size_t size, const char *name);
+void lf_st_close(lf_safetensors *st); /* tensors handed out stay valid: they hold the file */
+
+int64_t lf_st_count(const lf_safetensors *st);
+/* Tensor i's name, dtype string ("BF16") and shape; NULL past the end. */
+const char *lf_st_name(const lf_safetensors *st, int64_t i);
+/* Whether the checkpoint has a tensor of this name. */
+int lf_st_has(const lf_safetensors *st, const char *name);
+/* Tensor `name` as a CPU tensor viewing the file (BF16, F16 or F32; 1 to 4 dims). Writing it
+ * changes only this process's copy of the page, never the file. */
+lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);
+/* __metadata__'s value for key, or NULL (the first file's, for a sharded checkpoint). */
+const char *lf_st_metadata(const lf_safetensors *st, const char *key);
+
+/* Write tensors (any device, any layout: each is written contiguous) to path as one safetensors
+ * file, whole or not at all; names must be distinct. */
+typedef struct lf_st_entry {
+    const char *name;
+    const lf_tensor *t;
+} lf_st_entry;
+lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n);
+
+/* The activation a Hugging Face config.json names (hidden_activation, else hidden_act): silu,
+ * gelu_pytorch_tanh (gelu_tanh), gelu (gelu_erf). path: config.json, or the directory or file
+ * beside it. LF_EINVAL when there is none or it names another. */
+lf_status lf_hf_config_act(const char *path, lf_act *act);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
