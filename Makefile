@@ -44,6 +44,9 @@ test-gpu:
 	./$(BUILD)/tests/test_cuda
 	./$(BUILD)/tests/test_tp_gpu
 	tests/gpu/experiments_gpu.sh ./$(BUILD)/linfuse $(BUILD)/gpu-traces
+	@if python3 -c 'import torch, transformers, safetensors' 2>/dev/null; then \
+		tests/gpu/hf_mlp_check.py ./$(BUILD)/linfuse $(BUILD)/hf-check; \
+	else echo 'hf_mlp_check: skipped (needs torch, transformers and safetensors)'; fi
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -5,7 +5,7 @@ compiled, compiled gated) against transformers' own LlamaMLP eager, under torch.
 under max-autotune (no CUDA graphs) at 8192 tokens, in one run. At a few tokens a forward only has to
 read its weights once (3 x 4096 x 14336 bf16 = 352 MB): the script measures the GPU's read
 bandwidth (a sum over a 2 GiB tensor) and prints the bandwidth each forward reached.
-Timed as every bench/*_vs_torch.py is (torch_timing.py). usage: bench/llama_mlp_vs_torch.py build/linfuse"""
+Timed as every bench/*_vs_torch.py is (torch_timing.py). usage: bench/llama_mlp_vs_torch.py build/linfuse [TOKENS,...] (default 1,16,512,8192)"""
 import sys
 
 import torch
@@ -16,6 +16,9 @@ from torch_timing import bench, linfuse_cases
 
 D, H = 4096, 14336
 WEIGHTS = 3 * D * H * 2  # bytes
+TOKENS = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 16, 512, 8192]
+if not TOKENS or any(t not in (1, 16, 512, 8192) for t in TOKENS):
+    sys.exit("tokens: a comma-separated choice of 1, 16, 512, 8192 (linfuse bench cuda's llama_mlp_* cases)")
 ours = {k: v[0] for k, v in linfuse_cases(sys.argv[1], "llama_mlp_").items()}
 torch.manual_seed(0)
 big = torch.empty(1 << 30, dtype=torch.bfloat16, device="cuda").uniform_()
@@ -26,7 +29,7 @@ del big
 cfg = LlamaConfig(hidden_size=D, intermediate_size=H, hidden_act="silu", mlp_bias=False)
 with torch.no_grad():
     mlp = LlamaMLP(cfg).to("cuda", torch.bfloat16)
-    for T in (1, 16, 512, 8192):
+    for T in TOKENS:
         x = torch.rand(1, T, D, device="cuda", dtype=torch.bfloat16) * 2 - 1
         t = {"transformers LlamaMLP eager": bench(lambda: mlp(x))}
         c = torch.compile(mlp)

@@ -282,7 +282,8 @@ static void test_profiled_memory(void)
 
 /* act(x W_g^T) * (x W_u^T) in float64 for rows step apart (large shapes: a sample of rows), W
  * (2H, K) in blocks of G rows; error against got (M, H) by the usual measure. */
-static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const lf_tensor *got, int64_t step, lf_act act)
+static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const lf_tensor *got, int64_t step,
+                        lf_act act)
 {
     const int64_t M = x->shape[0], K = x->shape[1], H = w->shape[0] / 2;
     double *X = to_f64(x), *W = to_f64(w), *Y = to_f64(got), worst = 0;
@@ -357,8 +358,8 @@ static void test_gated_gemm(void)
     lf_rng rng;
     lf_rng_seed(&rng, 37);
     static const int64_t cases[][4] = {/* M, K, H, G */
-                                       {1, 64, 128, 128},     {5, 776, 384, 128},   {16, 4096, 256, 256},
-                                       {77, 768, 384, 384},  {300, 136, 256, 128},
+                                       {1, 64, 128, 128},     {5, 776, 384, 128},    {16, 4096, 256, 256},
+                                       {9, 520, 100, 100},    {77, 768, 384, 384},   {300, 136, 256, 128},
                                        {1000, 256, 512, 256}, {129, 4096, 128, 128}, {8192, 768, 3072, 3072}};
     for (size_t cj = 0; cj < 2 * sizeof cases / sizeof cases[0]; cj++) {
         const size_t ci = cj / 2; /* each case in GeGLU's act, then SwiGLU's */
@@ -389,8 +390,7 @@ static void test_gated_gemm(void)
             const char *want = M <= 16 ? (act == LF_ACT_SILU ? "gated_gemv_bf16_silu" : "gated_gemv_bf16_gelu_tanh")
                                : act == LF_ACT_SILU ? "gated_gemm_bf16_silu"
                                                     : "gated_gemm_bf16_gelu_tanh";
-            CHECK(info.name && strstr(info.name, want), "%s: kernel name %s", what,
-                  info.name ? info.name : "(none)");
+            CHECK(info.name && strstr(info.name, want), "%s: kernel name %s", what, info.name ? info.name : "(none)");
             if (info.timing)
                 info.resolve(info.timing, &(int64_t){0}, &(int64_t){0});
             double *D = to_f64(gd), *packed = malloc((size_t)(M * H) * sizeof *packed);
@@ -578,8 +578,9 @@ static void test_compile_gpu(void)
                 OK(lf_compiled_run(c, 1, &gx, &y));
                 if (y && run == 2) {
                     double e = gated_mlp_err(&cpu.mlp, x, y, B * S > 1000 ? 97 : 1);
-                    CHECK(e < tol_for(LF_DTYPE_BF16), "compiled mlp %lldx%lldx%lldx%lld variant %d vs float64: err %.3g",
-                          (long long)B, (long long)S, (long long)D, (long long)H, variant, e);
+                    CHECK(e < tol_for(LF_DTYPE_BF16),
+                          "compiled mlp %lldx%lldx%lldx%lld variant %d vs float64: err %.3g", (long long)B,
+                          (long long)S, (long long)D, (long long)H, variant, e);
                 }
                 lf_tensor_free(y);
             }
@@ -631,8 +632,10 @@ static void test_compile_gpu(void)
             OK(lf_compiled_run(c, 1, &gx, &y));
             if (y) { /* against float64: x W^T + b (linear) or x w + b with a 2-D b (matmul-add) */
                 const int64_t M = xs[0], K = xs[1], N = which == 1 ? 64 : 1024;
-                double *X = to_f64(x), *W = to_f64(which == 1 ? m.lin.weight : m.w), *Bv = to_f64(which == 1 ? m.lin.bias : m.b);
-                double *Y = to_f64(y), *R = malloc((size_t)(M * N) * sizeof *R), *mag = malloc((size_t)(M * N) * sizeof *mag);
+                double *X = to_f64(x), *W = to_f64(which == 1 ? m.lin.weight : m.w),
+                       *Bv = to_f64(which == 1 ? m.lin.bias : m.b);
+                double *Y = to_f64(y), *R = malloc((size_t)(M * N) * sizeof *R),
+                       *mag = malloc((size_t)(M * N) * sizeof *mag);
                 for (int64_t i = 0; i < M; i++)
                     for (int64_t j = 0; j < N; j++) {
                         double sum = 0, mm = 0;
@@ -741,7 +744,8 @@ static void test_kernel_reports(void)
                 g.ep.bias = lf_tensor_data(on_gpu ? gbias : bias), g.ep.bias_dtype = LF_DTYPE_BF16;
             }
             lf_status s = lf_backend_gemm(on_gpu ? LF_DEVICE_CUDA : LF_DEVICE_CPU, &g, &info[dev]);
-            CHECK(s == LF_OK, "report %s on %s: %s", gated ? "gated" : "C+bias", on_gpu ? "cuda" : "cpu", lf_last_error());
+            CHECK(s == LF_OK, "report %s on %s: %s", gated ? "gated" : "C+bias", on_gpu ? "cuda" : "cpu",
+                  lf_last_error());
         }
         if (info[1].resolve) { /* spend the event-timing handle, if the backend left one */
             int64_t t0, t1;
