@@ -1,12 +1,13 @@
 #!/bin/sh
 # Fuzz the trace reader (and the table, diff, summary and SVG built on it), then the safetensors
 # reader, with libFuzzer for a bounded time (two thirds and one third of it). The traces are
-# seeded with real ones (PyTorch's reference traces and traces linfuse writes
-# now) and hand-made hostile ones (tests/fuzz/seeds: sums past 64 bits, bad UTF-8, numbers at the
-# edge of JSON's grammar, many names), mutated with a dictionary of the trace's keys
-# (tests/fuzz/trace.dict). Earlier crashes live in tests/fuzz/regressions and are replayed
-# first; a new crash fails the test and is saved there to become a regression test. The
-# safetensors reader is seeded with tests/fuzz/st_seeds (an MLP's names, every dtype, a scalar).
+# seeded with real ones (PyTorch's reference traces, its gzip ones among them, and traces
+# linfuse writes now) and hand-made hostile ones (tests/fuzz/seeds: sums past 64 bits, bad
+# UTF-8, numbers at the edge of JSON's grammar, many names, gzip of one member and of two),
+# mutated with a dictionary of the trace's keys (tests/fuzz/trace.dict). Earlier crashes live in
+# tests/fuzz/regressions and are replayed first; a new crash fails the test and is saved there
+# to become a regression test. The safetensors reader is seeded with tests/fuzz/st_seeds (an
+# MLP's names, every dtype, a scalar); its findings live in tests/fuzz/st_regressions.
 # Usage: fuzz_test.sh <source dir> <ref dir> <linfuse binary> <work dir> [seconds]
 set -eu
 src="$1" ref="$2" bin="$3" work="$4" secs="${5:-45}"
@@ -15,11 +16,12 @@ cc=$(command -v clang || command -v clang-14 || true)
 rm -rf "$work"
 mkdir -p "$work/corpus" "$work/traces"
 srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/strmap.c $src/src/trace/json_read.c $src/src/trace/json_write.c
-      $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/core/status.c $src/src/core/text.c"
+      $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/trace/ranks.c $src/src/trace/table_export.c $src/src/core/status.c $src/src/core/text.c"
 # shellcheck disable=SC2086
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_trace"
-cp "$ref"/*.json "$src"/tests/fuzz/seeds/*.json "$work/corpus/"
+    -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson zlib) -lm -o "$work/fuzz_trace"
+cp "$ref"/*.json "$src"/tests/fuzz/seeds/*.json "$src"/tests/fuzz/seeds/*.json.gz "$work/corpus/"
+for g in "$ref"/../torch-h200x2/*.json.gz; do if [ -e "$g" ]; then cp "$g" "$work/corpus/"; fi; done
 "$bin" linear --out "$work/traces" --batch 16 >/dev/null
 "$bin" simple-mlp --out "$work/traces" --batch 1 --seq 4 --dim 32 --hidden 48 >/dev/null
 find "$work/traces" -name '*.json' -exec cp {} "$work/corpus/" \;
@@ -34,18 +36,23 @@ fi
     $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_safetensors"
 mkdir -p "$work/st_corpus"
 cp "$src"/tests/fuzz/st_seeds/* "$work/st_corpus/"
+if ls "$src"/tests/fuzz/st_regressions/* >/dev/null 2>&1; then
+    "$work/fuzz_safetensors" "$src"/tests/fuzz/st_regressions/*
+fi
 status=0
 (cd "$work" && ./fuzz_trace -max_total_time=$((secs * 2 / 3)) -rss_limit_mb=2048 -timeout=10 -max_len=262144 \
     -dict="$src/tests/fuzz/trace.dict" -print_final_stats=1 corpus >fuzz.log 2>&1) || status=$?
 tail -15 "$work/fuzz.log"
+found=regressions
 if [ "$status" = 0 ]; then
+    found=st_regressions
     (cd "$work" && ./fuzz_safetensors -max_total_time=$((secs - secs * 2 / 3)) -rss_limit_mb=2048 -timeout=10 \
         -max_len=65536 -print_final_stats=1 st_corpus >fuzz_st.log 2>&1) || status=$?
     tail -5 "$work/fuzz_st.log"
 fi
 if [ "$status" != 0 ]; then
     for f in "$work"/crash-* "$work"/timeout-* "$work"/leak-* "$work"/oom-*; do
-        [ -e "$f" ] && cp "$f" "$src/tests/fuzz/regressions/" && echo "saved $(basename "$f") to tests/fuzz/regressions"
+        [ -e "$f" ] && cp "$f" "$src/tests/fuzz/$found/" && echo "saved $(basename "$f") to tests/fuzz/$found"
     done
     echo "0 passed, 1 failed"
     exit 1

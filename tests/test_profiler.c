@@ -237,7 +237,7 @@ static void test_linear(void)
         }
     /* the table from the file equals the table built in memory */
     char *mem_text = NULL, *file_text = NULL;
-    lf_table_opts to = {LF_SORT_DEVICE_TIME_TOTAL, 25};
+    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 25};
     CHECK(lf_prof_table(p, &to, &mem_text) == LF_OK, "in-memory table");
     lf_trace *t = NULL;
     lf_table tab;
@@ -386,7 +386,7 @@ static void test_memory_and_drops(void)
     CHECK(reserved_is_allocated >= mem + freed, "CPU: Total Reserved == Total Allocated (%d of %d events)",
           reserved_is_allocated, mem + freed);
     char *text = NULL;
-    lf_table_opts to = {LF_SORT_CPU_TIME_TOTAL, -1};
+    lf_table_opts to = {.sort_by = LF_SORT_CPU_TIME_TOTAL, .row_limit = -1};
     CHECK(lf_prof_table(p, &to, &text) == LF_OK && strstr(text, "CPU Mem") && strstr(text, "384.00 KB"),
           "memory columns:\n%s", text ? text : "");
     free(text);

@@ -97,7 +97,7 @@ static void compare_with_pytorch(const char *dir, const char *stem)
     lf_table tab;
     OK(lf_table_build(t, LF_SORT_DEVICE_TIME_TOTAL, &tab));
     char *got = NULL;
-    lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 25};
+    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 25};
     OK(lf_table_format(&tab, &o, &got));
     static trow a[64], b[64];
     double ac = -2, ad = -2, bc = -3, bd = -3;
@@ -264,7 +264,7 @@ static lf_trace *read_text(const char *dir, const char *name, const char *text)
 static char *table_of(lf_trace *t, lf_table *tab)
 {
     char *text = NULL;
-    lf_table_opts o = {LF_SORT_NONE, -1};
+    lf_table_opts o = {.sort_by = LF_SORT_NONE, .row_limit = -1};
     if (lf_table_build(t, LF_SORT_NONE, tab) != LF_OK || lf_table_format(tab, &o, &text) != LF_OK)
         return NULL;
     return text;
@@ -377,6 +377,89 @@ static void test_hostile(void)
     rmdir(dir);
 }
 
+/* FLOPs from input shapes under with_flops, PyTorch's formulas, one op of each kind; none
+ * without the flag, and a trace's own FLOPs win over the shapes. */
+static void test_shape_flops(void)
+{
+    static const struct {
+        const char *name, *dims, *types, *concrete;
+        double want;
+    } ops[] = {
+        {"aten::mm", "[[8, 4], [4, 3]]", "[\"float\", \"float\"]", NULL, 2.0 * 8 * 4 * 3},
+        {"aten::addmm", "[[3], [8, 4], [4, 3], [], []]", "[\"float\", \"float\", \"float\", \"Scalar\", \"Scalar\"]",
+         NULL, 2.0 * 8 * 4 * 3},
+        {"aten::bmm", "[[5, 8, 4], [5, 4, 3]]", "[\"c10::BFloat16\", \"c10::BFloat16\"]", NULL, 2.0 * 5 * 8 * 4 * 3},
+        {"aten::baddbmm", "[[5, 8, 3], [5, 8, 4], [5, 4, 3]]", "[\"float\", \"float\", \"float\"]", NULL,
+         2.0 * 5 * 8 * 4 * 3},
+        {"aten::mul", "[[6, 7], [6, 7]]", "[\"float\", \"float\"]", NULL, 42},
+        {"aten::add", "[[6, 7], [], []]", "[\"float\", \"Scalar\", \"Scalar\"]", NULL, 42},
+        {"aten::mul", "[[], [6, 7]]", "[\"Scalar\", \"float\"]", NULL, 0}, /* a Scalar first: none, as PyTorch */
+        /* 2 x N x OH x OW x KH x KW x C x K / groups: 2 x 2 x 8 x 8 x 3 x 3 x 4 x 6 / 2 */
+        {"aten::conv2d", "[[2, 4, 16, 16], [6, 2, 3, 3], [6], [], [], [], []]",
+         "[\"float\", \"float\", \"float\", \"ScalarList\", \"ScalarList\", \"ScalarList\", \"Int\"]",
+         "[\"\", \"\", \"\", \"[2, 2]\", \"[1, 1]\", \"[1, 1]\", \"2\"]", 2.0 * 2 * 8 * 8 * 3 * 3 * 4 * 6 / 2},
+        {"aten::gelu", "[[6, 7], []]", "[\"float\", \"\"]", NULL, 0},
+    };
+    for (int with = 0; with < 2; with++)
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+            char doc[1024];
+            snprintf(doc, sizeof doc,
+                     "{\"with_flops\": %d, \"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"%s\", "
+                     "\"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"Input Dims\": %s, \"Input type\": %s%s%s}}]}",
+                     with, ops[i].name, ops[i].dims, ops[i].types, ops[i].concrete ? ", \"Concrete Inputs\": " : "",
+                     ops[i].concrete ? ops[i].concrete : "");
+            lf_trace *t = NULL;
+            lf_status s = lf_trace_read_json_buffer(&t, doc, strlen(doc), "flops");
+            CHECK(s == LF_OK, "%s: %s", ops[i].name, lf_last_error());
+            if (s != LF_OK)
+                continue;
+            const double got = lf_trace_get(t, 0)->flops, want = with ? ops[i].want : 0;
+            CHECK(got == want, "%s with_flops %d: %.0f FLOPs, expected %.0f", ops[i].name, with, got, want);
+            lf_trace_free(t);
+        }
+    const char *own = "{\"with_flops\": 1, \"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": "
+                      "\"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"flops\": 7, "
+                      "\"Input Dims\": [[8, 4], [4, 3]], \"Input type\": [\"float\", \"float\"]}}]}";
+    lf_trace *t = NULL;
+    CHECK(lf_trace_read_json_buffer(&t, own, strlen(own), "own") == LF_OK && lf_trace_get(t, 0)->flops == 7,
+          "a trace's own FLOPs are kept");
+    lf_trace_free(t);
+}
+
+/* A trace written to a .gz name is gzip and reads back to the same table; the same bytes in a
+ * buffer read too. */
+static void test_gzip_round_trip(const char *ref)
+{
+    char in[512], dir[] = "/tmp/lf_trace_gzXXXXXX", out[600];
+    snprintf(in, sizeof in, "%s/mlp_64x128x768x3072_eager.json", ref);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    snprintf(out, sizeof out, "%s/copy.json.gz", dir);
+    lf_trace *a = NULL, *b = NULL;
+    CHECK(lf_trace_read_json(&a, in) == LF_OK, "read %s: %s", in, lf_last_error());
+    CHECK(a && lf_trace_write_json(a, out) == LF_OK, "write %s: %s", out, lf_last_error());
+    FILE *f = fopen(out, "rb");
+    unsigned char magic[2] = {0, 0};
+    CHECK(f && fread(magic, 1, 2, f) == 2 && magic[0] == 0x1f && magic[1] == 0x8b, "%s starts with gzip's magic", out);
+    if (f)
+        fclose(f);
+    CHECK(lf_trace_read_json(&b, out) == LF_OK, "read back %s: %s", out, lf_last_error());
+    if (a && b) {
+        lf_table ta, tb;
+        char *xa = table_of(a, &ta), *xb = table_of(b, &tb);
+        CHECK(xa && xb && !strcmp(xa, xb), "the gzip copy's table equals the original's");
+        free(xa), free(xb);
+        lf_table_free(&ta), lf_table_free(&tb);
+        CHECK(lf_trace_count(a) == lf_trace_count(b), "events: %lld vs %lld", (long long)lf_trace_count(a),
+              (long long)lf_trace_count(b));
+    }
+    lf_trace_free(a), lf_trace_free(b);
+    unlink(out);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -390,5 +473,7 @@ int main(int argc, char **argv)
     test_bad_files();
     test_overhead_written();
     test_hostile();
+    test_shape_flops();
+    test_gzip_round_trip(argv[1]);
     return lf_test_finish("test_trace");
 }

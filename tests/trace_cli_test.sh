@@ -203,6 +203,81 @@ check "merge: one rank twice" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0
 contains "merge: one rank twice" "both rank 0"
 check "merge: no output" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json"
 check "merge of a merged trace" 2 "$bin" trace merge "$work/merged.json" -o "$work/bad.json"
+
+# gzip and pipes: tensorboard_trace_handler(use_gzip=True)'s trace, with memory, FLOPs, shapes and
+# stacks; its tables are PyTorch's own (the reference script printed a newline after each)
+sm="$x2/stack_mem_64x128x768x3072"
+for kind in "" ".shapes"; do
+    checks=$((checks + 1))
+    flag=""
+    [ "$kind" = ".shapes" ] && flag="--group-by-input-shape"
+    # shellcheck disable=SC2086
+    "$bin" trace table "$sm.json.gz" --row-limit 25 $flag >"$work/sm$kind.txt" 2>&1
+    printf '\n' >>"$work/sm$kind.txt"
+    if ! cmp -s "$work/sm$kind.txt" "$sm$kind.txt"; then
+        fails=$((fails + 1))
+        echo "FAIL: table$kind of the gzip trace differs from PyTorch's (memory columns, Total MFLOPs, Input Shapes):"
+        diff "$work/sm$kind.txt" "$sm$kind.txt" | head -10
+    fi
+done
+check "table from standard input, gzip" 0 sh -c "cat '$sm.json.gz' | '$bin' trace table - --row-limit 25"
+contains "stdin gzip: FLOPs from shapes" "347892.351"
+check "summary from a pipe, plain" 0 sh -c "cat '$x2/tp_64x128x768x3072_rank0.json' | '$bin' trace summary -"
+contains "stdin summary" "comm/step=58.752us"
+gzip -c "$x2/tp_64x128x768x3072_rank0.json" >"$work/r0.json.gz"
+gzip -c "$x2/tp_64x128x768x3072_rank1.json" >"$work/r1.json.gz"
+check "merge reads gzip, writes gzip" 0 "$bin" trace merge "$work/r0.json.gz" "$work/r1.json.gz" -o "$work/m.json.gz"
+contains "merge gz" "2 ranks, 322 events"
+check "the gzip output is gzip" 0 sh -c "gzip -t '$work/m.json.gz' && gzip -dc '$work/m.json.gz' | python3 -c 'import json,sys; assert len(json.load(sys.stdin)[\"traceEvents\"]) > 322'"
+check "summary of the gzip merge" 0 "$bin" trace summary "$work/m.json.gz"
+contains "gz merged: rank 1" "rank=1 kernels/step=6"
+check "diff of gzip traces" 0 "$bin" trace diff "$work/r0.json.gz" "$x2/tp_64x128x768x3072_rank1.json"
+check "expect on gzip" 0 "$bin" trace expect "$work/r0.json.gz" --kernel ncclDevKernel
+check "svg of gzip" 0 "$bin" trace svg "$sm.json.gz" -o "$work/sm.svg"
+head -c 3000 "$work/r0.json.gz" >"$work/cut.json.gz"
+check "truncated gzip" 2 "$bin" trace table "$work/cut.json.gz"
+contains "truncated gzip says so" "ends early"
+printf 'not json at all' | gzip -c >"$work/notjson.json.gz"
+check "gzip of not-JSON" 2 "$bin" trace summary "$work/notjson.json.gz"
+contains "inflated, not JSON" "inflated, does not start like a JSON trace"
+check "a gzip inflating past the limit" 2 "$bin" trace table "$sm.json.gz" --max-bytes 100000
+contains "limit on the inflated size" "inflates to more than the 100000 bytes"
+{ cat "$work/r0.json.gz"; printf 'junk'; } >"$work/junk.json.gz"
+check "bytes after the gzip data" 2 "$bin" trace table "$work/junk.json.gz"
+contains "trailing junk named" "bytes after the end of the gzip data"
+check "empty standard input" 2 sh -c "'$bin' trace table - </dev/null"
+contains "empty stdin" "standard input: is empty"
+# the table for programs: every column, full names, plain numbers
+check "table as csv" 0 "$bin" trace table "$sm.json.gz" --format csv --row-limit -1 --group-by-input-shape
+printf '%s\n' "$LAST" >"$work/t.csv"
+check "table as json" 0 "$bin" trace table "$sm.json.gz" --format json --row-limit -1 --group-by-stack 2
+printf '%s\n' "$LAST" >"$work/t.json"
+checks=$((checks + 1))
+python3 - "$work/t.csv" "$work/t.json" "$sm.shapes.txt" <<'PY' || { fails=$((fails + 1)); echo "FAIL: csv/json tables"; }
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+text = open(sys.argv[3]).read().splitlines()
+# every row of PyTorch's shapes table is in the csv with the same numbers (printed rounded there)
+mm = [r for r in rows if r["name"] == "aten::mm"]
+assert len(mm) == 2 and {r["input_shapes"] for r in mm} == {"[[8192, 768], [768, 3072]]", "[[8192, 3072], [3072, 768]]"}, mm
+big = next(r for r in mm if r["input_shapes"] == "[[8192, 768], [768, 3072]]")
+assert big["calls"] == "6" and abs(float(big["flops"]) - 231928233984) < 1 and big["device_mem_bytes"] == str(288 << 20), big
+assert abs(float(big["self_device_us"]) - 343.040) < 1e-6 and abs(float(big["self_cpu_us"]) - 131.847) < 1e-6, big
+# full names, never cut with "..."
+assert any(r["name"].startswith("void at::native::vectorized_elementwise_kernel<8, at::native::") for r in rows)
+assert sum(float(r["self_cpu_us"]) for r in rows) > 852.8
+t = json.load(open(sys.argv[2]))
+assert t["device"] == "CUDA" and abs(t["self_cpu_total_us"] - 852.832) < 1e-6, t["self_cpu_total_us"]
+lin = [r for r in t["rows"] if r["name"] == "aten::linear"]
+assert lin and lin[0]["stack"] == ["ref_torch_turn2.py(37): <lambda>", "ref_torch_turn2.py(43): <module>"], lin
+print("csv:", len(rows), "rows; json:", len(t["rows"]), "rows, stacks of", lin[0]["stack"])
+PY
+check "table grouped by stack" 0 "$bin" trace table "$sm.json.gz" --group-by-stack 2 --row-limit 6
+contains "source location column" "Source Location"
+contains "the frame of the call" "ref_torch_turn2.py(37): <lambda>"
+check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
+contains "bad format named" "--format must be text, csv or json"
+check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0
 rm -rf "$work"
 echo "$((checks - fails)) passed, $fails failed"
 [ "$fails" = 0 ]

@@ -115,12 +115,16 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
 lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
 
 /* Write Kineto-schema Chrome trace JSON to path, atomically: a temporary file in the same
- * directory, flushed, then renamed over path. On error nothing is left behind. */
+ * directory, flushed, then renamed over path. On error nothing is left behind. A path ending in
+ * ".gz" is written gzip-compressed (what tensorboard_trace_handler(use_gzip=True) writes; Perfetto
+ * and chrome://tracing open it as it is). */
 lf_status lf_trace_write_json(const lf_trace *t, const char *path);
 
-/* Read a Kineto-schema JSON trace (PyTorch's or linfuse's). Errors name the file and, for
- * malformed JSON, the line and column. A file that does not start like JSON is refused before it
- * is read, and so is one larger than the read limit. */
+/* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
+ * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard
+ * input. Errors name the file and, for malformed JSON, the line and column. A file that starts
+ * like neither JSON nor gzip is refused before it is read, and so is one larger than the read
+ * limit, compressed or inflated. */
 lf_status lf_trace_read_json(lf_trace **out, const char *path);
 
 /* The largest trace file lf_trace_read_json reads: bytes > 0 sets it for the process, 0 restores
@@ -147,9 +151,22 @@ typedef enum lf_sort_key {
 /* PyTorch's spellings: "self_cpu_time_total", "cuda_time_total" (= "device_time_total"), ... */
 lf_status lf_sort_key_parse(const char *s, lf_sort_key *out);
 
+/* How lf_table_format writes a table: PyTorch's text, or every column with full names and
+ * plain numbers (microseconds, bytes, FLOPs) as CSV (one header line) or JSON. */
+typedef enum lf_table_style { LF_TABLE_TEXT, LF_TABLE_CSV, LF_TABLE_JSON } lf_table_style;
+
 typedef struct lf_table_opts {
     lf_sort_key sort_by;
     int row_limit; /* rows shown; <= 0 shows all (PyTorch's -1); PyTorch's default is 100 */
+    /* key_averages(group_by_input_shape=True): a row per name and input shapes, with PyTorch's
+     * "Input Shapes" column */
+    int group_by_input_shape;
+    /* > 0: a row per name and its N innermost Python frames (the trace's python_function events
+     * that enclose the op on its thread; built-ins skipped, as PyTorch's with_stack stacks have
+     * none), with a "Source Location" column listing them. PyTorch's own table cannot do this
+     * from a trace (its group_by_stack_n needs the live profiler's stacks). */
+    int group_by_stack;
+    lf_table_style style;
 } lf_table_opts;
 
 /* One aggregated row, for programs that want numbers rather than text. Times are microseconds
@@ -163,7 +180,10 @@ typedef struct lf_table_row {
     int64_t count;
     double self_cpu_us, cpu_total_us, self_device_us, device_total_us;
     int64_t cpu_mem, self_cpu_mem, device_mem, self_device_mem; /* bytes, profile_memory */
-    double flops;
+    double flops; /* the trace's, or PyTorch's count from the op's shapes (with_flops) */
+    const char *input_shapes;  /* group_by_input_shape: "[[8, 4], [4, 2]]", "[]" for none; else NULL */
+    const char *const *stack;  /* group_by_stack: n_stack frames, innermost first */
+    int n_stack;
 } lf_table_row;
 
 typedef struct lf_table {
@@ -171,7 +191,16 @@ typedef struct lf_table {
     int64_t n_rows;
     double self_cpu_total_us, self_device_total_us;
     int has_device;
-    int has_cpu_mem, has_device_mem; /* memory columns (traces made with profile_memory) */
+    /* PyTorch's columns: memory (profile_memory: CPU always, the device's when a row allocated
+     * on it; without the flag, when the trace has memory events of that kind); "Total MFLOPs"
+     * (with_flops and some FLOPs: the unit from the smallest row, values times flops_scale) */
+    int has_cpu_mem, has_device_mem;
+    int has_flops;
+    double flops_scale;
+    const char *flops_unit;  /* "MFLOPs", ... */
+    int has_input_shapes;    /* grouped by input shape */
+    int stack_depth;         /* grouped by this many frames (0: not) */
+    const char **stack_data; /* the rows' frames (owned) */
     const char *device_label;
     int64_t dropped_events; /* shown under the table when not 0 */
     /* What makes numbers not what they seem, said under the table: a memory sum that reached
@@ -181,8 +210,11 @@ typedef struct lf_table {
 } lf_table;
 
 lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
+/* The same with every option (sort_by and the groupings; row_limit is the format's). */
+lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *o, lf_table *out);
 void lf_table_free(lf_table *tab);
-/* The text PyTorch's table() prints, ending with the footers; caller frees *text. */
+/* The text PyTorch's table() prints, ending with the footers, or CSV or JSON (o->style); caller
+ * frees *text. */
 lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text);
 
 /* --- the one-line reading of a trace: what the blog reads off a timeline --- */
@@ -240,7 +272,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
  * axis. Written atomically to path. */
 lf_status lf_trace_svg(const lf_trace *t, int step, const char *path);
 
-/* Read a trace held in memory (name is used in messages): the fuzzer's entry point. */
+/* Read a trace held in memory, plain or gzip (name is used in messages): the fuzzer's entry point. */
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name);
 
 #ifdef __cplusplus

@@ -474,7 +474,7 @@ static void window_ready(lf_profiler *p, void *user)
     snprintf(r->txt_path, sizeof r->txt_path, "%s%s.txt", x->base, sfx);
     const lf_trace *t = NULL;
     char *table = NULL;
-    lf_table_opts to = {LF_SORT_DEVICE_TIME_TOTAL, x->c->row_limit};
+    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = x->c->row_limit};
     lf_status s = lf_prof_trace(p, &t);
     if (s == LF_OK)
         s = lf_prof_table(p, &to, &table);

@@ -145,7 +145,7 @@ static void window_ready(lf_profiler *p, void *user)
         lf_trace *mine = NULL;
         char info[2048], *table = NULL, sfx[48];
         lf_table tab = {0};
-        lf_table_opts to = {LF_SORT_DEVICE_TIME_TOTAL, run->j->c->row_limit};
+        lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = run->j->c->row_limit};
         s = lf_trace_select_rank(t, (int64_t)getpid(), rk->tid, run->ranks[0].tid, lf_comm_device_index(rk->comm),
                                  &mine);
         if (s == LF_OK)

@@ -15,7 +15,8 @@
 static const struct verb_help {
     const char *verb, *args, *what;
 } verbs[] = {
-    {"table", "FILE.json [--sort-by KEY] [--row-limit N]", "key_averages().table() of the trace"},
+    {"table", "FILE.json [--sort-by KEY] [--row-limit N] [--group-by-input-shape] [--group-by-stack N] [--format text|csv|json]",
+     "key_averages().table() of the trace"},
     {"diff", "A.json B.json [--json]", "what changed per step from A to B"},
     {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]...",
      "exit 0 if the trace matches the guess, 1 if not"},
@@ -44,7 +45,11 @@ static void verb_usage(FILE *f, const char *verb)
             fprintf(f, "usage: linfuse trace %s %s\n%s\n", verb, verbs[i].args, verbs[i].what);
     if (!strcmp(verb, "table"))
         fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
-              "     cpu_time, cuda_time, count (device_* spellings too); --row-limit -1 shows every row\n",
+              "     cpu_time, cuda_time, count (device_* spellings too); --row-limit -1 shows every row\n"
+              "--group-by-input-shape: a row per op and input shapes, as key_averages(group_by_input_shape=True)\n"
+              "--group-by-stack N: a row per op and its N innermost Python frames (the trace's python_function\n"
+              "     events, as with_stack=True records them), with a Source Location column\n"
+              "--format csv|json: every column, full names, times in us, memory in bytes, FLOPs as counted\n",
               f);
 }
 
@@ -101,11 +106,13 @@ static int verb_table(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace table";
     int nf = 0, rc;
-    lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 100};
-    enum { SORT, LIMIT };
-    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0}, {"row-limit", 1, LIMIT, 0}, MAX_BYTES_OPT};
+    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 100};
+    enum { SORT, LIMIT, BY_SHAPE, BY_STACK, FORMAT };
+    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0},           {"row-limit", 1, LIMIT, 0},
+                               {"group-by-input-shape", 0, BY_SHAPE, 0}, {"group-by-stack", 1, BY_STACK, 0},
+                               {"format", 1, FORMAT, 0},          MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 6);
     for (int id; (id = next_arg(&a, "table", &v)) != LF_CLI_END;) {
         int64_t n;
         if (id == SORT) {
@@ -119,6 +126,19 @@ static int verb_table(int argc, char **argv)
             else if (!lf_cli_int(cmd, "--row-limit", v, 1, 1000000, &n))
                 return LF_EXIT_USAGE;
             o.row_limit = (int)n;
+        } else if (id == BY_SHAPE) {
+            o.group_by_input_shape = 1;
+        } else if (id == BY_STACK) {
+            if (!lf_cli_int(cmd, "--group-by-stack", v, 1, 64, &n))
+                return LF_EXIT_USAGE;
+            o.group_by_stack = (int)n;
+        } else if (id == FORMAT) {
+            if (!strcmp(v, "text") || !strcmp(v, "csv") || !strcmp(v, "json")) {
+                o.style = v[0] == 't' ? LF_TABLE_TEXT : v[0] == 'c' ? LF_TABLE_CSV : LF_TABLE_JSON;
+            } else {
+                fprintf(stderr, "%s: --format must be text, csv or json, not '%s'\n", cmd, v);
+                return LF_EXIT_USAGE;
+            }
         } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
         }
@@ -132,7 +152,7 @@ static int verb_table(int argc, char **argv)
         return LF_EXIT_USAGE;
     lf_table tab;
     char *text = NULL;
-    lf_status s = lf_table_build(t, o.sort_by, &tab);
+    lf_status s = lf_table_build_opts(t, &o, &tab);
     if (s == LF_OK) {
         s = lf_table_format(&tab, &o, &text);
         lf_table_free(&tab);

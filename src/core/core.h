@@ -66,6 +66,13 @@ typedef struct lf_sbuf {
 } lf_sbuf;
 
 void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s as a JSON string, quotes included: quotes and backslashes escaped, control characters as
+ * six-character escapes, each byte that is not well-formed UTF-8 as the escape of U+FFFD, so any
+ * name makes valid JSON. */
+void lf_sbuf_json_str(lf_sbuf *b, const char *s);
+/* s as one CSV field (RFC 4180): quoted, with its quotes doubled, when it holds a comma, a quote
+ * or a line break. */
+void lf_sbuf_csv_field(lf_sbuf *b, const char *s);
 
 /* UTF-8: the length of the well-formed character that starts s (1 to 4 bytes), or 0 when s
  * starts with a byte that begins none (a stray continuation byte, an overlong form, a

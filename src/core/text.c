@@ -72,6 +72,39 @@ size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars)
     return bytes;
 }
 
+void lf_sbuf_json_str(lf_sbuf *b, const char *s)
+{
+    lf_sbuf_printf(b, "\"");
+    while (s && *s) {
+        unsigned char c = (unsigned char)*s;
+        int k = lf_utf8_char(s);
+        if (c == '"' || c == '\\')
+            lf_sbuf_printf(b, "\\%c", c);
+        else if (k > 1)
+            lf_sbuf_printf(b, "%.*s", k, s);
+        else if (k == 0)
+            lf_sbuf_printf(b, "\\ufffd");
+        else if (c < 0x20)
+            lf_sbuf_printf(b, "\\u%04x", c);
+        else
+            lf_sbuf_printf(b, "%c", c);
+        s += k > 1 ? k : 1;
+    }
+    lf_sbuf_printf(b, "\"");
+}
+
+void lf_sbuf_csv_field(lf_sbuf *b, const char *s)
+{
+    if (!s || !s[strcspn(s, ",\"\r\n")]) {
+        lf_sbuf_printf(b, "%s", s ? s : "");
+        return;
+    }
+    lf_sbuf_printf(b, "\"");
+    for (; *s; s++)
+        lf_sbuf_printf(b, *s == '"' ? "\"\"" : "%c", *s);
+    lf_sbuf_printf(b, "\"");
+}
+
 /* The mode a new file gets: 0666 less the umask, read from /proc where it can be (umask() itself
  * can only be read by setting it, which races with other threads creating files). */
 static mode_t new_file_mode(void)

@@ -451,8 +451,16 @@ lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
     if (t->ndim < 1 || t->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "%s: tensor \"%.200s\" has %d dims; linfuse tensors have 1 to %d", f->path, name,
                        t->ndim, LF_MAX_DIMS);
+    const unsigned char *bytes = f->data + t->begin;
+    if ((uintptr_t)bytes % lf_dtype_size((lf_dtype)t->dtype)) {
+        /* the format does not promise aligned data (a header whose length is not padded to 8
+         * leaves every tensor off its alignment): such a tensor is copied, not viewed */
+        LF_TRY(lf_tensor_empty(out, (lf_dtype)t->dtype, t->ndim, t->shape, LF_DEVICE_CPU));
+        memcpy(lf_tensor_data(*out), bytes, (size_t)(t->end - t->begin));
+        return LF_OK;
+    }
     atomic_fetch_add_explicit(&f->map->refs, 1, memory_order_relaxed);
-    lf_status s = lf_tensor_from_memory(out, (lf_dtype)t->dtype, t->ndim, t->shape, (void *)(f->data + t->begin),
+    lf_status s = lf_tensor_from_memory(out, (lf_dtype)t->dtype, t->ndim, t->shape, (void *)bytes,
                                         (size_t)(t->end - t->begin), map_unref, f->map);
     if (s != LF_OK)
         map_unref(f->map);

@@ -125,18 +125,6 @@ void lf_step_profile_free(lf_step_profile *p)
 
 #define put lf_sbuf_printf
 
-static void put_json_str(lf_sbuf *b, const char *s)
-{
-    put(b, "\"");
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            put(b, "\\%c", *s);
-        else if ((unsigned char)*s >= 0x20)
-            put(b, "%c", *s);
-    }
-    put(b, "\"");
-}
-
 /* One list's names indexed, for the other list's lookups. */
 static int index_names(lf_strmap *m, const lf_name_count *l, int64_t n)
 {
@@ -210,7 +198,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
             const lf_name_count *any = x ? x : y;
             put(&o, "%s\n  {\"name\": ", first ? "" : ",");
-            put_json_str(&o, any->name);
+            lf_sbuf_json_str(&o, any->name);
             put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g], \"us_per_step\": [%.3f, %.3f]%s}", change_names[ch],
                 x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0, y ? y->ns_per_step / 1e3 : 0,
                 ch == SAME ? ", \"same_work\": true" : "");
@@ -221,7 +209,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
             const lf_name_count *any = x ? x : y;
             put(&o, "%s\n  {\"name\": ", first ? "" : ",");
-            put_json_str(&o, any->name);
+            lf_sbuf_json_str(&o, any->name);
             put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g]}",
                 ch == GONE  ? "removed"
                 : ch == NEW ? "added"

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "trace/trace_impl.h"
 
@@ -101,6 +103,8 @@ typedef struct reader {
     lf_trace *t;
     flow_start *flows;
     size_t n_flows, cap_flows;
+    int64_t *shape_flops; /* events whose FLOPs came from their shapes: kept only under with_flops */
+    size_t n_shape_flops, cap_shape_flops;
 } reader;
 
 /* An error at byte offset `at`, with the line and column a text editor shows. */
@@ -235,6 +239,102 @@ static lf_status skip_value(reader *r, int depth)
     return LF_OK;
 }
 
+/* --- FLOPs from input shapes, as PyTorch's profiler computes them under with_flops ---
+ * PyTorch's traces carry no FLOPs: its table computes them from each op's recorded sizes, for
+ * aten::mm, addmm, bmm, baddbmm (2 x the product's multiply-adds), mul and add (one per element
+ * of the first input) and conv2d (2 x output pixels x kernel x channels / groups, its stride,
+ * padding, dilation and groups read from "Concrete Inputs"); every other op has none. The
+ * arithmetic is PyTorch's, in unsigned 64 bits and in its order, so the sums print its digits. */
+
+/* Input k's sizes when it is a tensor (its type a dtype name, which starts in lower case; a
+ * Scalar, list or missing input does not); n = -1 otherwise. */
+static int dims_of(json_t *dims, json_t *types, size_t k, int64_t out[8])
+{
+    const char *ty = json_string_value(json_array_get(types, k));
+    json_t *d = json_array_get(dims, k);
+    if (!ty || !islower((unsigned char)ty[0]) || !json_is_array(d) || json_array_size(d) > 8)
+        return -1;
+    for (size_t i = 0; i < json_array_size(d); i++) {
+        json_t *v = json_array_get(d, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return -1;
+        out[i] = (int64_t)json_integer_value(v);
+    }
+    return (int)json_array_size(d);
+}
+
+/* A concrete input ("[1, 1]" or "1", as strings) as up to 2 integers; its count, or -1. */
+static int concrete_ints(json_t *concrete, size_t k, int64_t out[2])
+{
+    const char *s = json_string_value(json_array_get(concrete, k));
+    if (!s)
+        return -1;
+    int n = 0;
+    while (*s && n <= 2) {
+        while (*s == '[' || *s == ' ' || *s == ',')
+            s++;
+        if (*s == ']' || !*s)
+            break;
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || n == 2)
+            return -1;
+        out[n++] = v;
+        s = end;
+    }
+    return n;
+}
+
+static double shape_flops(const char *op, json_t *args)
+{
+    json_t *dims = json_object_get(args, "Input Dims"), *types = json_object_get(args, "Input type");
+    int64_t a[8], b[8];
+    int na, nb;
+    int mm = !strcmp(op, "aten::mm"), addmm = !strcmp(op, "aten::addmm"), bmm = !strcmp(op, "aten::bmm"),
+        baddbmm = !strcmp(op, "aten::baddbmm");
+    if (mm || addmm || bmm || baddbmm) {
+        const size_t first = addmm || baddbmm ? 1 : 0; /* addmm(self, mat1, mat2) */
+        if ((addmm || baddbmm) && dims_of(dims, types, 0, a) < 0)
+            return 0;
+        if ((na = dims_of(dims, types, first, a)) < 0 || (nb = dims_of(dims, types, first + 1, b)) < 0 || na == 0)
+            return 0;
+        const uint64_t k = (uint64_t)a[na - 1], batch = (uint64_t)a[0];
+        if (k == 0 || ((bmm || baddbmm) && batch == 0))
+            return 0;
+        uint64_t f = 1;
+        for (int i = 0; i < na; i++)
+            f *= (uint64_t)a[i];
+        f /= k;
+        if (bmm || baddbmm)
+            f /= batch;
+        for (int i = 0; i < nb; i++)
+            f *= (uint64_t)b[i];
+        return (double)(f * 2);
+    }
+    if (!strcmp(op, "aten::mul") || !strcmp(op, "aten::add")) {
+        if ((na = dims_of(dims, types, 0, a)) < 0)
+            return 0;
+        uint64_t f = 1;
+        for (int i = 0; i < na; i++)
+            f *= (uint64_t)a[i];
+        return (double)f;
+    }
+    if (!strcmp(op, "aten::conv2d")) {
+        json_t *conc = json_object_get(args, "Concrete Inputs");
+        int64_t stride[2], pad[2], dil[2], groups[2];
+        if (dims_of(dims, types, 0, a) != 4 || dims_of(dims, types, 1, b) != 4 ||
+            concrete_ints(conc, 3, stride) != 2 || concrete_ints(conc, 4, pad) != 2 ||
+            concrete_ints(conc, 5, dil) != 2 || concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0 ||
+            stride[0] * stride[1] == 0)
+            return 0;
+        const uint64_t oh = (uint64_t)((a[2] + 2 * pad[0] - dil[0] * (b[2] - 1) - 1) / stride[0] + 1);
+        const uint64_t ow = (uint64_t)((a[3] + 2 * pad[1] - dil[1] * (b[3] - 1) - 1) / stride[1] + 1);
+        return (double)(2 * (uint64_t)a[0] * oh * ow * (uint64_t)b[2] * (uint64_t)b[3] * (uint64_t)a[1] *
+                        (uint64_t)b[0] / (uint64_t)groups[0]);
+    }
+    return 0;
+}
+
 /* One element of traceEvents, already parsed. */
 static lf_status add_event(reader *r, json_t *e, size_t i)
 {
@@ -298,6 +398,16 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         if (!fl)
             fl = json_object_get(args, "flops");
         ev.flops = json_is_number(fl) ? json_number_value(fl) : 0;
+        if (!fl && ev.cat == LF_TC_CPU_OP && (ev.flops = shape_flops(name, args)) > 0) {
+            if (r->n_shape_flops == r->cap_shape_flops) {
+                size_t cap = r->cap_shape_flops ? 2 * r->cap_shape_flops : 256;
+                int64_t *g = realloc(r->shape_flops, cap * sizeof *g);
+                if (!g)
+                    return lf_fail(LF_ENOMEM, "%s: out of memory", path);
+                r->shape_flops = g, r->cap_shape_flops = cap;
+            }
+            r->shape_flops[r->n_shape_flops++] = lf_trace_count(t); /* the index this event gets */
+        }
         json_t *by = json_object_get(args, "bytes");
         ev.bytes = json_is_number(by) ? json_number_value(by) : 0;
         if (is_mem) {
@@ -484,6 +594,10 @@ static lf_status parse_doc(reader *r)
     ws(r);
     if (r->pos != r->n)
         return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
+    /* FLOPs from shapes count only where PyTorch would have counted them */
+    if (!m->with_flops)
+        for (size_t i = 0; i < r->n_shape_flops; i++)
+            r->t->ev[r->shape_flops[i]].flops = 0;
     /* device events learn which host track launched them from the flow starts */
     if (r->n_flows) {
         qsort(r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
@@ -510,6 +624,129 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
+static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name)
+{
+    if (size == 0)
+        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
+    reader r = {.p = data, .n = size, .name = name};
+    LF_TRY(lf_trace_create(&r.t));
+    lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
+    lf_status st = parse_doc(&r);
+    free(r.flows), free(r.shape_flops);
+    if (st != LF_OK) {
+        lf_trace_free(r.t);
+        return st;
+    }
+    *out = r.t;
+    return LF_OK;
+}
+
+static int is_gzip(const char *p, size_t n)
+{
+    return n >= 2 && (unsigned char)p[0] == 0x1f && (unsigned char)p[1] == 0x8b;
+}
+
+/* Whether the first byte past a byte order mark and white space can start a JSON trace. */
+static const char *json_start(const char *p, size_t n, size_t *at)
+{
+    size_t i = n >= 3 && !memcmp(p, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte order mark */
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
+        i++;
+    *at = i;
+    return i < n && p[i] != '{' && p[i] != '[' ? "does not start like a JSON trace" : NULL;
+}
+
+/* A gzip file (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz), inflated whole
+ * with zlib: every member of a multi-member file, the output bounded by the read limit, and
+ * refused as soon as its first bytes are not JSON (a bomb of zeros stops at once). */
+static lf_status gunzip(const char *src, size_t n, const char *name, char **out, size_t *out_n)
+{
+    const int64_t limit = lf_trace_read_limit();
+    /* the trailer's size (modulo 2^32) is a good first guess for one member */
+    size_t cap = 1 << 16;
+    if (n >= 18) {
+        const unsigned char *t = (const unsigned char *)src + n - 4;
+        size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
+        if (isize + 1 > cap && (int64_t)isize < limit)
+            cap = isize + 1;
+    }
+    char *buf = malloc(cap);
+    if (!buf)
+        return lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, cap);
+    z_stream z = {0};
+    if (inflateInit2(&z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
+        free(buf);
+        return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
+    }
+    size_t got = 0, in_at = 0;
+    int checked = 0;
+    lf_status st = LF_OK;
+    for (;;) {
+        if (got == cap) {
+            if ((int64_t)cap > limit) {
+                st = lf_fail(LF_EINVAL,
+                             "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
+                             "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                             name, (long long)limit, (double)limit / 1e9);
+                break;
+            }
+            size_t ncap = cap * 2 > (size_t)limit + 1 ? (size_t)limit + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                st = lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, ncap);
+                break;
+            }
+            buf = nb, cap = ncap;
+        }
+        /* zlib counts in uInt: feed and take at most 1 GiB a call */
+        size_t in_left = n - in_at, out_left = cap - got;
+        z.next_in = (Bytef *)(uintptr_t)(src + in_at);
+        z.avail_in = (uInt)(in_left < (1u << 30) ? in_left : 1u << 30);
+        z.next_out = (Bytef *)(buf + got);
+        z.avail_out = (uInt)(out_left < (1u << 30) ? out_left : 1u << 30);
+        const uInt gave = z.avail_in, room = z.avail_out;
+        int zr = inflate(&z, Z_NO_FLUSH);
+        in_at += gave - z.avail_in;
+        got += room - z.avail_out;
+        if (!checked && (got >= 4096 || zr == Z_STREAM_END)) {
+            size_t at;
+            const char *bad = json_start(buf, got, &at);
+            if (bad) {
+                st = lf_fail(LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
+                             (unsigned char)buf[at]);
+                break;
+            }
+            checked = 1;
+        }
+        if (zr == Z_STREAM_END) {
+            if (in_at == n)
+                break;
+            if (!is_gzip(src + in_at, n - in_at)) {
+                st = lf_fail(LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, n - in_at);
+                break;
+            }
+            inflateReset(&z); /* another member: gzip concatenates them */
+            continue;
+        }
+        if (zr == Z_BUF_ERROR && in_at == n) {
+            st = lf_fail(LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, n);
+            break;
+        }
+        if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            st = lf_fail(LF_EINVAL, "%s: not valid gzip data: %s", name,
+                         z.msg ? z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
+            break;
+        }
+    }
+    inflateEnd(&z);
+    if (st != LF_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf, *out_n = got;
+    return LF_OK;
+}
+
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
 {
     LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
@@ -517,19 +754,14 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
     LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
     if (!name)
         name = "(buffer)";
-    if (size == 0)
-        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name};
-    LF_TRY(lf_trace_create(&r.t));
-    lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
-    lf_status st = parse_doc(&r);
-    free(r.flows);
-    if (st != LF_OK) {
-        lf_trace_free(r.t);
-        return st;
-    }
-    *out = r.t;
-    return LF_OK;
+    if (!is_gzip(data, size))
+        return parse_json(out, data, size, name);
+    char *text = NULL;
+    size_t n = 0;
+    LF_TRY(gunzip(data, size, name, &text, &n));
+    lf_status st = parse_json(out, text, n, name);
+    free(text);
+    return st;
 }
 
 static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
@@ -550,11 +782,60 @@ int64_t lf_trace_read_limit(void)
     return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
 }
 
+/* Standard input, whole: a pipe has no size to check first, so the limit is checked as it grows. */
+static lf_status read_stdin(char **out, size_t *n)
+{
+    const int64_t limit = lf_trace_read_limit();
+    size_t cap = 1 << 16, got = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return lf_fail(LF_ENOMEM, "standard input: out of memory");
+    for (;;) {
+        if (got == cap) {
+            if ((int64_t)got > limit) {
+                free(buf);
+                return lf_fail(LF_EINVAL,
+                               "standard input: more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
+                               "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                               (long long)limit, (double)limit / 1e9);
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
+            }
+            buf = nb, cap *= 2;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + got, cap - got);
+        if (k == 0)
+            break;
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            lf_status s = lf_fail(LF_EIO, "standard input: %s", strerror(errno));
+            free(buf);
+            return s;
+        }
+        got += (size_t)k;
+    }
+    *out = buf, *n = got;
+    return LF_OK;
+}
+
 lf_status lf_trace_read_json(lf_trace **out, const char *path)
 {
     LF_CHECK_PTR(out, "lf_trace_read_json", "out");
     *out = NULL;
     LF_CHECK_PTR(path, "lf_trace_read_json", "path");
+    if (!strcmp(path, "-")) {
+        char *data = NULL;
+        size_t n = 0;
+        LF_TRY(read_stdin(&data, &n));
+        lf_status st = n ? lf_trace_read_json_buffer(out, data, n, "standard input")
+                         : lf_fail(LF_EINVAL, "standard input: is empty, expected a JSON trace");
+        free(data);
+        return st;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
@@ -572,18 +853,15 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
         fclose(f);
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
     }
-    /* the start first: a file that is not JSON is refused before it is read (a 22 GB file of
-     * zeros is refused at once), then its size against the limit */
+    /* the start first: a file that is neither JSON nor gzip is refused before it is read (a 22 GB
+     * file of zeros is refused at once), then its size against the limit */
     char head[4096];
     size_t nh = fread(head, 1, sizeof head, f), i = 0;
-    if (nh >= 3 && !memcmp(head, "\xef\xbb\xbf", 3))
-        i = 3; /* a UTF-8 byte order mark */
-    while (i < nh && strchr(" \t\r\n", head[i]) && head[i])
-        i++;
-    if (i < nh && head[i] != '{' && head[i] != '[') {
+    const char *not_json = is_gzip(head, nh) ? NULL : json_start(head, nh, &i);
+    if (not_json) {
         fclose(f);
-        return lf_fail(LF_EINVAL, "%s: does not start like a JSON trace (byte %zu is 0x%02x, expected '{' or '[')",
-                       path, i, (unsigned char)head[i]);
+        return lf_fail(LF_EINVAL, "%s: %s (byte %zu is 0x%02x, expected '{' or '[')", path, not_json, i,
+                       (unsigned char)head[i]);
     }
     const int64_t limit = lf_trace_read_limit();
     if ((int64_t)sb.st_size > limit) {

@@ -1,11 +1,16 @@
 /* Writing a trace as Kineto-schema Chrome trace JSON (docs/trace_format.md).
  * Hand-written rather than built with jansson: a trace can hold millions of events, and a
  * streaming writer needs no tree of them in memory. Written to a temporary file that is
- * renamed over the target only when complete. Layer: trace/. */
+ * renamed over the target only when complete; a name ending in .gz is written gzip-compressed
+ * (zlib), as tensorboard_trace_handler(use_gzip=True) writes. Layer: trace/. */
+#define _GNU_SOURCE /* fopencookie: a stdio stream that deflates into another */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <zlib.h>
 
 #include "trace/trace_impl.h"
 
@@ -46,9 +51,12 @@ static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
     fputs(", \"name\": ", f);
     put_str(f, e->name);
     fprintf(f, ", \"pid\": %" PRId64 ", \"tid\": %" PRId64 ", \"ts\": ", e->pid, e->tid);
-    put_us(f, e->ts_ns);
+    /* a device-side annotation padded by 1 ns on each side, as Kineto writes it (the reader takes
+     * the padding off again, so a trace read back gives the same table) */
+    const int pad = e->cat == LF_TC_GPU_ANNOTATION && e->ts_ns >= 1;
+    put_us(f, e->ts_ns - pad);
     fputs(", \"dur\": ", f);
-    put_us(f, e->dur_ns);
+    put_us(f, e->dur_ns + 2 * pad);
     fputs(", \"args\": {", f);
     int n = 0;
 #define SEP() (n++ ? fputs(", ", f) : 0)
@@ -210,10 +218,73 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     return !ferror(f);
 }
 
+/* --- gzip: the writer's stream deflated into the temporary file --- */
+
+typedef struct gz_sink {
+    FILE *to;
+    z_stream z;
+    int failed;
+} gz_sink;
+
+/* One deflate call over what is queued, its output written on; 1 when the stream ended. */
+static int gz_step(gz_sink *g, int flush)
+{
+    unsigned char out[1 << 15];
+    g->z.next_out = out;
+    g->z.avail_out = sizeof out;
+    int r = deflate(&g->z, flush);
+    size_t k = sizeof out - g->z.avail_out;
+    if (r == Z_STREAM_ERROR || (k && fwrite(out, 1, k, g->to) != k))
+        g->failed = 1;
+    return r == Z_STREAM_END;
+}
+
+static ssize_t gz_write(void *cookie, const char *buf, size_t n)
+{
+    gz_sink *g = cookie;
+    for (size_t done = 0; done < n && !g->failed;) {
+        size_t part = n - done < UINT_MAX ? n - done : UINT_MAX;
+        g->z.next_in = (Bytef *)(uintptr_t)(buf + done);
+        g->z.avail_in = (uInt)part;
+        while (g->z.avail_in && !g->failed)
+            gz_step(g, Z_NO_FLUSH);
+        done += part;
+    }
+    return g->failed ? -1 : (ssize_t)n;
+}
+
+static int gz_close(void *cookie)
+{
+    gz_sink *g = cookie;
+    while (!g->failed && !gz_step(g, Z_FINISH))
+        ;
+    deflateEnd(&g->z);
+    return g->failed ? -1 : 0;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
 int lf_trace_json_write_cb(FILE *f, void *ctx)
 {
     const lf_trace_json_job *w = ctx;
-    return write_all(w->t, f, w->path) ? 0 : -1;
+    if (!ends_with(w->path, ".gz"))
+        return write_all(w->t, f, w->path) ? 0 : -1;
+    gz_sink g = {.to = f};
+    if (deflateInit2(&g.z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) /* 16: a gzip wrapper */
+        return -1;
+    FILE *zf = fopencookie(&g, "w", (cookie_io_functions_t){.write = gz_write, .close = gz_close});
+    if (!zf) {
+        deflateEnd(&g.z);
+        return -1;
+    }
+    setvbuf(zf, NULL, _IOFBF, 1 << 16);
+    int ok = write_all(w->t, zf, w->path);
+    ok &= fclose(zf) == 0; /* finishes the gzip stream */
+    return ok ? 0 : -1;
 }
 
 lf_status lf_trace_write_json(const lf_trace *t, const char *path)

@@ -3,6 +3,7 @@
  * the op whose External id they carry, rows group by name and device/annotation kind, and the
  * text has PyTorch's columns, widths, units and footers. Layer: trace/. */
 #define _GNU_SOURCE /* qsort_r */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,13 +183,83 @@ static int64_t add_sat(int64_t a, int64_t b, int *sat)
     return b > 0 ? INT64_MAX : INT64_MIN;
 }
 
+/* A Python frame the stack column shows: PyTorch's with_stack stacks hold source lines
+ * ("model.py(42): forward"), never built-ins ("<built-in function linear>"). */
+static int is_source_frame(const lf_trace_event *e)
+{
+    return e->cat == LF_TC_PYTHON && e->dur_ns >= 0 && strncmp(e->name, "<built-in", 9);
+}
+
+/* For each host event, its depth innermost enclosing Python frames on its thread: frames[i *
+ * depth + k], nf[i] of them. */
+static lf_status python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf)
+{
+    const int64_t n = t->n;
+    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx), *stack = malloc((size_t)(n + 1) * sizeof *stack);
+    if (!idx || !stack) {
+        free(idx), free(stack);
+        return lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (is_source_frame(e) || (is_tabled(e) && !lf_trace_cat_is_device(e->cat) && !is_async(e)))
+            idx[m++] = i;
+    }
+    qsort_r(idx, (size_t)m, sizeof *idx, by_track_time, (void *)t);
+    int64_t top = 0;
+    for (int64_t k = 0; k < m; k++) {
+        const lf_trace_event *e = &t->ev[idx[k]];
+        if (k > 0 && (e->pid != t->ev[idx[k - 1]].pid || e->tid != t->ev[idx[k - 1]].tid))
+            top = 0;
+        while (top > 0) {
+            const lf_trace_event *o = &t->ev[stack[top - 1]];
+            if (e->ts_ns >= o->ts_ns && e->ts_ns + e->dur_ns <= o->ts_ns + o->dur_ns)
+                break;
+            top--;
+        }
+        if (e->cat != LF_TC_PYTHON) {
+            int got = 0;
+            for (int64_t j = top - 1; j >= 0 && got < depth; j--)
+                if (t->ev[stack[j]].cat == LF_TC_PYTHON)
+                    frames[idx[k] * depth + got++] = t->ev[stack[j]].name;
+            nf[idx[k]] = (unsigned char)got;
+        }
+        stack[top++] = idx[k];
+    }
+    free(idx), free(stack);
+    return LF_OK;
+}
+
+/* PyTorch's auto_scale_flops: the unit of the smallest count, "FLOPs" to "PFLOPs". */
+static void scale_flops(double smallest, double *scale, const char **unit)
+{
+    static const char *const units[] = {"FLOPs", "KFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs"};
+    double l = log10(smallest) / 3;
+    l = l > 5 ? 5 : l;
+    l = l < 0 ? 0 : l;
+    *scale = pow(10, floor(l) * -3.0);
+    *unit = units[(int)l];
+}
+
 lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
 {
+    lf_table_opts o = {.sort_by = sort_by};
+    return lf_table_build_opts(t, &o, out);
+}
+
+lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_table *out)
+{
     LF_CHECK_PTR(t, "lf_table_build", "t");
+    LF_CHECK_PTR(opts, "lf_table_build", "opts");
     LF_CHECK_PTR(out, "lf_table_build", "out");
     memset(out, 0, sizeof *out);
+    const lf_sort_key sort_by = opts->sort_by;
     if ((unsigned)sort_by >= LF_SORT_KEYS)
         return lf_fail(LF_EINVAL, "lf_table_build: sort key %d is unknown", (int)sort_by);
+    if (opts->group_by_stack < 0 || opts->group_by_stack > 64)
+        return lf_fail(LF_EINVAL, "lf_table_build: group_by_stack %d is not 0 to 64", opts->group_by_stack);
+    const int frames_n = opts->group_by_stack, by_shape = opts->group_by_input_shape != 0;
     const int64_t n = t->n;
     int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
     double *us = calloc((size_t)(n + 1), sizeof *us);          /* each event's time, PyTorch's way */
@@ -202,6 +273,11 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     lf_table_row *rows = calloc((size_t)(n + 1), sizeof *rows), *tmp = malloc((size_t)(n + 1) * sizeof *tmp);
     lf_strmap groups = {0};
     imap owners = {0};
+    const char **frames = NULL, **row_frames = NULL; /* per event, then per row: depth each */
+    unsigned char *nframes = NULL;
+    char **keys = NULL, *scratch = NULL; /* grouping keys made of several strings */
+    int64_t n_keys = 0;
+    size_t scratch_cap = 0;
     lf_status st = LF_OK;
     int mem_sat = 0;
     int64_t negative = 0, neg_parent = -1, neg_child = -1;
@@ -330,7 +406,29 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     while (depth > 0)
         CLOSE(stack[--depth]);
 #undef CLOSE
-    /* 3. rows in first-seen order */
+    /* 3. rows in first-seen order, one per name (and kind), or per name and input shapes and
+     * stack when grouped so */
+    if (frames_n) {
+        frames = malloc((size_t)(n + 1) * (size_t)frames_n * sizeof *frames);
+        row_frames = malloc((size_t)(n + 1) * (size_t)frames_n * sizeof *row_frames);
+        nframes = calloc((size_t)(n + 1), 1);
+        if (!frames || !row_frames || !nframes) {
+            st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+            free(own_total);
+            goto done;
+        }
+        if ((st = python_stacks(t, frames_n, frames, nframes)) != LF_OK) {
+            free(own_total);
+            goto done;
+        }
+    }
+    if (by_shape || frames_n)
+        keys = malloc((size_t)(n + 1) * sizeof *keys);
+    if ((by_shape || frames_n) && !keys) {
+        st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
+        free(own_total);
+        goto done;
+    }
     m = 0;
     for (int64_t i = 0; i < n; i++)
         if (is_tabled(&t->ev[i]))
@@ -343,7 +441,39 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         int dev = lf_trace_cat_is_device(e->cat);
         int ann = e->cat == LF_TC_USER_ANNOTATION || e->cat == LF_TC_GPU_ANNOTATION, async = is_async(e);
         const char *name = strncmp(e->name, "ProfilerStep#", 13) ? e->name : "ProfilerStep*";
-        lf_strmap_entry *s = lf_strmap_get(&groups, name, dev * 2 + ann + 4 * async);
+        const char *shapes = e->input_dims && !dev ? e->input_dims : "[]";
+        const int nf = frames_n && !dev ? nframes[i] : 0;
+        const char *key = name;
+        if (by_shape || frames_n) { /* name, shapes and frames, split by a byte no name holds */
+            size_t need = strlen(name) + strlen(shapes) + 3;
+            for (int f = 0; f < nf; f++)
+                need += strlen(frames[i * frames_n + f]) + 1;
+            if (need > scratch_cap) {
+                char *g = realloc(scratch, need * 2);
+                if (!g) {
+                    st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory");
+                    free(own_total);
+                    goto done;
+                }
+                scratch = g, scratch_cap = need * 2;
+            }
+            char *w = scratch;
+            w += sprintf(w, "%s\x1f%s", name, by_shape ? shapes : "");
+            for (int f = 0; f < nf; f++)
+                w += sprintf(w, "\x1f%s", frames[i * frames_n + f]);
+            key = scratch;
+        }
+        const int64_t kind = dev * 2 + ann + 4 * async;
+        const lf_strmap_entry *found = key == name ? NULL : lf_strmap_find(&groups, key, kind);
+        if (key != name && !found) { /* a new group: its key must outlive the map */
+            if (!(keys[n_keys] = strdup(key))) {
+                st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory");
+                free(own_total);
+                goto done;
+            }
+            key = keys[n_keys++];
+        }
+        lf_strmap_entry *s = lf_strmap_get(&groups, key, kind);
         if (!s) {
             st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
             free(own_total);
@@ -351,7 +481,17 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
         }
         if (s->val < 0) {
             s->val = n_rows;
-            rows[n_rows++] = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann, .is_async = async};
+            lf_table_row *nr = &rows[n_rows];
+            *nr = (lf_table_row){.name = name, .is_device = dev, .is_annotation = ann, .is_async = async};
+            if (by_shape)
+                nr->input_shapes = shapes;
+            if (frames_n) {
+                const char **rf = row_frames + n_rows * frames_n;
+                for (int f = 0; f < nf; f++)
+                    rf[f] = frames[i * frames_n + f];
+                nr->stack = rf, nr->n_stack = nf;
+            }
+            n_rows++;
         }
         lf_table_row *r = &rows[s->val];
         r->count++;
@@ -376,6 +516,24 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     free(own_total);
     if (sort_by != LF_SORT_NONE)
         sort_rows(rows, tmp, n_rows, sort_by);
+    /* PyTorch's columns (its _build_table's rules; the trace's flags stand for the profiler's) */
+    const lf_trace_meta *meta = &t->meta;
+    if (meta->profile_memory) {
+        out->has_cpu_mem = 1;
+        out->has_device_mem = 0;
+        for (int64_t k = 0; k < n_rows; k++)
+            out->has_device_mem |= rows[k].self_device_mem > 0;
+    }
+    double smallest = 0;
+    for (int64_t k = 0; k < n_rows; k++)
+        if (rows[k].flops > 0 && (smallest == 0 || rows[k].flops < smallest))
+            smallest = rows[k].flops;
+    if (meta->with_flops && smallest > 0) {
+        out->has_flops = 1;
+        scale_flops(smallest, &out->flops_scale, &out->flops_unit);
+    }
+    out->has_input_shapes = by_shape;
+    out->stack_depth = frames_n;
     /* the footers add up every row, in the table's order */
     for (int64_t k = 0; k < n_rows; k++) {
         out->self_cpu_total_us += rows[k].self_cpu_us;
@@ -404,8 +562,13 @@ lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out)
     out->n_rows = n_rows;
     out->device_label = t->meta.device_label ? t->meta.device_label : "CUDA";
     out->dropped_events = t->meta.dropped_events;
+    out->stack_data = row_frames;
+    row_frames = NULL;
     rows = NULL;
 done:
+    for (int64_t k = 0; k < n_keys; k++)
+        free(keys[k]);
+    free(keys), free(scratch), free(frames), free(row_frames), free(nframes);
     free(idx), free(us), free(child_cpu), free(kern), free(child_dev), free(parent), free(stack), free(rows), free(tmp);
     free(mem_total), free(mem_self);
     lf_strmap_free(&groups), free(owners.keys), free(owners.vals);
@@ -416,6 +579,8 @@ void lf_table_free(lf_table *tab)
 {
     if (tab) {
         free(tab->rows);
+        free(tab->stack_data);
+        tab->stack_data = NULL;
         tab->rows = NULL;
         tab->n_rows = 0;
     }
@@ -507,6 +672,36 @@ static void put_cell(lf_sbuf *b, const char *s, int width)
     lf_sbuf_printf(b, "%*s%s  ", width > (int)chars ? width - (int)chars : 0, "", s);
 }
 
+enum { MAX_SHAPES = 80, MAX_SRC = 75 }; /* PyTorch's max_shapes_column_width, max_src_column_width */
+
+static void put_cell_aligned(lf_sbuf *b, const char *s, int width, int left)
+{
+    if (!left) {
+        put_cell(b, s, width);
+        return;
+    }
+    size_t chars = 0;
+    lf_utf8_prefix(s, (size_t)-1, &chars);
+    lf_sbuf_printf(b, "%s%*s  ", s, width > (int)chars ? width - (int)chars : 0, "");
+}
+
+/* PyTorch's trim_path: a frame longer than the column keeps its end, "..." in front. */
+static void trim_path(char *dst, size_t cap, const char *path, int width)
+{
+    size_t chars = 0;
+    lf_utf8_prefix(path, (size_t)-1, &chars);
+    if ((int)chars <= width) {
+        snprintf(dst, cap, "%s", path);
+        return;
+    }
+    const char *s = path;
+    for (size_t c = 0; c < chars - (size_t)width; c++) /* drop the first chars - width characters */
+        s += lf_utf8_char(s) > 0 ? lf_utf8_char(s) : 1;
+    for (int c = 0; c < 3 && *s; c++) /* then three more, for the "..." */
+        s += lf_utf8_char(s) > 0 ? lf_utf8_char(s) : 1;
+    snprintf(dst, cap, "...%s", s);
+}
+
 /* Memory, 1024-based: "1.50 MB", "12 B". */
 static void fmt_mem(char *buf, size_t cap, int64_t b)
 {
@@ -535,6 +730,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     LF_CHECK_PTR(tab, "lf_table_format", "tab");
     LF_CHECK_PTR(text, "lf_table_format", "text");
     *text = NULL;
+    if (o && o->style != LF_TABLE_TEXT)
+        return lf_table_format_data(tab, o, text);
     int64_t limit = o && o->row_limit > 0 ? o->row_limit : tab->n_rows;
     if (limit > tab->n_rows)
         limit = tab->n_rows;
@@ -553,7 +750,7 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     snprintf(h_selfp, sizeof h_selfp, "Self %s %%", dl);
     snprintf(h_total, sizeof h_total, "%s total", dl);
     snprintf(h_avg, sizeof h_avg, "%s time avg", dl);
-    const char *heads[16];
+    const char *heads[24];
     int ncol = 0;
     const char *fixed[6] = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
     for (int c = 0; c < 6; c++)
@@ -569,14 +766,49 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     if (tab->has_device_mem)
         heads[ncol++] = h_mem, heads[ncol++] = h_smem;
     heads[ncol++] = "# of Calls";
+    const int fixed_cols = ncol;
+    /* then, as PyTorch: Input Shapes (its width from the longest, at most 80), Total <unit>;
+     * and Source Location, left-aligned, last (PyTorch puts its header before the FLOPs but its
+     * values after them; here both go last) */
+    char h_flops[32];
+    int shapes_w = 0, src_w = 0, shapes_col = -1, src_col = -1;
+    if (tab->has_input_shapes) {
+        for (int64_t i = 0; i < tab->n_rows; i++) {
+            size_t l = 0;
+            lf_utf8_prefix(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", (size_t)-1, &l);
+            shapes_w = (int)l + 4 > shapes_w ? (int)l + 4 : shapes_w;
+        }
+        shapes_w = shapes_w > MAX_SHAPES ? MAX_SHAPES : shapes_w;
+        shapes_col = ncol;
+        heads[ncol++] = "Input Shapes";
+    }
+    if (tab->has_flops) {
+        snprintf(h_flops, sizeof h_flops, "Total %s", tab->flops_unit);
+        heads[ncol++] = h_flops;
+    }
+    if (tab->stack_depth) {
+        for (int64_t i = 0; i < tab->n_rows; i++)
+            for (int f = 0; f < tab->rows[i].n_stack; f++) {
+                size_t l = 0;
+                lf_utf8_prefix(tab->rows[i].stack[f], (size_t)-1, &l);
+                src_w = (int)l + 4 > src_w ? (int)l + 4 : src_w;
+            }
+        src_w = src_w > MAX_SRC ? MAX_SRC : src_w < 19 ? 19 : src_w;
+        src_col = ncol;
+        heads[ncol++] = "Source Location";
+    }
     /* PyTorch's widths: the name column, then 12 for every other (a longer header such as
      * "CUDA time avg" just sticks out). A device label longer than "CUDA" widens its columns
      * instead, so a linfuse CPU table stays aligned. */
-    int w[16];
+    int w[24], left[24] = {0};
     for (int c = 0; c < ncol; c++) {
         w[c] = c ? 12 : name_w;
-        if (c >= 6 && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
+        if (c >= 6 && c < fixed_cols && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
             w[c] = (int)strlen(heads[c]);
+        if (c == shapes_col)
+            w[c] = shapes_w;
+        if (c == src_col)
+            w[c] = src_w, left[c] = 1;
     }
     lf_sbuf b = {0};
 #define SEP_LINE()                                              \
@@ -588,7 +820,7 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     } while (0)
     SEP_LINE();
     for (int c = 0; c < ncol; c++)
-        put_cell(&b, heads[c], w[c]);
+        put_cell_aligned(&b, heads[c], w[c], left[c]);
     lf_sbuf_printf(&b, "\n");
     SEP_LINE();
     for (int64_t i = 0; i < limit; i++) {
@@ -613,7 +845,7 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         fmt_mem(mem[2], 32, r->device_mem);
         fmt_mem(mem[3], 32, r->self_device_mem);
         snprintf(count, sizeof count, "%lld", (long long)r->count);
-        const char *cell[16];
+        const char *cell[24];
         int nc = 0;
         cell[nc++] = name;
         for (int c = 0; c < 5; c++)
@@ -625,9 +857,36 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         if (tab->has_device_mem)
             cell[nc++] = mem[2], cell[nc++] = mem[3];
         cell[nc++] = count;
+        char shapes[4 * MAX_SHAPES + 1], flops[64], src[4 * MAX_SRC + 8];
+        if (tab->has_input_shapes) { /* Python's str(shapes)[:width] */
+            const char *sh = r->input_shapes ? r->input_shapes : "[]";
+            size_t bytes = lf_utf8_prefix(sh, (size_t)shapes_w, NULL);
+            memcpy(shapes, sh, bytes);
+            shapes[bytes] = '\0';
+            cell[nc++] = shapes;
+        }
+        if (tab->has_flops) {
+            if (r->flops <= 0)
+                snprintf(flops, sizeof flops, "--");
+            else
+                snprintf(flops, sizeof flops, "%8.3f", r->flops * tab->flops_scale);
+            cell[nc++] = flops;
+        }
+        if (tab->stack_depth) {
+            trim_path(src, sizeof src, r->n_stack ? r->stack[0] : "", src_w);
+            cell[nc++] = src;
+        }
         for (int c = 0; c < nc; c++)
-            put_cell(&b, cell[c], w[c]);
+            put_cell_aligned(&b, cell[c], w[c], left[c]);
         lf_sbuf_printf(&b, "\n");
+        if (tab->stack_depth) { /* the outer frames on lines of their own, then an empty line, as PyTorch */
+            for (int f = 1; f <= (r->n_stack > 1 ? r->n_stack : 1); f++) {
+                trim_path(src, sizeof src, f < r->n_stack ? r->stack[f] : "", src_w);
+                for (int c = 0; c < ncol; c++)
+                    put_cell_aligned(&b, c == ncol - 1 ? src : "", w[c], left[c]);
+                lf_sbuf_printf(&b, "\n");
+            }
+        }
     }
     SEP_LINE();
 #undef SEP_LINE

@@ -67,6 +67,9 @@ lf_strmap_entry *lf_strmap_get(lf_strmap *m, const char *key, int64_t kind);
 /* The entry for (key, kind), or NULL. */
 const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64_t kind);
 
+/* A table as CSV or JSON (table_export.c). */
+lf_status lf_table_format_data(const lf_table *tab, const lf_table_opts *o, char **text);
+
 /* A duration as PyTorch's _format_time prints it: seconds, milliseconds or microseconds by
  * magnitude, three decimals ("2.314ms", "23.104us"). Returns buf. */
 const char *lf_fmt_time(char *buf, size_t cap, double ns);

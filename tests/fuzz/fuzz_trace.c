@@ -1,6 +1,7 @@
-/* libFuzzer target for the trace reader and everything built on a trace it accepts: the
- * table, the per-step profile, the summary and the SVG writer must neither crash nor hang on
- * any input. Built with clang by tests/fuzz_test.sh. */
+/* libFuzzer target for the trace reader (plain and gzip) and everything built on a trace it
+ * accepts: the table (grouped by shapes and stacks, as text, CSV and JSON), the per-step
+ * profile, the summary and the SVG writer must neither crash nor hang on any input. Built with
+ * clang by tests/fuzz_test.sh. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,10 +13,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lf_trace *t = NULL;
     if (lf_trace_read_json_buffer(&t, (const char *)data, size, "fuzz") != LF_OK)
         return 0;
+    /* the table in every grouping and style: the size picks one, so each run stays cheap */
     lf_table tab;
-    if (lf_table_build(t, LF_SORT_DEVICE_TIME_TOTAL, &tab) == LF_OK) {
+    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 25, .group_by_input_shape = size % 2,
+                       .group_by_stack = (int)(size / 2 % 3), .style = (lf_table_style)(size / 6 % 3)};
+    if (lf_table_build_opts(t, &o, &tab) == LF_OK) {
         char *text = NULL;
-        lf_table_opts o = {LF_SORT_DEVICE_TIME_TOTAL, 25};
         if (lf_table_format(&tab, &o, &text) == LF_OK)
             free(text);
         lf_table_free(&tab);
