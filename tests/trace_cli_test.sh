@@ -275,6 +275,103 @@ PY
 check "table grouped by stack" 0 "$bin" trace table "$sm.json.gz" --group-by-stack 2 --row-limit 6
 contains "source location column" "Source Location"
 contains "the frame of the call" "ref_torch_turn2.py(37): <lambda>"
+# breakdown: HTA's questions, checked against sums computed here another way (interval sets)
+for f in "$x2/graphs_64x128x768x3072.json" "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank1.json" \
+    "$ref/mlp_64x128x768x3072_eager.json"; do
+    checks=$((checks + 1))
+    if ! "$bin" trace breakdown "$f" --json >"$work/bd.json" 2>"$work/bd.err"; then
+        fails=$((fails + 1)); echo "FAIL: breakdown of $f"; cat "$work/bd.err"; continue
+    fi
+    python3 - "$f" "$work/bd.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: breakdown numbers of $f"; }
+import json, sys
+t = json.load(open(sys.argv[1]))["traceEvents"]
+got = json.load(open(sys.argv[2]))["ranks"][0]
+ns = lambda us: round(us * 1000)
+calls = {e["args"]["correlation"]: e for e in t if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+ops = {}
+for e in t:
+    if e.get("cat") == "cpu_op" and "External id" in e.get("args", {}):
+        ops.setdefault(e["args"]["External id"], e)
+work = [e for e in t if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+def launched(e):
+    c = calls.get(e["args"].get("correlation"))
+    if c: return ns(c["ts"])
+    o = ops.get(e["args"].get("External id"))
+    return ns(o["ts"]) if o else ns(e["ts"])
+steps = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), int(e["name"].split("#")[1])) for e in t
+               if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+def union(iv):
+    out = []
+    for lo, hi in sorted(iv):
+        if out and lo <= out[-1][1]: out[-1][1] = max(out[-1][1], hi)
+        else: out.append([lo, hi])
+    return out
+def length(iv): return sum(hi - lo for lo, hi in iv)
+def minus(a, b):  # a - b, both unions
+    out = []
+    for lo, hi in a:
+        cur = lo
+        for blo, bhi in b:
+            if bhi <= cur or blo >= hi: continue
+            if blo > cur: out.append([cur, blo])
+            cur = max(cur, bhi)
+        if cur < hi: out.append([cur, hi])
+    return out
+rows = {}
+for e in work:
+    w = launched(e)
+    st = [s for s in steps if s[0] <= w <= s[1]]
+    if steps and not st: continue
+    key = (st[0][2] if steps else -1, e["args"].get("device", e["pid"]))
+    kind = "memory" if e["cat"] != "kernel" else ("comm" if e["name"].startswith("nccl") else "compute")
+    rows.setdefault(key, []).append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), kind, w))
+assert len(rows) == len(got["steps"]), (len(rows), len(got["steps"]))
+for s in got["steps"]:
+    iv = rows[(s["step"], s["device"])]
+    lo, hi = min(i[0] for i in iv), max(i[1] for i in iv)
+    comp = union([(a, b) for a, b, k, _ in iv if k == "compute"])
+    comm = minus(union([(a, b) for a, b, k, _ in iv if k == "comm"]), comp)
+    mem = minus(minus(union([(a, b) for a, b, k, _ in iv if k == "memory"]), comp), union([(a, b) for a, b, k, _ in iv if k == "comm"]))
+    allu = union([(a, b) for a, b, _, _ in iv])
+    host = other = 0
+    for (a0, a1), (b0, b1) in zip(allu, allu[1:]):
+        first = min(w for a, b, k, w in iv if a == b0)
+        if first >= a1: host += b0 - a1
+        else: other += b0 - a1
+    want = {"window_us": hi - lo, "compute_us": length(comp), "comm_us": length(comm), "memory_us": length(mem),
+            "idle_us": (hi - lo) - length(allu), "idle_host_us": host, "idle_other_us": other}
+    for k, v in want.items():
+        assert abs(s[k] - v / 1000) < 2e-3, (s["step"], k, s[k], v / 1000)
+    assert abs(s["compute_us"] + s["comm_us"] + s["memory_us"] + s["idle_us"] - s["window_us"]) < 5e-3, s
+def pct(v, q):
+    v = sorted(v); p = q * (len(v) - 1); i = int(p)
+    return v[i] + (v[i + 1] - v[i]) * (p - i) if i + 1 < len(v) else v[-1]
+for k in got["kernels"]:
+    d = [ns(e["dur"]) / 1000 for e in work if e["name"] == k["name"]
+         and (not steps or any(s[0] <= launched(e) <= s[1] for s in steps))]
+    assert k["count"] == len(d), (k["name"], k["count"], len(d))
+    for q, key in ((0.5, "median_us"), (0.9, "p90_us")):
+        assert abs(k[key] - pct(d, q)) < 2e-3, (k["name"], key, k[key], pct(d, q))
+    assert abs(k["min_us"] - min(d)) < 2e-3 and abs(k["max_us"] - max(d)) < 2e-3
+print("breakdown of", sys.argv[1].split("/")[-1], "matches:", len(got["steps"]), "step rows,", len(got["kernels"]), "kernels")
+PY
+done
+check "breakdown of the graph trace" 0 "$bin" trace breakdown "$x2/graphs_64x128x768x3072.json"
+contains "graph replays by op" "Torch-Compiled Region: 0/0"
+contains "graph kernels counted" "CUDA graph replays, by the op that launched them"
+check "summary counts graph kernels" 0 "$bin" trace summary "$x2/graphs_64x128x768x3072.json"
+contains "graph kernels per step" "kernels/step=5 graph_kernels/step=4"
+check "summary --json" 0 "$bin" trace summary "$work/m.json.gz" --json
+contains "json ranks" '"rank": 1, "steps": 3'
+check "breakdown of a merged trace: a section per rank" 0 "$bin" trace breakdown "$work/m.json.gz"
+contains "rank 1's section" "rank 1: device time per step"
+check "expect --json, a wrong guess" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step 4 --no-kernel '^nvjet' --json
+contains "expect json: not matched" '"matched": false, "steps": 3, "kernels_per_step": 5'
+contains "expect json: the no-kernel hit" "matches --no-kernel '^nvjet'"
+echo "$LAST" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["differences"]) == 3 and len(d["kernels"]) == 5, d' ||
+    { fails=$((fails + 1)); echo "FAIL: expect --json"; }
+check "expect --json, a right guess" 0 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step 5 --json
+contains "expect json: matched" '"matched": true'
 check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
 contains "bad format named" "--format must be text, csv or json"
 check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0

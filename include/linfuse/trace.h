@@ -222,6 +222,7 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
 typedef struct lf_trace_summary {
     int64_t steps;             /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
     double kernels_per_step;   /* kernel events per step (memcpy and memset are not kernels) */
+    double graph_kernels_per_step; /* of them, replayed by a cudaGraphLaunch (by correlation) */
     double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
     double device_busy;        /* device time inside steps / step wall time, 0..1 */
     double step_ns;            /* mean wall time of a step */
@@ -239,6 +240,55 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
  * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound" */
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
+
+/* --- HTA's questions: where each step's device time went, kernel by kernel ---
+ * Device work (kernels, copies, sets) belongs to the step whose ProfilerStep range holds its
+ * launch (the runtime call by correlation), as in the summary; a trace without steps is one step.
+ * A step's window on a GPU runs from its first device work's start to its last one's end; each
+ * instant of it is compute (a compute kernel runs), else communication (only NCCL kernels run),
+ * else memory (only copies and sets), else idle. Idle is split by why the GPU waited: on the host
+ * (the work that ended the gap was launched after the gap began: nothing was queued) or other
+ * (it was queued but waited: a dependency, a synchronization). */
+typedef struct lf_breakdown_step {
+    int64_t step;   /* the N of ProfilerStep#N, -1 for a trace without steps */
+    int64_t device; /* the GPU (its device index, else its track's process) */
+    double window_us, compute_us, comm_us, memory_us, idle_us, idle_host_us, idle_other_us;
+    double comm_total_us; /* NCCL kernels' whole time, the part compute hides included */
+    int64_t kernels, graph_kernels; /* kernels launched in the step; those replayed by a CUDA graph */
+} lf_breakdown_step;
+
+typedef struct lf_kernel_stats {
+    const char *name;
+    int64_t count;
+    double total_us, min_us, median_us, p90_us, max_us; /* median and p90 interpolated, as numpy */
+} lf_kernel_stats;
+
+/* What each cudaGraphLaunch replayed (its kernels by correlation), by the op that launched it. */
+typedef struct lf_graph_stats {
+    const char *op; /* the op or range whose External id the launch carries, or "(no op)" */
+    int64_t launches, kernels;
+    double device_us;
+} lf_graph_stats;
+
+typedef struct lf_breakdown {
+    lf_breakdown_step *steps;
+    int64_t n_steps;
+    lf_kernel_stats *kernels; /* device work by name, the most total time first */
+    int64_t n_kernels;
+    /* Launches (kernels launched one by one: graph replays are counted in graphs): kernels with
+     * a launch call found, kernels shorter than that call (the host cannot keep up with them),
+     * the delay from the call's start to the kernel's start, and HTA's outliers: launch calls
+     * over runtime_cutoff_us and delays over delay_cutoff_us (its defaults, 50 and 100 us). */
+    int64_t launched, short_kernels, slow_calls, late_kernels;
+    double delay_median_us, delay_p90_us, delay_max_us, runtime_cutoff_us, delay_cutoff_us;
+    lf_graph_stats *graphs;
+    int64_t n_graphs;
+} lf_breakdown;
+
+lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out);
+void lf_breakdown_free(lf_breakdown *b);
+/* As text or JSON (one object); rank >= 0 names the rank it is. Caller frees *text. */
+lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text);
 
 /* --- per-step profile and the eager-versus-compiled diff --- */
 

@@ -1,5 +1,5 @@
 /* `linfuse trace <verb>`: read any Kineto-schema trace (PyTorch's or linfuse's) and answer
- * questions about it: table, diff, expect, svg, summary. Works on CPU-only machines.
+ * questions about it: table, diff, expect, svg, summary, breakdown, merge. Works on CPU-only machines.
  * Exit status: 0 done (expect: the trace matched), 1 expect found differences, 2 bad command
  * line or unreadable trace. Layer: cli/. */
 #include <math.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "core/core.h"
 #include "cli/cli.h"
 
 /* One line of usage per verb: `linfuse trace` prints them all, `linfuse trace VERB --help` its own. */
@@ -18,10 +19,12 @@ static const struct verb_help {
     {"table", "FILE.json [--sort-by KEY] [--row-limit N] [--group-by-input-shape] [--group-by-stack N] [--format text|csv|json]",
      "key_averages().table() of the trace"},
     {"diff", "A.json B.json [--json]", "what changed per step from A to B"},
-    {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]...",
+    {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]... [--json]",
      "exit 0 if the trace matches the guess, 1 if not"},
     {"svg", "FILE.json [--step N] -o OUT.svg", "one step drawn as a timeline"},
-    {"summary", "FILE.json", "kernels per step, device busy, communication, verdict (one line per rank of a merged trace)"},
+    {"summary", "FILE.json [--json]", "kernels per step, device busy, communication, verdict (one line per rank of a merged trace)"},
+    {"breakdown", "FILE.json [--json]",
+     "per step and GPU: compute, communication, memory, idle (waiting on the host or other); kernel durations; launches; CUDA graph replays"},
     {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
 };
 
@@ -218,15 +221,15 @@ enum { MAX_PATTERNS = 32 };
 static int verb_expect(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace expect";
-    int nf = 0, rc;
+    int nf = 0, rc, json = 0;
     double want_kernels = -1;
     const char *pat[MAX_PATTERNS];
     int neg[MAX_PATTERNS], np = 0;
-    enum { KPS, KERNEL, NO_KERNEL };
+    enum { KPS, KERNEL, NO_KERNEL, JSON };
     const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0}, {"kernel", 1, KERNEL, 0}, {"no-kernel", 1, NO_KERNEL, 0},
-                               MAX_BYTES_OPT};
+                               {"json", 0, JSON, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 4);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
     for (int id; (id = next_arg(&a, "expect", &v)) != LF_CLI_END;) {
         if (id == KPS) {
             char *end;
@@ -242,6 +245,8 @@ static int verb_expect(int argc, char **argv)
             }
             neg[np] = id == NO_KERNEL;
             pat[np++] = v;
+        } else if (id == JSON) {
+            json = 1;
         } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
         }
@@ -271,35 +276,61 @@ static int verb_expect(int argc, char **argv)
             fprintf(stderr, "linfuse trace expect: %s\n", lf_last_error());
         rc = LF_EXIT_USAGE;
     } else {
+        /* each difference as a line of text, or a string of the JSON's "differences" */
+        lf_sbuf out = {0}, diffs = {0};
         int bad = 0;
-        if (want_kernels >= 0 && p.kernels_per_step != want_kernels) {
-            printf("kernels per step: expected %g, the trace has %g over %lld steps\n", want_kernels,
-                   p.kernels_per_step, (long long)p.steps);
-            bad++;
-        }
+#define DIFF(...)                                                                                                      \
+    do {                                                                                                               \
+        char msg_[1200];                                                                                               \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                                      \
+        if (json) {                                                                                                    \
+            lf_sbuf_printf(&diffs, "%s", bad ? ", " : "");                                                             \
+            lf_sbuf_json_str(&diffs, msg_);                                                                            \
+        } else {                                                                                                       \
+            lf_sbuf_printf(&out, "%s\n", msg_);                                                                        \
+        }                                                                                                              \
+        bad++;                                                                                                         \
+    } while (0)
+        if (want_kernels >= 0 && p.kernels_per_step != want_kernels)
+            DIFF("kernels per step: expected %g, the trace has %g over %lld steps", want_kernels, p.kernels_per_step,
+                 (long long)p.steps);
         for (int k = 0; k < np; k++) {
             int hits = 0;
             for (int64_t i = 0; i < p.n_kernels; i++)
                 if (regexec(&re[k], p.kernels[i].name, 0, NULL, 0) == 0) {
                     hits++;
-                    if (neg[k]) {
-                        printf("kernel '%s' matches --no-kernel '%s'\n", p.kernels[i].name, pat[k]);
-                        bad++;
-                    }
+                    if (neg[k])
+                        DIFF("kernel '%.900s' matches --no-kernel '%.200s'", p.kernels[i].name, pat[k]);
                 }
             if (!neg[k] && !hits) {
-                printf("no kernel matches --kernel '%s'; the kernels are:\n", pat[k]);
-                for (int64_t i = 0; i < p.n_kernels; i++)
-                    printf("  %s (%g per step)\n", p.kernels[i].name, p.kernels[i].per_step);
-                bad++;
+                DIFF("no kernel matches --kernel '%.200s'", pat[k]);
+                if (!json) {
+                    lf_sbuf_printf(&out, "the kernels are:\n");
+                    for (int64_t i = 0; i < p.n_kernels; i++)
+                        lf_sbuf_printf(&out, "  %s (%g per step)\n", p.kernels[i].name, p.kernels[i].per_step);
+                }
             }
         }
-        if (bad) {
-            printf("%d difference%s from the guess\n", bad, bad == 1 ? "" : "s");
-            rc = LF_EXIT_FAIL;
+#undef DIFF
+        if (json) {
+            printf("{\"matched\": %s, \"steps\": %lld, \"kernels_per_step\": %g, \"differences\": [%s], \"kernels\": [",
+                   bad ? "false" : "true", (long long)p.steps, p.kernels_per_step, diffs.p ? diffs.p : "");
+            for (int64_t i = 0; i < p.n_kernels; i++) {
+                lf_sbuf k = {0};
+                lf_sbuf_json_str(&k, p.kernels[i].name);
+                printf("%s{\"name\": %s, \"per_step\": %g}", i ? ", " : "", k.p ? k.p : "\"\"", p.kernels[i].per_step);
+                free(k.p);
+            }
+            printf("]}\n");
         } else {
-            printf("as expected: %g kernels per step over %lld steps\n", p.kernels_per_step, (long long)p.steps);
+            fputs(out.p ? out.p : "", stdout);
+            if (bad)
+                printf("%d difference%s from the guess\n", bad, bad == 1 ? "" : "s");
+            else
+                printf("as expected: %g kernels per step over %lld steps\n", p.kernels_per_step, (long long)p.steps);
         }
+        rc = bad ? LF_EXIT_FAIL : LF_EXIT_OK;
+        free(out.p), free(diffs.p);
         lf_step_profile_free(&p);
     }
     for (int k = 0; k < np; k++)
@@ -344,45 +375,110 @@ static int verb_svg(int argc, char **argv)
     return LF_EXIT_OK;
 }
 
-static int verb_summary(int argc, char **argv)
+/* Each rank of a (merged) trace in turn, as a trace of its own: one(t, rank or -1, ctx). */
+static lf_status each_rank(lf_trace *t, lf_status (*one)(const lf_trace *, int64_t, void *), void *ctx)
 {
-    const char *file = NULL, *v, *cmd = "linfuse trace summary";
-    const lf_cli_opt opts[] = {MAX_BYTES_OPT};
+    const int64_t ranks = lf_trace_meta_get(t)->merged_ranks;
+    if (!ranks)
+        return one(t, -1, ctx);
+    lf_status st = LF_OK;
+    for (int64_t r = 0; r < ranks && st == LF_OK; r++) {
+        lf_trace *mine = NULL;
+        st = lf_trace_of_rank(t, r, &mine);
+        if (st == LF_OK)
+            st = one(mine, r, ctx);
+        lf_trace_free(mine);
+    }
+    return st;
+}
+
+typedef struct rank_out {
+    int json, n;
+} rank_out;
+
+static lf_status summary_one(const lf_trace *t, int64_t rank, void *ctx)
+{
+    rank_out *o = ctx;
+    lf_trace_summary s;
+    LF_TRY(lf_trace_summarize(t, &s));
+    if (o->json) {
+        lf_sbuf b = {0};
+        lf_sbuf_printf(&b, "%s\n  {", o->n++ ? "," : "");
+        if (rank >= 0)
+            lf_sbuf_printf(&b, "\"rank\": %lld, ", (long long)rank);
+        lf_sbuf_printf(&b,
+                       "\"steps\": %lld, \"kernels_per_step\": %g, \"graph_kernels_per_step\": %g, "
+                       "\"cpu_ops_per_step\": %g, \"device_busy\": %.4f, \"step_us\": %.3f, "
+                       "\"device_us_per_step\": %.3f, \"events\": %lld",
+                       (long long)s.steps, s.kernels_per_step, s.graph_kernels_per_step, s.cpu_ops_per_step,
+                       s.device_busy, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+        if (s.has_comm)
+            lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
+                           s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);
+        lf_sbuf_printf(&b, ", \"verdict\": \"%s\"}",
+                       s.has_comm && s.comm_bound ? "comm-bound" : s.compute_bound ? "compute-bound" : "overhead-bound");
+        if (b.oom)
+            return lf_fail(LF_ENOMEM, "out of memory");
+        fputs(b.p, stdout);
+        free(b.p);
+        return LF_OK;
+    }
+    char line[360], who[32] = "";
+    if (rank >= 0)
+        snprintf(who, sizeof who, "rank=%lld ", (long long)rank);
+    lf_trace_summary_line(&s, line, sizeof line);
+    printf("%s%s\n%ssteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", who, line, who,
+           (long long)s.steps, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+    return LF_OK;
+}
+
+static lf_status breakdown_one(const lf_trace *t, int64_t rank, void *ctx)
+{
+    rank_out *o = ctx;
+    lf_breakdown b;
+    char *text = NULL;
+    LF_TRY(lf_trace_breakdown(t, &b));
+    lf_status st = lf_breakdown_format(&b, rank, o->json, &text);
+    lf_breakdown_free(&b);
+    if (st == LF_OK)
+        printf("%s%s%s", o->json ? (o->n ? ",\n" : "\n") : (o->n ? "\n" : ""), text, o->json ? "" : "");
+    o->n++;
+    free(text);
+    return st;
+}
+
+/* summary and breakdown: one trace, every rank of it; --json wraps the ranks in {"ranks": [...]} */
+static int verb_per_rank(int argc, char **argv, const char *verb, lf_status (*one)(const lf_trace *, int64_t, void *))
+{
+    const char *file = NULL, *v;
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "linfuse trace %s", verb);
+    enum { JSON };
+    const lf_cli_opt opts[] = {{"json", 0, JSON, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 1);
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    rank_out o = {0, 0};
     int nf = 0, rc;
-    for (int id; (id = next_arg(&a, "summary", &v)) != LF_CLI_END;)
-        if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
+    for (int id; (id = next_arg(&a, verb, &v)) != LF_CLI_END;) {
+        if (id == JSON)
+            o.json = 1;
+        else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
             return rc;
+    }
     if (!file) {
-        fprintf(stderr, "%s: which trace? (linfuse trace summary FILE.json)\n", cmd);
+        fprintf(stderr, "%s: which trace? (%s FILE.json)\n", cmd, cmd);
         return LF_EXIT_USAGE;
     }
     lf_trace *t = load(file);
     if (!t)
         return LF_EXIT_USAGE;
-    const int64_t ranks = lf_trace_meta_get(t)->merged_ranks;
-    lf_status st = LF_OK;
-    for (int64_t r = 0; r < (ranks ? ranks : 1) && st == LF_OK; r++) { /* a merged trace: each rank alone */
-        lf_trace *one = NULL;
-        if (ranks)
-            st = lf_trace_of_rank(t, r, &one);
-        lf_trace_summary s;
-        char line[320], who[32] = "";
-        if (st == LF_OK)
-            st = lf_trace_summarize(ranks ? one : t, &s);
-        if (ranks)
-            snprintf(who, sizeof who, "rank=%lld ", (long long)r);
-        if (st == LF_OK) {
-            lf_trace_summary_line(&s, line, sizeof line);
-            printf("%s%s\n%ssteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", who, line, who,
-                   (long long)s.steps, s.step_ns / 1e3, s.device_ns_per_step / 1e3,
-                   (long long)lf_trace_count(ranks ? one : t));
-        }
-        lf_trace_free(one);
-    }
+    if (o.json)
+        printf("{\"ranks\": [");
+    lf_status st = each_rank(t, one, &o);
+    if (o.json && st == LF_OK)
+        printf("\n]}\n");
     if (st != LF_OK)
-        fprintf(stderr, "linfuse trace summary: %s\n", lf_last_error());
+        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
     lf_trace_free(t);
     return st == LF_OK ? LF_EXIT_OK : LF_EXIT_FAIL;
 }
@@ -443,7 +539,9 @@ int lf_cli_trace(int argc, char **argv)
     if (!strcmp(v, "svg"))
         return verb_svg(argc - 1, argv + 1);
     if (!strcmp(v, "summary"))
-        return verb_summary(argc - 1, argv + 1);
+        return verb_per_rank(argc - 1, argv + 1, "summary", summary_one);
+    if (!strcmp(v, "breakdown"))
+        return verb_per_rank(argc - 1, argv + 1, "breakdown", breakdown_one);
     if (!strcmp(v, "merge"))
         return verb_merge(argc - 1, argv + 1);
     fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);

@@ -85,6 +85,41 @@ static lf_status comm_overlap(const lf_trace *t, double *comm_ns, double *hidden
     return LF_OK;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Kernels launched in the steps that a cudaGraphLaunch replayed (their correlation is its). */
+static lf_status graph_kernels(const lf_trace *t, double *count)
+{
+    *count = 0;
+    int64_t *ids = malloc((size_t)(t->n + 1) * sizeof *ids), n_ids = 0;
+    lf_span *sp = NULL;
+    int64_t steps = 0, total = 0;
+    int64_t *when = lf_trace_launch_times(t);
+    if (!ids || !when || lf_trace_step_spans(t, &sp, &steps, &total) != LF_OK) {
+        free(ids), free(when), free(sp);
+        return lf_fail(LF_ENOMEM, "lf_trace_summarize: out of memory");
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation &&
+            !strncmp(e->name, "cudaGraphLaunch", 15))
+            ids[n_ids++] = e->correlation;
+    }
+    qsort(ids, (size_t)n_ids, sizeof *ids, by_value);
+    for (int64_t i = 0; i < t->n && n_ids; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (e->cat == LF_TC_KERNEL && e->correlation && (!steps || lf_span_contains(sp, steps, when[i])) &&
+            bsearch(&e->correlation, ids, (size_t)n_ids, sizeof *ids, by_value))
+            *count += 1;
+    }
+    free(ids), free(when), free(sp);
+    return LF_OK;
+}
+
 /* The summary is the step profile's totals (diff.c), read as a verdict. */
 lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
 {
@@ -104,7 +139,9 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     out->compute_bound = out->device_busy >= 0.5;
     const double steps = (double)(p.steps > 0 ? p.steps : 1);
     lf_step_profile_free(&p);
-    double comm = 0, hidden = 0;
+    double comm = 0, hidden = 0, replayed = 0;
+    LF_TRY(graph_kernels(t, &replayed));
+    out->graph_kernels_per_step = replayed / steps;
     LF_TRY(comm_overlap(t, &comm, &hidden, &out->has_comm));
     if (out->has_comm) {
         out->comm_ns_per_step = comm / steps;
@@ -117,8 +154,12 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
 
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap)
 {
-    int n = snprintf(buf, cap, "kernels/step=%g cpu_ops/step=%g device_busy=%.0f%%", s->kernels_per_step,
-                     s->cpu_ops_per_step, 100.0 * s->device_busy);
+    int n = snprintf(buf, cap, "kernels/step=%g", s->kernels_per_step);
+    if (s->graph_kernels_per_step > 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " graph_kernels/step=%g", s->graph_kernels_per_step);
+    if (n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " cpu_ops/step=%g device_busy=%.0f%%", s->cpu_ops_per_step,
+                      100.0 * s->device_busy);
     if (s->has_comm && n > 0 && (size_t)n < cap) {
         char a[32], b[32];
         n += snprintf(buf + n, cap - (size_t)n, " comm/step=%s exposed_comm/step=%s overlap=%.0f%%",

@@ -1,6 +1,6 @@
 /* libFuzzer target for the trace reader (plain and gzip) and everything built on a trace it
  * accepts: the table (grouped by shapes and stacks, as text, CSV and JSON), the per-step
- * profile, the summary and the SVG writer must neither crash nor hang on any input. Built with
+ * profile, the summary, the breakdown and the SVG writer must neither crash nor hang on any input. Built with
  * clang by tests/fuzz_test.sh. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,6 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     lf_trace_summary s;
     lf_trace_summarize(t, &s);
+    lf_breakdown bd;
+    if (lf_trace_breakdown(t, &bd) == LF_OK) {
+        char *text = NULL;
+        if (lf_breakdown_format(&bd, -1, (int)(size % 2), &text) == LF_OK)
+            free(text);
+        lf_breakdown_free(&bd);
+    }
     char path[] = "/tmp/lf_fuzz_svg_XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) {

@@ -1,0 +1,463 @@
+/* The questions people bring to HTA, answered from any Kineto-schema trace: per step and GPU,
+ * how the device's time splits into compute, communication, memory and idle (and why idle);
+ * each kernel's duration distribution; how launches keep up; what each CUDA graph replay ran.
+ * Layer: trace/. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+enum { K_COMPUTE, K_COMM, K_MEMORY };
+
+static int is_work(const lf_trace_event *e)
+{
+    return (e->cat == LF_TC_KERNEL || e->cat == LF_TC_MEMCPY || e->cat == LF_TC_MEMSET) && e->dur_ns >= 0;
+}
+
+static int kind_of(const lf_trace_event *e)
+{
+    if (e->cat != LF_TC_KERNEL)
+        return K_MEMORY;
+    return strncmp(e->name, "nccl", 4) ? K_COMPUTE : K_COMM; /* NCCL's kernels, as the summary counts them */
+}
+
+static int is_graph_launch(const lf_trace_event *e)
+{
+    return (e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && !strncmp(e->name, "cudaGraphLaunch", 15);
+}
+
+/* numpy's default percentile: linear between the two nearest ranks of sorted v. */
+static double quantile(const double *v, int64_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    double pos = q * (double)(n - 1);
+    int64_t lo = (int64_t)floor(pos);
+    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (pos - (double)lo) : v[n - 1];
+}
+
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One piece of device work, placed. */
+typedef struct work {
+    int64_t step, dev, lo, hi, when;
+    int kind, graph;
+} work;
+
+static int by_step_dev_lo(const void *a, const void *b)
+{
+    const work *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* A boundary of the sweep: a piece of work starting (+1) or ending (-1) at time. */
+typedef struct edge {
+    int64_t time, when;
+    int delta, kind;
+} edge;
+
+static int by_time(const void *a, const void *b)
+{
+    const edge *x = a, *y = b;
+    return (x->time > y->time) - (x->time < y->time);
+}
+
+/* The window of one step on one GPU, its busy time by kind and its idle time by cause. */
+static void sweep(const work *w, int64_t n, edge *e, lf_breakdown_step *out)
+{
+    int64_t lo = w[0].lo, hi = w[0].hi, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = w[i].lo < lo ? w[i].lo : lo;
+        hi = w[i].hi > hi ? w[i].hi : hi;
+        e[m++] = (edge){w[i].lo, w[i].when, +1, w[i].kind};
+        e[m++] = (edge){w[i].hi, w[i].when, -1, w[i].kind};
+        if (w[i].kind == K_COMM)
+            out->comm_total_us += (double)(w[i].hi - w[i].lo) / 1e3;
+        out->kernels += w[i].kind != K_MEMORY;
+        out->graph_kernels += w[i].graph && w[i].kind != K_MEMORY;
+    }
+    qsort(e, (size_t)m, sizeof *e, by_time);
+    out->window_us = (double)(hi - lo) / 1e3;
+    int64_t live[3] = {0, 0, 0}, prev = lo;
+    for (int64_t i = 0; i < m;) {
+        const int64_t t = e[i].time;
+        int64_t j = i, first_launch = INT64_MAX;
+        for (; j < m && e[j].time == t; j++)
+            if (e[j].delta > 0 && e[j].when < first_launch)
+                first_launch = e[j].when;
+        const double span = (double)(t - prev) / 1e3;
+        if (t > prev) {
+            if (live[K_COMPUTE])
+                out->compute_us += span;
+            else if (live[K_COMM])
+                out->comm_us += span;
+            else if (live[K_MEMORY])
+                out->memory_us += span;
+            else if (first_launch >= prev) /* nothing was queued when the GPU ran dry */
+                out->idle_host_us += span;
+            else
+                out->idle_other_us += span;
+        }
+        for (; i < j; i++)
+            live[e[i].kind] += e[i].delta;
+        prev = t;
+    }
+    out->idle_us = out->idle_host_us + out->idle_other_us;
+}
+
+typedef struct corr {
+    int64_t id, idx;
+} corr;
+
+static int by_id(const void *a, const void *b)
+{
+    int64_t x = ((const corr *)a)->id, y = ((const corr *)b)->id;
+    return (x > y) - (x < y);
+}
+
+static int64_t find_corr(const corr *c, int64_t n, int64_t id)
+{
+    corr key = {id, 0};
+    const corr *f = id ? bsearch(&key, c, (size_t)n, sizeof *c, by_id) : NULL;
+    return f ? f->idx : -1;
+}
+
+static int by_total(const void *a, const void *b)
+{
+    double x = ((const lf_kernel_stats *)a)->total_us, y = ((const lf_kernel_stats *)b)->total_us;
+    return (x < y) - (x > y);
+}
+
+/* The op (or else range) of each External id, for the graph launches that carry one. */
+static int64_t op_of(const corr *ops, int64_t n_ops, const corr *ranges, int64_t n_ranges, int64_t ext)
+{
+    int64_t i = find_corr(ops, n_ops, ext);
+    return i >= 0 ? i : find_corr(ranges, n_ranges, ext);
+}
+
+static lf_status graph_replays(const lf_trace *t, const corr *calls, int64_t n_calls, lf_breakdown *out)
+{
+    const int64_t n = t->n;
+    corr *ops = malloc((size_t)(n + 1) * sizeof *ops), *ranges = malloc((size_t)(n + 1) * sizeof *ranges);
+    int64_t *group = malloc((size_t)(n + 1) * sizeof *group), n_ops = 0, n_ranges = 0, n_launches = 0;
+    lf_strmap by_op = {0};
+    lf_status st = LF_OK;
+    if (!ops || !ranges || !group || !lf_strmap_init(&by_op, 64)) {
+        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) { /* External ids are one op's each (Kineto's), so any match is the op */
+        const lf_trace_event *ev = &t->ev[i];
+        if (ev->ext_id && ev->cat == LF_TC_CPU_OP)
+            ops[n_ops++] = (corr){ev->ext_id, i};
+        else if (ev->ext_id && ev->cat == LF_TC_USER_ANNOTATION)
+            ranges[n_ranges++] = (corr){ev->ext_id, i};
+        n_launches += is_graph_launch(ev);
+    }
+    qsort(ops, (size_t)n_ops, sizeof *ops, by_id);
+    qsort(ranges, (size_t)n_ranges, sizeof *ranges, by_id);
+    out->graphs = calloc((size_t)(n_launches + 1), sizeof *out->graphs);
+    if (!out->graphs) {
+        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *ev = &t->ev[i];
+        group[i] = -1;
+        if (!is_graph_launch(ev))
+            continue;
+        const int64_t o = ev->ext_id ? op_of(ops, n_ops, ranges, n_ranges, ev->ext_id) : -1;
+        const char *op = o >= 0 ? t->ev[o].name : "(no op)";
+        lf_strmap_entry *g = lf_strmap_get(&by_op, op, 0);
+        if (!g) {
+            st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+            goto done;
+        }
+        if (g->val < 0) {
+            g->val = out->n_graphs++;
+            out->graphs[g->val].op = op;
+        }
+        out->graphs[g->val].launches++;
+        group[i] = g->val;
+    }
+    for (int64_t i = 0; i < n && out->n_graphs; i++) { /* each replayed piece of work, to its launch's op */
+        const lf_trace_event *d = &t->ev[i];
+        const int64_t c = is_work(d) ? find_corr(calls, n_calls, d->correlation) : -1;
+        if (c >= 0 && group[c] >= 0) {
+            out->graphs[group[c]].kernels += d->cat == LF_TC_KERNEL;
+            out->graphs[group[c]].device_us += (double)d->dur_ns / 1e3;
+        }
+    }
+done:
+    free(ops), free(ranges), free(group);
+    lf_strmap_free(&by_op);
+    return st;
+}
+
+lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
+{
+    LF_CHECK_PTR(t, "lf_trace_breakdown", "t");
+    LF_CHECK_PTR(out, "lf_trace_breakdown", "out");
+    memset(out, 0, sizeof *out);
+    out->runtime_cutoff_us = 50, out->delay_cutoff_us = 100;
+    const int64_t n = t->n;
+    int64_t *when = lf_trace_launch_times(t), n_steps = 0, n_calls = 0, nw = 0;
+    lf_span *steps = malloc((size_t)(n + 1) * sizeof *steps);
+    int64_t *step_no = malloc((size_t)(n + 1) * sizeof *step_no);
+    corr *calls = malloc((size_t)(n + 1) * sizeof *calls);
+    work *w = malloc((size_t)(n + 1) * sizeof *w);
+    edge *e = malloc((size_t)(2 * n + 2) * sizeof *e);
+    double *dur = malloc((size_t)(n + 1) * sizeof *dur), *delays = malloc((size_t)(n + 1) * sizeof *delays);
+    int64_t *order = malloc((size_t)(n + 1) * sizeof *order);
+    lf_strmap names = {0};
+    lf_status st = LF_OK;
+    if (!when || !steps || !step_no || !calls || !w || !e || !dur || !delays || !order || !lf_strmap_init(&names, n)) {
+        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory for %lld events", (long long)n);
+        goto done;
+    }
+    /* the steps, sorted by start, with their numbers; launch calls by correlation */
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *ev = &t->ev[i];
+        if (ev->cat == LF_TC_USER_ANNOTATION && !strncmp(ev->name, "ProfilerStep#", 13)) {
+            steps[n_steps] = (lf_span){ev->ts_ns, ev->ts_ns + ev->dur_ns};
+            step_no[n_steps++] = strtoll(ev->name + 13, NULL, 10);
+        }
+        if ((ev->cat == LF_TC_RUNTIME || ev->cat == LF_TC_DRIVER) && ev->correlation)
+            calls[n_calls++] = (corr){ev->correlation, i};
+    }
+    for (int64_t a = 1; a < n_steps; a++) /* few steps: insertion sort keeps numbers with spans */
+        for (int64_t b = a; b > 0 && steps[b].lo < steps[b - 1].lo; b--) {
+            lf_span s = steps[b];
+            steps[b] = steps[b - 1], steps[b - 1] = s;
+            int64_t k = step_no[b];
+            step_no[b] = step_no[b - 1], step_no[b - 1] = k;
+        }
+    qsort(calls, (size_t)n_calls, sizeof *calls, by_id);
+    /* device work: its step by launch, its GPU, its kind; launches and graph replays */
+    int64_t n_delays = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *ev = &t->ev[i];
+        if (!is_work(ev))
+            continue;
+        int64_t s = 0;
+        if (n_steps) {
+            int64_t a = 0, b = n_steps;
+            while (a < b) {
+                int64_t mid = (a + b) / 2;
+                if (steps[mid].lo <= when[i])
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            if (a == 0 || when[i] > steps[a - 1].hi)
+                continue; /* launched outside every step */
+            s = a - 1;
+        }
+        const int64_t c = find_corr(calls, n_calls, ev->correlation);
+        const int graph = c >= 0 && is_graph_launch(&t->ev[c]);
+        w[nw++] = (work){s, ev->device >= 0 ? ev->device : ev->pid, ev->ts_ns, ev->ts_ns + ev->dur_ns, when[i],
+                         kind_of(ev), graph};
+        lf_strmap_entry *k = lf_strmap_get(&names, ev->name, 0);
+        if (!k) {
+            st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+            goto done;
+        }
+        if (k->val < 0)
+            k->val = out->n_kernels++;
+        if (ev->cat == LF_TC_KERNEL && c >= 0 && !graph) {
+            const lf_trace_event *call = &t->ev[c];
+            out->launched++;
+            out->short_kernels += ev->dur_ns < call->dur_ns;
+            out->slow_calls += (double)call->dur_ns / 1e3 > out->runtime_cutoff_us;
+            delays[n_delays] = (double)(ev->ts_ns - call->ts_ns) / 1e3;
+            out->late_kernels += delays[n_delays] > out->delay_cutoff_us;
+            n_delays++;
+        }
+    }
+    if (n_delays) {
+        qsort(delays, (size_t)n_delays, sizeof *delays, by_double);
+        out->delay_median_us = quantile(delays, n_delays, 0.5);
+        out->delay_p90_us = quantile(delays, n_delays, 0.9);
+        out->delay_max_us = delays[n_delays - 1];
+    }
+    /* steps x GPUs */
+    qsort(w, (size_t)nw, sizeof *w, by_step_dev_lo);
+    int64_t groups = 0;
+    for (int64_t i = 0; i < nw; i++)
+        groups += i == 0 || w[i].step != w[i - 1].step || w[i].dev != w[i - 1].dev;
+    out->steps = calloc((size_t)(groups + 1), sizeof *out->steps);
+    out->kernels = calloc((size_t)(out->n_kernels + 1), sizeof *out->kernels);
+    if (!out->steps || !out->kernels) {
+        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < nw;) {
+        int64_t j = i;
+        while (j < nw && w[j].step == w[i].step && w[j].dev == w[i].dev)
+            j++;
+        lf_breakdown_step *o = &out->steps[out->n_steps++];
+        o->step = n_steps ? step_no[w[i].step] : -1;
+        o->device = w[i].dev;
+        sweep(w + i, j - i, e, o);
+        i = j;
+    }
+    /* each name's durations, sorted: the events by name, then by duration */
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (is_work(&t->ev[i]) && lf_strmap_find(&names, t->ev[i].name, 0))
+            order[m++] = i;
+    for (int64_t i = 0; i < m; i++) {
+        const lf_trace_event *ev = &t->ev[order[i]];
+        lf_kernel_stats *k = &out->kernels[lf_strmap_find(&names, ev->name, 0)->val];
+        k->name = ev->name;
+        k->count++;
+    }
+    /* a slot per event, grouped by name: prefix sums of the counts */
+    int64_t *start = calloc((size_t)(out->n_kernels + 1), sizeof *start);
+    if (!start) {
+        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+        goto done;
+    }
+    for (int64_t k = 1; k <= out->n_kernels; k++)
+        start[k] = start[k - 1] + out->kernels[k - 1].count;
+    for (int64_t i = 0; i < m; i++) {
+        const lf_trace_event *ev = &t->ev[order[i]];
+        int64_t k = lf_strmap_find(&names, ev->name, 0)->val;
+        dur[start[k]++] = (double)ev->dur_ns / 1e3;
+    }
+    for (int64_t k = 0, at = 0; k < out->n_kernels; k++) {
+        lf_kernel_stats *ks = &out->kernels[k];
+        double *v = dur + at;
+        qsort(v, (size_t)ks->count, sizeof *v, by_double);
+        for (int64_t q = 0; q < ks->count; q++)
+            ks->total_us += v[q];
+        ks->min_us = v[0], ks->max_us = v[ks->count - 1];
+        ks->median_us = quantile(v, ks->count, 0.5), ks->p90_us = quantile(v, ks->count, 0.9);
+        at += ks->count;
+    }
+    free(start);
+    qsort(out->kernels, (size_t)out->n_kernels, sizeof *out->kernels, by_total);
+    /* graph replays: each launch's kernels, by the op whose External id the launch carries */
+    st = graph_replays(t, calls, n_calls, out);
+done:
+    free(when), free(steps), free(step_no), free(calls), free(w), free(e), free(dur), free(delays), free(order);
+    lf_strmap_free(&names);
+    if (st != LF_OK)
+        lf_breakdown_free(out);
+    return st;
+}
+
+void lf_breakdown_free(lf_breakdown *b)
+{
+    if (!b)
+        return;
+    free(b->steps), free(b->kernels), free(b->graphs);
+    b->steps = NULL, b->kernels = NULL, b->graphs = NULL;
+    b->n_steps = b->n_kernels = b->n_graphs = 0;
+}
+
+lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text)
+{
+    LF_CHECK_PTR(b, "lf_breakdown_format", "b");
+    LF_CHECK_PTR(text, "lf_breakdown_format", "text");
+    *text = NULL;
+    lf_sbuf o = {0};
+#define put lf_sbuf_printf
+    if (json) {
+        put(&o, "{");
+        if (rank >= 0)
+            put(&o, "\"rank\": %lld, ", (long long)rank);
+        put(&o, "\"steps\": [");
+        for (int64_t i = 0; i < b->n_steps; i++) {
+            const lf_breakdown_step *s = &b->steps[i];
+            put(&o,
+                "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": %.3f, "
+                "\"memory_us\": %.3f, \"idle_us\": %.3f, \"idle_host_us\": %.3f, \"idle_other_us\": %.3f, "
+                "\"comm_total_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
+                i ? "," : "", (long long)s->step, (long long)s->device, s->window_us, s->compute_us, s->comm_us,
+                s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us, s->comm_total_us, (long long)s->kernels,
+                (long long)s->graph_kernels);
+        }
+        put(&o, "],\n \"kernels\": [");
+        for (int64_t i = 0; i < b->n_kernels; i++) {
+            const lf_kernel_stats *k = &b->kernels[i];
+            put(&o, "%s\n  {\"name\": ", i ? "," : "");
+            lf_sbuf_json_str(&o, k->name);
+            put(&o,
+                ", \"count\": %lld, \"total_us\": %.3f, \"min_us\": %.3f, \"median_us\": %.3f, \"p90_us\": %.3f, "
+                "\"max_us\": %.3f}",
+                (long long)k->count, k->total_us, k->min_us, k->median_us, k->p90_us, k->max_us);
+        }
+        put(&o,
+            "],\n \"launches\": {\"kernels\": %lld, \"shorter_than_launch\": %lld, \"delay_median_us\": %.3f, "
+            "\"delay_p90_us\": %.3f, \"delay_max_us\": %.3f, \"runtime_cutoff_us\": %g, \"calls_over_cutoff\": %lld, "
+            "\"delay_cutoff_us\": %g, \"delays_over_cutoff\": %lld},\n \"graphs\": [",
+            (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
+            b->runtime_cutoff_us, (long long)b->slow_calls, b->delay_cutoff_us, (long long)b->late_kernels);
+        for (int64_t i = 0; i < b->n_graphs; i++) {
+            const lf_graph_stats *g = &b->graphs[i];
+            put(&o, "%s\n  {\"op\": ", i ? "," : "");
+            lf_sbuf_json_str(&o, g->op);
+            put(&o, ", \"launches\": %lld, \"kernels\": %lld, \"device_us\": %.3f}", (long long)g->launches,
+                (long long)g->kernels, g->device_us);
+        }
+        put(&o, "]}");
+    } else {
+        const char *who = rank >= 0 ? "rank " : "";
+        char r[32] = "";
+        if (rank >= 0)
+            snprintf(r, sizeof r, "%lld: ", (long long)rank);
+        put(&o, "%s%sdevice time per step (us): the window from the step's first device work to its last\n", who, r);
+        put(&o, "%8s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s\n", "step", "gpu", "window", "compute", "comm",
+            "memory", "idle", "idle:host", "idle:other", "kernels", "graph");
+        for (int64_t i = 0; i < b->n_steps; i++) {
+            const lf_breakdown_step *s = &b->steps[i];
+            char step[24];
+            snprintf(step, sizeof step, s->step >= 0 ? "#%lld" : "all", (long long)s->step);
+            put(&o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step, (long long)s->device,
+                s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us,
+                (long long)s->kernels, (long long)s->graph_kernels);
+        }
+        if (!b->n_steps)
+            put(&o, "  (no device work)\n");
+        put(&o, "\nkernels by total time (us):\n%12s %8s %10s %10s %10s %10s  %s\n", "total", "count", "min", "median",
+            "p90", "max", "name");
+        for (int64_t i = 0; i < b->n_kernels; i++) {
+            const lf_kernel_stats *k = &b->kernels[i];
+            put(&o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  %s\n", k->total_us, (long long)k->count, k->min_us,
+                k->median_us, k->p90_us, k->max_us, k->name);
+        }
+        put(&o,
+            "\nlaunches: %lld kernels launched one by one; %lld shorter than their launch call; launch to start "
+            "median %.3fus, p90 %.3fus, max %.3fus; %lld launch calls over %gus, %lld kernels started over %gus "
+            "after their launch\n",
+            (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
+            (long long)b->slow_calls, b->runtime_cutoff_us, (long long)b->late_kernels, b->delay_cutoff_us);
+        if (b->n_graphs) {
+            put(&o, "\nCUDA graph replays, by the op that launched them:\n%10s %16s %18s  %s\n", "launches",
+                "kernels/launch", "device us/launch", "op");
+            for (int64_t i = 0; i < b->n_graphs; i++) {
+                const lf_graph_stats *g = &b->graphs[i];
+                put(&o, "%10lld %16.1f %18.3f  %s\n", (long long)g->launches,
+                    (double)g->kernels / (double)g->launches, g->device_us / (double)g->launches, g->op);
+            }
+        }
+    }
+#undef put
+    if (o.oom) {
+        free(o.p);
+        return lf_fail(LF_ENOMEM, "lf_breakdown_format: out of memory");
+    }
+    *text = o.p;
+    return LF_OK;
+}
