@@ -372,6 +372,54 @@ echo "$LAST" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d
     { fails=$((fails + 1)); echo "FAIL: expect --json"; }
 check "expect --json, a right guess" 0 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernels-per-step 5 --json
 contains "expect json: matched" '"matched": true'
+# serve: the trace on loopback with Perfetto's CORS header; one name, nothing else
+wait_url() { # wait_url LOG: the URL the server printed, waiting up to 10 s
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+        u=$(sed -n 's/^serving .* at \(http[^ ]*\)$/\1/p' "$1")
+        [ -n "$u" ] && { echo "$u"; return; }
+        sleep 0.5
+    done
+}
+timeout 60 "$bin" trace serve "$x2/tp_64x128x768x3072_rank0.json" --port 0 >"$work/serve.log" 2>&1 &
+spid=$!
+url=$(wait_url "$work/serve.log")
+base=${url%/*}
+checks=$((checks + 1))
+if [ -z "$url" ]; then
+    fails=$((fails + 1)); echo "FAIL: serve printed no URL"; cat "$work/serve.log"
+else
+    check "serve: the link" 0 cat "$work/serve.log"
+    contains "perfetto link" "https://ui.perfetto.dev/#!/?url=$url"
+    check "serve: GET the trace" 0 curl -sS -D "$work/h.txt" -o "$work/got.json" "$url"
+    check "serve: the bytes" 0 cmp "$work/got.json" "$x2/tp_64x128x768x3072_rank0.json"
+    check "serve: CORS header" 0 grep -qi '^Access-Control-Allow-Origin: https://ui.perfetto.dev' "$work/h.txt"
+    check "serve: another path" 0 curl -s -o /dev/null -w '%{http_code}' "$base/etc/passwd"
+    contains "404 for another path" "404"
+    check "serve: a path with .." 0 curl -s --path-as-is -o /dev/null -w '%{http_code}' "$base/../../etc/passwd"
+    contains "404 for .." "404"
+    check "serve: POST" 0 curl -s -X POST -o /dev/null -w '%{http_code}' "$url"
+    contains "405 for POST" "405"
+    check "serve: HEAD" 0 curl -s -I -o /dev/null -w '%{http_code} %{size_download}' "$url"
+    contains "HEAD: headers only" "200 0"
+    check "serve: not HTTP" 0 python3 -c "
+import socket, sys
+h, p = sys.argv[1].split('//')[1].split('/')[0].split(':')
+s = socket.create_connection((h, int(p))); s.sendall(b'hello there\r\n\r\n'); print(s.recv(100).decode().split()[1])" "$url"
+    contains "400 for garbage" "400"
+    check "serve: still serving after all that" 0 curl -sS -o /dev/null "$url"
+fi
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+timeout 30 "$bin" trace serve "$work/r0.json.gz" --port 0 --once >"$work/once.log" 2>&1 &
+opid=$!
+url=$(wait_url "$work/once.log")
+check "serve --once: GET" 0 curl -sS -o "$work/once.gz" "$url"
+checks=$((checks + 1))
+if wait "$opid"; then :; else fails=$((fails + 1)); echo "FAIL: serve --once did not exit by itself after the trace was sent"; fi
+check "serve --once: gzip sent as is" 0 cmp "$work/once.gz" "$work/r0.json.gz"
+check "serve: a file that is no trace" 2 "$bin" trace serve "$work/t.csv" --port 0
+contains "serve refuses a non-trace" "neither a JSON trace nor a gzip one"
+check "serve: bad port" 2 "$bin" trace serve "$work/r0.json.gz" --port 70000
 check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
 contains "bad format named" "--format must be text, csv or json"
 check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0

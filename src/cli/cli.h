@@ -17,6 +17,9 @@ int lf_cli_bench_profiler(int reps);
 int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
 int lf_cli_bench_tp(int reps, const char *only, int tp); /* tp: GPUs (0: all) */
 int lf_cli_trace(int argc, char **argv);
+/* Serve one trace file to ui.perfetto.dev from 127.0.0.1:port (0: any free port), until stopped
+ * or, with once, until it has been sent; serve.c. */
+int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes);
 
 /* mkdir -p dir, then prove it takes a file; 0 with err filled (cap bytes) when not. made gets
  * the first directory this call created ("" when dir existed), for lf_cli_unmake_dir. */

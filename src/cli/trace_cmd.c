@@ -26,6 +26,8 @@ static const struct verb_help {
     {"breakdown", "FILE.json [--json]",
      "per step and GPU: compute, communication, memory, idle (waiting on the host or other); kernel durations; launches; CUDA graph replays"},
     {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
+    {"serve", "FILE.json [--port N] [--once]",
+     "serve the trace on 127.0.0.1 (port 9001) to ui.perfetto.dev and print the link that opens it; nothing is uploaded"},
 };
 
 static void usage(FILE *f)
@@ -523,6 +525,32 @@ static int verb_merge(int argc, char **argv)
     return rc;
 }
 
+static int verb_serve(int argc, char **argv)
+{
+    const char *file = NULL, *v, *cmd = "linfuse trace serve";
+    int nf = 0, rc, once = 0;
+    int64_t port = 9001;
+    enum { PORT, ONCE };
+    const lf_cli_opt opts[] = {{"port", 1, PORT, 0}, {"once", 0, ONCE, 0}, MAX_BYTES_OPT};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
+    for (int id; (id = next_arg(&a, "serve", &v)) != LF_CLI_END;) {
+        if (id == PORT) {
+            if (!lf_cli_int(cmd, "--port", v, 0, 65535, &port))
+                return LF_EXIT_USAGE;
+        } else if (id == ONCE) {
+            once = 1;
+        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+            return rc;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "%s: which trace? (linfuse trace serve FILE.json)\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    return lf_cli_trace_serve(file, (int)port, once, lf_trace_read_limit());
+}
+
 int lf_cli_trace(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -544,6 +572,8 @@ int lf_cli_trace(int argc, char **argv)
         return verb_per_rank(argc - 1, argv + 1, "breakdown", breakdown_one);
     if (!strcmp(v, "merge"))
         return verb_merge(argc - 1, argv + 1);
+    if (!strcmp(v, "serve"))
+        return verb_serve(argc - 1, argv + 1);
     fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);
     usage(stderr);
     return LF_EXIT_USAGE;
