@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fuzz the trace reader (and the table, diff, summary and SVG built on it), then the safetensors
+# Fuzz the trace reader (and the table, diff, summary, breakdown, report and SVG built on it), then the safetensors
 # reader, with libFuzzer for a bounded time (two thirds and one third of it). The traces are
 # seeded with real ones (PyTorch's reference traces, its gzip ones among them, and traces
 # linfuse writes now) and hand-made hostile ones (tests/fuzz/seeds: sums past 64 bits, bad
@@ -16,7 +16,7 @@ cc=$(command -v clang || command -v clang-14 || true)
 rm -rf "$work"
 mkdir -p "$work/corpus" "$work/traces"
 srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/trace.c $src/src/trace/strmap.c $src/src/trace/json_read.c $src/src/trace/json_write.c
-      $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/trace/ranks.c $src/src/trace/table_export.c $src/src/trace/breakdown.c $src/src/core/status.c $src/src/core/text.c"
+      $src/src/trace/table.c $src/src/trace/summary.c $src/src/trace/diff.c $src/src/trace/svg.c $src/src/trace/ranks.c $src/src/trace/table_export.c $src/src/trace/breakdown.c $src/src/trace/report.c $src/src/core/status.c $src/src/core/text.c"
 # shellcheck disable=SC2086
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson zlib) -lm -o "$work/fuzz_trace"

@@ -110,38 +110,12 @@ else
     timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
         --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
         --user-data-dir="$work/chrome" --window-size=1400,300 --screenshot="$png" "file://$svg" >/dev/null 2>&1
-    python3 - "$svg" "$png" <<'PY' || fails=$((fails + 1))
-import re, struct, sys, zlib
-svg, png = open(sys.argv[1]).read(), open(sys.argv[2], "rb").read()
-assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-pos, chunks = 8, {}
-w = h = 0
-data = b""
-while pos < len(png):
-    n, kind = struct.unpack(">I4s", png[pos:pos + 8])
-    body = png[pos + 8:pos + 8 + n]
-    if kind == b"IHDR":
-        w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
-        assert depth == 8 and ctype in (2, 6), (depth, ctype)
-        bpp = 3 if ctype == 2 else 4
-    elif kind == b"IDAT":
-        data += body
-    pos += 12 + n
-raw, rows, prev = zlib.decompress(data), [], bytearray(w * bpp)
-stride = w * bpp
-for y in range(h):  # undo the PNG row filters
-    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-    for i in range(stride):
-        a = line[i - bpp] if i >= bpp else 0
-        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-        if f == 1: line[i] = (line[i] + a) & 255
-        elif f == 2: line[i] = (line[i] + b) & 255
-        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    rows.append(line); prev = line
-def px(x, y): return tuple(rows[y][x * bpp:x * bpp + 3])
+    python3 - "$svg" "$png" "$(dirname "$0")" <<'PY' || fails=$((fails + 1))
+import re, sys
+sys.path.insert(0, sys.argv[3])
+from pngread import pixels
+svg = open(sys.argv[1]).read()
+w, h, px = pixels(sys.argv[2])
 # the first kernel rectangle in the SVG, and its colour on screen at its centre
 m = re.search(r'<g class="kernel"><title>[^<]*</title><rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="(\d+)" fill="#e6550d"', svg)
 assert m, "no kernel rectangle in the SVG"
@@ -420,6 +394,35 @@ check "serve --once: gzip sent as is" 0 cmp "$work/once.gz" "$work/r0.json.gz"
 check "serve: a file that is no trace" 2 "$bin" trace serve "$work/t.csv" --port 0
 contains "serve refuses a non-trace" "neither a JSON trace nor a gzip one"
 check "serve: bad port" 2 "$bin" trace serve "$work/r0.json.gz" --port 70000
+# report: one self-contained HTML file, rendered by Chromium: the timeline's kernels and the
+# roofline's dots where the HTML puts them
+check "report" 0 "$bin" trace report "$sm.json.gz" -o "$work/report.html"
+check "report with a diff" 0 "$bin" trace report "$ref/mlp_64x128x768x3072_compile.json" "$ref/mlp_64x128x768x3072_eager.json" -o "$work/report2.html"
+check "report: the diff is in it" 0 grep -q "What changed from" "$work/report2.html"
+check "report: nothing from the network" 1 sh -c "grep -o 'https\?://[^\"<> ]*' '$work/report.html' | grep -v '^http://www.w3.org/2000/svg\$'"
+check "report: a step that is not there" 2 "$bin" trace report "$sm.json.gz" --step 9 -o "$work/none.html"
+[ ! -e "$work/none.html" ] || { fails=$((fails + 1)); echo "FAIL: a failed report left a file"; }
+check "report: bad peak" 2 "$bin" trace report "$sm.json.gz" --peak-tflops -1 -o "$work/none.html"
+if [ -n "$chrome" ]; then
+    timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
+        --user-data-dir="$work/chrome" --window-size=1300,2400 --screenshot="$work/report.png" "file://$work/report.html" >/dev/null 2>&1
+    checks=$((checks + 1))
+    python3 - "$work/report.html" "$work/report.png" "$(dirname "$0")" <<'PY' || { fails=$((fails + 1)); echo "FAIL: the report as rendered"; }
+import sys
+sys.path.insert(0, sys.argv[3])
+from pngread import pixels
+page = open(sys.argv[1]).read()
+assert page.count('<circle class="kernel"') == 2 and '<g class="kernel">' in page, "two roofline dots, kernels on the timeline"
+w, h, px = pixels(sys.argv[2])
+near = lambda c, t: all(abs(a - b) < 40 for a, b in zip(c, t))
+orange = [(x, y) for y in range(0, h, 2) for x in range(0, w, 2) if near(px(x, y), (0xe6, 0x55, 0x0d))]
+dots = [(x, y) for y in range(0, h, 2) for x in range(0, w, 2) if near(px(x, y), (0xd0, 0x1c, 0x8b))]
+assert len(orange) > 50, ("timeline kernels on screen", len(orange))
+assert len(dots) > 10 and min(y for _, y in dots) > max(y for _, y in orange), ("roofline dots below the timeline", len(dots))
+print("report rendered:", len(orange), "kernel pixels on the timeline,", len(dots), "roofline dot pixels below it")
+PY
+fi
 check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
 contains "bad format named" "--format must be text, csv or json"
 check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0

@@ -290,6 +290,21 @@ void lf_breakdown_free(lf_breakdown *b);
 /* As text or JSON (one object); rank >= 0 names the rank it is. Caller frees *text. */
 lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text);
 
+/* --- a report to look at: one self-contained HTML file --- */
+typedef struct lf_report_opts {
+    int step; /* the step drawn on the timeline (from 0) */
+    /* The device's peaks for the roofline: dense bf16 TFLOP/s and memory GB/s; 0 takes the
+     * datasheet's for a GPU deviceProperties names (H200, H100, A100), else draws no roof. */
+    double peak_tflops, peak_gbps;
+} lf_report_opts;
+
+/* A step's timeline, the summary and breakdown, each kernel's achieved TFLOP/s and GB/s against
+ * the peaks (a roofline plot), PyTorch's table, and with other (may be NULL) what changed from it:
+ * HTML with its styles and drawings inline, no script, nothing loaded from the network. o may be
+ * NULL (step 0, datasheet peaks). Written atomically to path, or returned in *text (caller frees). */
+lf_status lf_trace_report(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, const char *path);
+lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text);
+
 /* --- per-step profile and the eager-versus-compiled diff --- */
 
 typedef struct lf_name_count {

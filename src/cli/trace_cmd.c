@@ -26,6 +26,8 @@ static const struct verb_help {
     {"breakdown", "FILE.json [--json]",
      "per step and GPU: compute, communication, memory, idle (waiting on the host or other); kernel durations; launches; CUDA graph replays"},
     {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
+    {"report", "FILE.json [OTHER.json] -o REPORT.html [--step N] [--peak-tflops X --peak-gbps Y]",
+     "one self-contained HTML file: timeline, breakdown, roofline, table (and the diff from OTHER)"},
     {"serve", "FILE.json [--port N] [--once]",
      "serve the trace on 127.0.0.1 (port 9001) to ui.perfetto.dev and print the link that opens it; nothing is uploaded"},
 };
@@ -525,6 +527,56 @@ static int verb_merge(int argc, char **argv)
     return rc;
 }
 
+static int verb_report(int argc, char **argv)
+{
+    const char *files[2] = {NULL, NULL}, *out = NULL, *v, *cmd = "linfuse trace report";
+    int nf = 0, rc;
+    int64_t step = 0;
+    lf_report_opts o = {0};
+    enum { OUT, STEP, PEAK_TF, PEAK_GB };
+    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'},       {"step", 1, STEP, 0},      {"peak-tflops", 1, PEAK_TF, 0},
+                               {"peak-gbps", 1, PEAK_GB, 0}, MAX_BYTES_OPT};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
+    for (int id; (id = next_arg(&a, "report", &v)) != LF_CLI_END;) {
+        if (id == OUT) {
+            out = v;
+        } else if (id == STEP) {
+            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
+                return LF_EXIT_USAGE;
+        } else if (id == PEAK_TF || id == PEAK_GB) {
+            char *end;
+            double x = strtod(v, &end);
+            if (*end || !*v || !isfinite(x) || x <= 0 || x > 1e7) {
+                fprintf(stderr, "%s: %s needs a positive number, got '%s'\n", cmd,
+                        id == PEAK_TF ? "--peak-tflops" : "--peak-gbps", v);
+                return LF_EXIT_USAGE;
+            }
+            *(id == PEAK_TF ? &o.peak_tflops : &o.peak_gbps) = x;
+        } else if ((rc = common_arg(id, v, cmd, files, &nf, 2)) >= 0) {
+            return rc;
+        }
+    }
+    if (!nf || !out) {
+        fprintf(stderr, "%s: usage: linfuse trace report FILE.json [OTHER.json] -o REPORT.html\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    o.step = (int)step;
+    lf_trace *t = load(files[0]), *other = t && nf == 2 ? load(files[1]) : NULL;
+    if (!t || (nf == 2 && !other)) {
+        lf_trace_free(t);
+        return LF_EXIT_USAGE;
+    }
+    lf_status s = lf_trace_report(t, other, &o, out);
+    lf_trace_free(t), lf_trace_free(other);
+    if (s != LF_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
+    }
+    printf("wrote %s\n", out);
+    return LF_EXIT_OK;
+}
+
 static int verb_serve(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace serve";
@@ -572,6 +624,8 @@ int lf_cli_trace(int argc, char **argv)
         return verb_per_rank(argc - 1, argv + 1, "breakdown", breakdown_one);
     if (!strcmp(v, "merge"))
         return verb_merge(argc - 1, argv + 1);
+    if (!strcmp(v, "report"))
+        return verb_report(argc - 1, argv + 1);
     if (!strcmp(v, "serve"))
         return verb_serve(argc - 1, argv + 1);
     fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -662,12 +663,15 @@ static const char *json_start(const char *p, size_t n, size_t *at)
 static lf_status gunzip(const char *src, size_t n, const char *name, char **out, size_t *out_n)
 {
     const int64_t limit = lf_trace_read_limit();
-    /* the trailer's size (modulo 2^32) is a good first guess for one member */
+    /* The trailer's size (modulo 2^32) is a good first guess for one member, but only a guess:
+     * a hostile trailer may claim gigabytes, and deflate never inflates a byte to more than
+     * 1032, so the guess is held to that ratio (the buffer still grows when the data is real). */
     size_t cap = 1 << 16;
     if (n >= 18) {
         const unsigned char *t = (const unsigned char *)src + n - 4;
         size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
-        if (isize + 1 > cap && (int64_t)isize < limit)
+        const size_t most = n > SIZE_MAX / 1032 ? SIZE_MAX : n * 1032;
+        if (isize + 1 > cap && (int64_t)isize < limit && isize <= most)
             cap = isize + 1;
     }
     char *buf = malloc(cap);

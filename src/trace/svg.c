@@ -107,7 +107,7 @@ static void put_time(FILE *f, double ns)
         fprintf(f, "%.3g us", ns / 1e3);
 }
 
-static int draw(const lf_trace *t, int step, FILE *f, const char *path)
+int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone)
 {
     /* the window */
     int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -200,7 +200,8 @@ static int draw(const lf_trace *t, int step, FILE *f, const char *path)
             }
     const double height = y + 40, span = (double)(hi - lo), plot = WIDTH - LEFT - RIGHT;
 #define X(ns_) (LEFT + ((double)(ns_) - (double)lo) / span * plot)
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    if (standalone)
+        fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%.0f\" viewBox=\"0 0 %d %.0f\" "
             "font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"11\">\n",
@@ -296,7 +297,7 @@ typedef struct svg_ctx {
 static int svg_cb(FILE *f, void *ctx)
 {
     svg_ctx *c = ctx;
-    c->rc = draw(c->t, c->step, f, c->path);
+    c->rc = lf_trace_svg_draw(c->t, c->step, f, c->path, 1);
     return c->rc;
 }
 

@@ -67,6 +67,10 @@ lf_strmap_entry *lf_strmap_get(lf_strmap *m, const char *key, int64_t kind);
 /* The entry for (key, kind), or NULL. */
 const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64_t kind);
 
+/* Draw step (from 0) as SVG to f (svg.c): 0, -1 on a write error, -2 when there is no such step;
+ * standalone adds the XML declaration a file needs (an SVG inside HTML has none). */
+int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone);
+
 /* A table as CSV or JSON (table_export.c). */
 lf_status lf_table_format_data(const lf_table *tab, const lf_table_opts *o, char **text);
 

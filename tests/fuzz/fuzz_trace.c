@@ -1,6 +1,6 @@
 /* libFuzzer target for the trace reader (plain and gzip) and everything built on a trace it
  * accepts: the table (grouped by shapes and stacks, as text, CSV and JSON), the per-step
- * profile, the summary, the breakdown and the SVG writer must neither crash nor hang on any input. Built with
+ * profile, the summary, the breakdown, the HTML report and the SVG writer must neither crash nor hang on any input. Built with
  * clang by tests/fuzz_test.sh. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,6 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(text);
         lf_breakdown_free(&bd);
     }
+    lf_report_opts ro = {.step = (int)(size % 2)};
+    char *html = NULL;
+    if (lf_trace_report_html(t, size % 3 == 0 ? t : NULL, &ro, &html) == LF_OK)
+        free(html);
     char path[] = "/tmp/lf_fuzz_svg_XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) {
