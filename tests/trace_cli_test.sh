@@ -426,6 +426,37 @@ fi
 check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
 contains "bad format named" "--format must be text, csv or json"
 check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0
+# a large trace (52 MB, past the 50 MB progress line and the 32 MB pages the reader gives back):
+# read whole and right, silent through a pipe, a progress line on a terminal (script(1) gives one),
+# and an error on its last line still placed at its line and column, plain and gzip
+python3 - "$work/big.json" <<'PY'
+import gzip, sys
+ev = '  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, "dur": 1, "args": {"External id": %d}},\n'
+body = ''.join(ev % (2 * i, i) for i in range(400000))
+good = '{"traceEvents": [\n' + body + '  {"ph": "i", "name": "end", "pid": 1, "tid": 1, "ts": 0, "s": "t"}\n]}\n'
+bad_last = '  {"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 0, "dur": 1 "args": {}}\n]}\n'
+bad = '{"traceEvents": [\n' + body + bad_last
+open(sys.argv[1], 'w').write(good)
+open(sys.argv[1] + '.bad.json', 'w').write(bad)
+open(sys.argv[1] + '.bad.json.gz', 'wb').write(gzip.compress(bad.encode(), 1))
+# where jansson stops: the last event's line, the column just past the '"args"' it did not expect
+open(sys.argv[1] + '.where', 'w').write('%d:%d' % (bad.count('\n') - 1, bad_last.index('"args"') + len('"args"')))
+PY
+checks=$((checks + 1))
+"$bin" trace summary "$work/big.json" >"$work/big.out" 2>"$work/big.err"
+if [ "$?" != 0 ] || [ -s "$work/big.err" ] || ! grep -q "cpu_ops/step=400000" "$work/big.out" ||
+    ! grep -q "events=400000" "$work/big.out"; then
+    fails=$((fails + 1))
+    echo "FAIL: the 52 MB trace: not read whole, or not silent through a pipe"
+    cat "$work/big.out" "$work/big.err" | head -5
+fi
+where=$(cat "$work/big.json.where")
+for f in big.json.bad.json big.json.bad.json.gz; do
+    check "an error past the pages given back ($f)" 2 script -qec "$bin trace summary $work/$f" /dev/null
+    contains "progress on a terminal ($f)" "reading $work/$f:"
+    contains "progress percent ($f)" "% ("
+    contains "the error's line and column ($f)" "$work/$f:$where: not valid JSON"
+done
 rm -rf "$work"
 echo "$((checks - fails)) passed, $fails failed"
 [ "$fails" = 0 ]

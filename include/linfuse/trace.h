@@ -128,11 +128,18 @@ lf_status lf_trace_write_json(const lf_trace *t, const char *path);
 lf_status lf_trace_read_json(lf_trace **out, const char *path);
 
 /* The largest trace file lf_trace_read_json reads: bytes > 0 sets it for the process, 0 restores
- * the default ($LINFUSE_TRACE_MAX_BYTES, else LF_TRACE_DEFAULT_MAX_BYTES: reading takes about
- * twice the file's size in memory, and Perfetto's browser UI stops at about 2 GB). */
+ * the default ($LINFUSE_TRACE_MAX_BYTES, else LF_TRACE_DEFAULT_MAX_BYTES: Perfetto's browser UI
+ * stops at about 2 GB, and reading takes about the JSON's size in memory, bench/RESULTS.md). */
 #define LF_TRACE_DEFAULT_MAX_BYTES ((int64_t)4 << 30)
 void lf_trace_set_read_limit(int64_t bytes);
 int64_t lf_trace_read_limit(void);
+
+/* Told how far a read has come: done of total bytes of the (inflated) JSON, about every 4 MB and
+ * once more at the end (done == total). name is the file's. linfuse's CLI draws a line on a
+ * terminal from it for files over 50 MB. fn NULL stops it. Set it before reading, from one thread:
+ * it is the process's, not a session's. */
+typedef void (*lf_trace_progress_fn)(void *ctx, const char *name, int64_t done, int64_t total);
+void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx);
 
 /* --- the key_averages() table (docs/trace_format.md, "The table") --- */
 

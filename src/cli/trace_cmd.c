@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "core/core.h"
@@ -72,10 +73,33 @@ static int next_arg(lf_cli_args *a, const char *verb, const char **v)
     return id;
 }
 
+/* A line on the terminal while a large trace is read (over 50 MB of JSON), redrawn at each whole
+ * percent and erased at the end; nothing when standard error is not a terminal (a pipe, a log). */
+static void show_progress(void *ctx, const char *name, int64_t done, int64_t total)
+{
+    int *last = ctx;
+    if (total < 50 * 1000 * 1000)
+        return;
+    const int pct = (int)(done * 100 / total);
+    if (done == total)
+        fprintf(stderr, "\r\033[K"); /* the line erased: what follows starts clean */
+    else if (pct != *last)
+        fprintf(stderr, "\rreading %s: %3d%% (%.0f of %.0f MB)", name, pct, (double)done / 1e6, (double)total / 1e6);
+    *last = done == total ? -1 : pct;
+}
+
 static lf_trace *load(const char *path)
 {
+    static int last = -1;
+    lf_trace_set_progress(isatty(STDERR_FILENO) ? show_progress : NULL, &last);
     lf_trace *t = NULL;
-    if (lf_trace_read_json(&t, path) != LF_OK) {
+    lf_status st = lf_trace_read_json(&t, path);
+    if (last >= 0) { /* stopped part way: the line erased before the error */
+        fprintf(stderr, "\r\033[K");
+        last = -1;
+    }
+    lf_trace_set_progress(NULL, NULL);
+    if (st != LF_OK) {
         fprintf(stderr, "linfuse trace: %s\n", lf_last_error());
         return NULL;
     }

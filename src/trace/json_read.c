@@ -2,6 +2,7 @@
  * Only what the table, diff and summary need is kept: category, name, track, times, External
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
  * Layer: trace/. */
+#define _GNU_SOURCE /* mremap: the inflated text grows in a mapping of its own */
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -96,7 +98,8 @@ static int cmp_flow(const void *a, const void *b)
 /* The reader streams: a small scanner walks the top level and the traceEvents array, and
  * jansson parses one event object at a time (JSON_DISABLE_EOF_CHECK tells it to stop at the
  * object's end and say how far it read). A 200 MB trace then never becomes one 2 GB tree:
- * memory is the file, the lf_trace, and one event. */
+ * memory is the lf_trace, one event, and the last 32 MB or less of the text (the pages read are
+ * given back as the parse goes: between_events). */
 typedef struct reader {
     const char *p;
     size_t n, pos;
@@ -106,13 +109,54 @@ typedef struct reader {
     size_t n_flows, cap_flows;
     int64_t *shape_flops; /* events whose FLOPs came from their shapes: kept only under with_flops */
     size_t n_shape_flops, cap_shape_flops;
+    int releasable;      /* p is a mapping of its own: what was read may be given back */
+    size_t released;     /* bytes of p given back to the kernel so far (whole pages) */
+    int rel_line, rel_col; /* the line and column at p + released, for errors past it */
+    size_t next_report;  /* the position at which the progress callback is next called */
 } reader;
+
+static lf_trace_progress_fn progress_fn;
+static void *progress_ctx;
+
+void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx)
+{
+    progress_fn = fn, progress_ctx = ctx;
+}
+
+enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20 };
+
+/* Between events: the progress callback every 4 MB, and the pages already parsed given back
+ * every 32 MB when the text is a mapping of the reader's own (MADV_DONTNEED: a file's pages are
+ * dropped, an inflated trace's freed), their lines and columns counted first so that an error
+ * further on still says where it is. Without this a trace costs its JSON's size on top of what
+ * it holds. */
+static void between_events(reader *r)
+{
+    if (progress_fn && r->pos >= r->next_report) {
+        progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)r->n);
+        r->next_report = r->pos + REPORT_EVERY;
+    }
+    if (r->releasable && r->pos - r->released >= RELEASE_EVERY) {
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        const size_t upto = r->pos / page * page;
+        int line = r->released ? r->rel_line : 1, col = r->released ? r->rel_col : 1;
+        for (size_t i = r->released; i < upto; i++) {
+            if (r->p[i] == '\n')
+                line++, col = 1;
+            else
+                col++;
+        }
+        if (madvise((void *)(uintptr_t)(r->p + r->released), upto - r->released, MADV_DONTNEED) == 0)
+            r->released = upto, r->rel_line = line, r->rel_col = col;
+    }
+}
 
 /* An error at byte offset `at`, with the line and column a text editor shows. */
 static lf_status fail_at(const reader *r, size_t at, const char *what)
 {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < at && i < r->n; i++) {
+    /* counted from the last page given back (its bytes may be gone: an inflated trace's are) */
+    int line = r->released ? r->rel_line : 1, col = r->released ? r->rel_col : 1;
+    for (size_t i = r->released; i < at && i < r->n; i++) {
         if (r->p[i] == '\n')
             line++, col = 1;
         else
@@ -456,6 +500,7 @@ static lf_status events_array(reader *r)
         lf_status st = add_event(r, e, i++);
         json_decref(e);
         LF_TRY(st);
+        between_events(r);
     } while (take(r, ','));
     if (!take(r, ']'))
         return fail_at(r, r->pos, "not valid JSON: expected ',' or ']' between events");
@@ -625,14 +670,16 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
-static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name)
+static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable)
 {
     if (size == 0)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name};
+    reader r = {.p = data, .n = size, .name = name, .releasable = releasable};
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
     lf_status st = parse_doc(&r);
+    if (st == LF_OK && progress_fn)
+        progress_fn(progress_ctx, name, (int64_t)size, (int64_t)size);
     free(r.flows), free(r.shape_flops);
     if (st != LF_OK) {
         lf_trace_free(r.t);
@@ -659,8 +706,10 @@ static const char *json_start(const char *p, size_t n, size_t *at)
 
 /* A gzip file (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz), inflated whole
  * with zlib: every member of a multi-member file, the output bounded by the read limit, and
- * refused as soon as its first bytes are not JSON (a bomb of zeros stops at once). */
-static lf_status gunzip(const char *src, size_t n, const char *name, char **out, size_t *out_n)
+ * refused as soon as its first bytes are not JSON (a bomb of zeros stops at once). The text goes
+ * to an anonymous mapping of its own (grown with mremap) so that the parse can give its pages
+ * back as it goes; *out_cap is the mapping's size, for munmap. */
+static lf_status gunzip(const char *src, size_t n, const char *name, char **out, size_t *out_n, size_t *out_cap)
 {
     const int64_t limit = lf_trace_read_limit();
     /* The trailer's size (modulo 2^32) is a good first guess for one member, but only a guess:
@@ -674,12 +723,12 @@ static lf_status gunzip(const char *src, size_t n, const char *name, char **out,
         if (isize + 1 > cap && (int64_t)isize < limit && isize <= most)
             cap = isize + 1;
     }
-    char *buf = malloc(cap);
-    if (!buf)
+    char *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
         return lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, cap);
     z_stream z = {0};
     if (inflateInit2(&z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
-        free(buf);
+        munmap(buf, cap);
         return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
     }
     size_t got = 0, in_at = 0;
@@ -695,8 +744,8 @@ static lf_status gunzip(const char *src, size_t n, const char *name, char **out,
                 break;
             }
             size_t ncap = cap * 2 > (size_t)limit + 1 ? (size_t)limit + 1 : cap * 2;
-            char *nb = realloc(buf, ncap);
-            if (!nb) {
+            char *nb = mremap(buf, cap, ncap, MREMAP_MAYMOVE);
+            if (nb == MAP_FAILED) {
                 st = lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, ncap);
                 break;
             }
@@ -744,11 +793,27 @@ static lf_status gunzip(const char *src, size_t n, const char *name, char **out,
     }
     inflateEnd(&z);
     if (st != LF_OK) {
-        free(buf);
+        munmap(buf, cap);
         return st;
     }
-    *out = buf, *out_n = got;
+    *out = buf, *out_n = got, *out_cap = cap;
     return LF_OK;
+}
+
+/* mapped: data is the file's read-only mapping, which the parse may give back as it goes (an
+ * inflated text always may). */
+static lf_status read_buffer(lf_trace **out, const char *data, size_t size, const char *name, int mapped)
+{
+    if (!is_gzip(data, size))
+        return parse_json(out, data, size, name, mapped);
+    char *text = NULL;
+    size_t n = 0, cap = 0;
+    LF_TRY(gunzip(data, size, name, &text, &n, &cap));
+    if (mapped) /* the compressed file is read: its pages go before the parse starts */
+        madvise((void *)(uintptr_t)data, size, MADV_DONTNEED);
+    lf_status st = parse_json(out, text, n, name, 1);
+    munmap(text, cap);
+    return st;
 }
 
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
@@ -756,16 +821,7 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
     LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
     *out = NULL;
     LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
-    if (!name)
-        name = "(buffer)";
-    if (!is_gzip(data, size))
-        return parse_json(out, data, size, name);
-    char *text = NULL;
-    size_t n = 0;
-    LF_TRY(gunzip(data, size, name, &text, &n));
-    lf_status st = parse_json(out, text, n, name);
-    free(text);
-    return st;
+    return read_buffer(out, data, size, name ? name : "(buffer)", 0);
 }
 
 static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
@@ -875,20 +931,19 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
                        "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
                        path, (long long)sb.st_size, (double)sb.st_size / 1e9, (long long)limit, (double)limit / 1e9);
     }
-    char *data = malloc((size_t)sb.st_size);
-    if (!data) {
+    /* Mapped read-only, not copied: the parse walks it once, front to back, and gives back what
+     * it has read (between_events), so a large trace costs little more than what it holds. */
+    const size_t size = (size_t)sb.st_size;
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    lf_status st;
+    if (map == MAP_FAILED) {
+        st = lf_fail(LF_EIO, "%s: could not map %zu bytes: %s", path, size, strerror(errno));
         fclose(f);
-        return lf_fail(LF_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
+        return st;
     }
-    memcpy(data, head, nh);
-    size_t got = nh + (nh == sizeof head ? fread(data + nh, 1, (size_t)sb.st_size - nh, f) : 0);
-    int rerr = ferror(f);
-    fclose(f);
-    if (rerr || got != (size_t)sb.st_size) {
-        free(data);
-        return lf_fail(LF_EIO, "%s: read %zu of %lld bytes", path, got, (long long)sb.st_size);
-    }
-    lf_status st = lf_trace_read_json_buffer(out, data, got, path);
-    free(data);
+    fclose(f); /* the mapping keeps the file open */
+    madvise(map, size, MADV_SEQUENTIAL);
+    st = read_buffer(out, map, size, path, 1);
+    munmap(map, size);
     return st;
 }
