@@ -253,7 +253,7 @@ static lf_status run_plan(lf_compiled *c, plan *p, lf_tensor *const *in)
         for (int i = 0; i < p->g.n_in; i++)
             p->graph_ptrs[i] = lf_tensor_data(in[i]);
     }
-    return lf_backend_graph_launch(p->dev, p->graph_exec);
+    return lf_launch_graph(p->dev, p->graph_exec, p->g.n_in, in);
 }
 
 /* --- guards --- */

@@ -108,6 +108,21 @@ lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct)
     return b->comm_wait ? b->comm_wait(comm) : LF_OK;
 }
 
+lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in)
+{
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_backend_graph_launch(dev, graph);
+    lf_op_arg args[8] = {{0}};
+    const int k = n < 8 ? n : 8; /* the shapes a trace shows; a plan's graph has a few inputs */
+    for (int i = 0; i < k; i++)
+        args[i] = LF_ARG(in[i]);
+    o->op_begin(o->user, LF_OP_CUDA_GRAPH_REPLAY, k, args);
+    lf_status s = lf_backend_graph_launch(dev, graph);
+    o->op_end(o->user, LF_OP_CUDA_GRAPH_REPLAY, s);
+    return s;
+}
+
 void lf_ops_note_begin(const char *text)
 {
     const lf_op_observer *o = lf_obs();

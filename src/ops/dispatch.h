@@ -65,6 +65,11 @@ lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
 lf_status lf_launch_collective(lf_device dev, const lf_collective *c, int direct);
 lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct);
 
+/* A recorded CUDA graph replayed as op lf::cuda_graph_replay over the plan's n inputs: CUPTI
+ * gives every kernel of a graph launch the launch's correlation, so they all carry this op's
+ * External id (docs/trace_format.md, "CUDA graphs"). No capture sees it. */
+lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in);
+
 /* A note span for the observer (a fallback and why; a compiled region): text is copied. */
 void lf_ops_note_begin(const char *text);
 void lf_ops_note_end(void);
