@@ -403,6 +403,34 @@ check "report: nothing from the network" 1 sh -c "grep -o 'https\?://[^\"<> ]*' 
 check "report: a step that is not there" 2 "$bin" trace report "$sm.json.gz" --step 9 -o "$work/none.html"
 [ ! -e "$work/none.html" ] || { fails=$((fails + 1)); echo "FAIL: a failed report left a file"; }
 check "report: bad peak" 2 "$bin" trace report "$sm.json.gz" --peak-tflops -1 -o "$work/none.html"
+# a trace recorded without with_flops: each GEMM's TFLOP/s from its op's sizes, checked against
+# 2*M*N*K over the kernels' durations computed here from the trace itself
+checks=$((checks + 1))
+python3 - "$ref/mlp_64x128x768x3072_compile.json" "$work/report2.html" <<'PY' || { fails=$((fails + 1)); echo "FAIL: report FLOPs from shapes"; }
+import json, re, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+ops = {e["args"]["External id"]: e for e in ev if e.get("cat") == "cpu_op" and e.get("name") in ("aten::mm", "aten::addmm")}
+want, intensity = {}, {}
+for e in ev:
+    op = ops.get(e.get("args", {}).get("External id")) if e.get("cat") == "kernel" else None
+    if op:
+        first = 1 if op["name"] == "aten::addmm" else 0  # addmm(bias, mat1, mat2); mm may list out= last
+        a, b = op["args"]["Input Dims"][first:first + 2]
+        f, us = want.get(e["name"], (0.0, 0.0))
+        want[e["name"]] = (f + 2 * a[0] * a[1] * b[1], us + e["dur"])
+        # bf16 operands and result, each counted once (mm's out= operand is the result)
+        intensity[e["name"]] = 2 * a[0] * a[1] * b[1] / (2 * (a[0] * a[1] + b[0] * b[1] + a[0] * b[1]))
+assert want, "no GEMM kernels found"
+page = open(sys.argv[2]).read()
+for name, (f, us) in want.items():
+    row = re.search(r"<td class=\"n\">" + re.escape(name) + r"</td>((?:<td>[^<]*</td>)+)", page)
+    assert row, name
+    cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
+    got = float(cells[3])  # calls, total us, avg us, TFLOP/s
+    assert abs(got - f / us / 1e6) <= 0.05 + 1e-3 * got, (name, got, f / us / 1e6)
+    assert abs(float(cells[7]) - intensity[name]) <= 0.05, (name, cells[7], intensity[name])
+print("report TFLOP/s from shapes:", {k: round(f / us / 1e6, 1) for k, (f, us) in want.items()})
+PY
 if [ -n "$chrome" ]; then
     timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
         --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \

@@ -63,9 +63,12 @@ static double numel(json_t *dims)
 }
 
 /* Bytes a matrix product's operands and result occupy, from the op's recorded sizes and dtypes
- * (for kernels whose traces carry no byte count: PyTorch's); 0 when they cannot be read. */
-static double gemm_bytes(const lf_trace_event *op)
+ * (for kernels whose traces carry no byte count: PyTorch's), and its FLOPs, 2 x mat1's elements x
+ * mat2's columns, as PyTorch's with_flops counts them (for traces recorded without it); 0 when the
+ * sizes cannot be read. */
+static double gemm_shape(const lf_trace_event *op, double *flops)
 {
+    *flops = 0;
     const size_t first = !strcmp(op->name, "aten::addmm") || !strcmp(op->name, "aten::baddbmm") ? 1 : 0;
     if (strcmp(op->name, "aten::mm") && strcmp(op->name, "aten::bmm") && !first)
         return 0;
@@ -79,8 +82,9 @@ static double gemm_bytes(const lf_trace_event *op)
             bytes += numel(json_array_get(d, i)) * elem_size(json_string_value(json_array_get(ty, i)));
         const double k = (double)json_integer_value(json_array_get(a, json_array_size(a) - 1));
         const double cols = (double)json_integer_value(json_array_get(b, json_array_size(b) - 1));
-        if (k > 0) /* the result: mat1's rows (and batch) by mat2's columns */
+        if (k > 0 && json_array_size(d) <= first + 2) /* the result, unless recorded as an out= operand */
             bytes += numel(a) / k * cols * es;
+        *flops = 2 * numel(a) * cols;
     }
     json_decref(d), json_decref(ty);
     return bytes;
@@ -156,8 +160,10 @@ static kern *kernels_of(const lf_trace *t, int64_t *count)
             uint64_t h = slot(keys, op_of_ext, cap, e->ext_id);
             if (op_of_ext[h] >= 0 && kernels_of_ext[h] == 1) {
                 const lf_trace_event *op = &t->ev[op_of_ext[h]];
-                fl = fl > 0 ? fl : op->flops;
-                by = by > 0 ? by : gemm_bytes(op);
+                double shape_fl;
+                const double shape_by = gemm_shape(op, &shape_fl);
+                fl = fl > 0 ? fl : op->flops > 0 ? op->flops : shape_fl;
+                by = by > 0 ? by : shape_by;
             }
         }
         if (fl > 0)
@@ -329,8 +335,9 @@ lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const l
         put(&b, "</tr>\n");
     }
     put(&b, "</table>\n<p>FLOPs and bytes are the kernel's own where the trace has them (linfuse's), else its op's "
-            "when the op ran that one kernel (PyTorch counts FLOPs per op; a matrix product's bytes are its operands' "
-            "and result's sizes).</p>\n");
+            "when the op ran that one kernel (PyTorch counts FLOPs per op under with_flops; without it a matrix "
+            "product's FLOPs come from its recorded sizes, 2 x M x N x K, and its bytes are its operands' and "
+            "result's sizes).</p>\n");
     free(k);
     /* PyTorch's table */
     lf_table tab;
