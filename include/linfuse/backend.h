@@ -146,6 +146,18 @@ const char *lf_act_name(lf_act act); /* "none", "relu", "gelu_tanh", "gelu_erf" 
 void lf_cpu_set_threads(int n);
 int lf_cpu_threads(void);
 
+/* --- GEMM plans chosen by measurement (the CUDA backend) --- */
+
+/* On a GPU, the first call of each GEMM shape times cuBLASLt's top heuristic candidates on the
+ * call's own operands and keeps the fastest, as torch.compile's max-autotune does for its GEMMs;
+ * the choice is cached on disk beside the compiled kernels ($XDG_CACHE_HOME/linfuse or
+ * ~/.cache/linfuse, gemm-plans/), keyed by GPU, driver and cuBLASLt versions. Nothing is timed
+ * while a profiler records (the trace would hold the trials) or while a CUDA graph is captured:
+ * a plan from the disk cache, else cuBLASLt's first choice, is used then. On by default; off with
+ * lf_gemm_autotune_set(0), LINFUSE_GEMM_AUTOTUNE=0 or the CLI's --no-gemm-autotune. */
+void lf_gemm_autotune_set(int on);
+int lf_gemm_autotune_enabled(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * Layer: backend/. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,4 +429,21 @@ void lf_backend_graph_free(lf_device dev, void *graph)
     const lf_backend_ops *b = graph ? with_graphs(dev, &s) : NULL;
     if (b)
         b->graph_free(graph);
+}
+
+/* -1: not set, the environment decides (LINFUSE_GEMM_AUTOTUNE=0 turns it off) */
+static _Atomic int gemm_autotune = -1;
+
+void lf_gemm_autotune_set(int on)
+{
+    atomic_store(&gemm_autotune, on ? 1 : 0);
+}
+
+int lf_gemm_autotune_enabled(void)
+{
+    int v = atomic_load(&gemm_autotune);
+    if (v >= 0)
+        return v;
+    const char *e = getenv("LINFUSE_GEMM_AUTOTUNE");
+    return !(e && !strcmp(e, "0"));
 }

@@ -92,9 +92,7 @@ static const char *find_or_add(const lf_kernel_key *key, const char *text)
 
 const char *lf_kernel_name(const lf_kernel_key *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof *key; i++)
-        h = (h ^ ((const uint8_t *)key)[i]) * 1099511628211ull;
+    const uint64_t h = lf_fnv1a(key, sizeof *key, LF_FNV_START);
     name_entry *c = &name_cache[h >> 58];
     if (c->name && !memcmp(&c->key, key, sizeof *key))
         return c->name;

@@ -156,7 +156,7 @@ enum opt_id {
     O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
     O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
     O_NO_ACT_EPILOGUE, O_GATED, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
-    O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_COUNT
+    O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_NO_GEMM_AUTOTUNE, O_COUNT
 };
 
 typedef struct flag_def {
@@ -210,6 +210,9 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"prefix", 1, O_PREFIX, 0}, T_MLP, "--prefix NAME", "the layer's names in it (model.layers.0.mlp)"},
     {{"act", 1, O_ACT, 0}, T_MLP, "--act silu|gelu_tanh|gelu",
      "the activation: SwiGLU's silu, GeGLU's gelu_tanh (default; with --weights the config.json's)"},
+    {{"no-gemm-autotune", 0, O_NO_GEMM_AUTOTUNE, 0}, 0, "--no-gemm-autotune",
+     "on a GPU, take cuBLASLt's first choice for each GEMM instead of the fastest of its candidates as timed "
+     "once and cached on disk (also LINFUSE_GEMM_AUTOTUNE=0)"},
     {{"chunks", 1, O_CHUNKS, 0}, T_MLP, "--chunks N",
      "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
@@ -391,6 +394,7 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_TP: ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x; break;
         case O_CHUNKS: ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x; break;
         case O_WEIGHTS: c->weights = v; break;
+        case O_NO_GEMM_AUTOTUNE: lf_gemm_autotune_set(0); break;
         case O_PREFIX: c->prefix = v; break;
         case O_ACT:
             if (lf_cli_act(cmd, v, &c->act) != LF_EXIT_OK)

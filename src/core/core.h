@@ -74,6 +74,11 @@ void lf_sbuf_json_str(lf_sbuf *b, const char *s);
  * or a line break. */
 void lf_sbuf_csv_field(lf_sbuf *b, const char *s);
 
+/* FNV-1a over n bytes, continuing from h (start with LF_FNV_START): cache keys and file names,
+ * not security. */
+#define LF_FNV_START 1469598103934665603ull
+uint64_t lf_fnv1a(const void *p, size_t n, uint64_t h);
+
 /* UTF-8: the length of the well-formed character that starts s (1 to 4 bytes), or 0 when s
  * starts with a byte that begins none (a stray continuation byte, an overlong form, a
  * surrogate, a sequence cut short) or with the terminating NUL. */

@@ -266,3 +266,10 @@ lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx
     lf_file_job job = {path, write, ctx};
     return lf_write_files_atomic(&job, 1);
 }
+
+uint64_t lf_fnv1a(const void *p, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}

@@ -91,6 +91,31 @@ for f in "$cm" "$cg" "$cn" "$cma" "$cl"; do
     fi
 done
 
+# GEMM plans chosen by measurement: the first run times cuBLASLt's candidates and writes the
+# plan file, a second reads it, a corrupt file is ignored with a warning and rewritten, and with
+# LINFUSE_GEMM_AUTOTUNE=0 nothing is timed or written
+xdg="$work/xdg"
+rm -rf "$xdg"
+run "autotune: first run" env XDG_CACHE_HOME="$xdg" "$bin" bench cuda --case linear_1024x32x64 --reps 2
+plans=$(ls "$xdg"/linfuse/gemm-plans/*.bin 2>/dev/null | head -1)
+run "autotune: a plan file written" test -s "$plans"
+run "autotune: the file's magic" sh -c "head -c 7 '$plans' | grep -q LFGEMM1"
+cp "$plans" "$work/plans.before"
+run "autotune: second run" env XDG_CACHE_HOME="$xdg" "$bin" bench cuda --case linear_1024x32x64 --reps 2
+run "autotune: the plans read back, not timed again" cmp "$plans" "$work/plans.before"
+printf 'LFGEMM1\n\005\000\000\000abc' >"$plans"
+checks=$((checks + 1))
+out=$(env XDG_CACHE_HOME="$xdg" "$bin" bench cuda --case linear_1024x32x64 --reps 2 2>&1)
+case "$out" in
+*"ignoring the GEMM plan cache"*"timed again"*) ;;
+*) fails=$((fails + 1)); echo "FAIL: a corrupt plan file is not reported"; echo "$out" | tail -3 ;;
+esac
+# timed again, the winners may differ; the file holds as many plans of the same sizes as before
+run "autotune: a corrupt file rewritten whole" sh -c "head -c 7 '$plans' | grep -q LFGEMM1 && [ \$(wc -c <'$plans') = \$(wc -c <'$work/plans.before') ]"
+rm -rf "$xdg"
+run "autotune off: runs" env XDG_CACHE_HOME="$xdg" LINFUSE_GEMM_AUTOTUNE=0 "$bin" bench cuda --case linear_1024x32x64 --reps 2
+run "autotune off: nothing written" sh -c "! ls '$xdg'/linfuse/gemm-plans/*.bin >/dev/null 2>&1"
+
 # tensor parallel over two GPUs (when there are two): one thread per GPU, and one process per
 # GPU under torchrun; each rank's trace: its kernels plus one NCCL kernel per all-reduce (per
 # chunk with --chunks), distributedInfo, record_param_comms with the collective's arguments

@@ -124,8 +124,73 @@ static void plan_clear(lt_plan *pl)
     memset(pl, 0, sizeof *pl);
 }
 
-/* Descriptors for c and the algorithm cuBLASLt's heuristic picks first on GPU d. */
-static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, lt_plan *pl)
+enum { CANDIDATES = 8, TRIAL_WARM = 2, TRIAL_RUNS = 10 };
+
+/* Launch pl with algorithm algo, writing D to out (a scratch buffer during trials). */
+static cublasStatus_t lt_run(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, const lt_plan *pl,
+                             const cublasLtMatmulAlgo_t *algo, void *out)
+{
+    const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
+    return cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data, pl->b, &beta,
+                          c->has_c ? g->c.data : out, pl->c, out, pl->d, algo, d->workspace,
+                          LF_CUDA_WORKSPACE_BYTES, d->stream);
+}
+
+/* Which of cuBLASLt's candidates runs this call fastest, timed on the call's own operands with D
+ * written to a scratch buffer (D may be C, or an input of a later op: it is not touched): each
+ * warmed twice, then ten launches between two events. A candidate that fails to launch is
+ * skipped. -1 when nothing could be timed. */
+static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_plan *pl,
+                   const cublasLtMatmulHeuristicResult_t *res, int found)
+{
+    const size_t bytes = (size_t)c->ldc * (size_t)c->n * lf_dtype_size(c->out_dt);
+    void *out = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int best = -1;
+    float best_ms = 0;
+    if (cudaMallocAsync(&out, bytes, d->stream) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess)
+        goto done;
+    if (c->epi & CUBLASLT_EPILOGUE_BIAS &&
+        cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias, sizeof g->ep.bias) !=
+            CUBLAS_STATUS_SUCCESS)
+        goto done;
+    for (int i = 0; i < found; i++) {
+        int ok = 1;
+        for (int r = 0; r < TRIAL_WARM && ok; r++)
+            ok = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e0, d->stream) == cudaSuccess;
+        for (int r = 0; r < TRIAL_RUNS && ok; r++)
+            ok = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cudaEventRecord(e1, d->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
+        float ms = 0;
+        if (ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && (best < 0 || ms < best_ms))
+            best = i, best_ms = ms;
+    }
+done:
+    if (out)
+        cudaFreeAsync(out, d->stream);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaGetLastError(); /* a failed trial leaves no error behind for the next launch */
+    return best;
+}
+
+/* Whether trial launches may run now: asked for, no profiler recording (the trace would hold
+ * them), and no CUDA graph being captured on the stream (they would become part of it). */
+static int may_time(const lf_cuda_dev *d)
+{
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    return lf_gemm_autotune_enabled() && !lf_cupti_recording() &&
+           cudaStreamIsCapturing(d->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
+}
+
+/* Descriptors for c and its algorithm on GPU d: the one measured fastest in an earlier run (the
+ * disk cache) when cuBLASLt still accepts it, else the fastest of cuBLASLt's first CANDIDATES
+ * timed now on g's operands when that may be done (may_time), else cuBLASLt's first choice. */
+static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan *pl)
 {
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta));
@@ -160,24 +225,44 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, lt_plan *pl)
     if (s == LF_OK)
         s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                                        &schemes, sizeof schemes));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[CANDIDATES];
     int found = 0;
     if (s == LF_OK)
         s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b,
-                                                                 pl->c, pl->d, pref, 1, &res, &found));
+                                                                 pl->c, pl->d, pref, CANDIDATES, res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     LF_TRY(s);
     if (!found)
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: cuBLASLt has no algorithm for %lldx%lldx%lld %s (epilogue %d)",
                        (long long)c->n, (long long)c->m, (long long)c->k, lf_dtype_name(c->dt), (int)c->epi);
-    pl->algo = res.algo;
+    pl->algo = res[0].algo;
+    if (!lf_gemm_autotune_enabled())
+        return LF_OK;
+    cublasLtMatmulAlgo_t kept;
+    cublasLtMatmulHeuristicResult_t check;
+    if (lf_cuda_tune_get(d, c, sizeof *c, &kept, sizeof kept)) {
+        /* measured before; still a valid algorithm for this call with our workspace? */
+        if (cublasLtMatmulAlgoCheck((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b, pl->c, pl->d, &kept, &check) ==
+                CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= LF_CUDA_WORKSPACE_BYTES) {
+            pl->algo = kept;
+            return LF_OK;
+        }
+    }
+    if (found > 1 && may_time(d)) {
+        const int best = fastest(d, g, c, pl, res, found);
+        if (best >= 0) {
+            pl->algo = res[best].algo;
+            lf_cuda_tune_put(d, c, sizeof *c, &pl->algo, sizeof pl->algo);
+        }
+    }
     return LF_OK;
 }
 
 /* GPU d's cached plan for c, built on a miss (replacing plans round-robin when the cache is
  * full). Called with the cache's lock held, which the caller keeps until its launch is queued: a
  * plan's descriptor carries the call's bias pointer, so two threads must not share it at once. */
-static lf_status plan_for(const lf_cuda_dev *d, const lt_call *c, lt_plan **out)
+static lf_status plan_for(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan **out)
 {
     plan_cache *pc = &caches[d->ordinal];
     lt_plan *plans = pc->plans, *slot = NULL;
@@ -192,7 +277,7 @@ static lf_status plan_for(const lf_cuda_dev *d, const lt_call *c, lt_plan **out)
     if (!slot)
         slot = &plans[pc->next_victim++ % PLANS];
     plan_clear(slot);
-    lf_status s = plan_build(d, c, slot);
+    lf_status s = plan_build(d, c, g, slot);
     if (s != LF_OK) {
         plan_clear(slot);
         return s;
@@ -209,7 +294,7 @@ static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call
                            lf_cuda_timing **tm)
 {
     lt_plan *pl = NULL;
-    LF_TRY(plan_for(d, c, &pl));
+    LF_TRY(plan_for(d, c, g, &pl));
     *tm = lf_cuda_time_begin(d, info);
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
     if (c->epi & CUBLASLT_EPILOGUE_BIAS) /* the bias pointer changes per call; the plan does not */

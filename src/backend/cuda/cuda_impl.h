@@ -49,6 +49,23 @@ int lf_cuda_device_count(void);
 /* Wait for every GPU this process has started (the profiler's drain). */
 lf_status lf_cuda_synchronize_all(void);
 
+/* --- the on-disk cache (fused_nvrtc.c): generated kernels and measured GEMM plans --- */
+/* given, else $XDG_CACHE_HOME/linfuse, else ~/.cache/linfuse, else /tmp/linfuse-cache; made. */
+lf_status lf_cuda_cache_dir(const char *given, char *dir, size_t cap);
+/* A whole file (caller frees; NULL when it cannot be read), and one written atomically (1 when
+ * it was: a temporary renamed over path). */
+void *lf_cuda_read_file(const char *path, size_t *n);
+int lf_cuda_write_file(const char *path, const void *p, size_t n);
+
+/* --- GEMM plans timed once and kept on disk (gemm_tune.c) --- */
+/* The plan GPU d's disk cache holds for the key's bytes (1, *algo filled), else 0. A cache file
+ * that does not read back whole and checksummed is ignored, with one warning, and rewritten. */
+int lf_cuda_tune_get(const lf_cuda_dev *d, const void *key, size_t n, void *algo, size_t algo_n);
+/* Remember a measured plan (written through to the file; a failed write costs only the cache). */
+void lf_cuda_tune_put(const lf_cuda_dev *d, const void *key, size_t n, const void *algo, size_t algo_n);
+/* Whether CUPTI is recording (no trial launches then: the trace would hold them). */
+int lf_cupti_recording(void);
+
 /* --- the caching allocator (cuda_alloc.c) --- */
 /* Hand the tensor layer this device's allocator and copies. */
 void lf_cuda_alloc_register(void);

@@ -170,6 +170,11 @@ static int src_start(void)
     return 0;
 }
 
+int lf_cupti_recording(void)
+{
+    return cs.active;
+}
+
 static void src_push(int64_t id)
 {
     cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, (uint64_t)id);

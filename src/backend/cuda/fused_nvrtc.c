@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <nvrtc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,14 +170,7 @@ static int gen_source(const lf_fused *f, long long n, int *vec, char *out, size_
 
 /* --- the cache --- */
 
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
-    return h;
-}
-
-static lf_status cache_dir_of(const char *given, char *dir, size_t cap)
+lf_status lf_cuda_cache_dir(const char *given, char *dir, size_t cap)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n = given ? snprintf(dir, cap, "%s", given)
@@ -198,7 +192,7 @@ static lf_status cache_dir_of(const char *given, char *dir, size_t cap)
     return LF_OK;
 }
 
-static void *read_file(const char *path, size_t *n)
+void *lf_cuda_read_file(const char *path, size_t *n)
 {
     FILE *fp = fopen(path, "rb");
     if (!fp)
@@ -217,10 +211,11 @@ static void *read_file(const char *path, size_t *n)
     return buf;
 }
 
-static int write_file(const char *path, const void *p, size_t n)
+int lf_cuda_write_file(const char *path, const void *p, size_t n)
 {
+    static _Atomic unsigned seq; /* threads of one process (one per GPU) write apart too */
     char tmp[4300];
-    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.%d.%u.tmp", path, (int)getpid(), atomic_fetch_add(&seq, 1)) >= (int)sizeof tmp)
         return 0;
     FILE *fp = fopen(tmp, "wb");
     if (!fp)
@@ -292,19 +287,19 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
         s = LF_CU_CHECK(NVRTC, nvrtcVersion(&nv_major, &nv_minor));
     char dir[4096], path[4200];
     if (s == LF_OK)
-        s = cache_dir_of(cache_dir, dir, sizeof dir);
+        s = lf_cuda_cache_dir(cache_dir, dir, sizeof dir);
     void *cubin = NULL;
     size_t len = 0;
     if (s == LF_OK) {
         char salt[64];
         snprintf(salt, sizeof salt, "sm_%d%d nvrtc %d.%d", major, minor, nv_major, nv_minor);
-        uint64_t h = fnv1a(src, strlen(src), fnv1a(salt, strlen(salt), 1469598103934665603ull));
+        uint64_t h = lf_fnv1a(src, strlen(src), lf_fnv1a(salt, strlen(salt), LF_FNV_START));
         snprintf(path, sizeof path, "%s/%s_%016llx.cubin", dir, f->name, (unsigned long long)h);
-        cubin = read_file(path, &len);
+        cubin = lf_cuda_read_file(path, &len);
         int cached = cubin != NULL;
         if (!cached) {
             s = nvrtc_build(src, f->name, major, minor, &cubin, &len);
-            if (s == LF_OK && !write_file(path, cubin, len) && verbose)
+            if (s == LF_OK && !lf_cuda_write_file(path, cubin, len) && verbose)
                 fprintf(stderr, "linfuse compile: could not write %s (kernel still used)\n", path);
         }
         if (s == LF_OK && verbose)
