@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/plan_file.h"
 #include "testutil.h"
 
 typedef enum { LAY_ROW, LAY_COL, LAY_PAD } layout;
@@ -306,6 +307,65 @@ static void test_pointwise(void)
     }
 }
 
+/* The GEMM plan cache's file format (plan_file.h): what it writes reads back; every truncation
+ * reads back only when it falls between plans (then those before it), and no flipped byte is
+ * ever trusted. */
+static void test_plan_file(void)
+{
+    lf_plan_file f = {0};
+    unsigned char key[3][40], plan[64];
+    const size_t key_n[3] = {40, 7, 24};
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < sizeof key[r]; i++)
+            key[r][i] = (unsigned char)(31 * r + 7 * i + 1);
+    for (size_t i = 0; i < sizeof plan; i++)
+        plan[i] = (unsigned char)(3 * i + 5);
+    for (int r = 0; r < 3; r++)
+        CHECK(lf_plan_file_add(&f, key[r], key_n[r], plan + r, 64 - (size_t)r), "add plan %d", r);
+    CHECK(!lf_plan_file_add(&f, key[0], 0, plan, 64) && !lf_plan_file_add(&f, key[0], 4, plan, LF_PLAN_MAX_BYTES + 1),
+          "empty and overlong lengths refused");
+    size_t n = 0;
+    unsigned char *bytes = lf_plan_file_bytes(&f, &n);
+    CHECK(bytes && n == 8 + (4 + 40 + 4 + 64 + 8) + (4 + 7 + 4 + 63 + 8) + (4 + 24 + 4 + 62 + 8), "file size %zu", n);
+    lf_plan_file g = {0};
+    CHECK(lf_plan_file_parse(&g, bytes, n) == NULL && g.n == 3, "whole file reads back: %zu plans", g.n);
+    for (int r = 0; r < 3; r++) {
+        const unsigned char *got = lf_plan_file_find(&g, key[r], key_n[r], 64 - (size_t)r);
+        CHECK(got && !memcmp(got, plan + r, 64 - (size_t)r), "plan %d found and equal", r);
+    }
+    CHECK(!lf_plan_file_find(&g, key[1], key_n[1], 64), "a plan of another size is not found");
+    CHECK(!lf_plan_file_find(&g, key[1], 6, 63), "a shorter key is not found");
+    lf_plan_file_free(&g);
+    const size_t ends[4] = {8, 8 + 120, 8 + 120 + 86, n}; /* where whole plans end */
+    int trunc_bad = 0, flip_bad = 0;
+    for (size_t cut = 0; cut < n; cut++) {
+        int boundary = -1;
+        for (int b = 0; b < 4; b++)
+            if (cut == ends[b])
+                boundary = b;
+        const char *why = lf_plan_file_parse(&g, bytes, cut);
+        if (boundary >= 0 ? why != NULL || g.n != (size_t)boundary : why == NULL || g.n != 0)
+            trunc_bad++;
+        lf_plan_file_free(&g);
+    }
+    CHECK(trunc_bad == 0, "every truncation of a %zu-byte file: %d read wrong", n, trunc_bad);
+    for (size_t i = 0; i < n; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            bytes[i] ^= (unsigned char)(1u << bit);
+            const char *why = lf_plan_file_parse(&g, bytes, n);
+            if (why == NULL || g.n != 0)
+                flip_bad++;
+            lf_plan_file_free(&g);
+            bytes[i] ^= (unsigned char)(1u << bit);
+        }
+    CHECK(flip_bad == 0, "every one-bit flip of %zu bytes refused: %d trusted", n, flip_bad);
+    CHECK(lf_plan_file_parse(&g, "LFGEMM1\n", 8) == NULL && g.n == 0, "a file of no plans is valid");
+    const char *why = lf_plan_file_parse(&g, "garbage!", 8);
+    CHECK(why && strstr(why, "does not start"), "another file's bytes: %s", why ? why : "(trusted)");
+    free(bytes);
+    lf_plan_file_free(&f);
+}
+
 int main(void)
 {
     lf_cpu_isa best = lf_cpu_isa_detect();
@@ -317,6 +377,7 @@ int main(void)
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_threads_deterministic();
     test_pointwise();
+    test_plan_file();
     printf("%d GEMM cases\n", n_cases);
     return lf_test_finish("test_backend_cpu");
 }
