@@ -44,11 +44,19 @@ int lf_plan_file_add(lf_plan_file *f, const void *key, size_t key_n, const void 
     return 1;
 }
 
-/* A length field at p (4 bytes, which the caller has checked are there). */
-static size_t length_at(const unsigned char *p)
+/* At *at: a 4-byte length, then that many bytes, then `after` more bytes the caller reads next.
+ * The bytes (and *len, *at moved past them), or NULL when the length is 0, over the limit, or
+ * runs past the end. */
+static const unsigned char *field(const unsigned char *p, size_t n, size_t *at, size_t after, size_t *len)
 {
-    uint32_t v;
-    memcpy(&v, p, 4);
+    if (n - *at < 4)
+        return NULL;
+    uint32_t k;
+    memcpy(&k, p + *at, 4);
+    if (k == 0 || k > LF_PLAN_MAX_BYTES || n - *at - 4 < (size_t)k + after)
+        return NULL;
+    const unsigned char *v = p + *at + 4;
+    *at += 4 + (size_t)k, *len = k;
     return v;
 }
 
@@ -59,25 +67,13 @@ const char *lf_plan_file_parse(lf_plan_file *f, const void *bytes, size_t n)
     if (n < sizeof MAGIC || memcmp(p, MAGIC, sizeof MAGIC))
         return "it does not start as a linfuse GEMM plan file";
     for (size_t at = sizeof MAGIC; at < n && !bad;) {
-        if (n - at < 4) {
-            bad = "it ends inside a plan";
-            break;
-        }
-        const size_t kn = length_at(p + at);
-        if (kn == 0 || kn > LF_PLAN_MAX_BYTES || n - at - 4 < kn + 4) {
-            bad = "a key's length is out of range";
-            break;
-        }
-        const unsigned char *key = p + at + 4;
-        at += 4 + kn;
-        const size_t pn = length_at(p + at);
-        if (pn == 0 || pn > LF_PLAN_MAX_BYTES || n - at - 4 < pn + 8) {
-            bad = "a plan's length is out of range";
-            break;
-        }
-        const unsigned char *plan = p + at + 4;
-        at += 4 + pn;
+        size_t kn, pn;
+        const unsigned char *key = field(p, n, &at, 4, &kn), *plan = key ? field(p, n, &at, 8, &pn) : NULL;
         uint64_t sum;
+        if (!key || !plan) {
+            bad = "a length is out of range or the file ends inside a plan";
+            break;
+        }
         memcpy(&sum, p + at, 8);
         at += 8;
         if (sum != checksum(key, kn, plan, pn))
