@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,7 +114,33 @@ typedef struct reader {
     size_t released;     /* bytes of p given back to the kernel so far (whole pages) */
     int rel_line, rel_col; /* the line and column at p + released, for errors past it */
     size_t next_report;  /* the position at which the progress callback is next called */
+    struct gz_src *gz;   /* a gzip trace inflated as the parse reads on (fill), else NULL */
 } reader;
+
+/* A gzip trace is inflated as the parse asks for text, into one anonymous mapping reserved up
+ * front at the most it can hold (the read limit, or deflate's 1032 to 1 of the file if less), so
+ * that it never moves (the parse holds pointers into it) and only what has been inflated takes
+ * memory; the pages parsed are given back as a plain file's
+ * are (between_events). Peak memory is then the trace, not the inflated text. */
+typedef struct gz_src {
+    z_stream z;
+    const unsigned char *in;
+    size_t in_n, in_at;
+    char *buf;
+    size_t cap; /* the reservation: the read limit + 1 bytes, or 1032 x the file's */
+    int64_t limit;
+    int done, started, checked;
+    lf_status err; /* the first error of the gzip data, reported instead of what the parse says */
+    char msg[400];
+} gz_src;
+
+static int fill(reader *r, size_t want);
+
+/* Whether k bytes from the parse position are there (inflating more of a gzip trace if need be). */
+static inline int have(reader *r, size_t k)
+{
+    return r->pos + k <= r->n || (r->gz && fill(r, r->pos + k) && r->pos + k <= r->n);
+}
 
 static lf_trace_progress_fn progress_fn;
 static void *progress_ctx;
@@ -133,7 +160,12 @@ enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20 };
 static void between_events(reader *r)
 {
     if (progress_fn && r->pos >= r->next_report) {
-        progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)r->n);
+        /* a gzip trace's inflated size is not known before its end: extrapolated from the share of
+         * the compressed bytes read */
+        double total = (double)r->n;
+        if (r->gz && !r->gz->done && r->gz->in_at > 0)
+            total = (double)r->n * (double)r->gz->in_n / (double)r->gz->in_at;
+        progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)(total > (double)r->pos ? total : (double)r->pos));
         r->next_report = r->pos + REPORT_EVERY;
     }
     if (r->releasable && r->pos - r->released >= RELEASE_EVERY) {
@@ -167,7 +199,7 @@ static lf_status fail_at(const reader *r, size_t at, const char *what)
 
 static void ws(reader *r)
 {
-    while (r->pos < r->n &&
+    while (have(r, 1) &&
            (r->p[r->pos] == ' ' || r->p[r->pos] == '\n' || r->p[r->pos] == '\r' || r->p[r->pos] == '\t'))
         r->pos++;
 }
@@ -175,7 +207,7 @@ static void ws(reader *r)
 static int take(reader *r, char c)
 {
     ws(r);
-    if (r->pos < r->n && r->p[r->pos] == c) {
+    if (have(r, 1) && r->p[r->pos] == c) {
         r->pos++;
         return 1;
     }
@@ -186,10 +218,10 @@ static int take(reader *r, char c)
 static lf_status raw_string(reader *r, const char **s, size_t *len)
 {
     ws(r);
-    if (r->pos >= r->n || r->p[r->pos] != '"')
+    if (!have(r, 1) || r->p[r->pos] != '"')
         return fail_at(r, r->pos, "not valid JSON: expected a string");
     size_t start = ++r->pos;
-    while (r->pos < r->n && r->p[r->pos] != '"') {
+    while (have(r, 1) && r->p[r->pos] != '"') {
         if ((unsigned char)r->p[r->pos] < 0x20)
             return fail_at(r, r->pos, "not valid JSON: control character in a string");
         r->pos += r->p[r->pos] == '\\' ? 2 : 1;
@@ -243,7 +275,7 @@ static size_t json_number_len(const char *s, size_t n)
 static lf_status skip_value(reader *r, int depth)
 {
     ws(r);
-    if (r->pos >= r->n)
+    if (!have(r, 1))
         return fail_at(r, r->pos, "not valid JSON: the file ends where a value should be");
     if (depth > 64)
         return fail_at(r, r->pos, "nested more than 64 levels deep; not a trace");
@@ -271,7 +303,7 @@ static lf_status skip_value(reader *r, int depth)
         return LF_OK;
     }
     size_t start = r->pos; /* a number or a literal */
-    while (r->pos < r->n && (isalnum((unsigned char)r->p[r->pos]) || strchr("+-.", r->p[r->pos])))
+    while (have(r, 1) && (isalnum((unsigned char)r->p[r->pos]) || strchr("+-.", r->p[r->pos])))
         r->pos++;
     size_t k = r->pos - start;
     if (k == 0)
@@ -483,14 +515,21 @@ static lf_status events_array(reader *r)
     size_t i = 0;
     do {
         ws(r);
-        if (r->pos >= r->n || r->p[r->pos] != '{') {
-            if (r->pos < r->n && r->p[r->pos] != ']')
+        if (!have(r, 1) || r->p[r->pos] != '{') {
+            if (have(r, 1) && r->p[r->pos] != ']')
                 return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] is not an object", r->name, i);
             return fail_at(r, r->pos, "not valid JSON: the events end early");
         }
         json_error_t err;
-        json_t *e = json_loadb(r->p + r->pos, r->n - r->pos,
-                               JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+        json_t *e;
+        /* a gzip trace: 1 MB of text ahead, more while an event runs past what is inflated */
+        for (size_t ahead = 1 << 20;; ahead *= 2) {
+            have(r, ahead);
+            e = json_loadb(r->p + r->pos, r->n - r->pos, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                           &err);
+            if (e || !r->gz || r->gz->done || r->gz->err || r->pos + ahead > r->n)
+                break;
+        }
         if (!e) {
             char msg[200];
             snprintf(msg, sizeof msg, "not valid JSON: %s", err.text);
@@ -580,7 +619,7 @@ static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
     ws(r);
-    if (r->pos < r->n && r->p[r->pos] == '[') {
+    if (have(r, 1) && r->p[r->pos] == '[') {
         LF_TRY(events_array(r));
     } else {
         if (!take(r, '{'))
@@ -638,6 +677,8 @@ static lf_status parse_doc(reader *r)
             return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
     }
     ws(r);
+    if (r->gz) /* the rest of the gzip data, its CRCs and members checked */
+        fill(r, SIZE_MAX);
     if (r->pos != r->n)
         return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
     /* FLOPs from shapes count only where PyTorch would have counted them */
@@ -670,16 +711,19 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
-static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable)
+/* data/size: the whole text, or with gz the text so far (the parse inflates the rest). */
+static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable, gz_src *gz)
 {
-    if (size == 0)
+    if (size == 0 && !gz)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name, .releasable = releasable};
+    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .gz = gz};
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
     lf_status st = parse_doc(&r);
+    if (gz && gz->err) /* the gzip data's own fault, not the text's it cut short */
+        st = lf_fail(gz->err, "%s", gz->msg);
     if (st == LF_OK && progress_fn)
-        progress_fn(progress_ctx, name, (int64_t)size, (int64_t)size);
+        progress_fn(progress_ctx, name, (int64_t)r.n, (int64_t)r.n);
     free(r.flows), free(r.shape_flops);
     if (st != LF_OK) {
         lf_trace_free(r.t);
@@ -704,116 +748,106 @@ static const char *json_start(const char *p, size_t n, size_t *at)
     return i < n && p[i] != '{' && p[i] != '[' ? "does not start like a JSON trace" : NULL;
 }
 
-/* A gzip file (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz), inflated whole
- * with zlib: every member of a multi-member file, the output bounded by the read limit, and
- * refused as soon as its first bytes are not JSON (a bomb of zeros stops at once). The text goes
- * to an anonymous mapping of its own (grown with mremap) so that the parse can give its pages
- * back as it goes; *out_cap is the mapping's size, for munmap. */
-static lf_status gunzip(const char *src, size_t n, const char *name, char **out, size_t *out_n, size_t *out_cap)
+/* The gzip source's first error (the text's parse then fails too; this is what is reported). */
+static int gz_fail(gz_src *g, lf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int gz_fail(gz_src *g, lf_status st, const char *fmt, ...)
 {
-    const int64_t limit = lf_trace_read_limit();
-    /* The trailer's size (modulo 2^32) is a good first guess for one member, but only a guess:
-     * a hostile trailer may claim gigabytes, and deflate never inflates a byte to more than
-     * 1032, so the guess is held to that ratio (the buffer still grows when the data is real). */
-    size_t cap = 1 << 16;
-    if (n >= 18) {
-        const unsigned char *t = (const unsigned char *)src + n - 4;
-        size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
-        const size_t most = n > SIZE_MAX / 1032 ? SIZE_MAX : n * 1032;
-        if (isize + 1 > cap && (int64_t)isize < limit && isize <= most)
-            cap = isize + 1;
-    }
-    char *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
-        return lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, cap);
-    z_stream z = {0};
-    if (inflateInit2(&z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
-        munmap(buf, cap);
-        return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
-    }
-    size_t got = 0, in_at = 0;
-    int checked = 0;
-    lf_status st = LF_OK;
-    for (;;) {
-        if (got == cap) {
-            if ((int64_t)cap > limit) {
-                st = lf_fail(LF_EINVAL,
-                             "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
-                             "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                             name, (long long)limit, (double)limit / 1e9);
-                break;
-            }
-            size_t ncap = cap * 2 > (size_t)limit + 1 ? (size_t)limit + 1 : cap * 2;
-            char *nb = mremap(buf, cap, ncap, MREMAP_MAYMOVE);
-            if (nb == MAP_FAILED) {
-                st = lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", name, ncap);
-                break;
-            }
-            buf = nb, cap = ncap;
-        }
-        /* zlib counts in uInt: feed and take at most 1 GiB a call */
-        size_t in_left = n - in_at, out_left = cap - got;
-        z.next_in = (Bytef *)(uintptr_t)(src + in_at);
-        z.avail_in = (uInt)(in_left < (1u << 30) ? in_left : 1u << 30);
-        z.next_out = (Bytef *)(buf + got);
-        z.avail_out = (uInt)(out_left < (1u << 30) ? out_left : 1u << 30);
-        const uInt gave = z.avail_in, room = z.avail_out;
-        int zr = inflate(&z, Z_NO_FLUSH);
-        in_at += gave - z.avail_in;
-        got += room - z.avail_out;
-        if (!checked && (got >= 4096 || zr == Z_STREAM_END)) {
-            size_t at;
-            const char *bad = json_start(buf, got, &at);
-            if (bad) {
-                st = lf_fail(LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
-                             (unsigned char)buf[at]);
-                break;
-            }
-            checked = 1;
-        }
-        if (zr == Z_STREAM_END) {
-            if (in_at == n)
-                break;
-            if (!is_gzip(src + in_at, n - in_at)) {
-                st = lf_fail(LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, n - in_at);
-                break;
-            }
-            inflateReset(&z); /* another member: gzip concatenates them */
-            continue;
-        }
-        if (zr == Z_BUF_ERROR && in_at == n) {
-            st = lf_fail(LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, n);
-            break;
-        }
-        if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            st = lf_fail(LF_EINVAL, "%s: not valid gzip data: %s", name,
-                         z.msg ? z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
-            break;
-        }
-    }
-    inflateEnd(&z);
-    if (st != LF_OK) {
-        munmap(buf, cap);
-        return st;
-    }
-    *out = buf, *out_n = got, *out_cap = cap;
-    return LF_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+    va_end(ap);
+    g->err = st;
+    return 0;
 }
 
-/* mapped: data is the file's read-only mapping, which the parse may give back as it goes (an
- * inflated text always may). */
+/* Inflate a gzip trace (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz) until
+ * want bytes of text are there, 4 MB at least each time, or the data ends: every member of a
+ * multi-member file, the CRCs checked by zlib, the text bounded by the read limit, and refused as
+ * soon as its first bytes are not JSON (a bomb of zeros stops at once). 0 once the data has
+ * ended or failed (the failure kept in r->gz). */
+static int fill(reader *r, size_t want)
+{
+    gz_src *g = r->gz;
+    const char *name = r->name;
+    if (g->done || g->err)
+        return 0;
+    const size_t target = want > r->n + (4u << 20) ? want : r->n + (4u << 20);
+    while (r->n < target && !g->done && !g->err) {
+        if (r->n == g->cap && g->cap <= (size_t)g->limit) {
+            gz_fail(g, LF_EINVAL, "%s: not valid gzip data: it inflates past deflate's 1032 to 1", name);
+            break;
+        }
+        if (r->n == g->cap) {
+            gz_fail(g, LF_EINVAL,
+                    "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
+                    "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                    name, (long long)g->limit, (double)g->limit / 1e9);
+            break;
+        }
+        /* zlib counts in uInt: feed and take at most 1 GiB a call */
+        const size_t in_left = g->in_n - g->in_at, room = g->cap - r->n, step = target - r->n;
+        g->z.next_in = (Bytef *)(uintptr_t)(g->in + g->in_at);
+        g->z.avail_in = (uInt)(in_left < (1u << 30) ? in_left : 1u << 30);
+        g->z.next_out = (Bytef *)(g->buf + r->n);
+        g->z.avail_out = (uInt)(room < step ? room : step < (1u << 30) ? step : 1u << 30);
+        const uInt gave = g->z.avail_in, space = g->z.avail_out;
+        const int zr = inflate(&g->z, Z_NO_FLUSH);
+        g->in_at += gave - g->z.avail_in;
+        r->n += space - g->z.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (g->in_at == g->in_n)
+                g->done = 1;
+            else if (g->in_n - g->in_at < 2 || g->in[g->in_at] != 0x1f || g->in[g->in_at + 1] != 0x8b)
+                gz_fail(g, LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, g->in_n - g->in_at);
+            else
+                inflateReset(&g->z); /* another member: gzip concatenates them */
+        } else if (zr == Z_BUF_ERROR && g->in_at == g->in_n) {
+            gz_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            gz_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
+                    g->z.msg ? g->z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
+        }
+        if (!g->checked && !g->err && (r->n >= 4096 || g->done)) {
+            size_t at;
+            const char *bad = r->n ? json_start(g->buf, r->n, &at) : "inflates to nothing";
+            if (bad && r->n)
+                gz_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
+                        (unsigned char)g->buf[at]);
+            else if (bad)
+                gz_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
+            g->checked = 1;
+        }
+    }
+    return !g->err;
+}
+
+/* Read a gzip trace: its text inflated into a reservation of the read limit's size as the
+ * parse goes (fill). */
+static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name)
+{
+    gz_src g = {.in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
+    /* deflate never gives more than 1032 bytes a byte: the text fits in that, or the limit + 1 */
+    const size_t most = size > (SIZE_MAX - 65536) / 1032 ? SIZE_MAX : size * 1032 + 65536;
+    g.cap = (uint64_t)g.limit + 1 < most ? (size_t)g.limit + 1 : most;
+    /* reserved, not committed: pages take memory only as the text is written into them */
+    g.buf = mmap(NULL, g.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g.buf == MAP_FAILED)
+        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes for the inflated trace: %s", name, g.cap,
+                       strerror(errno));
+    if (inflateInit2(&g.z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
+        munmap(g.buf, g.cap);
+        return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
+    }
+    lf_status st = parse_json(out, g.buf, 0, name, 1, &g);
+    inflateEnd(&g.z);
+    munmap(g.buf, g.cap);
+    return st;
+}
+
+/* mapped: data is the file's read-only mapping, which the parse may give back as it goes. */
 static lf_status read_buffer(lf_trace **out, const char *data, size_t size, const char *name, int mapped)
 {
-    if (!is_gzip(data, size))
-        return parse_json(out, data, size, name, mapped);
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    LF_TRY(gunzip(data, size, name, &text, &n, &cap));
-    if (mapped) /* the compressed file is read: its pages go before the parse starts */
-        madvise((void *)(uintptr_t)data, size, MADV_DONTNEED);
-    lf_status st = parse_json(out, text, n, name, 1);
-    munmap(text, cap);
-    return st;
+    return is_gzip(data, size) ? read_gzip(out, data, size, name) : parse_json(out, data, size, name, mapped, NULL);
 }
 
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
