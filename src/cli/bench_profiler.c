@@ -13,6 +13,7 @@ typedef struct pcase {
     int64_t batch, seq, dim, hidden;
     int inner; /* calls per timed sample */
     int record_shapes;
+    int windows; /* 1: one window per sample (a schedule of active 1, repeat forever), stepped between samples */
 } pcase;
 
 typedef struct work {
@@ -35,9 +36,18 @@ static lf_status run_once(const pcase *c, work *w)
     return s;
 }
 
+/* With windows: each completed window's events, added up. */
+static void count_window(lf_profiler *p, void *user)
+{
+    const lf_trace *tr = NULL;
+    if (lf_prof_trace(p, &tr) == LF_OK)
+        *(int64_t *)user += lf_trace_count(tr);
+}
+
 /* Median seconds per call over `samples` samples of c->inner calls, profiler on or off. With it
- * on, one session spans every sample (as in real use: buffers grow as they fill, amortized),
- * and the events per call are counted from its trace. */
+ * on, one session spans every sample (buffers grow as they fill, amortized), and the events per
+ * call are counted from its trace; with c->windows each sample is a window of its own, stepped
+ * (and turned into a trace) between samples, untimed, as a long run under a schedule is. */
 static lf_status measure(const pcase *c, work *w, int on, int samples, double *per_call, double *events_per_call)
 {
     double *t = malloc((size_t)samples * sizeof *t);
@@ -45,7 +55,12 @@ static lf_status measure(const pcase *c, work *w, int on, int samples, double *p
         return LF_ENOMEM;
     lf_status s = LF_OK;
     lf_profiler *p = NULL;
-    lf_prof_opts o = {.record_shapes = c->record_shapes};
+    int64_t window_events = 0;
+    lf_prof_opts o = {.record_shapes = c->record_shapes,
+                      .use_schedule = c->windows,
+                      .schedule = {.active = 1},
+                      .on_trace_ready = c->windows ? count_window : NULL,
+                      .user = &window_events};
     if (on)
         s = lf_prof_start(&p, &o);
     for (int k = 0; k < c->inner && s == LF_OK; k++) /* warm-up block */
@@ -55,13 +70,15 @@ static lf_status measure(const pcase *c, work *w, int on, int samples, double *p
         for (int k = 0; k < c->inner && s == LF_OK; k++)
             s = run_once(c, w);
         t[i] = (lf_cli_now() - t0) / c->inner;
+        if (on && c->windows && s == LF_OK)
+            s = lf_prof_step(p);
     }
     if (on) {
         if (s == LF_OK)
             s = lf_prof_stop(p);
         const lf_trace *tr = NULL;
         if (s == LF_OK && lf_prof_trace(p, &tr) == LF_OK)
-            *events_per_call = (double)lf_trace_count(tr) / ((double)(samples + 1) * c->inner);
+            *events_per_call = (double)(c->windows ? window_events : lf_trace_count(tr)) / ((double)(samples + 1) * c->inner);
         lf_prof_free(p);
     }
     *per_call = lf_cli_median(t, samples);
@@ -72,11 +89,12 @@ static lf_status measure(const pcase *c, work *w, int on, int samples, double *p
 int lf_cli_bench_profiler(int reps)
 {
     static const pcase cases[] = {
-        {"view_op_event", 0, 0, 0, 0, 0, 20000, 0},
-        {"view_op_event_record_shapes", 0, 0, 0, 0, 0, 20000, 1},
-        {"linear_1024x32x64_step", 1, 1024, 0, 32, 64, 50, 1},
-        {"simple_mlp_1x16x768x3072_step", 2, 1, 16, 768, 3072, 10, 1},
-        {"simple_mlp_8x128x768x3072_step", 2, 8, 128, 768, 3072, 2, 1},
+        {"view_op_event", 0, 0, 0, 0, 0, 20000, 0, 0},
+        {"view_op_event_record_shapes", 0, 0, 0, 0, 0, 20000, 1, 0},
+        {"view_op_event_windows", 0, 0, 0, 0, 0, 20000, 0, 1},
+        {"linear_1024x32x64_step", 1, 1024, 0, 32, 64, 50, 1, 0},
+        {"simple_mlp_1x16x768x3072_step", 2, 1, 16, 768, 3072, 10, 1, 0},
+        {"simple_mlp_8x128x768x3072_step", 2, 8, 128, 768, 3072, 2, 1, 0},
     };
     printf("# profiler off vs on (record_shapes as named), same work, alternating blocks; median per call\n");
     int rc = LF_EXIT_OK;
