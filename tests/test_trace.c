@@ -460,6 +460,45 @@ static void test_gzip_round_trip(const char *ref)
     rmdir(dir);
 }
 
+/* A file cut short by another program while it is read (a profiler rewriting it in place): the
+ * reader says so. Read through a mapping, this killed the process with SIGBUS. The progress
+ * callback, called between events, does the cutting at a known point. */
+static const char *shrink_path;
+static void shrink_midway(void *ctx, const char *name, int64_t done, int64_t total)
+{
+    (void)name, (void)total;
+    int *cut = ctx;
+    if (!*cut && done > 0) {
+        *cut = truncate(shrink_path, 1 << 20) == 0 ? 1 : -1;
+    }
+}
+
+static void test_file_shrinks_while_read(void)
+{
+    char path[] = "/tmp/lf_test_shrink_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f)
+        return;
+    fputs("{\"traceEvents\": [\n", f);
+    for (int i = 0; i < 120000; i++) /* ~12 MB */
+        fprintf(f, "  {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": %d, "
+                   "\"dur\": 1, \"args\": {\"External id\": %d}},\n", 2 * i, i + 1);
+    fputs("  {\"ph\": \"i\", \"name\": \"end\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"s\": \"t\"}\n]}\n", f);
+    fclose(f);
+    lf_trace *t = NULL;
+    CHECK(lf_trace_read_json(&t, path) == LF_OK && t, "the whole file reads");
+    lf_trace_free(t);
+    int cut = 0;
+    shrink_path = path;
+    lf_trace_set_progress(shrink_midway, &cut);
+    t = (lf_trace *)1;
+    FAILS(LF_EIO, "was it being rewritten", lf_trace_read_json(&t, path));
+    lf_trace_set_progress(NULL, NULL);
+    CHECK(cut == 1 && t == NULL, "cut to 1 MB while read (cut %d), no trace", cut);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -475,5 +514,6 @@ int main(int argc, char **argv)
     test_hostile();
     test_shape_flops();
     test_gzip_round_trip(argv[1]);
+    test_file_shrinks_while_read();
     return lf_test_finish("test_trace");
 }

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* mremap: the inflated text grows in a mapping of its own */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -114,32 +115,35 @@ typedef struct reader {
     size_t released;     /* bytes of p given back to the kernel so far (whole pages) */
     int rel_line, rel_col; /* the line and column at p + released, for errors past it */
     size_t next_report;  /* the position at which the progress callback is next called */
-    struct gz_src *gz;   /* a gzip trace inflated as the parse reads on (fill), else NULL */
+    struct lazy_src *src; /* text that arrives as the parse reads on (fill): a file's or a gzip trace's */
 } reader;
 
-/* A gzip trace is inflated as the parse asks for text, into one anonymous mapping reserved up
- * front at the most it can hold (the read limit, or deflate's 1032 to 1 of the file if less), so
- * that it never moves (the parse holds pointers into it) and only what has been inflated takes
- * memory; the pages parsed are given back as a plain file's
- * are (between_events). Peak memory is then the trace, not the inflated text. */
-typedef struct gz_src {
+/* Text that arrives as the parse asks for it: a trace file read with read(2), or a gzip trace
+ * inflated, into one anonymous mapping reserved up front at the most it can hold (the file's
+ * size; for gzip the read limit, or deflate's 1032 to 1 of the file if less), so that it never
+ * moves (the parse holds pointers into it) and only what has arrived takes memory; the pages
+ * parsed are given back (between_events). Peak memory is then the trace, not its text. A file is
+ * read rather than mapped: a mapped file that another program truncates while it is parsed
+ * kills the reader with SIGBUS; read, it is an error that says so. */
+typedef struct lazy_src {
+    int fd; /* the file being read, or -1: gzip data in memory */
     z_stream z;
     const unsigned char *in;
     size_t in_n, in_at;
     char *buf;
-    size_t cap; /* the reservation: the read limit + 1 bytes, or 1032 x the file's */
+    size_t cap; /* the reservation: a file's size; gzip's read limit + 1 bytes, or 1032 x the file's */
     int64_t limit;
-    int done, started, checked;
-    lf_status err; /* the first error of the gzip data, reported instead of what the parse says */
+    int done, checked;
+    lf_status err; /* the source's first error, reported instead of what the parse says */
     char msg[400];
-} gz_src;
+} lazy_src;
 
 static int fill(reader *r, size_t want);
 
 /* Whether k bytes from the parse position are there (inflating more of a gzip trace if need be). */
 static inline int have(reader *r, size_t k)
 {
-    return r->pos + k <= r->n || (r->gz && fill(r, r->pos + k) && r->pos + k <= r->n);
+    return r->pos + k <= r->n || (r->src && fill(r, r->pos + k) && r->pos + k <= r->n);
 }
 
 static lf_trace_progress_fn progress_fn;
@@ -163,8 +167,10 @@ static void between_events(reader *r)
         /* a gzip trace's inflated size is not known before its end: extrapolated from the share of
          * the compressed bytes read */
         double total = (double)r->n;
-        if (r->gz && !r->gz->done && r->gz->in_at > 0)
-            total = (double)r->n * (double)r->gz->in_n / (double)r->gz->in_at;
+        if (r->src && r->src->fd >= 0)
+            total = (double)r->src->cap; /* a file: its size */
+        else if (r->src && !r->src->done && r->src->in_at > 0)
+            total = (double)r->n * (double)r->src->in_n / (double)r->src->in_at;
         progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)(total > (double)r->pos ? total : (double)r->pos));
         r->next_report = r->pos + REPORT_EVERY;
     }
@@ -527,7 +533,7 @@ static lf_status events_array(reader *r)
             have(r, ahead);
             e = json_loadb(r->p + r->pos, r->n - r->pos, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
                            &err);
-            if (e || !r->gz || r->gz->done || r->gz->err || r->pos + ahead > r->n)
+            if (e || !r->src || r->src->done || r->src->err || r->pos + ahead > r->n)
                 break;
         }
         if (!e) {
@@ -677,7 +683,7 @@ static lf_status parse_doc(reader *r)
             return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
     }
     ws(r);
-    if (r->gz) /* the rest of the gzip data, its CRCs and members checked */
+    if (r->src) /* the rest of the source: a gzip trace's CRCs and members checked */
         fill(r, SIZE_MAX);
     if (r->pos != r->n)
         return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
@@ -711,17 +717,17 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
-/* data/size: the whole text, or with gz the text so far (the parse inflates the rest). */
-static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable, gz_src *gz)
+/* data/size: the whole text, or with src the text so far (the parse brings in the rest). */
+static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src)
 {
-    if (size == 0 && !gz)
+    if (size == 0 && !src)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .gz = gz};
+    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .src = src};
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
     lf_status st = parse_doc(&r);
-    if (gz && gz->err) /* the gzip data's own fault, not the text's it cut short */
-        st = lf_fail(gz->err, "%s", gz->msg);
+    if (src && src->err) /* the source's own fault, not the text's it cut short */
+        st = lf_fail(src->err, "%s", src->msg);
     if (st == LF_OK && progress_fn)
         progress_fn(progress_ctx, name, (int64_t)r.n, (int64_t)r.n);
     free(r.flows), free(r.shape_flops);
@@ -749,8 +755,8 @@ static const char *json_start(const char *p, size_t n, size_t *at)
 }
 
 /* The gzip source's first error (the text's parse then fails too; this is what is reported). */
-static int gz_fail(gz_src *g, lf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int gz_fail(gz_src *g, lf_status st, const char *fmt, ...)
+static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -764,21 +770,38 @@ static int gz_fail(gz_src *g, lf_status st, const char *fmt, ...)
  * want bytes of text are there, 4 MB at least each time, or the data ends: every member of a
  * multi-member file, the CRCs checked by zlib, the text bounded by the read limit, and refused as
  * soon as its first bytes are not JSON (a bomb of zeros stops at once). 0 once the data has
- * ended or failed (the failure kept in r->gz). */
+ * ended or failed (the failure kept in r->src). */
 static int fill(reader *r, size_t want)
 {
-    gz_src *g = r->gz;
+    lazy_src *g = r->src;
     const char *name = r->name;
     if (g->done || g->err)
         return 0;
     const size_t target = want > r->n + (4u << 20) ? want : r->n + (4u << 20);
-    while (r->n < target && !g->done && !g->err) {
+    while (g->fd >= 0 && r->n < target && !g->err) { /* a file: up to its size as fstat gave it */
+        const size_t room = g->cap - r->n, step = target - r->n;
+        if (room == 0) {
+            g->done = 1;
+            break;
+        }
+        ssize_t k = read(g->fd, g->buf + r->n, room < step ? room : step < (1u << 30) ? step : 1u << 30);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            src_fail(g, LF_EIO, "%s: read failed after %zu bytes: %s", name, r->n, strerror(errno));
+        else if (k == 0)
+            src_fail(g, LF_EIO, "%s: the file ended at byte %zu of the %zu it had when opened (was it being rewritten?)",
+                     name, r->n, g->cap);
+        else
+            r->n += (size_t)k;
+    }
+    while (g->fd < 0 && r->n < target && !g->done && !g->err) {
         if (r->n == g->cap && g->cap <= (size_t)g->limit) {
-            gz_fail(g, LF_EINVAL, "%s: not valid gzip data: it inflates past deflate's 1032 to 1", name);
+            src_fail(g, LF_EINVAL, "%s: not valid gzip data: it inflates past deflate's 1032 to 1", name);
             break;
         }
         if (r->n == g->cap) {
-            gz_fail(g, LF_EINVAL,
+            src_fail(g, LF_EINVAL,
                     "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
                     "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
                     name, (long long)g->limit, (double)g->limit / 1e9);
@@ -798,23 +821,23 @@ static int fill(reader *r, size_t want)
             if (g->in_at == g->in_n)
                 g->done = 1;
             else if (g->in_n - g->in_at < 2 || g->in[g->in_at] != 0x1f || g->in[g->in_at + 1] != 0x8b)
-                gz_fail(g, LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, g->in_n - g->in_at);
+                src_fail(g, LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, g->in_n - g->in_at);
             else
                 inflateReset(&g->z); /* another member: gzip concatenates them */
         } else if (zr == Z_BUF_ERROR && g->in_at == g->in_n) {
-            gz_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
+            src_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
         } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            gz_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
+            src_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
                     g->z.msg ? g->z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
         }
         if (!g->checked && !g->err && (r->n >= 4096 || g->done)) {
             size_t at;
             const char *bad = r->n ? json_start(g->buf, r->n, &at) : "inflates to nothing";
             if (bad && r->n)
-                gz_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
+                src_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
                         (unsigned char)g->buf[at]);
             else if (bad)
-                gz_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
+                src_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
             g->checked = 1;
         }
     }
@@ -825,7 +848,7 @@ static int fill(reader *r, size_t want)
  * parse goes (fill). */
 static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name)
 {
-    gz_src g = {.in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
+    lazy_src g = {.fd = -1, .in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
     /* deflate never gives more than 1032 bytes a byte: the text fits in that, or the limit + 1 */
     const size_t most = size > (SIZE_MAX - 65536) / 1032 ? SIZE_MAX : size * 1032 + 65536;
     g.cap = (uint64_t)g.limit + 1 < most ? (size_t)g.limit + 1 : most;
@@ -844,18 +867,14 @@ static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const 
     return st;
 }
 
-/* mapped: data is the file's read-only mapping, which the parse may give back as it goes. */
-static lf_status read_buffer(lf_trace **out, const char *data, size_t size, const char *name, int mapped)
-{
-    return is_gzip(data, size) ? read_gzip(out, data, size, name) : parse_json(out, data, size, name, mapped, NULL);
-}
-
 lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
 {
     LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
     *out = NULL;
     LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
-    return read_buffer(out, data, size, name ? name : "(buffer)", 0);
+    if (!name)
+        name = "(buffer)";
+    return is_gzip(data, size) ? read_gzip(out, data, size, name) : parse_json(out, data, size, name, 0, NULL);
 }
 
 static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
@@ -930,54 +949,71 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
         free(data);
         return st;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
     struct stat sb;
-    const char *bad = fstat(fileno(f), &sb) != 0 ? strerror(errno)
-                      : S_ISDIR(sb.st_mode)     ? "is a directory, expected a trace file"
-                      : !S_ISREG(sb.st_mode)    ? "is not a regular file"
-                                                : NULL;
+    const char *bad = fstat(fd, &sb) != 0      ? strerror(errno)
+                      : S_ISDIR(sb.st_mode)  ? "is a directory, expected a trace file"
+                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
+                      : sb.st_size == 0      ? "is empty, expected a JSON trace"
+                                             : NULL;
     if (bad) {
-        lf_status s = lf_fail(LF_EIO, "%s: %s", path, bad);
-        fclose(f);
+        lf_status s = lf_fail(sb.st_size == 0 && S_ISREG(sb.st_mode) ? LF_EINVAL : LF_EIO, "%s: %s", path, bad);
+        close(fd);
         return s;
-    }
-    if (sb.st_size == 0) {
-        fclose(f);
-        return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", path);
     }
     /* the start first: a file that is neither JSON nor gzip is refused before it is read (a 22 GB
      * file of zeros is refused at once), then its size against the limit */
     char head[4096];
-    size_t nh = fread(head, 1, sizeof head, f), i = 0;
-    const char *not_json = is_gzip(head, nh) ? NULL : json_start(head, nh, &i);
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    size_t nh = got > 0 ? (size_t)got : 0, i = 0;
+    const char *not_json = is_gzip(head, nh) ? NULL : nh ? json_start(head, nh, &i) : "could not be read";
     if (not_json) {
-        fclose(f);
-        return lf_fail(LF_EINVAL, "%s: %s (byte %zu is 0x%02x, expected '{' or '[')", path, not_json, i,
-                       (unsigned char)head[i]);
+        lf_status s = nh ? lf_fail(LF_EINVAL, "%s: %s (byte %zu is 0x%02x, expected '{' or '[')", path, not_json, i,
+                                   (unsigned char)head[i])
+                         : lf_fail(LF_EIO, "%s: %s", path, got < 0 ? strerror(errno) : "ended before its first byte");
+        close(fd);
+        return s;
     }
     const int64_t limit = lf_trace_read_limit();
     if ((int64_t)sb.st_size > limit) {
-        fclose(f);
+        close(fd);
         return lf_fail(LF_EINVAL,
                        "%s: %lld bytes (%.1f GB) is over the %lld bytes (%.1f GB) a trace may have; raise the limit "
                        "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
                        path, (long long)sb.st_size, (double)sb.st_size / 1e9, (long long)limit, (double)limit / 1e9);
     }
-    /* Mapped read-only, not copied: the parse walks it once, front to back, and gives back what
-     * it has read (between_events), so a large trace costs little more than what it holds. */
     const size_t size = (size_t)sb.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
     lf_status st;
-    if (map == MAP_FAILED) {
-        st = lf_fail(LF_EIO, "%s: could not map %zu bytes: %s", path, size, strerror(errno));
-        fclose(f);
+    if (is_gzip(head, nh)) { /* compressed: read whole (a tenth of the text or less), inflated as parsed */
+        char *z = malloc(size);
+        size_t n = 0;
+        while (z && n < size) {
+            ssize_t k = pread(fd, z + n, size - n, (off_t)n);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                break;
+            n += (size_t)k;
+        }
+        st = !z ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
+             : n != size ? lf_fail(LF_EIO, "%s: read %zu of %zu bytes", path, n, size)
+                         : read_gzip(out, z, size, path);
+        free(z);
+        close(fd);
         return st;
     }
-    fclose(f); /* the mapping keeps the file open */
-    madvise(map, size, MADV_SEQUENTIAL);
-    st = read_buffer(out, map, size, path, 1);
-    munmap(map, size);
+    /* JSON: read as the parse goes into a reservation of the file's size, the pages parsed given
+     * back (lazy_src), so a large trace costs little more than what it holds */
+    lazy_src src = {.fd = fd, .cap = size};
+    src.buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (src.buf == MAP_FAILED) {
+        close(fd);
+        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes: %s", path, size, strerror(errno));
+    }
+    st = parse_json(out, src.buf, 0, path, 1, &src);
+    munmap(src.buf, size);
+    close(fd);
     return st;
 }
