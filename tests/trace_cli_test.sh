@@ -454,6 +454,11 @@ fi
 check "bad format" 2 "$bin" trace table "$sm.json.gz" --format xml
 contains "bad format named" "--format must be text, csv or json"
 check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0
+# breakdown of linfuse's own CPU trace: its kernels counted per step, no launch statistics made up
+"$bin" simple-mlp --out "$work/lt" --batch 1 --seq 16 --dim 64 --hidden 128 >/dev/null 2>&1
+check "breakdown of a linfuse CPU trace" 0 "$bin" trace breakdown "$(ls "$work"/lt/simple-mlp/*.json | head -1)"
+contains "CPU kernels per step" "lf_cpu_gemm_bf16"
+contains "no launch statistics for CPU kernels" "no kernel here has a launch call of its own"
 # a large trace (52 MB, past the 50 MB progress line and the 32 MB pages the reader gives back):
 # read whole and right, silent through a pipe, a progress line on a terminal (script(1) gives one),
 # and an error on its last line still placed at its line and column, plain and gzip

@@ -437,12 +437,17 @@ lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, cha
             put(&o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  %s\n", k->total_us, (long long)k->count, k->min_us,
                 k->median_us, k->p90_us, k->max_us, k->name);
         }
-        put(&o,
-            "\nlaunches: %lld kernels launched one by one; %lld shorter than their launch call; launch to start "
-            "median %.3fus, p90 %.3fus, max %.3fus; %lld launch calls over %gus, %lld kernels started over %gus "
-            "after their launch\n",
-            (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
-            (long long)b->slow_calls, b->runtime_cutoff_us, (long long)b->late_kernels, b->delay_cutoff_us);
+        if (b->launched)
+            put(&o,
+                "\nlaunches: %lld kernels launched one by one; %lld shorter than their launch call; launch to start "
+                "median %.3fus, p90 %.3fus, max %.3fus; %lld launch calls over %gus, %lld kernels started over %gus "
+                "after their launch\n",
+                (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us,
+                b->delay_max_us, (long long)b->slow_calls, b->runtime_cutoff_us, (long long)b->late_kernels,
+                b->delay_cutoff_us);
+        else /* linfuse's CPU kernels, or a trace of a graph alone: nothing to say about launches */
+            put(&o, "\nlaunches: no kernel here has a launch call of its own (CPU kernels run where they are called; "
+                    "a graph's kernels are listed under its replays)\n");
         if (b->n_graphs) {
             put(&o, "\nCUDA graph replays, by the op that launched them:\n%10s %16s %18s  %s\n", "launches",
                 "kernels/launch", "device us/launch", "op");
