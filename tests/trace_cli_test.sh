@@ -391,6 +391,17 @@ check "serve --once: GET" 0 curl -sS -o "$work/once.gz" "$url"
 checks=$((checks + 1))
 if wait "$opid"; then :; else fails=$((fails + 1)); echo "FAIL: serve --once did not exit by itself after the trace was sent"; fi
 check "serve --once: gzip sent as is" 0 cmp "$work/once.gz" "$work/r0.json.gz"
+# from standard input (a trace piped from another machine), served under a name that says gzip
+timeout 30 sh -c "'$bin' trace serve - --port 0 --once <'$work/r0.json.gz'" >"$work/stdin.log" 2>&1 &
+sipid=$!
+url=$(wait_url "$work/stdin.log")
+case "$url" in */stdin.json.gz) ;; *) fails=$((fails + 1)); echo "FAIL: serve - names gzip stdin.json.gz: $url" ;; esac
+checks=$((checks + 1))
+check "serve -: GET" 0 curl -sS -o "$work/stdin.gz" "$url"
+check "serve -: the piped bytes" 0 cmp "$work/stdin.gz" "$work/r0.json.gz"
+wait "$sipid" 2>/dev/null
+check "serve -: empty standard input" 2 sh -c "'$bin' trace serve - --port 0 </dev/null"
+contains "serve -: says empty" "standard input: is empty"
 check "serve: a file that is no trace" 2 "$bin" trace serve "$work/t.csv" --port 0
 contains "serve refuses a non-trace" "neither a JSON trace nor a gzip one"
 check "serve: bad port" 2 "$bin" trace serve "$work/r0.json.gz" --port 70000

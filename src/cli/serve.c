@@ -116,30 +116,87 @@ static void served_name(const char *path, char *out, size_t cap)
         snprintf(out, cap, "trace.json");
 }
 
-int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes)
+/* Standard input whole (a trace piped from another machine: ssh host cat t.json | ...), at most
+ * max_bytes; NULL with a message when it cannot be had. */
+static char *read_stdin_whole(const char *cmd, int64_t max_bytes, size_t *size)
 {
-    const char *cmd = "linfuse trace serve";
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            if ((int64_t)n > max_bytes) {
+                fprintf(stderr, "%s: standard input: more than the %lld bytes a trace may have (--max-bytes)\n", cmd,
+                        (long long)max_bytes);
+                free(buf);
+                return NULL;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                break;
+            buf = nb, cap *= 2;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + n, cap - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            fprintf(stderr, "%s: standard input: %s\n", cmd, strerror(errno));
+            free(buf);
+            return NULL;
+        }
+        if (k == 0) {
+            *size = n;
+            return buf;
+        }
+        n += (size_t)k;
+    }
+    free(buf);
+    fprintf(stderr, "%s: standard input: out of memory\n", cmd);
+    return NULL;
+}
+
+/* The file whole, at most max_bytes; NULL with a message (and *rc) when it cannot be had. */
+static char *read_file_whole(const char *cmd, const char *file, int64_t max_bytes, size_t *size, int *rc)
+{
+    *rc = LF_EXIT_USAGE;
     FILE *f = fopen(file, "rb");
     struct stat sb;
     if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fprintf(stderr, "%s: %s: %s\n", cmd, file, !f ? strerror(errno) : "not a regular file");
         if (f)
             fclose(f);
-        return LF_EXIT_USAGE;
+        return NULL;
     }
     if (sb.st_size > max_bytes) {
         fprintf(stderr, "%s: %s: %lld bytes is over the %lld a trace may have (--max-bytes)\n", cmd, file,
                 (long long)sb.st_size, (long long)max_bytes);
         fclose(f);
-        return LF_EXIT_USAGE;
+        return NULL;
     }
     char *data = malloc((size_t)sb.st_size + 1);
-    size_t size = data ? fread(data, 1, (size_t)sb.st_size, f) : 0;
+    *size = data ? fread(data, 1, (size_t)sb.st_size, f) : 0;
     fclose(f);
-    if (!data || size != (size_t)sb.st_size) {
+    if (!data || *size != (size_t)sb.st_size) {
         fprintf(stderr, "%s: %s: could not read it whole\n", cmd, file);
         free(data);
-        return LF_EXIT_FAIL;
+        *rc = LF_EXIT_FAIL;
+        return NULL;
+    }
+    return data;
+}
+
+int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes)
+{
+    const char *cmd = "linfuse trace serve";
+    const int from_stdin = !strcmp(file, "-");
+    size_t size = 0;
+    int rc = LF_EXIT_USAGE;
+    char *data = from_stdin ? read_stdin_whole(cmd, max_bytes, &size) : read_file_whole(cmd, file, max_bytes, &size, &rc);
+    if (!data)
+        return rc;
+    if (from_stdin && !size) {
+        fprintf(stderr, "%s: standard input: is empty, expected a trace\n", cmd);
+        free(data);
+        return LF_EXIT_USAGE;
     }
     const int gz = size >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
     size_t i = gz ? 0 : (size >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0);
@@ -164,13 +221,19 @@ int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes)
         return LF_EXIT_FAIL;
     }
     char name[256], url[400];
-    served_name(file, name, sizeof name);
+    if (from_stdin) /* named for what it is, so Perfetto reads it right */
+        snprintf(name, sizeof name, "%s", size >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b
+                                              ? "stdin.json.gz"
+                                              : "stdin.json");
+    else
+        served_name(file, name, sizeof name);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/%s", ntohs(a.sin_port), name);
-    printf("serving %s (%zu bytes) at %s\nopen it in Perfetto: %s/#!/?url=%s\n%s", file, size, url, ORIGIN, url,
+    printf("serving %s (%zu bytes) at %s\nopen it in Perfetto: %s/#!/?url=%s\n%s", from_stdin ? "standard input" : file,
+           size, url, ORIGIN, url,
            once ? "(this exits once the trace has been sent)\n" : "(Ctrl-C stops it)\n");
     fflush(stdout);
     signal(SIGPIPE, SIG_IGN);
-    int rc = LF_EXIT_OK;
+    rc = LF_EXIT_OK;
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) {

@@ -29,8 +29,9 @@ static const struct verb_help {
     {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
     {"report", "FILE.json [OTHER.json] -o REPORT.html [--step N] [--peak-tflops X --peak-gbps Y]",
      "one self-contained HTML file: timeline, breakdown, roofline, table (and the diff from OTHER)"},
-    {"serve", "FILE.json [--port N] [--once]",
-     "serve the trace on 127.0.0.1 (port 9001) to ui.perfetto.dev and print the link that opens it; nothing is uploaded"},
+    {"serve", "FILE.json|- [--port N] [--once]",
+     "serve the trace (- : standard input, e.g. piped from another machine) on 127.0.0.1 (port 9001) to "
+     "ui.perfetto.dev and print the link that opens it; nothing is uploaded"},
 };
 
 static void usage(FILE *f)
