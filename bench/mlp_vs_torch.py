@@ -67,3 +67,12 @@ with torch.no_grad():
               "torch x @ [Wg; Wu]^T %.2f us; gated / cuBLASLt = %.3f"
               % (tokens, d, h, 2 * h, gated, flops / gated / 1e6, concat, t_torch, gated / concat), flush=True)
         torch._dynamo.reset()
+
+# compiled --gated against the eager gated call, wherever both were timed (goal: <= 1.01)
+print("\ncompiled --gated / eager gated (goal <= 1.01):", flush=True)
+for name, t in sorted(ours.items()):
+    if name.startswith("compiled_gated_mlp_"):
+        tag = name[len("compiled_gated_mlp_"):]
+        eager = ours.get("mlp_%s_gated" % tag)
+        if eager:
+            print("  %-22s %10.2f us / %10.2f us = %.3f" % (tag, t, eager, t / eager))
