@@ -12,17 +12,6 @@
 #include "core/core.h"
 #include "testutil.h"
 
-static char dir[64];
-
-static const char *at(const char *name)
-{
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
 static int put(FILE *f, void *ctx)
 {
     return fputs(ctx, f) < 0 ? -1 : 0;
@@ -62,7 +51,7 @@ static const char *slurp(const char *path)
 /* How many names in the scratch directory contain ".tmp.": temporaries left behind. */
 static int temporaries(void)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(lf_test_dir);
     int n = 0;
     for (struct dirent *e; d && (e = readdir(d));)
         n += strstr(e->d_name, ".tmp.") != NULL;
@@ -81,48 +70,48 @@ static void test_modes(void)
 {
     struct stat sb;
     mode_t old = umask(027);
-    OK(write1(at("new.txt"), "fresh\n"));
+    OK(write1(lf_test_path("new.txt"), "fresh\n"));
     umask(old);
-    CHECK(stat(at("new.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0640, "a new file has 0666 less the umask 027: %o",
+    CHECK(stat(lf_test_path("new.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0640, "a new file has 0666 less the umask 027: %o",
           (unsigned)(sb.st_mode & 0777));
-    CHECK(!strcmp(slurp(at("new.txt")), "fresh\n"), "content: %s", slurp(at("new.txt")));
+    CHECK(!strcmp(slurp(lf_test_path("new.txt")), "fresh\n"), "content: %s", slurp(lf_test_path("new.txt")));
 
-    make(at("private.txt"), "old\n", 0600);
-    OK(write1(at("private.txt"), "new\n"));
-    CHECK(stat(at("private.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0600, "a replaced file keeps its mode: %o",
+    make(lf_test_path("private.txt"), "old\n", 0600);
+    OK(write1(lf_test_path("private.txt"), "new\n"));
+    CHECK(stat(lf_test_path("private.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0600, "a replaced file keeps its mode: %o",
           (unsigned)(sb.st_mode & 0777));
-    make(at("shared.txt"), "old\n", 0664);
-    OK(write1(at("shared.txt"), "new\n"));
-    CHECK(stat(at("shared.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0664, "mode 0664 kept: %o",
+    make(lf_test_path("shared.txt"), "old\n", 0664);
+    OK(write1(lf_test_path("shared.txt"), "new\n"));
+    CHECK(stat(lf_test_path("shared.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0664, "mode 0664 kept: %o",
           (unsigned)(sb.st_mode & 0777));
-    CHECK(!strcmp(slurp(at("shared.txt")), "new\n"), "replaced: %s", slurp(at("shared.txt")));
+    CHECK(!strcmp(slurp(lf_test_path("shared.txt")), "new\n"), "replaced: %s", slurp(lf_test_path("shared.txt")));
     CHECK(temporaries() == 0, "no temporaries left");
 }
 
 static void test_links(void)
 {
     struct stat sb;
-    make(at("real.json"), "old\n", 0644);
-    CHECK(symlink("real.json", at("link.json")) == 0, "symlink");
-    OK(write1(at("link.json"), "through the link\n"));
-    CHECK(lstat(at("link.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the link is still a link");
-    CHECK(!strcmp(slurp(at("real.json")), "through the link\n"), "its target was written: %s", slurp(at("real.json")));
+    make(lf_test_path("real.json"), "old\n", 0644);
+    CHECK(symlink("real.json", lf_test_path("link.json")) == 0, "symlink");
+    OK(write1(lf_test_path("link.json"), "through the link\n"));
+    CHECK(lstat(lf_test_path("link.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the link is still a link");
+    CHECK(!strcmp(slurp(lf_test_path("real.json")), "through the link\n"), "its target was written: %s", slurp(lf_test_path("real.json")));
 
     /* a link to a link, and a dangling link that names the file to create */
-    CHECK(symlink("link.json", at("link2.json")) == 0, "symlink");
-    OK(write1(at("link2.json"), "two hops\n"));
-    CHECK(lstat(at("link2.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "still a link");
-    CHECK(!strcmp(slurp(at("real.json")), "two hops\n"), "target: %s", slurp(at("real.json")));
-    CHECK(symlink("dangling.json", at("chain.json")) == 0, "symlink");
-    CHECK(symlink("later.json", at("dangling.json")) == 0, "symlink");
-    OK(write1(at("chain.json"), "chained\n")); /* a link to a dangling link: both stay links */
-    CHECK(lstat(at("chain.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the first link stays");
-    CHECK(lstat(at("dangling.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the dangling link stays a link");
-    CHECK(!strcmp(slurp(at("later.json")), "chained\n"), "the file at the chain's end was created: %s",
-          slurp(at("later.json")));
-    OK(write1(at("dangling.json"), "made\n"));
-    CHECK(lstat(at("dangling.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "still a link");
-    CHECK(!strcmp(slurp(at("later.json")), "made\n"), "its target replaced: %s", slurp(at("later.json")));
+    CHECK(symlink("link.json", lf_test_path("link2.json")) == 0, "symlink");
+    OK(write1(lf_test_path("link2.json"), "two hops\n"));
+    CHECK(lstat(lf_test_path("link2.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "still a link");
+    CHECK(!strcmp(slurp(lf_test_path("real.json")), "two hops\n"), "target: %s", slurp(lf_test_path("real.json")));
+    CHECK(symlink("dangling.json", lf_test_path("chain.json")) == 0, "symlink");
+    CHECK(symlink("later.json", lf_test_path("dangling.json")) == 0, "symlink");
+    OK(write1(lf_test_path("chain.json"), "chained\n")); /* a link to a dangling link: both stay links */
+    CHECK(lstat(lf_test_path("chain.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the first link stays");
+    CHECK(lstat(lf_test_path("dangling.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the dangling link stays a link");
+    CHECK(!strcmp(slurp(lf_test_path("later.json")), "chained\n"), "the file at the chain's end was created: %s",
+          slurp(lf_test_path("later.json")));
+    OK(write1(lf_test_path("dangling.json"), "made\n"));
+    CHECK(lstat(lf_test_path("dangling.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "still a link");
+    CHECK(!strcmp(slurp(lf_test_path("later.json")), "made\n"), "its target replaced: %s", slurp(lf_test_path("later.json")));
     CHECK(temporaries() == 0, "no temporaries left");
 }
 
@@ -131,7 +120,7 @@ static void test_links(void)
  * an older linfuse did), else the system's, which only root could replace. */
 static const char *device_node(const char *name, unsigned minor, const char *system)
 {
-    const char *path = at(name);
+    const char *path = lf_test_path(name);
     return mknod(path, S_IFCHR | 0666, makedev(1, minor)) == 0 ? path : system;
 }
 
@@ -145,16 +134,16 @@ static void test_special(void)
     OK(write1(null_path, "discarded\n"));
     CHECK(stat(null_path, &sb) == 0 && S_ISCHR(sb.st_mode), "%s is still a device", null_path);
     /* a full device fails with the system's reason, and the file written with it is untouched */
-    make(at("pair.json"), "old json\n", 0644);
-    lf_file_job full[2] = {{at("pair.json"), put, "new json\n"}, {full_path, put, "text\n"}};
+    make(lf_test_path("pair.json"), "old json\n", 0644);
+    lf_file_job full[2] = {{lf_test_path("pair.json"), put, "new json\n"}, {full_path, put, "text\n"}};
     if (stat(full_path, &sb) == 0 && S_ISCHR(sb.st_mode)) {
         FAILS(LF_EIO, "No space left on device", lf_write_files_atomic(full, 2));
-        CHECK(!strcmp(slurp(at("pair.json")), "old json\n"), "its partner unchanged: %s", slurp(at("pair.json")));
+        CHECK(!strcmp(slurp(lf_test_path("pair.json")), "old json\n"), "its partner unchanged: %s", slurp(lf_test_path("pair.json")));
         CHECK(stat(full_path, &sb) == 0 && S_ISCHR(sb.st_mode), "%s is still a device", full_path);
     }
     /* "-" is standard output */
     fflush(stdout);
-    int saved = dup(1), fd = open(at("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int saved = dup(1), fd = open(lf_test_path("stdout.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     CHECK(saved >= 0 && fd >= 0, "redirect");
     dup2(fd, 1);
     lf_status s = write1("-", "to stdout\n");
@@ -162,36 +151,36 @@ static void test_special(void)
     dup2(saved, 1);
     close(fd);
     close(saved);
-    CHECK(s == LF_OK && !strcmp(slurp(at("stdout.txt")), "to stdout\n"), "'-' wrote standard output: %s",
-          slurp(at("stdout.txt")));
+    CHECK(s == LF_OK && !strcmp(slurp(lf_test_path("stdout.txt")), "to stdout\n"), "'-' wrote standard output: %s",
+          slurp(lf_test_path("stdout.txt")));
     /* a directory is refused, and left alone */
-    CHECK(mkdir(at("adir"), 0755) == 0, "mkdir");
-    FAILS(LF_EIO, "is a directory", write1(at("adir"), "x"));
-    CHECK(stat(at("adir"), &sb) == 0 && S_ISDIR(sb.st_mode), "still a directory");
+    CHECK(mkdir(lf_test_path("adir"), 0755) == 0, "mkdir");
+    FAILS(LF_EIO, "is a directory", write1(lf_test_path("adir"), "x"));
+    CHECK(stat(lf_test_path("adir"), &sb) == 0 && S_ISDIR(sb.st_mode), "still a directory");
     /* a missing directory: the system's reason */
-    FAILS(LF_EIO, "No such file or directory", write1(at("none/x.txt"), "x"));
+    FAILS(LF_EIO, "No such file or directory", write1(lf_test_path("none/x.txt"), "x"));
     CHECK(temporaries() == 0, "no temporaries left");
 }
 
 static void test_all_or_nothing(void)
 {
-    make(at("trace.json"), "old trace\n", 0644);
-    make(at("table.txt"), "old table\n", 0644);
+    make(lf_test_path("trace.json"), "old trace\n", 0644);
+    make(lf_test_path("table.txt"), "old table\n", 0644);
     /* the second file's writer fails after the first was complete: neither target changes */
-    lf_file_job jobs[2] = {{at("trace.json"), put, "new trace\n"}, {at("table.txt"), fail_midway, "half"}};
+    lf_file_job jobs[2] = {{lf_test_path("trace.json"), put, "new trace\n"}, {lf_test_path("table.txt"), fail_midway, "half"}};
     FAILS(LF_EIO, "table.txt", lf_write_files_atomic(jobs, 2));
-    CHECK(!strcmp(slurp(at("trace.json")), "old trace\n"), "first unchanged: %s", slurp(at("trace.json")));
-    CHECK(!strcmp(slurp(at("table.txt")), "old table\n"), "second unchanged: %s", slurp(at("table.txt")));
+    CHECK(!strcmp(slurp(lf_test_path("trace.json")), "old trace\n"), "first unchanged: %s", slurp(lf_test_path("trace.json")));
+    CHECK(!strcmp(slurp(lf_test_path("table.txt")), "old table\n"), "second unchanged: %s", slurp(lf_test_path("table.txt")));
     CHECK(temporaries() == 0, "no temporaries left: %d", temporaries());
     /* neither existed: neither appears */
-    lf_file_job fresh[2] = {{at("a.json"), put, "a\n"}, {at("b.txt"), fail_midway, "half"}};
+    lf_file_job fresh[2] = {{lf_test_path("a.json"), put, "a\n"}, {lf_test_path("b.txt"), fail_midway, "half"}};
     FAILS(LF_EIO, NULL, lf_write_files_atomic(fresh, 2));
-    CHECK(access(at("a.json"), F_OK) != 0 && access(at("b.txt"), F_OK) != 0, "neither file appeared");
+    CHECK(access(lf_test_path("a.json"), F_OK) != 0 && access(lf_test_path("b.txt"), F_OK) != 0, "neither file appeared");
     /* both work: both replaced */
-    lf_file_job good[2] = {{at("trace.json"), put, "new trace\n"}, {at("table.txt"), put, "new table\n"}};
+    lf_file_job good[2] = {{lf_test_path("trace.json"), put, "new trace\n"}, {lf_test_path("table.txt"), put, "new table\n"}};
     OK(lf_write_files_atomic(good, 2));
-    CHECK(!strcmp(slurp(at("trace.json")), "new trace\n"), "trace: %s", slurp(at("trace.json")));
-    CHECK(!strcmp(slurp(at("table.txt")), "new table\n"), "table: %s", slurp(at("table.txt")));
+    CHECK(!strcmp(slurp(lf_test_path("trace.json")), "new trace\n"), "trace: %s", slurp(lf_test_path("trace.json")));
+    CHECK(!strcmp(slurp(lf_test_path("table.txt")), "new table\n"), "table: %s", slurp(lf_test_path("table.txt")));
     /* misuse */
     FAILS(LF_EINVAL, "expected 1 to 8", lf_write_files_atomic(good, 0));
     FAILS(LF_EINVAL, "'jobs' is NULL", lf_write_files_atomic(NULL, 1));
@@ -200,18 +189,15 @@ static void test_all_or_nothing(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/lf_files_XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (!lf_test_tmpdir("lf_files_"))
         return 1;
-    }
     test_modes();
     test_links();
     test_special();
     test_all_or_nothing();
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", lf_test_dir);
     if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+        fprintf(stderr, "could not remove %s\n", lf_test_dir);
     return lf_test_finish("test_files");
 }

@@ -11,26 +11,6 @@
 #include "linfuse/safetensors.h"
 #include "testutil.h"
 
-static char dir[64];
-
-static const char *at(const char *name)
-{
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 static int same_bytes(const lf_tensor *a, const lf_tensor *b)
 {
     if (a->dtype != b->dtype || a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]))
@@ -52,9 +32,9 @@ static void test_round_trip(void)
               *c = rand_tensor(&rng, LF_DTYPE_F32, 3, s3), *d = rand_tensor(&rng, LF_DTYPE_F32, 4, s4), *at_ = NULL;
     OK(lf_t(&at_, a)); /* a transposed view: written contiguous */
     lf_st_entry e[] = {{"b.weight", b}, {"a", a}, {"z.transposed", at_}, {"c", c}, {"model.layers.0.d", d}};
-    OK(lf_st_write(at("one.safetensors"), e, 5));
+    OK(lf_st_write(lf_test_path("one.safetensors"), e, 5));
     lf_safetensors *st = NULL;
-    OK(lf_st_open(&st, at("one.safetensors")));
+    OK(lf_st_open(&st, lf_test_path("one.safetensors")));
     CHECK(lf_st_count(st) == 5, "5 tensors, got %lld", (long long)lf_st_count(st));
     CHECK(!strcmp(lf_st_name(st, 0), "a") && lf_st_name(st, 5) == NULL, "names sorted, NULL past the end");
     CHECK(lf_st_metadata(st, "format") && !strcmp(lf_st_metadata(st, "format"), "pt"), "__metadata__ format pt");
@@ -71,7 +51,7 @@ static void test_round_trip(void)
     OK(lf_st_get(st, "c", &keep));
     lf_st_close(st);
     OK(lf_tensor_fill(keep, 42.0f));
-    OK(lf_st_open(&st, at("one.safetensors")));
+    OK(lf_st_open(&st, lf_test_path("one.safetensors")));
     lf_tensor *again = NULL;
     OK(lf_st_get(st, "c", &again));
     CHECK(same_bytes(again, c), "the file is unchanged by writing a tensor read from it");
@@ -80,8 +60,8 @@ static void test_round_trip(void)
     lf_st_close(st);
     /* the writer's refusals: a name twice; nothing is left behind */
     lf_st_entry dup[] = {{"x", a}, {"x", b}};
-    FAILS(LF_EINVAL, "given twice", lf_st_write(at("dup.safetensors"), dup, 2));
-    CHECK(access(at("dup.safetensors"), F_OK) != 0, "no file after a refused write");
+    FAILS(LF_EINVAL, "given twice", lf_st_write(lf_test_path("dup.safetensors"), dup, 2));
+    CHECK(access(lf_test_path("dup.safetensors"), F_OK) != 0, "no file after a refused write");
     lf_tensor_free(at_);
     lf_tensor_free(a), lf_tensor_free(b), lf_tensor_free(c), lf_tensor_free(d);
 }
@@ -90,17 +70,17 @@ static void test_sharded(void)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 5);
-    mkdir(at("sharded"), 0755);
+    mkdir(lf_test_path("sharded"), 0755);
     int64_t s[2] = {4, 6};
     lf_tensor *a = rand_tensor(&rng, LF_DTYPE_BF16, 2, s), *b = rand_tensor(&rng, LF_DTYPE_BF16, 2, s);
     lf_st_entry e1[] = {{"layer.a", a}}, e2[] = {{"layer.b", b}};
-    OK(lf_st_write(at("sharded/model-00001-of-00002.safetensors"), e1, 1));
-    OK(lf_st_write(at("sharded/model-00002-of-00002.safetensors"), e2, 1));
-    write_text(at("sharded/model.safetensors.index.json"),
+    OK(lf_st_write(lf_test_path("sharded/model-00001-of-00002.safetensors"), e1, 1));
+    OK(lf_st_write(lf_test_path("sharded/model-00002-of-00002.safetensors"), e2, 1));
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
                "{\"metadata\": {\"total_size\": 96}, \"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\","
                " \"layer.b\": \"model-00002-of-00002.safetensors\"}}");
     lf_safetensors *st = NULL;
-    OK(lf_st_open(&st, at("sharded"))); /* the directory: its index */
+    OK(lf_st_open(&st, lf_test_path("sharded"))); /* the directory: its index */
     lf_tensor *t = NULL;
     CHECK(lf_st_count(st) == 2, "two tensors over two shards");
     OK(lf_st_get(st, "layer.b", &t));
@@ -108,18 +88,18 @@ static void test_sharded(void)
     lf_tensor_free(t);
     lf_st_close(st);
     /* a name the index lists that no shard holds; a shard that is missing; one name in two shards */
-    write_text(at("sharded/model.safetensors.index.json"),
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
                "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"layer.c\": "
                "\"model-00002-of-00002.safetensors\"}}");
-    FAILS(LF_EINVAL, "\"layer.c\" is listed but no shard holds it", lf_st_open(&st, at("sharded")));
-    write_text(at("sharded/model.safetensors.index.json"), "{\"weight_map\": {\"layer.a\": \"missing.safetensors\"}}");
-    FAILS(LF_EINVAL, "missing.safetensors: No such file", lf_st_open(&st, at("sharded/model.safetensors.index.json")));
-    OK(lf_st_write(at("sharded/model-00002-of-00002.safetensors"), e1, 1)); /* now layer.a is in both */
-    write_text(at("sharded/model.safetensors.index.json"),
+    FAILS(LF_EINVAL, "\"layer.c\" is listed but no shard holds it", lf_st_open(&st, lf_test_path("sharded")));
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"), "{\"weight_map\": {\"layer.a\": \"missing.safetensors\"}}");
+    FAILS(LF_EINVAL, "missing.safetensors: No such file", lf_st_open(&st, lf_test_path("sharded/model.safetensors.index.json")));
+    OK(lf_st_write(lf_test_path("sharded/model-00002-of-00002.safetensors"), e1, 1)); /* now layer.a is in both */
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
                "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"x\": "
                "\"model-00002-of-00002.safetensors\"}}");
-    FAILS(LF_EINVAL, "\"layer.a\" is in", lf_st_open(&st, at("sharded")));
-    FAILS(LF_EINVAL, "holds neither", lf_st_open(&st, dir));
+    FAILS(LF_EINVAL, "\"layer.a\" is in", lf_st_open(&st, lf_test_path("sharded")));
+    FAILS(LF_EINVAL, "holds neither", lf_st_open(&st, lf_test_dir));
     lf_tensor_free(a), lf_tensor_free(b);
 }
 
@@ -186,13 +166,13 @@ static void test_bad_files(void)
     int64_t sh[2] = {8, 8};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 2, sh);
     lf_st_entry e = {"x", x};
-    OK(lf_st_write(at("cut.safetensors"), &e, 1));
+    OK(lf_st_write(lf_test_path("cut.safetensors"), &e, 1));
     struct stat sb;
-    stat(at("cut.safetensors"), &sb);
-    CHECK(truncate(at("cut.safetensors"), sb.st_size - 100) == 0, "truncate");
+    stat(lf_test_path("cut.safetensors"), &sb);
+    CHECK(truncate(lf_test_path("cut.safetensors"), sb.st_size - 100) == 0, "truncate");
     FAILS(LF_EINVAL, "cut.safetensors: tensor \"x\": data_offsets [0, 256] out of the 156 data bytes",
-          lf_st_open(&st, at("cut.safetensors")));
-    FAILS(LF_EINVAL, "No such file", lf_st_open(&st, at("none.safetensors")));
+          lf_st_open(&st, lf_test_path("cut.safetensors")));
+    FAILS(LF_EINVAL, "No such file", lf_st_open(&st, lf_test_path("none.safetensors")));
     lf_tensor_free(x);
 }
 
@@ -206,7 +186,7 @@ static void test_unaligned(void)
     CHECK((8 + hl) % 2 == 1, "the header leaves the data at an odd offset (%zu)", 8 + hl);
     const float a[3] = {1.5f, -2.25f, 1e-3f};
     const uint16_t b[2] = {0x3f80, 0xc000}; /* bf16 1 and -2 */
-    FILE *f = fopen(at("odd.safetensors"), "wb");
+    FILE *f = fopen(lf_test_path("odd.safetensors"), "wb");
     unsigned char len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (unsigned char)((uint64_t)hl >> (8 * i));
@@ -215,7 +195,7 @@ static void test_unaligned(void)
         fclose(f);
     }
     lf_safetensors *st = NULL;
-    OK(lf_st_open(&st, at("odd.safetensors")));
+    OK(lf_st_open(&st, lf_test_path("odd.safetensors")));
     lf_tensor *ta = NULL, *tb = NULL;
     if (st) {
         OK(lf_st_get(st, "a", &ta));
@@ -227,22 +207,22 @@ static void test_unaligned(void)
     CHECK(tb && !memcmp(lf_tensor_data(tb), b, sizeof b) && (uintptr_t)lf_tensor_data(tb) % 2 == 0,
           "an unaligned BF16 tensor reads back exactly, aligned");
     lf_tensor_free(ta), lf_tensor_free(tb);
-    unlink(at("odd.safetensors"));
+    unlink(lf_test_path("odd.safetensors"));
 }
 
 static void test_config(void)
 {
     lf_act a = LF_ACT_NONE;
-    mkdir(at("llama"), 0755), mkdir(at("gemma"), 0755), mkdir(at("other"), 0755);
-    write_text(at("llama/config.json"), "{\"model_type\": \"llama\", \"hidden_act\": \"silu\"}");
-    write_text(at("gemma/config.json"), "{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}");
-    write_text(at("other/config.json"), "{\"hidden_act\": \"relu\"}");
-    OK(lf_hf_config_act(at("llama"), &a));
+    mkdir(lf_test_path("llama"), 0755), mkdir(lf_test_path("gemma"), 0755), mkdir(lf_test_path("other"), 0755);
+    lf_test_write_text(lf_test_path("llama/config.json"), "{\"model_type\": \"llama\", \"hidden_act\": \"silu\"}");
+    lf_test_write_text(lf_test_path("gemma/config.json"), "{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}");
+    lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": \"relu\"}");
+    OK(lf_hf_config_act(lf_test_path("llama"), &a));
     CHECK(a == LF_ACT_SILU, "llama: silu");
-    OK(lf_hf_config_act(at("gemma/model.safetensors"), &a)); /* the config beside the weights */
+    OK(lf_hf_config_act(lf_test_path("gemma/model.safetensors"), &a)); /* the config beside the weights */
     CHECK(a == LF_ACT_GELU_TANH, "gemma: hidden_activation wins: gelu_tanh");
-    FAILS(LF_EINVAL, "\"relu\" is not silu", lf_hf_config_act(at("other/config.json"), &a));
-    FAILS(LF_EINVAL, NULL, lf_hf_config_act(at("sharded"), &a)); /* no config there */
+    FAILS(LF_EINVAL, "\"relu\" is not silu", lf_hf_config_act(lf_test_path("other/config.json"), &a));
+    FAILS(LF_EINVAL, NULL, lf_hf_config_act(lf_test_path("sharded"), &a)); /* no config there */
 }
 
 static void test_mlp_load(void)
@@ -259,9 +239,9 @@ static void test_mlp_load(void)
                            {"model.layers.3.mlp.up_proj.weight", u},
                            {"model.layers.3.mlp.down_proj.weight", dn},
                            {"model.norm.weight", x}};
-        OK(lf_st_write(at("mlp.safetensors"), e, 4));
+        OK(lf_st_write(lf_test_path("mlp.safetensors"), e, 4));
         lf_safetensors *st = NULL;
-        OK(lf_st_open(&st, at("mlp.safetensors")));
+        OK(lf_st_open(&st, lf_test_path("mlp.safetensors")));
         for (int dt = 0; dt < 2; dt++) { /* the file's bf16, and converted to f32 */
             lf_nn_gated_mlp m;
             OK(lf_nn_gated_mlp_load(&m, st, "model.layers.3.mlp", act, dt ? LF_DTYPE_F32 : LF_DTYPE_COUNT));
@@ -295,8 +275,8 @@ static void test_mlp_load(void)
         lf_st_close(st);
         /* weights that do not fit together */
         lf_st_entry bad[] = {{"p.gate_proj.weight", g}, {"p.up_proj.weight", u}, {"p.down_proj.weight", g}};
-        OK(lf_st_write(at("bad_mlp.safetensors"), bad, 3));
-        OK(lf_st_open(&st, at("bad_mlp.safetensors")));
+        OK(lf_st_write(lf_test_path("bad_mlp.safetensors"), bad, 3));
+        OK(lf_st_open(&st, lf_test_path("bad_mlp.safetensors")));
         FAILS(LF_ESHAPE, "expected (H, D), (H, D), (D, H)", lf_nn_gated_mlp_load(&m, st, "p", act, LF_DTYPE_COUNT));
         lf_st_close(st);
         lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(dn), lf_tensor_free(x);
@@ -305,8 +285,7 @@ static void test_mlp_load(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/lf_st_XXXXXX");
-    if (!mkdtemp(dir))
+    if (!lf_test_tmpdir("lf_st_"))
         return 1;
     test_round_trip();
     test_sharded();
@@ -315,8 +294,8 @@ int main(void)
     test_config();
     test_mlp_load();
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", lf_test_dir);
     if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+        fprintf(stderr, "could not remove %s\n", lf_test_dir);
     return lf_test_finish("test_safetensors");
 }

@@ -1,6 +1,8 @@
 /* Test helpers (see testutil.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -121,4 +123,33 @@ double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tens
     }
     free(X), free(Wg), free(Wu), free(Wd), free(Y), free(h), free(hm), free(ref), free(mag);
     return worst;
+}
+
+char lf_test_dir[64];
+
+int lf_test_tmpdir(const char *prefix)
+{
+    snprintf(lf_test_dir, sizeof lf_test_dir, "/tmp/%sXXXXXX", prefix);
+    if (mkdtemp(lf_test_dir))
+        return 1;
+    perror("mkdtemp");
+    return 0;
+}
+
+const char *lf_test_path(const char *name)
+{
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", lf_test_dir, name);
+    return buf[k];
+}
+
+void lf_test_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
 }

@@ -68,4 +68,11 @@ double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tens
 /* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */
 double tol_for(lf_dtype dt);
 
+/* A fresh directory /tmp/<prefix>XXXXXX for a test's files (0 when it cannot be made), and a
+ * name in it (four kept at a time, so a call may take a few), and a text file written there. */
+int lf_test_tmpdir(const char *prefix);
+const char *lf_test_path(const char *name);
+extern char lf_test_dir[64];
+void lf_test_write_text(const char *path, const char *text);
+
 #endif
