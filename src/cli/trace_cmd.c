@@ -1,5 +1,6 @@
 /* `linfuse trace <verb>`: read any Kineto-schema trace (PyTorch's or linfuse's) and answer
- * questions about it: table, diff, expect, svg, summary, breakdown, merge. Works on CPU-only machines.
+ * questions about it: table, diff, expect, summary, breakdown, merge here; svg, report and serve
+ * in trace_views.c. Works on CPU-only machines.
  * Exit status: 0 done (expect: the trace matched), 1 expect found differences, 2 bad command
  * line or unreadable trace. Layer: cli/. */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "cli/args.h"
 #include "core/core.h"
 #include "cli/cli.h"
+#include "cli/trace_cmd.h"
 
 /* One line of usage per verb: `linfuse trace` prints them all, `linfuse trace VERB --help` its own. */
 static const struct verb_help {
@@ -64,7 +66,7 @@ static void verb_usage(FILE *f, const char *verb)
 
 /* The verb's flags through getopt_long; LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
  * printed its message. */
-static int next_arg(lf_cli_args *a, const char *verb, const char **v)
+int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v)
 {
     int id = lf_cli_next(a, v);
     if (id == LF_CLI_HELP)
@@ -89,7 +91,7 @@ static void show_progress(void *ctx, const char *name, int64_t done, int64_t tot
     *last = done == total ? -1 : pct;
 }
 
-static lf_trace *load(const char *path)
+lf_trace *lf_tcmd_load(const char *path)
 {
     static int last = -1;
     lf_trace_set_progress(isatty(STDERR_FILENO) ? show_progress : NULL, &last);
@@ -111,10 +113,8 @@ static lf_trace *load(const char *path)
  * its max file slots, --help (already printed) ends it with 0, anything else is a usage error
  * (an extra word named here; a bad flag's message already printed). Returns -1 to go on, else
  * the exit status. */
-enum { MAX_BYTES = 100 }; /* every verb's --max-bytes */
-#define MAX_BYTES_OPT {"max-bytes", 1, MAX_BYTES, 0}
 
-static int common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max)
+int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max)
 {
     if (id == MAX_BYTES) {
         int64_t n;
@@ -145,7 +145,7 @@ static int verb_table(int argc, char **argv)
                                {"format", 1, FORMAT, 0},          MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 6);
-    for (int id; (id = next_arg(&a, "table", &v)) != LF_CLI_END;) {
+    for (int id; (id = lf_tcmd_next_arg(&a, "table", &v)) != LF_CLI_END;) {
         int64_t n;
         if (id == SORT) {
             if (lf_sort_key_parse(v, &o.sort_by) != LF_OK) {
@@ -171,7 +171,7 @@ static int verb_table(int argc, char **argv)
                 fprintf(stderr, "%s: --format must be text, csv or json, not '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
-        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+        } else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
         }
     }
@@ -179,7 +179,7 @@ static int verb_table(int argc, char **argv)
         fprintf(stderr, "linfuse trace table: which trace? (linfuse trace table FILE.json)\n");
         return LF_EXIT_USAGE;
     }
-    lf_trace *t = load(file);
+    lf_trace *t = lf_tcmd_load(file);
     if (!t)
         return LF_EXIT_USAGE;
     lf_table tab;
@@ -206,18 +206,18 @@ static int verb_diff(int argc, char **argv)
     const lf_cli_opt opts[] = {{"json", 0, JSON, 0}, MAX_BYTES_OPT};
     lf_cli_args ar;
     lf_cli_args_init(&ar, cmd, argc, argv, opts, 2);
-    for (int id; (id = next_arg(&ar, "diff", &v)) != LF_CLI_END;) {
+    for (int id; (id = lf_tcmd_next_arg(&ar, "diff", &v)) != LF_CLI_END;) {
         int rc;
         if (id == JSON)
             json = 1;
-        else if ((rc = common_arg(id, v, cmd, files, &nf, 2)) >= 0)
+        else if ((rc = lf_tcmd_common_arg(id, v, cmd, files, &nf, 2)) >= 0)
             return rc;
     }
     if (nf != 2) {
         fprintf(stderr, "linfuse trace diff: needs two traces (linfuse trace diff A.json B.json)\n");
         return LF_EXIT_USAGE;
     }
-    lf_trace *a = load(files[0]), *b = a ? load(files[1]) : NULL;
+    lf_trace *a = lf_tcmd_load(files[0]), *b = a ? lf_tcmd_load(files[1]) : NULL;
     if (!a || !b) {
         lf_trace_free(a);
         return LF_EXIT_USAGE;
@@ -259,7 +259,7 @@ static int verb_expect(int argc, char **argv)
                                {"json", 0, JSON, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
-    for (int id; (id = next_arg(&a, "expect", &v)) != LF_CLI_END;) {
+    for (int id; (id = lf_tcmd_next_arg(&a, "expect", &v)) != LF_CLI_END;) {
         if (id == KPS) {
             char *end;
             want_kernels = strtod(v, &end);
@@ -276,7 +276,7 @@ static int verb_expect(int argc, char **argv)
             pat[np++] = v;
         } else if (id == JSON) {
             json = 1;
-        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
+        } else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
         }
     }
@@ -297,7 +297,7 @@ static int verb_expect(int argc, char **argv)
             return LF_EXIT_USAGE;
         }
     }
-    lf_trace *t = load(file);
+    lf_trace *t = lf_tcmd_load(file);
     lf_step_profile p;
     rc = LF_EXIT_OK;
     if (!t || lf_step_profile_build(t, &p) != LF_OK) {
@@ -368,43 +368,6 @@ static int verb_expect(int argc, char **argv)
     return rc;
 }
 
-static int verb_svg(int argc, char **argv)
-{
-    const char *file = NULL, *out = NULL, *v, *cmd = "linfuse trace svg";
-    int nf = 0, rc;
-    int64_t step = 0;
-    enum { OUT, STEP };
-    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}, MAX_BYTES_OPT};
-    lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
-    for (int id; (id = next_arg(&a, "svg", &v)) != LF_CLI_END;) {
-        if (id == OUT) {
-            out = v;
-        } else if (id == STEP) {
-            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
-                return LF_EXIT_USAGE;
-        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
-            return rc;
-        }
-    }
-    if (!file || !out) {
-        fprintf(stderr, "linfuse trace svg: usage: linfuse trace svg FILE.json [--step N] -o OUT.svg\n");
-        return LF_EXIT_USAGE;
-    }
-    lf_trace *t = load(file);
-    if (!t)
-        return LF_EXIT_USAGE;
-    lf_status s = lf_trace_svg(t, (int)step, out);
-    lf_trace_free(t);
-    if (s != LF_OK) {
-        fprintf(stderr, "linfuse trace svg: %s\n", lf_last_error());
-        return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
-    }
-    printf("wrote %s\n", out);
-    return LF_EXIT_OK;
-}
-
-/* Each rank of a (merged) trace in turn, as a trace of its own: one(t, rank or -1, ctx). */
 static lf_status each_rank(lf_trace *t, lf_status (*one)(const lf_trace *, int64_t, void *), void *ctx)
 {
     const int64_t ranks = lf_trace_meta_get(t)->merged_ranks;
@@ -488,17 +451,17 @@ static int verb_per_rank(int argc, char **argv, const char *verb, lf_status (*on
     lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
     rank_out o = {0, 0};
     int nf = 0, rc;
-    for (int id; (id = next_arg(&a, verb, &v)) != LF_CLI_END;) {
+    for (int id; (id = lf_tcmd_next_arg(&a, verb, &v)) != LF_CLI_END;) {
         if (id == JSON)
             o.json = 1;
-        else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
+        else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
             return rc;
     }
     if (!file) {
         fprintf(stderr, "%s: which trace? (%s FILE.json)\n", cmd, cmd);
         return LF_EXIT_USAGE;
     }
-    lf_trace *t = load(file);
+    lf_trace *t = lf_tcmd_load(file);
     if (!t)
         return LF_EXIT_USAGE;
     if (o.json)
@@ -521,10 +484,10 @@ static int verb_merge(int argc, char **argv)
     const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
-    for (int id; (id = next_arg(&a, "merge", &v)) != LF_CLI_END;) {
+    for (int id; (id = lf_tcmd_next_arg(&a, "merge", &v)) != LF_CLI_END;) {
         if (id == OUT)
             out = v;
-        else if ((rc = common_arg(id, v, cmd, files, &nf, MAX_IN)) >= 0)
+        else if ((rc = lf_tcmd_common_arg(id, v, cmd, files, &nf, MAX_IN)) >= 0)
             return rc;
     }
     if (nf < 1 || !out) {
@@ -534,7 +497,7 @@ static int verb_merge(int argc, char **argv)
     lf_trace *in[MAX_IN] = {0}, *m = NULL;
     rc = LF_EXIT_OK;
     for (int i = 0; i < nf && rc == LF_EXIT_OK; i++)
-        if (!(in[i] = load(files[i])))
+        if (!(in[i] = lf_tcmd_load(files[i])))
             rc = LF_EXIT_USAGE;
     if (rc == LF_EXIT_OK && lf_trace_merge((const lf_trace *const *)in, nf, &m) != LF_OK) {
         fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
@@ -552,82 +515,6 @@ static int verb_merge(int argc, char **argv)
     return rc;
 }
 
-static int verb_report(int argc, char **argv)
-{
-    const char *files[2] = {NULL, NULL}, *out = NULL, *v, *cmd = "linfuse trace report";
-    int nf = 0, rc;
-    int64_t step = 0;
-    lf_report_opts o = {0};
-    enum { OUT, STEP, PEAK_TF, PEAK_GB };
-    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'},       {"step", 1, STEP, 0},      {"peak-tflops", 1, PEAK_TF, 0},
-                               {"peak-gbps", 1, PEAK_GB, 0}, MAX_BYTES_OPT};
-    lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
-    for (int id; (id = next_arg(&a, "report", &v)) != LF_CLI_END;) {
-        if (id == OUT) {
-            out = v;
-        } else if (id == STEP) {
-            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
-                return LF_EXIT_USAGE;
-        } else if (id == PEAK_TF || id == PEAK_GB) {
-            char *end;
-            double x = strtod(v, &end);
-            if (*end || !*v || !isfinite(x) || x <= 0 || x > 1e7) {
-                fprintf(stderr, "%s: %s needs a positive number, got '%s'\n", cmd,
-                        id == PEAK_TF ? "--peak-tflops" : "--peak-gbps", v);
-                return LF_EXIT_USAGE;
-            }
-            *(id == PEAK_TF ? &o.peak_tflops : &o.peak_gbps) = x;
-        } else if ((rc = common_arg(id, v, cmd, files, &nf, 2)) >= 0) {
-            return rc;
-        }
-    }
-    if (!nf || !out) {
-        fprintf(stderr, "%s: usage: linfuse trace report FILE.json [OTHER.json] -o REPORT.html\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    o.step = (int)step;
-    lf_trace *t = load(files[0]), *other = t && nf == 2 ? load(files[1]) : NULL;
-    if (!t || (nf == 2 && !other)) {
-        lf_trace_free(t);
-        return LF_EXIT_USAGE;
-    }
-    lf_status s = lf_trace_report(t, other, &o, out);
-    lf_trace_free(t), lf_trace_free(other);
-    if (s != LF_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
-        return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
-    }
-    printf("wrote %s\n", out);
-    return LF_EXIT_OK;
-}
-
-static int verb_serve(int argc, char **argv)
-{
-    const char *file = NULL, *v, *cmd = "linfuse trace serve";
-    int nf = 0, rc, once = 0;
-    int64_t port = 9001;
-    enum { PORT, ONCE };
-    const lf_cli_opt opts[] = {{"port", 1, PORT, 0}, {"once", 0, ONCE, 0}, MAX_BYTES_OPT};
-    lf_cli_args a;
-    lf_cli_args_init(&a, cmd, argc, argv, opts, 3);
-    for (int id; (id = next_arg(&a, "serve", &v)) != LF_CLI_END;) {
-        if (id == PORT) {
-            if (!lf_cli_int(cmd, "--port", v, 0, 65535, &port))
-                return LF_EXIT_USAGE;
-        } else if (id == ONCE) {
-            once = 1;
-        } else if ((rc = common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
-            return rc;
-        }
-    }
-    if (!file) {
-        fprintf(stderr, "%s: which trace? (linfuse trace serve FILE.json)\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    return lf_cli_trace_serve(file, (int)port, once, lf_trace_read_limit());
-}
-
 int lf_cli_trace(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -642,7 +529,7 @@ int lf_cli_trace(int argc, char **argv)
     if (!strcmp(v, "expect"))
         return verb_expect(argc - 1, argv + 1);
     if (!strcmp(v, "svg"))
-        return verb_svg(argc - 1, argv + 1);
+        return lf_tcmd_svg(argc - 1, argv + 1);
     if (!strcmp(v, "summary"))
         return verb_per_rank(argc - 1, argv + 1, "summary", summary_one);
     if (!strcmp(v, "breakdown"))
@@ -650,9 +537,9 @@ int lf_cli_trace(int argc, char **argv)
     if (!strcmp(v, "merge"))
         return verb_merge(argc - 1, argv + 1);
     if (!strcmp(v, "report"))
-        return verb_report(argc - 1, argv + 1);
+        return lf_tcmd_report(argc - 1, argv + 1);
     if (!strcmp(v, "serve"))
-        return verb_serve(argc - 1, argv + 1);
+        return lf_tcmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);
     usage(stderr);
     return LF_EXIT_USAGE;

@@ -1,25 +1,16 @@
 /* Reading a Kineto-schema trace (PyTorch's or linfuse's) into an lf_trace, with jansson.
  * Only what the table, diff and summary need is kept: category, name, track, times, External
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
- * Layer: trace/. */
-#define _GNU_SOURCE /* mremap: the inflated text grows in a mapping of its own */
+ * This room parses; json_source.c brings the text in. Layer: trace/. */
 #include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
-#include "trace/trace_impl.h"
+#include "trace/json_read.h"
 
 static lf_trace_cat cat_of(const char *s)
 {
@@ -118,27 +109,11 @@ typedef struct reader {
     struct lazy_src *src; /* text that arrives as the parse reads on (fill): a file's or a gzip trace's */
 } reader;
 
-/* Text that arrives as the parse asks for it: a trace file read with read(2), or a gzip trace
- * inflated, into one anonymous mapping reserved up front at the most it can hold (the file's
- * size; for gzip the read limit, or deflate's 1032 to 1 of the file if less), so that it never
- * moves (the parse holds pointers into it) and only what has arrived takes memory; the pages
- * parsed are given back (between_events). Peak memory is then the trace, not its text. A file is
- * read rather than mapped: a mapped file that another program truncates while it is parsed
- * kills the reader with SIGBUS; read, it is an error that says so. */
-typedef struct lazy_src {
-    int fd; /* the file being read, or -1: gzip data in memory */
-    z_stream z;
-    const unsigned char *in;
-    size_t in_n, in_at;
-    char *buf;
-    size_t cap; /* the reservation: a file's size; gzip's read limit + 1 bytes, or 1032 x the file's */
-    int64_t limit;
-    int done, checked;
-    lf_status err; /* the source's first error, reported instead of what the parse says */
-    char msg[400];
-} lazy_src;
 
-static int fill(reader *r, size_t want);
+static int fill(reader *r, size_t want)
+{
+    return lf_json_src_fill(r->src, r->name, &r->n, want);
+}
 
 /* Whether k bytes from the parse position are there (inflating more of a gzip trace if need be). */
 static inline int have(reader *r, size_t k)
@@ -322,102 +297,6 @@ static lf_status skip_value(reader *r, int depth)
     return LF_OK;
 }
 
-/* --- FLOPs from input shapes, as PyTorch's profiler computes them under with_flops ---
- * PyTorch's traces carry no FLOPs: its table computes them from each op's recorded sizes, for
- * aten::mm, addmm, bmm, baddbmm (2 x the product's multiply-adds), mul and add (one per element
- * of the first input) and conv2d (2 x output pixels x kernel x channels / groups, its stride,
- * padding, dilation and groups read from "Concrete Inputs"); every other op has none. The
- * arithmetic is PyTorch's, in unsigned 64 bits and in its order, so the sums print its digits. */
-
-/* Input k's sizes when it is a tensor (its type a dtype name, which starts in lower case; a
- * Scalar, list or missing input does not); n = -1 otherwise. */
-static int dims_of(json_t *dims, json_t *types, size_t k, int64_t out[8])
-{
-    const char *ty = json_string_value(json_array_get(types, k));
-    json_t *d = json_array_get(dims, k);
-    if (!ty || !islower((unsigned char)ty[0]) || !json_is_array(d) || json_array_size(d) > 8)
-        return -1;
-    for (size_t i = 0; i < json_array_size(d); i++) {
-        json_t *v = json_array_get(d, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return -1;
-        out[i] = (int64_t)json_integer_value(v);
-    }
-    return (int)json_array_size(d);
-}
-
-/* A concrete input ("[1, 1]" or "1", as strings) as up to 2 integers; its count, or -1. */
-static int concrete_ints(json_t *concrete, size_t k, int64_t out[2])
-{
-    const char *s = json_string_value(json_array_get(concrete, k));
-    if (!s)
-        return -1;
-    int n = 0;
-    while (*s && n <= 2) {
-        while (*s == '[' || *s == ' ' || *s == ',')
-            s++;
-        if (*s == ']' || !*s)
-            break;
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || n == 2)
-            return -1;
-        out[n++] = v;
-        s = end;
-    }
-    return n;
-}
-
-static double shape_flops(const char *op, json_t *args)
-{
-    json_t *dims = json_object_get(args, "Input Dims"), *types = json_object_get(args, "Input type");
-    int64_t a[8], b[8];
-    int na, nb;
-    int mm = !strcmp(op, "aten::mm"), addmm = !strcmp(op, "aten::addmm"), bmm = !strcmp(op, "aten::bmm"),
-        baddbmm = !strcmp(op, "aten::baddbmm");
-    if (mm || addmm || bmm || baddbmm) {
-        const size_t first = addmm || baddbmm ? 1 : 0; /* addmm(self, mat1, mat2) */
-        if ((addmm || baddbmm) && dims_of(dims, types, 0, a) < 0)
-            return 0;
-        if ((na = dims_of(dims, types, first, a)) < 0 || (nb = dims_of(dims, types, first + 1, b)) < 0 || na == 0)
-            return 0;
-        const uint64_t k = (uint64_t)a[na - 1], batch = (uint64_t)a[0];
-        if (k == 0 || ((bmm || baddbmm) && batch == 0))
-            return 0;
-        uint64_t f = 1;
-        for (int i = 0; i < na; i++)
-            f *= (uint64_t)a[i];
-        f /= k;
-        if (bmm || baddbmm)
-            f /= batch;
-        for (int i = 0; i < nb; i++)
-            f *= (uint64_t)b[i];
-        return (double)(f * 2);
-    }
-    if (!strcmp(op, "aten::mul") || !strcmp(op, "aten::add")) {
-        if ((na = dims_of(dims, types, 0, a)) < 0)
-            return 0;
-        uint64_t f = 1;
-        for (int i = 0; i < na; i++)
-            f *= (uint64_t)a[i];
-        return (double)f;
-    }
-    if (!strcmp(op, "aten::conv2d")) {
-        json_t *conc = json_object_get(args, "Concrete Inputs");
-        int64_t stride[2], pad[2], dil[2], groups[2];
-        if (dims_of(dims, types, 0, a) != 4 || dims_of(dims, types, 1, b) != 4 ||
-            concrete_ints(conc, 3, stride) != 2 || concrete_ints(conc, 4, pad) != 2 ||
-            concrete_ints(conc, 5, dil) != 2 || concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0 ||
-            stride[0] * stride[1] == 0)
-            return 0;
-        const uint64_t oh = (uint64_t)((a[2] + 2 * pad[0] - dil[0] * (b[2] - 1) - 1) / stride[0] + 1);
-        const uint64_t ow = (uint64_t)((a[3] + 2 * pad[1] - dil[1] * (b[3] - 1) - 1) / stride[1] + 1);
-        return (double)(2 * (uint64_t)a[0] * oh * ow * (uint64_t)b[2] * (uint64_t)b[3] * (uint64_t)a[1] *
-                        (uint64_t)b[0] / (uint64_t)groups[0]);
-    }
-    return 0;
-}
-
 /* One element of traceEvents, already parsed. */
 static lf_status add_event(reader *r, json_t *e, size_t i)
 {
@@ -481,7 +360,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         if (!fl)
             fl = json_object_get(args, "flops");
         ev.flops = json_is_number(fl) ? json_number_value(fl) : 0;
-        if (!fl && ev.cat == LF_TC_CPU_OP && (ev.flops = shape_flops(name, args)) > 0) {
+        if (!fl && ev.cat == LF_TC_CPU_OP && (ev.flops = lf_trace_shape_flops(name, args)) > 0) {
             if (r->n_shape_flops == r->cap_shape_flops) {
                 size_t cap = r->cap_shape_flops ? 2 * r->cap_shape_flops : 256;
                 int64_t *g = realloc(r->shape_flops, cap * sizeof *g);
@@ -595,32 +474,6 @@ static lf_status top_raw(reader *r, const char **out, json_t **parsed)
     return LF_OK;
 }
 
-lf_status lf_trace_set_distributed_info(lf_trace *t, const char *text)
-{
-    LF_CHECK_PTR(t, "lf_trace_set_distributed_info", "t");
-    LF_CHECK_PTR(text, "lf_trace_set_distributed_info", "json");
-    json_error_t err;
-    json_t *v = json_loads(text, 0, &err);
-    json_t *rk = json_object_get(v, "rank"), *ws_ = json_object_get(v, "world_size");
-    lf_status s = LF_OK;
-    if (!json_is_object(v) || !json_is_integer(rk) || !json_is_integer(ws_) || json_integer_value(rk) < 0 ||
-        json_integer_value(ws_) <= json_integer_value(rk))
-        s = lf_fail(LF_EINVAL, "lf_trace_set_distributed_info: not an object with a rank below its world_size: %.80s",
-                    text);
-    char *dumped = s == LF_OK ? json_dumps(v, 0) : NULL;
-    if (s == LF_OK && !dumped)
-        s = lf_fail(LF_ENOMEM, "lf_trace_set_distributed_info: out of memory");
-    if (s == LF_OK) {
-        lf_trace_meta *m = lf_trace_meta_of(t);
-        m->distributed_info = lf_trace_intern(t, dumped);
-        m->rank = json_integer_value(rk);
-        m->world_size = json_integer_value(ws_);
-    }
-    free(dumped);
-    json_decref(v);
-    return s;
-}
-
 static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
@@ -717,8 +570,7 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
-/* data/size: the whole text, or with src the text so far (the parse brings in the rest). */
-static lf_status parse_json(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src)
+lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src)
 {
     if (size == 0 && !src)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
@@ -737,283 +589,4 @@ static lf_status parse_json(lf_trace **out, const char *data, size_t size, const
     }
     *out = r.t;
     return LF_OK;
-}
-
-static int is_gzip(const char *p, size_t n)
-{
-    return n >= 2 && (unsigned char)p[0] == 0x1f && (unsigned char)p[1] == 0x8b;
-}
-
-/* Whether the first byte past a byte order mark and white space can start a JSON trace. */
-static const char *json_start(const char *p, size_t n, size_t *at)
-{
-    size_t i = n >= 3 && !memcmp(p, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte order mark */
-    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
-        i++;
-    *at = i;
-    return i < n && p[i] != '{' && p[i] != '[' ? "does not start like a JSON trace" : NULL;
-}
-
-/* The gzip source's first error (the text's parse then fails too; this is what is reported). */
-static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g->msg, sizeof g->msg, fmt, ap);
-    va_end(ap);
-    g->err = st;
-    return 0;
-}
-
-/* Inflate a gzip trace (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz) until
- * want bytes of text are there, 4 MB at least each time, or the data ends: every member of a
- * multi-member file, the CRCs checked by zlib, the text bounded by the read limit, and refused as
- * soon as its first bytes are not JSON (a bomb of zeros stops at once). 0 once the data has
- * ended or failed (the failure kept in r->src). */
-static int fill(reader *r, size_t want)
-{
-    lazy_src *g = r->src;
-    const char *name = r->name;
-    if (g->done || g->err)
-        return 0;
-    const size_t target = want > r->n + (4u << 20) ? want : r->n + (4u << 20);
-    while (g->fd >= 0 && r->n < target && !g->err) { /* a file: up to its size as fstat gave it */
-        const size_t room = g->cap - r->n, step = target - r->n;
-        if (room == 0) {
-            g->done = 1;
-            break;
-        }
-        ssize_t k = read(g->fd, g->buf + r->n, room < step ? room : step < (1u << 30) ? step : 1u << 30);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            src_fail(g, LF_EIO, "%s: read failed after %zu bytes: %s", name, r->n, strerror(errno));
-        else if (k == 0)
-            src_fail(g, LF_EIO, "%s: the file ended at byte %zu of the %zu it had when opened (was it being rewritten?)",
-                     name, r->n, g->cap);
-        else
-            r->n += (size_t)k;
-    }
-    while (g->fd < 0 && r->n < target && !g->done && !g->err) {
-        if (r->n == g->cap && g->cap <= (size_t)g->limit) {
-            src_fail(g, LF_EINVAL, "%s: not valid gzip data: it inflates past deflate's 1032 to 1", name);
-            break;
-        }
-        if (r->n == g->cap) {
-            src_fail(g, LF_EINVAL,
-                    "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
-                    "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                    name, (long long)g->limit, (double)g->limit / 1e9);
-            break;
-        }
-        /* zlib counts in uInt: feed and take at most 1 GiB a call */
-        const size_t in_left = g->in_n - g->in_at, room = g->cap - r->n, step = target - r->n;
-        g->z.next_in = (Bytef *)(uintptr_t)(g->in + g->in_at);
-        g->z.avail_in = (uInt)(in_left < (1u << 30) ? in_left : 1u << 30);
-        g->z.next_out = (Bytef *)(g->buf + r->n);
-        g->z.avail_out = (uInt)(room < step ? room : step < (1u << 30) ? step : 1u << 30);
-        const uInt gave = g->z.avail_in, space = g->z.avail_out;
-        const int zr = inflate(&g->z, Z_NO_FLUSH);
-        g->in_at += gave - g->z.avail_in;
-        r->n += space - g->z.avail_out;
-        if (zr == Z_STREAM_END) {
-            if (g->in_at == g->in_n)
-                g->done = 1;
-            else if (g->in_n - g->in_at < 2 || g->in[g->in_at] != 0x1f || g->in[g->in_at + 1] != 0x8b)
-                src_fail(g, LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, g->in_n - g->in_at);
-            else
-                inflateReset(&g->z); /* another member: gzip concatenates them */
-        } else if (zr == Z_BUF_ERROR && g->in_at == g->in_n) {
-            src_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
-        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            src_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
-                    g->z.msg ? g->z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
-        }
-        if (!g->checked && !g->err && (r->n >= 4096 || g->done)) {
-            size_t at;
-            const char *bad = r->n ? json_start(g->buf, r->n, &at) : "inflates to nothing";
-            if (bad && r->n)
-                src_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
-                        (unsigned char)g->buf[at]);
-            else if (bad)
-                src_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
-            g->checked = 1;
-        }
-    }
-    return !g->err;
-}
-
-/* Read a gzip trace: its text inflated into a reservation of the read limit's size as the
- * parse goes (fill). */
-static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name)
-{
-    lazy_src g = {.fd = -1, .in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
-    /* deflate never gives more than 1032 bytes a byte: the text fits in that, or the limit + 1 */
-    const size_t most = size > (SIZE_MAX - 65536) / 1032 ? SIZE_MAX : size * 1032 + 65536;
-    g.cap = (uint64_t)g.limit + 1 < most ? (size_t)g.limit + 1 : most;
-    /* reserved, not committed: pages take memory only as the text is written into them */
-    g.buf = mmap(NULL, g.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (g.buf == MAP_FAILED)
-        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes for the inflated trace: %s", name, g.cap,
-                       strerror(errno));
-    if (inflateInit2(&g.z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
-        munmap(g.buf, g.cap);
-        return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
-    }
-    lf_status st = parse_json(out, g.buf, 0, name, 1, &g);
-    inflateEnd(&g.z);
-    munmap(g.buf, g.cap);
-    return st;
-}
-
-lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
-{
-    LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
-    *out = NULL;
-    LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
-    if (!name)
-        name = "(buffer)";
-    return is_gzip(data, size) ? read_gzip(out, data, size, name) : parse_json(out, data, size, name, 0, NULL);
-}
-
-static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
-
-void lf_trace_set_read_limit(int64_t bytes)
-{
-    atomic_store(&read_limit, bytes > 0 ? bytes : 0);
-}
-
-int64_t lf_trace_read_limit(void)
-{
-    int64_t v = atomic_load(&read_limit);
-    if (v > 0)
-        return v;
-    const char *env = getenv("LINFUSE_TRACE_MAX_BYTES");
-    char *end;
-    long long e = env && *env ? strtoll(env, &end, 10) : 0;
-    return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
-}
-
-/* Standard input, whole: a pipe has no size to check first, so the limit is checked as it grows. */
-static lf_status read_stdin(char **out, size_t *n)
-{
-    const int64_t limit = lf_trace_read_limit();
-    size_t cap = 1 << 16, got = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        return lf_fail(LF_ENOMEM, "standard input: out of memory");
-    for (;;) {
-        if (got == cap) {
-            if ((int64_t)got > limit) {
-                free(buf);
-                return lf_fail(LF_EINVAL,
-                               "standard input: more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
-                               "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                               (long long)limit, (double)limit / 1e9);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
-            }
-            buf = nb, cap *= 2;
-        }
-        ssize_t k = read(STDIN_FILENO, buf + got, cap - got);
-        if (k == 0)
-            break;
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            lf_status s = lf_fail(LF_EIO, "standard input: %s", strerror(errno));
-            free(buf);
-            return s;
-        }
-        got += (size_t)k;
-    }
-    *out = buf, *n = got;
-    return LF_OK;
-}
-
-lf_status lf_trace_read_json(lf_trace **out, const char *path)
-{
-    LF_CHECK_PTR(out, "lf_trace_read_json", "out");
-    *out = NULL;
-    LF_CHECK_PTR(path, "lf_trace_read_json", "path");
-    if (!strcmp(path, "-")) {
-        char *data = NULL;
-        size_t n = 0;
-        LF_TRY(read_stdin(&data, &n));
-        lf_status st = n ? lf_trace_read_json_buffer(out, data, n, "standard input")
-                         : lf_fail(LF_EINVAL, "standard input: is empty, expected a JSON trace");
-        free(data);
-        return st;
-    }
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    const char *bad = fstat(fd, &sb) != 0      ? strerror(errno)
-                      : S_ISDIR(sb.st_mode)  ? "is a directory, expected a trace file"
-                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
-                      : sb.st_size == 0      ? "is empty, expected a JSON trace"
-                                             : NULL;
-    if (bad) {
-        lf_status s = lf_fail(sb.st_size == 0 && S_ISREG(sb.st_mode) ? LF_EINVAL : LF_EIO, "%s: %s", path, bad);
-        close(fd);
-        return s;
-    }
-    /* the start first: a file that is neither JSON nor gzip is refused before it is read (a 22 GB
-     * file of zeros is refused at once), then its size against the limit */
-    char head[4096];
-    ssize_t got = pread(fd, head, sizeof head, 0);
-    size_t nh = got > 0 ? (size_t)got : 0, i = 0;
-    const char *not_json = is_gzip(head, nh) ? NULL : nh ? json_start(head, nh, &i) : "could not be read";
-    if (not_json) {
-        lf_status s = nh ? lf_fail(LF_EINVAL, "%s: %s (byte %zu is 0x%02x, expected '{' or '[')", path, not_json, i,
-                                   (unsigned char)head[i])
-                         : lf_fail(LF_EIO, "%s: %s", path, got < 0 ? strerror(errno) : "ended before its first byte");
-        close(fd);
-        return s;
-    }
-    const int64_t limit = lf_trace_read_limit();
-    if ((int64_t)sb.st_size > limit) {
-        close(fd);
-        return lf_fail(LF_EINVAL,
-                       "%s: %lld bytes (%.1f GB) is over the %lld bytes (%.1f GB) a trace may have; raise the limit "
-                       "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                       path, (long long)sb.st_size, (double)sb.st_size / 1e9, (long long)limit, (double)limit / 1e9);
-    }
-    const size_t size = (size_t)sb.st_size;
-    lf_status st;
-    if (is_gzip(head, nh)) { /* compressed: read whole (a tenth of the text or less), inflated as parsed */
-        char *z = malloc(size);
-        size_t n = 0;
-        while (z && n < size) {
-            ssize_t k = pread(fd, z + n, size - n, (off_t)n);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                break;
-            n += (size_t)k;
-        }
-        st = !z ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
-             : n != size ? lf_fail(LF_EIO, "%s: read %zu of %zu bytes", path, n, size)
-                         : read_gzip(out, z, size, path);
-        free(z);
-        close(fd);
-        return st;
-    }
-    /* JSON: read as the parse goes into a reservation of the file's size, the pages parsed given
-     * back (lazy_src), so a large trace costs little more than what it holds */
-    lazy_src src = {.fd = fd, .cap = size};
-    src.buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (src.buf == MAP_FAILED) {
-        close(fd);
-        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes: %s", path, size, strerror(errno));
-    }
-    st = parse_json(out, src.buf, 0, path, 1, &src);
-    munmap(src.buf, size);
-    close(fd);
-    return st;
 }

@@ -1,5 +1,6 @@
 /* The lf_trace container: events, a string arena, track names and header facts.
  * Layer: trace/. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,4 +249,31 @@ int lf_span_contains(const lf_span *s, int64_t n, int64_t ts)
             b = mid;
     }
     return a > 0 && ts <= s[a - 1].hi;
+}
+
+/* distributedInfo as Kineto writes it: JSON text, kept compact, with its rank and world size. */
+lf_status lf_trace_set_distributed_info(lf_trace *t, const char *text)
+{
+    LF_CHECK_PTR(t, "lf_trace_set_distributed_info", "t");
+    LF_CHECK_PTR(text, "lf_trace_set_distributed_info", "json");
+    json_error_t err;
+    json_t *v = json_loads(text, 0, &err);
+    json_t *rk = json_object_get(v, "rank"), *ws_ = json_object_get(v, "world_size");
+    lf_status s = LF_OK;
+    if (!json_is_object(v) || !json_is_integer(rk) || !json_is_integer(ws_) || json_integer_value(rk) < 0 ||
+        json_integer_value(ws_) <= json_integer_value(rk))
+        s = lf_fail(LF_EINVAL, "lf_trace_set_distributed_info: not an object with a rank below its world_size: %.80s",
+                    text);
+    char *dumped = s == LF_OK ? json_dumps(v, 0) : NULL;
+    if (s == LF_OK && !dumped)
+        s = lf_fail(LF_ENOMEM, "lf_trace_set_distributed_info: out of memory");
+    if (s == LF_OK) {
+        lf_trace_meta *m = lf_trace_meta_of(t);
+        m->distributed_info = lf_trace_intern(t, dumped);
+        m->rank = json_integer_value(rk);
+        m->world_size = json_integer_value(ws_);
+    }
+    free(dumped);
+    json_decref(v);
+    return s;
 }

@@ -1,0 +1,26 @@
+/* What the `linfuse trace` verbs share (trace_cmd.c) and the verbs that draw or serve a trace
+ * (trace_views.c). Layer: cli/. */
+#ifndef LF_CLI_TRACE_CMD_H
+#define LF_CLI_TRACE_CMD_H
+
+#include "cli/args.h"
+#include "linfuse/trace.h"
+
+enum { MAX_BYTES = 100 }; /* every verb's --max-bytes */
+#define MAX_BYTES_OPT {"max-bytes", 1, MAX_BYTES, 0}
+
+/* The verb's flags through getopt_long; LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
+ * printed its message. */
+int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v);
+/* A trace read (a progress line on a terminal for a large one); NULL with the message printed. */
+lf_trace *lf_tcmd_load(const char *path);
+/* What every verb does with the arguments that are not its own flags: a word fills the next of
+ * its max file slots, --help (already printed) ends it with 0, anything else is a usage error.
+ * Returns -1 to go on, else the exit status. */
+int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max);
+
+int lf_tcmd_svg(int argc, char **argv);
+int lf_tcmd_report(int argc, char **argv);
+int lf_tcmd_serve(int argc, char **argv);
+
+#endif

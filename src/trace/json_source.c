@@ -1,0 +1,294 @@
+/* Where a trace's text comes from (json_read.h): a file read as the parse goes, a gzip trace
+ * inflated as the parse goes, standard input, a caller's buffer; the read limit. Layer: trace/. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trace/json_read.h"
+
+int lf_json_is_gzip(const char *p, size_t n)
+{
+    return n >= 2 && (unsigned char)p[0] == 0x1f && (unsigned char)p[1] == 0x8b;
+}
+
+/* Whether the first byte past a byte order mark and white space can start a JSON trace. */
+const char *lf_json_start(const char *p, size_t n, size_t *at)
+{
+    size_t i = n >= 3 && !memcmp(p, "\xef\xbb\xbf", 3) ? 3 : 0; /* a UTF-8 byte order mark */
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
+        i++;
+    *at = i;
+    return i < n && p[i] != '{' && p[i] != '[' ? "does not start like a JSON trace" : NULL;
+}
+
+/* The gzip source's first error (the text's parse then fails too; this is what is reported). */
+static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+    va_end(ap);
+    g->err = st;
+    return 0;
+}
+
+/* Bring in text: from a file (read(2) up to its size as fstat gave it), or inflated from a gzip
+ * trace (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz), until
+ * want bytes of text are there, 4 MB at least each time, or the data ends: every member of a
+ * multi-member file, the CRCs checked by zlib, the text bounded by the read limit, and refused as
+ * soon as its first bytes are not JSON (a bomb of zeros stops at once). 0 once the data has
+ * ended or failed (the failure kept in g). */
+int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want)
+{
+    if (g->done || g->err)
+        return 0;
+    const size_t target = want > *n + (4u << 20) ? want : *n + (4u << 20);
+    while (g->fd >= 0 && *n < target && !g->err) { /* a file: up to its size as fstat gave it */
+        const size_t room = g->cap - *n, step = target - *n;
+        if (room == 0) {
+            g->done = 1;
+            break;
+        }
+        ssize_t k = read(g->fd, g->buf + *n, room < step ? room : step < (1u << 30) ? step : 1u << 30);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            src_fail(g, LF_EIO, "%s: read failed after %zu bytes: %s", name, *n, strerror(errno));
+        else if (k == 0)
+            src_fail(g, LF_EIO, "%s: the file ended at byte %zu of the %zu it had when opened (was it being rewritten?)",
+                     name, *n, g->cap);
+        else
+            *n += (size_t)k;
+    }
+    while (g->fd < 0 && *n < target && !g->done && !g->err) {
+        if (*n == g->cap && g->cap <= (size_t)g->limit) {
+            src_fail(g, LF_EINVAL, "%s: not valid gzip data: it inflates past deflate's 1032 to 1", name);
+            break;
+        }
+        if (*n == g->cap) {
+            src_fail(g, LF_EINVAL,
+                    "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
+                    "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                    name, (long long)g->limit, (double)g->limit / 1e9);
+            break;
+        }
+        /* zlib counts in uInt: feed and take at most 1 GiB a call */
+        const size_t in_left = g->in_n - g->in_at, room = g->cap - *n, step = target - *n;
+        g->z.next_in = (Bytef *)(uintptr_t)(g->in + g->in_at);
+        g->z.avail_in = (uInt)(in_left < (1u << 30) ? in_left : 1u << 30);
+        g->z.next_out = (Bytef *)(g->buf + *n);
+        g->z.avail_out = (uInt)(room < step ? room : step < (1u << 30) ? step : 1u << 30);
+        const uInt gave = g->z.avail_in, space = g->z.avail_out;
+        const int zr = inflate(&g->z, Z_NO_FLUSH);
+        g->in_at += gave - g->z.avail_in;
+        *n += space - g->z.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (g->in_at == g->in_n)
+                g->done = 1;
+            else if (g->in_n - g->in_at < 2 || g->in[g->in_at] != 0x1f || g->in[g->in_at + 1] != 0x8b)
+                src_fail(g, LF_EINVAL, "%s: %zu bytes after the end of the gzip data", name, g->in_n - g->in_at);
+            else
+                inflateReset(&g->z); /* another member: gzip concatenates them */
+        } else if (zr == Z_BUF_ERROR && g->in_at == g->in_n) {
+            src_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            src_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
+                    g->z.msg ? g->z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
+        }
+        if (!g->checked && !g->err && (*n >= 4096 || g->done)) {
+            size_t at;
+            const char *bad = *n ? lf_json_start(g->buf, *n, &at) : "inflates to nothing";
+            if (bad && *n)
+                src_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
+                        (unsigned char)g->buf[at]);
+            else if (bad)
+                src_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
+            g->checked = 1;
+        }
+    }
+    return !g->err;
+}
+
+/* Read a gzip trace: its text inflated into a reservation of the read limit's size as the
+ * parse goes (fill). */
+static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name)
+{
+    lazy_src g = {.fd = -1, .in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
+    /* deflate never gives more than 1032 bytes a byte: the text fits in that, or the limit + 1 */
+    const size_t most = size > (SIZE_MAX - 65536) / 1032 ? SIZE_MAX : size * 1032 + 65536;
+    g.cap = (uint64_t)g.limit + 1 < most ? (size_t)g.limit + 1 : most;
+    /* reserved, not committed: pages take memory only as the text is written into them */
+    g.buf = mmap(NULL, g.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g.buf == MAP_FAILED)
+        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes for the inflated trace: %s", name, g.cap,
+                       strerror(errno));
+    if (inflateInit2(&g.z, 15 + 16) != Z_OK) { /* 16: the gzip wrapper, its CRC checked */
+        munmap(g.buf, g.cap);
+        return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
+    }
+    lf_status st = lf_json_parse(out, g.buf, 0, name, 1, &g);
+    inflateEnd(&g.z);
+    munmap(g.buf, g.cap);
+    return st;
+}
+
+lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name)
+{
+    LF_CHECK_PTR(out, "lf_trace_read_json_buffer", "out");
+    *out = NULL;
+    LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
+    if (!name)
+        name = "(buffer)";
+    return lf_json_is_gzip(data, size) ? read_gzip(out, data, size, name) : lf_json_parse(out, data, size, name, 0, NULL);
+}
+
+static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
+
+void lf_trace_set_read_limit(int64_t bytes)
+{
+    atomic_store(&read_limit, bytes > 0 ? bytes : 0);
+}
+
+int64_t lf_trace_read_limit(void)
+{
+    int64_t v = atomic_load(&read_limit);
+    if (v > 0)
+        return v;
+    const char *env = getenv("LINFUSE_TRACE_MAX_BYTES");
+    char *end;
+    long long e = env && *env ? strtoll(env, &end, 10) : 0;
+    return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
+}
+
+/* Standard input, whole: a pipe has no size to check first, so the limit is checked as it grows. */
+static lf_status read_stdin(char **out, size_t *n)
+{
+    const int64_t limit = lf_trace_read_limit();
+    size_t cap = 1 << 16, got = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return lf_fail(LF_ENOMEM, "standard input: out of memory");
+    for (;;) {
+        if (got == cap) {
+            if ((int64_t)got > limit) {
+                free(buf);
+                return lf_fail(LF_EINVAL,
+                               "standard input: more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
+                               "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                               (long long)limit, (double)limit / 1e9);
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
+            }
+            buf = nb, cap *= 2;
+        }
+        ssize_t k = read(STDIN_FILENO, buf + got, cap - got);
+        if (k == 0)
+            break;
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            lf_status s = lf_fail(LF_EIO, "standard input: %s", strerror(errno));
+            free(buf);
+            return s;
+        }
+        got += (size_t)k;
+    }
+    *out = buf, *n = got;
+    return LF_OK;
+}
+
+lf_status lf_trace_read_json(lf_trace **out, const char *path)
+{
+    LF_CHECK_PTR(out, "lf_trace_read_json", "out");
+    *out = NULL;
+    LF_CHECK_PTR(path, "lf_trace_read_json", "path");
+    if (!strcmp(path, "-")) {
+        char *data = NULL;
+        size_t n = 0;
+        LF_TRY(read_stdin(&data, &n));
+        lf_status st = n ? lf_trace_read_json_buffer(out, data, n, "standard input")
+                         : lf_fail(LF_EINVAL, "standard input: is empty, expected a JSON trace");
+        free(data);
+        return st;
+    }
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    const char *bad = fstat(fd, &sb) != 0      ? strerror(errno)
+                      : S_ISDIR(sb.st_mode)  ? "is a directory, expected a trace file"
+                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
+                      : sb.st_size == 0      ? "is empty, expected a JSON trace"
+                                             : NULL;
+    if (bad) {
+        lf_status s = lf_fail(sb.st_size == 0 && S_ISREG(sb.st_mode) ? LF_EINVAL : LF_EIO, "%s: %s", path, bad);
+        close(fd);
+        return s;
+    }
+    /* the start first: a file that is neither JSON nor gzip is refused before it is read (a 22 GB
+     * file of zeros is refused at once), then its size against the limit */
+    char head[4096];
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    size_t nh = got > 0 ? (size_t)got : 0, i = 0;
+    const char *not_json = lf_json_is_gzip(head, nh) ? NULL : nh ? lf_json_start(head, nh, &i) : "could not be read";
+    if (not_json) {
+        lf_status s = nh ? lf_fail(LF_EINVAL, "%s: %s (byte %zu is 0x%02x, expected '{' or '[')", path, not_json, i,
+                                   (unsigned char)head[i])
+                         : lf_fail(LF_EIO, "%s: %s", path, got < 0 ? strerror(errno) : "ended before its first byte");
+        close(fd);
+        return s;
+    }
+    const int64_t limit = lf_trace_read_limit();
+    if ((int64_t)sb.st_size > limit) {
+        close(fd);
+        return lf_fail(LF_EINVAL,
+                       "%s: %lld bytes (%.1f GB) is over the %lld bytes (%.1f GB) a trace may have; raise the limit "
+                       "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                       path, (long long)sb.st_size, (double)sb.st_size / 1e9, (long long)limit, (double)limit / 1e9);
+    }
+    const size_t size = (size_t)sb.st_size;
+    lf_status st;
+    if (lf_json_is_gzip(head, nh)) { /* compressed: read whole (a tenth of the text or less), inflated as parsed */
+        char *z = malloc(size);
+        size_t n = 0;
+        while (z && n < size) {
+            ssize_t k = pread(fd, z + n, size - n, (off_t)n);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                break;
+            n += (size_t)k;
+        }
+        st = !z ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
+             : n != size ? lf_fail(LF_EIO, "%s: read %zu of %zu bytes", path, n, size)
+                         : read_gzip(out, z, size, path);
+        free(z);
+        close(fd);
+        return st;
+    }
+    /* JSON: read as the parse goes into a reservation of the file's size, the pages parsed given
+     * back (lazy_src), so a large trace costs little more than what it holds */
+    lazy_src src = {.fd = fd, .cap = size};
+    src.buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (src.buf == MAP_FAILED) {
+        close(fd);
+        return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes: %s", path, size, strerror(errno));
+    }
+    st = lf_json_parse(out, src.buf, 0, path, 1, &src);
+    munmap(src.buf, size);
+    close(fd);
+    return st;
+}

@@ -1,0 +1,302 @@
+/* The table as PyTorch prints it (docs/trace_format.md, "The table"): its columns, widths, units,
+ * name cutting and footers, from an lf_table that table.c built; table_export.c writes the same
+ * as CSV or JSON. Layer: trace/. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trace/trace_impl.h"
+
+/* --- text --- */
+
+/* PyTorch's _format_time, on microseconds as a double. */
+static const char *fmt_us(char *buf, size_t cap, double us)
+{
+    if (us >= 1e6)
+        snprintf(buf, cap, "%.3fs", us / 1e6);
+    else if (us >= 1e3)
+        snprintf(buf, cap, "%.3fms", us / 1e3);
+    else
+        snprintf(buf, cap, "%.3fus", us);
+    return buf;
+}
+
+const char *lf_fmt_time(char *buf, size_t cap, double ns)
+{
+    return fmt_us(buf, cap, ns / 1000.0);
+}
+
+/* A name as PyTorch's table prints it: cut to MAX_NAME - 3 characters plus "..." when it has
+ * that many or more (characters, never bytes: a cut never splits one), each byte that is not
+ * UTF-8 written as U+FFFD. Returns its length in characters. */
+enum { MAX_NAME = 55 };
+static int fmt_name(char *dst, size_t cap, const char *name)
+{
+    size_t chars = 0, o = 0;
+    lf_utf8_prefix(name, (size_t)-1, &chars);
+    const size_t keep = chars >= MAX_NAME - 3 ? MAX_NAME - 3 : chars;
+    const char *s = name;
+    for (size_t c = 0; c < keep && o + 4 < cap; c++) {
+        int k = lf_utf8_char(s);
+        if (k > 0) {
+            memcpy(dst + o, s, (size_t)k);
+            o += (size_t)k, s += k;
+        } else {
+            memcpy(dst + o, "\xef\xbf\xbd", 3);
+            o += 3, s++;
+        }
+    }
+    if (keep < chars && o + 4 <= cap) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    dst[o] = '\0';
+    return (int)(keep < chars ? keep + 3 : keep);
+}
+
+/* s right-aligned in width characters, then two spaces, as PyTorch's row format does. */
+static void put_cell(lf_sbuf *b, const char *s, int width)
+{
+    size_t chars = 0;
+    lf_utf8_prefix(s, (size_t)-1, &chars);
+    lf_sbuf_printf(b, "%*s%s  ", width > (int)chars ? width - (int)chars : 0, "", s);
+}
+
+enum { MAX_SHAPES = 80, MAX_SRC = 75 }; /* PyTorch's max_shapes_column_width, max_src_column_width */
+
+static void put_cell_aligned(lf_sbuf *b, const char *s, int width, int left)
+{
+    if (!left) {
+        put_cell(b, s, width);
+        return;
+    }
+    size_t chars = 0;
+    lf_utf8_prefix(s, (size_t)-1, &chars);
+    lf_sbuf_printf(b, "%s%*s  ", s, width > (int)chars ? width - (int)chars : 0, "");
+}
+
+/* PyTorch's trim_path: a frame longer than the column keeps its end, "..." in front. */
+static void trim_path(char *dst, size_t cap, const char *path, int width)
+{
+    size_t chars = 0;
+    lf_utf8_prefix(path, (size_t)-1, &chars);
+    if ((int)chars <= width) {
+        snprintf(dst, cap, "%s", path);
+        return;
+    }
+    const char *s = path;
+    for (size_t c = 0; c < chars - (size_t)width; c++) /* drop the first chars - width characters */
+        s += lf_utf8_char(s) > 0 ? lf_utf8_char(s) : 1;
+    for (int c = 0; c < 3 && *s; c++) /* then three more, for the "..." */
+        s += lf_utf8_char(s) > 0 ? lf_utf8_char(s) : 1;
+    snprintf(dst, cap, "...%s", s);
+}
+
+/* Memory, 1024-based: "1.50 MB", "12 B". */
+static void fmt_mem(char *buf, size_t cap, int64_t b)
+{
+    double a = b < 0 ? -(double)b : (double)b;
+    if (a >= 1073741824.0)
+        snprintf(buf, cap, "%.2f GB", (double)b / 1073741824.0);
+    else if (a >= 1048576.0)
+        snprintf(buf, cap, "%.2f MB", (double)b / 1048576.0);
+    else if (a >= 1024.0)
+        snprintf(buf, cap, "%.2f KB", (double)b / 1024.0);
+    else
+        snprintf(buf, cap, "%lld B", (long long)b);
+}
+
+/* PyTorch's _format_time_share: time * 100 / total, "NaN" for a zero total. */
+static void fmt_pct(char *buf, size_t cap, double part, double total)
+{
+    if (total == 0)
+        snprintf(buf, cap, "NaN");
+    else
+        snprintf(buf, cap, "%.2f%%", part * 100.0 / total);
+}
+
+lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text)
+{
+    LF_CHECK_PTR(tab, "lf_table_format", "tab");
+    LF_CHECK_PTR(text, "lf_table_format", "text");
+    *text = NULL;
+    if (o && o->style != LF_TABLE_TEXT)
+        return lf_table_format_data(tab, o, text);
+    int64_t limit = o && o->row_limit > 0 ? o->row_limit : tab->n_rows;
+    if (limit > tab->n_rows)
+        limit = tab->n_rows;
+    int name_w = 0;
+    for (int64_t i = 0; i < tab->n_rows; i++) {
+        size_t l = 0;
+        lf_utf8_prefix(tab->rows[i].name, (size_t)-1, &l);
+        name_w = (int)l > name_w ? (int)l : name_w;
+    }
+    name_w += 4;
+    if (name_w > MAX_NAME)
+        name_w = MAX_NAME;
+    const char *dl = tab->device_label;
+    char h_self[32], h_selfp[32], h_total[32], h_avg[32];
+    snprintf(h_self, sizeof h_self, "Self %s", dl);
+    snprintf(h_selfp, sizeof h_selfp, "Self %s %%", dl);
+    snprintf(h_total, sizeof h_total, "%s total", dl);
+    snprintf(h_avg, sizeof h_avg, "%s time avg", dl);
+    const char *heads[24];
+    int ncol = 0;
+    const char *fixed[6] = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
+    for (int c = 0; c < 6; c++)
+        heads[ncol++] = fixed[c];
+    if (tab->has_device) {
+        heads[ncol++] = h_self, heads[ncol++] = h_selfp, heads[ncol++] = h_total, heads[ncol++] = h_avg;
+    }
+    char h_mem[32], h_smem[32];
+    snprintf(h_mem, sizeof h_mem, "%s Mem", dl);
+    snprintf(h_smem, sizeof h_smem, "Self %s Mem", dl);
+    if (tab->has_cpu_mem)
+        heads[ncol++] = "CPU Mem", heads[ncol++] = "Self CPU Mem";
+    if (tab->has_device_mem)
+        heads[ncol++] = h_mem, heads[ncol++] = h_smem;
+    heads[ncol++] = "# of Calls";
+    const int fixed_cols = ncol;
+    /* then, as PyTorch: Input Shapes (its width from the longest, at most 80), Total <unit>;
+     * and Source Location, left-aligned, last (PyTorch puts its header before the FLOPs but its
+     * values after them; here both go last) */
+    char h_flops[32];
+    int shapes_w = 0, src_w = 0, shapes_col = -1, src_col = -1;
+    if (tab->has_input_shapes) {
+        for (int64_t i = 0; i < tab->n_rows; i++) {
+            size_t l = 0;
+            lf_utf8_prefix(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", (size_t)-1, &l);
+            shapes_w = (int)l + 4 > shapes_w ? (int)l + 4 : shapes_w;
+        }
+        shapes_w = shapes_w > MAX_SHAPES ? MAX_SHAPES : shapes_w;
+        shapes_col = ncol;
+        heads[ncol++] = "Input Shapes";
+    }
+    if (tab->has_flops) {
+        snprintf(h_flops, sizeof h_flops, "Total %s", tab->flops_unit);
+        heads[ncol++] = h_flops;
+    }
+    if (tab->stack_depth) {
+        for (int64_t i = 0; i < tab->n_rows; i++)
+            for (int f = 0; f < tab->rows[i].n_stack; f++) {
+                size_t l = 0;
+                lf_utf8_prefix(tab->rows[i].stack[f], (size_t)-1, &l);
+                src_w = (int)l + 4 > src_w ? (int)l + 4 : src_w;
+            }
+        src_w = src_w > MAX_SRC ? MAX_SRC : src_w < 19 ? 19 : src_w;
+        src_col = ncol;
+        heads[ncol++] = "Source Location";
+    }
+    /* PyTorch's widths: the name column, then 12 for every other (a longer header such as
+     * "CUDA time avg" just sticks out). A device label longer than "CUDA" widens its columns
+     * instead, so a linfuse CPU table stays aligned. */
+    int w[24], left[24] = {0};
+    for (int c = 0; c < ncol; c++) {
+        w[c] = c ? 12 : name_w;
+        if (c >= 6 && c < fixed_cols && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
+            w[c] = (int)strlen(heads[c]);
+        if (c == shapes_col)
+            w[c] = shapes_w;
+        if (c == src_col)
+            w[c] = src_w, left[c] = 1;
+    }
+    lf_sbuf b = {0};
+#define SEP_LINE()                                              \
+    do {                                                        \
+        for (int c = 0; c < ncol; c++)                          \
+            for (int k = 0; k < w[c] + 2; k++)                  \
+                lf_sbuf_printf(&b, "%c", k < w[c] ? '-' : ' '); \
+        lf_sbuf_printf(&b, "\n");                               \
+    } while (0)
+    SEP_LINE();
+    for (int c = 0; c < ncol; c++)
+        put_cell_aligned(&b, heads[c], w[c], left[c]);
+    lf_sbuf_printf(&b, "\n");
+    SEP_LINE();
+    for (int64_t i = 0; i < limit; i++) {
+        const lf_table_row *r = &tab->rows[i];
+        char name[256], cells[10][32];
+        fmt_name(name, sizeof name, r->name);
+        fmt_pct(cells[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
+        fmt_us(cells[1], 32, r->self_cpu_us);
+        if (r->is_async) /* PyTorch prints the integer 0 for an async event's share */
+            snprintf(cells[2], 32, "0");
+        else
+            fmt_pct(cells[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
+        fmt_us(cells[3], 32, r->cpu_total_us);
+        fmt_us(cells[4], 32, r->count ? r->cpu_total_us / (double)r->count : 0);
+        fmt_us(cells[5], 32, r->self_device_us);
+        fmt_pct(cells[6], 32, r->self_device_us, tab->self_device_total_us);
+        fmt_us(cells[7], 32, r->device_total_us);
+        fmt_us(cells[8], 32, r->count ? r->device_total_us / (double)r->count : 0);
+        char mem[4][32], count[32];
+        fmt_mem(mem[0], 32, r->cpu_mem);
+        fmt_mem(mem[1], 32, r->self_cpu_mem);
+        fmt_mem(mem[2], 32, r->device_mem);
+        fmt_mem(mem[3], 32, r->self_device_mem);
+        snprintf(count, sizeof count, "%lld", (long long)r->count);
+        const char *cell[24];
+        int nc = 0;
+        cell[nc++] = name;
+        for (int c = 0; c < 5; c++)
+            cell[nc++] = cells[c];
+        for (int c = 5; tab->has_device && c < 9; c++)
+            cell[nc++] = cells[c];
+        if (tab->has_cpu_mem)
+            cell[nc++] = mem[0], cell[nc++] = mem[1];
+        if (tab->has_device_mem)
+            cell[nc++] = mem[2], cell[nc++] = mem[3];
+        cell[nc++] = count;
+        char shapes[4 * MAX_SHAPES + 1], flops[64], src[4 * MAX_SRC + 8];
+        if (tab->has_input_shapes) { /* Python's str(shapes)[:width] */
+            const char *sh = r->input_shapes ? r->input_shapes : "[]";
+            size_t bytes = lf_utf8_prefix(sh, (size_t)shapes_w, NULL);
+            memcpy(shapes, sh, bytes);
+            shapes[bytes] = '\0';
+            cell[nc++] = shapes;
+        }
+        if (tab->has_flops) {
+            if (r->flops <= 0)
+                snprintf(flops, sizeof flops, "--");
+            else
+                snprintf(flops, sizeof flops, "%8.3f", r->flops * tab->flops_scale);
+            cell[nc++] = flops;
+        }
+        if (tab->stack_depth) {
+            trim_path(src, sizeof src, r->n_stack ? r->stack[0] : "", src_w);
+            cell[nc++] = src;
+        }
+        for (int c = 0; c < nc; c++)
+            put_cell_aligned(&b, cell[c], w[c], left[c]);
+        lf_sbuf_printf(&b, "\n");
+        if (tab->stack_depth) { /* the outer frames on lines of their own, then an empty line, as PyTorch */
+            for (int f = 1; f <= (r->n_stack > 1 ? r->n_stack : 1); f++) {
+                trim_path(src, sizeof src, f < r->n_stack ? r->stack[f] : "", src_w);
+                for (int c = 0; c < ncol; c++)
+                    put_cell_aligned(&b, c == ncol - 1 ? src : "", w[c], left[c]);
+                lf_sbuf_printf(&b, "\n");
+            }
+        }
+    }
+    SEP_LINE();
+#undef SEP_LINE
+    char tot[32];
+    fmt_us(tot, sizeof tot, tab->self_cpu_total_us);
+    lf_sbuf_printf(&b, "Self CPU time total: %s\n", tot);
+    if (tab->has_device) {
+        fmt_us(tot, sizeof tot, tab->self_device_total_us);
+        lf_sbuf_printf(&b, "Self %s time total: %s\n", dl, tot);
+    }
+    if (tab->warning[0])
+        lf_sbuf_printf(&b, "%s", tab->warning);
+    if (tab->dropped_events > 0)
+        lf_sbuf_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
+                       (long long)tab->dropped_events);
+    if (b.oom) {
+        free(b.p);
+        return lf_fail(LF_ENOMEM, "lf_table_format: out of memory");
+    }
+    *text = b.p;
+    return LF_OK;
+}
