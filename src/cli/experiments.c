@@ -120,6 +120,16 @@ static const exp_def exps[EXP_COUNT] = {
                          exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
 };
 
+lf_prof_opts lf_exp_prof_opts(const exp_cfg *c, void (*ready)(lf_profiler *p, void *user), void *user)
+{
+    return (lf_prof_opts){.use_schedule = 1,
+                          .schedule = c->sched,
+                          .record_shapes = 1,
+                          .with_flops = 1,
+                          .on_trace_ready = ready,
+                          .user = user};
+}
+
 const char *lf_exp_name(exp_kind k)
 {
     return exps[k].name;
@@ -486,12 +496,7 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
         s = forward(c, &m, compiled);
     run_ctx rc = {c, r, base, print, LF_OK, 0};
     lf_profiler *p = NULL;
-    lf_prof_opts po = {.use_schedule = 1,
-                       .schedule = c->sched,
-                       .record_shapes = 1,
-                       .with_flops = 1,
-                       .on_trace_ready = window_ready,
-                       .user = &rc};
+    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, &rc);
     if (s == LF_OK)
         s = lf_prof_start(&p, &po);
     int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;

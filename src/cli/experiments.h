@@ -44,6 +44,9 @@ typedef struct exp_result {
 } exp_result;
 
 const char *lf_exp_name(exp_kind k);
+/* How every experiment profiles (one GPU or a rank of several): c's schedule, shapes and FLOPs
+ * recorded, ready called with user for each window. */
+lf_prof_opts lf_exp_prof_opts(const exp_cfg *c, void (*ready)(lf_profiler *p, void *user), void *user);
 /* Find an experiment by its command name ("simple-mlp" or "simple_mlp"); -1 when none is. */
 int lf_exp_find(const char *name);
 void lf_exp_defaults(exp_cfg *c, exp_kind k);

@@ -295,12 +295,7 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
         bad = failed(&run);
     }
     lf_profiler *p = NULL;
-    lf_prof_opts po = {.use_schedule = 1,
-                       .schedule = c->sched,
-                       .record_shapes = 1,
-                       .with_flops = 1,
-                       .on_trace_ready = window_ready,
-                       .user = &run};
+    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, &run);
     if (!bad && lf_prof_start(&p, &po) != LF_OK) {
         fprintf(stderr, "linfuse %s: %s\n", j->name, lf_last_error());
         bad = 1;

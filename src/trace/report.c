@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/trace_impl.h"
+#include "trace/json_read.h"
 
 #define put lf_sbuf_printf
 
@@ -63,9 +63,9 @@ static double numel(json_t *dims)
 }
 
 /* Bytes a matrix product's operands and result occupy, from the op's recorded sizes and dtypes
- * (for kernels whose traces carry no byte count: PyTorch's), and its FLOPs, 2 x mat1's elements x
- * mat2's columns, as PyTorch's with_flops counts them (for traces recorded without it); 0 when the
- * sizes cannot be read. */
+ * (for kernels whose traces carry no byte count: PyTorch's), and its FLOPs as PyTorch's with_flops
+ * counts them (lf_trace_shape_flops, for traces recorded without it); 0 when the sizes cannot be
+ * read. */
 static double gemm_shape(const lf_trace_event *op, double *flops)
 {
     *flops = 0;
@@ -84,7 +84,10 @@ static double gemm_shape(const lf_trace_event *op, double *flops)
         const double cols = (double)json_integer_value(json_array_get(b, json_array_size(b) - 1));
         if (k > 0 && json_array_size(d) <= first + 2) /* the result, unless recorded as an out= operand */
             bytes += numel(a) / k * cols * es;
-        *flops = 2 * numel(a) * cols;
+        json_t *args = json_object();
+        if (args && !json_object_set(args, "Input Dims", d) && !json_object_set(args, "Input type", ty))
+            *flops = lf_trace_shape_flops(op->name, args);
+        json_decref(args);
     }
     json_decref(d), json_decref(ty);
     return bytes;

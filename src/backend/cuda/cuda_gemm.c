@@ -305,17 +305,26 @@ static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call
                                                 &pl->algo, d->workspace, LF_CUDA_WORKSPACE_BYTES, d->stream));
 }
 
+/* One of our own GEMM kernels launched on d's stream, timed when info asks; name is the launch
+ * function's, for the error message. */
+static lf_status timed_launch(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info,
+                              cudaError_t (*launch)(const lf_gemm *, cudaStream_t), const char *name)
+{
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    lf_status s = lf_cu_status(LF_CU_RUNTIME, (int)launch(g, d->stream), name);
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(d, info, tm);
+    return LF_OK;
+}
+
 /* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel runs it. */
 static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
 {
     if (lf_cuda_gemv_supported(g)) { /* a few tokens: read the weights once, at memory speed */
-        lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-        lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, d->stream));
-        if (s != LF_OK) {
-            lf_cuda_time_cancel(tm);
-            return s;
-        }
-        lf_cuda_time_end(d, info, tm);
+        LF_TRY(timed_launch(d, g, info, lf_cuda_gemv_launch, "lf_cuda_gemv_launch"));
         if (info)
             lf_gemm_report(g, LF_KF_CUDA_GEMV, 0, 0, info);
         return LF_OK;
@@ -323,13 +332,7 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
     char why[256];
     if (!lf_cuda_gated_supported(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
-    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, d->stream));
-    if (s != LF_OK) {
-        lf_cuda_time_cancel(tm);
-        return s;
-    }
-    lf_cuda_time_end(d, info, tm);
+    LF_TRY(timed_launch(d, g, info, lf_cuda_gated_launch, "lf_cuda_gated_launch"));
     if (info)
         lf_gemm_report(g, LF_KF_CUDA_GATED, LF_CUDA_GATED_TILE_M, LF_CUDA_GATED_TILE_N, info);
     return LF_OK;
