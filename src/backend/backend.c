@@ -431,6 +431,26 @@ void lf_backend_graph_free(lf_device dev, void *graph)
         b->graph_free(graph);
 }
 
+/* -1: not set, the environment decides */
+static _Atomic int gated_schedule = -1;
+
+void lf_gated_schedule_force(lf_gated_schedule s)
+{
+    atomic_store(&gated_schedule, (int)s);
+}
+
+lf_gated_schedule lf_gated_schedule_forced(void)
+{
+    int v = atomic_load(&gated_schedule);
+    if (v >= 0)
+        return (lf_gated_schedule)v;
+    const char *e = getenv("LINFUSE_GATED_SCHEDULE");
+    return !e                          ? LF_GATED_AUTO
+           : !strcmp(e, "cooperative") ? LF_GATED_COOPERATIVE
+           : !strcmp(e, "pingpong")    ? LF_GATED_PINGPONG
+                                       : LF_GATED_AUTO;
+}
+
 /* -1: not set, the environment decides (LINFUSE_GEMM_AUTOTUNE=0 turns it off) */
 static _Atomic int gemm_autotune = -1;
 

@@ -224,6 +224,7 @@ typedef enum lf_kernel_family {
     LF_KF_CUBLASLT_GEMM,  /* lf_cublaslt_gemm_<dtype>_<layout and epilogue> */
     LF_KF_CUDA_POINTWISE, /* lf_cuda_<op>_<dtype>[_strided] */
     LF_KF_CUDA_GATED,     /* lf::gated::gated_gemm_<dtype>_<act>_<tile>: the Hopper kernel's own name */
+    LF_KF_CUDA_GATED_PINGPONG, /* lf::gated::gated_gemm_<dtype>_<act>_<tile>_pingpong: its ping-pong schedule */
     LF_KF_CUDA_GEMV,      /* lf::gemv::gated_gemv_<dtype>_<act>: the few-token gated kernel */
     LF_KF_COUNT
 } lf_kernel_family;
@@ -255,6 +256,18 @@ lf_cpu_isa lf_cpu_isa_active(void);
 /* Force an instruction set; LF_EUNSUPPORTED when the CPU lacks it. */
 lf_status lf_cpu_isa_force(lf_cpu_isa isa);
 const char *lf_cpu_isa_name(lf_cpu_isa isa);
+
+/* --- the CUDA backend's knob: the Hopper gated GEMM's schedule (tests run both, benches time
+ * one against the other) --- */
+
+typedef enum lf_gated_schedule { LF_GATED_AUTO, LF_GATED_COOPERATIVE, LF_GATED_PINGPONG } lf_gated_schedule;
+
+/* Force a schedule (LF_GATED_AUTO: the backend chooses by shape, its default). Until forced, the
+ * environment decides: LINFUSE_GATED_SCHEDULE=cooperative|pingpong|auto; anything else is auto.
+ * A gate_group that is not a multiple of 128 always takes ping-pong (the cooperative kernel's
+ * half tile is 128 columns). */
+void lf_gated_schedule_force(lf_gated_schedule s);
+lf_gated_schedule lf_gated_schedule_forced(void);
 
 #ifdef __cplusplus
 }

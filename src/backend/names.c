@@ -41,6 +41,10 @@ static void format_name(const lf_kernel_key *k, char *buf, size_t cap)
     case LF_KF_CUDA_GATED:
         snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u", dt, lf_act_name((lf_act)k->act), k->tile_m, k->tile_n);
         break;
+    case LF_KF_CUDA_GATED_PINGPONG:
+        snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u_pingpong", dt, lf_act_name((lf_act)k->act), k->tile_m,
+                 k->tile_n);
+        break;
     case LF_KF_CUDA_GEMV:
         snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, lf_act_name((lf_act)k->act));
         break;

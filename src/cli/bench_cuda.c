@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend_impl.h"
 #include "cli/cli.h"
 #include "linfuse/compile.h"
 
@@ -17,6 +18,7 @@ typedef struct gcase {
     lf_mlp_variant variant; /* kind 2 */
     unsigned compiled;      /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
     lf_act act;             /* kind 2: LF_ACT_NONE is GeGLU's gelu_tanh; LF_ACT_SILU the Llama MLP */
+    lf_gated_schedule sched; /* kind 3: the gated kernel's schedule, forced for this case (0: the backend's choice) */
 } gcase;
 
 typedef struct gstate {
@@ -90,35 +92,44 @@ int lf_cli_bench_cuda(int reps, const char *only)
         return LF_EXIT_FAIL;
     }
     static const gcase cases[] = {
-        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE},
-        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE},
-        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0, LF_ACT_NONE},
-        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0, LF_ACT_NONE},
-        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE},
-        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE},
-        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE},
-        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE},
-        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE},
-        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE},
-        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE},
-        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE},
-        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE},
-        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE},
-        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0, LF_ACT_NONE},
+        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
+        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
+        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
+        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
+        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
+        /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
+#define SCHED(T, D, H)                                                                                                  \
+    {"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
+        {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
+        {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
+        SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
+        SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
+        SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
+#undef SCHED
+        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE, 0},
+        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
         /* compile mode: one CUDA graph launch per forward */
-        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE},
-        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE},
-        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
-        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
-        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE},
-        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
-        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE},
-        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE},
+        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
         /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
-        {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE},
-        {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE},
+        {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+        {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
         /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
-#define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU
+#define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU, 0
         {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
         {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
         {"llama_mlp_1_gated", LLAMA(1, LF_MLP_GATED, 0)},
@@ -193,6 +204,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
             s = to_cuda(&x);
         lf_compiled *c = NULL;
         gstate st = {g, w, b, &lin, &mlp};
+        lf_gated_schedule_force(g->sched);
         if (s == LF_OK && g->compiled) {
             lf_compile_opts co = lf_compile_opts_default();
             co.name = g->name;
@@ -235,6 +247,7 @@ int lf_cli_bench_cuda(int reps, const char *only)
         if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
             printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * 2.0 / (us * 1e3));
         printf("\n");
+        lf_gated_schedule_force(LF_GATED_AUTO);
         lf_compiled_free(c);
         lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
         lf_nn_linear_free(&lin);

@@ -348,11 +348,12 @@ static void test_gelu_mul_gpu(void)
             }
 }
 
-/* The gated GEMM against float64 (the few-token GEMV up to 16 tokens, the Hopper kernel beyond):
- * odd token counts, K not a multiple of its 64-step,
- * gate/up stacked (G = H) and interleaved in 128-row blocks, an output that is a padded view
- * of a NaN-poisoned buffer (nothing written outside it); then the shapes it refuses, which
- * mm_gated computes through the fallback. */
+/* The gated GEMM against float64 (the few-token GEMV up to 16 tokens, the Hopper kernel beyond,
+ * in both its schedules): odd token counts, K not a multiple of its 64-step, gate/up stacked
+ * (G = H) and interleaved in 128- and 64-row blocks (64: ping-pong only), a tile count that
+ * leaves one ping-pong consumer idle, an output that is a padded view of a NaN-poisoned buffer
+ * (nothing written outside it); then the shapes it refuses, which mm_gated computes through the
+ * fallback. */
 static void test_gated_gemm(void)
 {
     lf_rng rng;
@@ -360,11 +361,17 @@ static void test_gated_gemm(void)
     static const int64_t cases[][4] = {/* M, K, H, G */
                                        {1, 64, 128, 128},     {5, 776, 384, 128},    {16, 4096, 256, 256},
                                        {9, 520, 100, 100},    {77, 768, 384, 384},   {300, 136, 256, 128},
-                                       {1000, 256, 512, 256}, {129, 4096, 128, 128}, {8192, 768, 3072, 3072}};
-    for (size_t cj = 0; cj < 2 * sizeof cases / sizeof cases[0]; cj++) {
-        const size_t ci = cj / 2; /* each case in GeGLU's act, then SwiGLU's */
+                                       {1000, 256, 512, 256}, {129, 4096, 128, 128}, {8192, 768, 3072, 3072},
+                                       {200, 192, 320, 64},   {100, 64, 192, 64},    {1100, 704, 1152, 384}};
+    for (size_t cj = 0; cj < 4 * sizeof cases / sizeof cases[0]; cj++) {
+        const size_t ci = cj / 4; /* each case in GeGLU's act, then SwiGLU's, in each schedule */
         const lf_act act = cj % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH;
+        const lf_gated_schedule sched = cj / 2 % 2 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
         const int64_t M = cases[ci][0], K = cases[ci][1], H = cases[ci][2], G = cases[ci][3], pad = 24;
+        if (M <= 16 && sched == LF_GATED_PINGPONG) /* the GEMV has one schedule */
+            continue;
+        lf_gated_schedule_force(sched);
+        const int pingpong = sched == LF_GATED_PINGPONG || G % 128;
         int64_t xs[2] = {M, K}, ws[2] = {2 * H, K}, ds[2] = {M, H + pad};
         lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws);
         lf_tensor *poison = NULL;
@@ -376,9 +383,9 @@ static void test_gated_gemm(void)
         g.a = (lf_matrix){lf_tensor_data(gx), LF_DTYPE_BF16, M, K, K, 1};
         g.b = (lf_matrix){lf_tensor_data(gw), LF_DTYPE_BF16, K, 2 * H, 1, K}; /* W^T */
         g.d = (lf_matrix){lf_tensor_data(gd), LF_DTYPE_BF16, M, H, H + pad, 1};
-        char what[96];
-        snprintf(what, sizeof what, "gated %s %lldx%lldx%lld G %lld", lf_act_name(act), (long long)M, (long long)K,
-                 (long long)H, (long long)G);
+        char what[112];
+        snprintf(what, sizeof what, "gated %s %lldx%lldx%lld G %lld %s", lf_act_name(act), (long long)M, (long long)K,
+                 (long long)H, (long long)G, pingpong ? "ping-pong" : "cooperative");
         lf_status s = lf_backend_gemm_supported(LF_DEVICE_CUDA, &g);
         CHECK(s == LF_OK, "%s: the Hopper kernel takes it: %s", what, s == LF_OK ? "" : lf_last_error());
         lf_kernel_info info = {0};
@@ -390,7 +397,9 @@ static void test_gated_gemm(void)
             const char *want = M <= 16 ? (act == LF_ACT_SILU ? "gated_gemv_bf16_silu" : "gated_gemv_bf16_gelu_tanh")
                                : act == LF_ACT_SILU ? "gated_gemm_bf16_silu"
                                                     : "gated_gemm_bf16_gelu_tanh";
-            CHECK(info.name && strstr(info.name, want), "%s: kernel name %s", what, info.name ? info.name : "(none)");
+            const char *tile = M <= 16 ? "" : pingpong ? "_128x128_pingpong" : "_128x256";
+            CHECK(info.name && strstr(info.name, want) && strstr(info.name, tile), "%s: kernel name %s", what,
+                  info.name ? info.name : "(none)");
             if (info.timing)
                 info.resolve(info.timing, &(int64_t){0}, &(int64_t){0});
             double *D = to_f64(gd), *packed = malloc((size_t)(M * H) * sizeof *packed);
@@ -420,6 +429,7 @@ static void test_gated_gemm(void)
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
             lf_tensor_free(list[i]);
     }
+    lf_gated_schedule_force(LF_GATED_AUTO);
 
     /* refused shapes: the backend says why, mm_gated still computes them (GEMM + fused middle) */
     static const struct {
@@ -429,7 +439,7 @@ static void test_gated_gemm(void)
     } refused[] = {{LF_DTYPE_F16, 33, 64, 128, 128, "bf16 only"},
                    {LF_DTYPE_BF16, 33, 64, 100, 100, "gate_group 100"},
                    {LF_DTYPE_BF16, 33, 60, 128, 128, "multiple of 8"},
-                   {LF_DTYPE_BF16, 45, 64, 256, 64, "gate_group 64"}};
+                   {LF_DTYPE_BF16, 45, 64, 256, 32, "gate_group 32"}};
     for (size_t ri = 0; ri < sizeof refused / sizeof refused[0]; ri++) {
         const int64_t M = refused[ri].M, K = refused[ri].K, H = refused[ri].H, G = refused[ri].G;
         int64_t xs[2] = {M, K}, ws[2] = {2 * H, K};

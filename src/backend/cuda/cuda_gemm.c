@@ -333,8 +333,10 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
     if (!lf_cuda_gated_supported(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
     LF_TRY(timed_launch(d, g, info, lf_cuda_gated_launch, "lf_cuda_gated_launch"));
-    if (info)
-        lf_gemm_report(g, LF_KF_CUDA_GATED, LF_CUDA_GATED_TILE_M, LF_CUDA_GATED_TILE_N, info);
+    if (info) {
+        int tm, tn, pingpong = lf_cuda_gated_tile(g, &tm, &tn);
+        lf_gemm_report(g, pingpong ? LF_KF_CUDA_GATED_PINGPONG : LF_KF_CUDA_GATED, tm, tn, info);
+    }
     return LF_OK;
 }
 

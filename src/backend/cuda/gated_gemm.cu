@@ -10,12 +10,17 @@
 //     4-stage shared-memory ring, two consumers each run wgmma m64n256k16 on 64 of the rows;
 //     full/empty mbarriers with phase parity hand stages back and forth; setmaxnreg gives the
 //     consumers the registers (240 each) the producer does not need (24);
-//   - persistent: one CTA per SM walks tiles in bands of 16 row-tiles so the weights a band
+//   - persistent: one CTA per SM walks tiles in bands of row-tiles so the weights a band
 //     reads stay in L2.
+// That is the cooperative schedule (this file): both consumers finish a tile together, so the
+// tensor cores wait while they run its epilogue. gated_pingpong.cu is the other schedule: each
+// consumer on a tile of its own, one's epilogue under the other's MMAs. The host code below
+// picks one per shape (gated_schedule: the rule and the measurements behind it).
 // The weight is the module's [Wg; Wu] in blocks of `gate_group` rows (lf_gate, LF_GATE_PAIRED):
 // gate rows j of block b at 2*G*b + j, their partners G rows later. A tile's gate half and up
-// half are two TMA copies from those rows, so any G that is a multiple of 128 works, from the
-// "(h two)"-style interleave in 128-row blocks to G = H (the weights simply stacked).
+// half are two TMA copies from those rows, so any G that is a multiple of the half tile (128
+// here, 64 in ping-pong) works, from the "(h two)"-style interleave in 128-row blocks to G = H
+// (the weights simply stacked).
 //
 // Written against the PTX ISA; the pieces are the ones pranjalssh/fast.cu and CUTLASS use
 // (cuBLASLt has no epilogue that pairs columns, and CUTLASS's dual GEMM is an SM80 kernel).
@@ -25,162 +30,26 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
 #include <mutex>
 
-#include "backend/cuda/cuda_impl.h"
+#include "backend/backend_impl.h"
+#include "backend/cuda/gated_kernels.cuh"
 
 namespace lf {
 namespace gated {
+using namespace coop;
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
-constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
-constexpr int STAGE_BYTES = A_BYTES + B_BYTES;         // 48 KiB
-constexpr int OUT_BYTES = BM * (BN / 2) * 2;            // the output tile staged for TMA stores: 32 KiB
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + OUT_BYTES + 1024; // + room to align to 1024 B
-constexpr int BAND = 16;                               // row-tiles per band of the tile order
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-// Wait until the phase of the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-// One box of a 2-D tensor map into shared memory; completion is counted on bar.
-__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
-                 "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-// A box of shared memory out to a 2-D tensor map (rows past the map's end are not written).
-__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
-                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-// A barrier for the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
-__device__ __forceinline__ void wg_barrier(int id)
-{
-    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
-
-// A wgmma shared-memory descriptor for a K-major tile written by TMA with the 128-byte
-// swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the
-// leading byte offset unused in this mode (1), swizzle mode 1 in bits 62-63.
-__device__ __forceinline__ uint64_t smem_desc(const void *p)
-{
-    uint64_t a = smem_addr(p);
-    return ((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
-}
-
-// d (64 x 256 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 256); both operands K-major
-// in shared memory. scale_d = 0 overwrites d.
-__device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
-{
-#define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                 "+f"(d[i + 6]), "+f"(d[i + 7])
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64), LF_D8(72),
-          LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120)
-        : "l"(da), "l"(db), "r"(scale_d));
-#undef LF_D8
-}
-
-// Keep the compiler from moving accumulator reads or writes across wgmma's asynchrony.
-__device__ __forceinline__ void fence_acc(float (&d)[128])
-{
-#pragma unroll
-    for (int i = 0; i < 128; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// 0.5 x (1 + tanh(u)) with the hardware tanh (one MUFU op; relative error about 2^-11, under
-// the 2^-9 of the bf16 result it feeds), so the epilogue's math stays short.
-__device__ __forceinline__ float gelu_tanh(float x)
-{
-    float u = 0.7978845608028654f * x * (1.f + 0.044715f * x * x), t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
-    return 0.5f * x * (1.f + t);
-}
-
-// x sigmoid(x) with the fast exp and divide (relative error about 2^-21), for SwiGLU.
-__device__ __forceinline__ float silu(float x)
-{
-    return __fdividef(x, 1.f + __expf(-x));
-}
-
-template <int ACT> __device__ __forceinline__ float act_of(float x)
-{
-    return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
-}
-
-// Tile t of the persistent walk -> (row-tile, column-tile of m): row-tiles vary fastest
-// within bands of BAND, so CTAs running together share the weight tiles they load.
-__device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int &mb, int &nb)
-{
-    const int band = t / (BAND * n_tiles), rem = t % (BAND * n_tiles);
-    const int first = band * BAND, rows = min(BAND, m_tiles - first);
-    mb = first + rem % rows;
-    nb = rem / rows;
-}
-#endif
-
-// x: tensor map over (M, K) bf16 row-major; w: over (2H, K) bf16, [Wg; Wu] in blocks of G
-// rows; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u with ACT one of
-// LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space (references to
-// its __grid_constant__ parameters), as TMA wants them.
+// x: tensor map over (M, K) bf16 row-major in 128-row boxes; w: over (2H, K) bf16, [Wg; Wu] in
+// blocks of G rows, 128-row boxes; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u
+// with ACT one of LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space
+// (references to its __grid_constant__ parameters), as TMA wants them.
 template <int ACT>
-__device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out, int M,
-                                           int H, int K, int G)
+__device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out, int M,
+                                          int H, int K, int G, int band)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
@@ -201,24 +70,8 @@ __device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorM
 
     if (wg == 0) { // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-        if (tid == 0) {
-            int stage = 0, phase = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-                int mb, nb;
-                tile_of(t, m_tiles, n_tiles, mb, nb);
-                const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
-                for (int k = 0; k < kb; k++) {
-                    mbar_wait(&empty[stage], phase ^ 1);
-                    unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
-                    mbar_expect_tx(&full[stage], STAGE_BYTES);
-                    tma_load(a, &x, &full[stage], k * BK, mb * BM);
-                    tma_load(b, &w, &full[stage], k * BK, gate_row);
-                    tma_load(b + HALF_B_BYTES, &w, &full[stage], k * BK, gate_row + G);
-                    if (++stage == STAGES)
-                        stage = 0, phase ^= 1;
-                }
-            }
-        }
+        if (tid == 0)
+            produce<BM, BN, BK, STAGES>(x, w, ring, full, empty, M, H, K, G, band);
     } else { // consumers: warpgroup 1 takes rows 0-63 of each tile, warpgroup 2 rows 64-127
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
         const int half = wg - 1, warp = tid / 32, lane = tid % 32;
@@ -229,7 +82,7 @@ __device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorM
         int stage = 0, phase = 0;
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int mb, nb;
-            tile_of(t, m_tiles, n_tiles, mb, nb);
+            tile_of(t, m_tiles, n_tiles, band, mb, nb);
             int prev = -1;
             for (int k = 0; k < kb; k++) {
                 mbar_wait(&full[stage], phase);
@@ -278,14 +131,7 @@ __device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorM
                                                         (lane % 4) * 4) = v;
                 }
             }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); // visible to the TMA engine
-            wg_barrier(1 + half);
-            if (tid == 0) {
-                const int row = mb * BM + half * (BM / 2), col = nb * (BN / 2);
-                tma_store(&out, stage_out, col, row);
-                tma_store(&out, stage_out + 8192, col + 64, row);
-                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            }
+            store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 64, 0); // columns 0-63, then 64-127
         }
         if (tid == 0) // the last stores must have read shared memory before the CTA leaves
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -295,19 +141,14 @@ __device__ __forceinline__ void gated_body(const CUtensorMap &x, const CUtensorM
 #endif
 }
 
-// One kernel per activation, each named for what it computes (the names traces show).
-__global__ void __launch_bounds__(384, 1)
-    gated_gemm_bf16_gelu_tanh_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
-                                      const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
+LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256)
 {
-    gated_body<LF_ACT_GELU_TANH>(x, w, out, M, H, K, G);
+    coop_body<LF_ACT_GELU_TANH>(x, w, out, M, H, K, G, band);
 }
 
-__global__ void __launch_bounds__(384, 1)
-    gated_gemm_bf16_silu_128x256(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
-                                 const __grid_constant__ CUtensorMap out, int M, int H, int K, int G)
+LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256)
 {
-    gated_body<LF_ACT_SILU>(x, w, out, M, H, K, G);
+    coop_body<LF_ACT_SILU>(x, w, out, M, H, K, G, band);
 }
 
 } // namespace gated
@@ -321,6 +162,12 @@ std::atomic<int> dev_ok[LF_CUDA_MAX_DEVICES];
 int sm_count[LF_CUDA_MAX_DEVICES];
 char why_not[LF_CUDA_MAX_DEVICES][160];
 std::mutex init_lock;
+
+typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, int, int, int, int);
+// [schedule * 2 + (act == silu)]: cooperative, then ping-pong
+const gated_kernel kernels[4] = {
+    lf::gated::gated_gemm_bf16_gelu_tanh_128x256, lf::gated::gated_gemm_bf16_silu_128x256,
+    lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_bf16_silu_128x128_pingpong};
 
 // Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
 // tensor-map encoder is found (once per process).
@@ -338,13 +185,13 @@ bool init_device(int dev)
         return false;
     }
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) != cudaSuccess ||
-        cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, lf::gated::SMEM_BYTES) != cudaSuccess ||
-        cudaFuncSetAttribute(lf::gated::gated_gemm_bf16_silu_128x256, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             lf::gated::SMEM_BYTES) != cudaSuccess) {
+    bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
+    for (int i = 0; loads && i < 4; i++)
+        loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     i < 2 ? lf::gated::coop::SMEM_BYTES : lf::gated::pp::SMEM_BYTES) == cudaSuccess;
+    if (!loads) {
         cudaGetLastError();
-        snprintf(why_not[dev], sizeof why_not[dev], "the gated kernel cannot be loaded on this GPU");
+        snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
         return false;
     }
     if (!encode_tiled) {
@@ -417,8 +264,9 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
            lf_dtype_name(D->dtype));
     if (g->c.data || g->ep.bias || g->ep.alpha != 1.0f)
         NO("the gated kernel takes no bias, no C input and alpha 1");
-    if (g->ep.gate_group % 128)
-        NO("gate_group %lld is not a multiple of 128 (the kernel's half tile)", (long long)g->ep.gate_group);
+    if (g->ep.gate_group % 64)
+        NO("gate_group %lld is not a multiple of 64 (the ping-pong kernel's half tile; 128 for the cooperative one)",
+           (long long)g->ep.gate_group);
     if (A->cs != 1 || A->rs % 8 || (uintptr_t)A->data % 16 || A->cols % 8)
         NO("x must be row-major with rows a multiple of 8 elements and 16-byte aligned (dim %lld, row stride %lld)",
            (long long)A->cols, (long long)A->rs);
@@ -433,24 +281,76 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 #undef NO
 }
 
+// Which schedule runs g. Forced by lf_gated_schedule_force or LINFUSE_GATED_SCHEDULE (to measure
+// one against the other); otherwise chosen by shape, from `linfuse bench cuda --case sched_` on an
+// H200 (bench/RESULTS.md, "ping-pong against cooperative"; two rounds each, µs cooperative /
+// ping-pong). Ping-pong wins where the cooperative kernel's 128 x 256 tiles fill fewer than four
+// waves of the SMs and a tile has 128 real rows: 1024 x 768 -> 3072 (96 tiles) 22.0 / 16.7,
+// 512 x 4096 -> 14336 (448 tiles) 201.4-202.4 / 191.3-195.5, 128 x 4096 -> 14336 (112 tiles)
+// 66.0-66.5 / 64.9-65.1; 256 tokens was a draw (108.4 / 97.8, then 98.3 / 112.3). It loses once
+// there are many waves, where its third more L2 traffic per FLOP and one warpgroup issuing at a
+// time cost more than the hidden epilogue saves: 1024 x 4096 -> 14336 (896 tiles) 360.1-361.6 /
+// 372.8-375.4, 2048 x 4096 -> 14336 720.7 / 754.5, 8192 x 4096 -> 11008 2207 / 2463 (at
+// 4096 x 768 -> 3072, 768 tiles, it was 1-3% ahead: short K, where the epilogue weighs most; not
+// taken on one shape). Below 128 tokens a tile is mostly padding and the two consumers take
+// turns on the few tiles there are: 64 x 4096 -> 14336 68.5 / 91.8.
+static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
+{
+    const lf_gated_schedule forced = lf_gated_schedule_forced();
+    if (g->ep.gate_group % 128) // the cooperative kernel's half tile is 128 columns
+        return LF_GATED_PINGPONG;
+    if (forced != LF_GATED_AUTO)
+        return forced;
+    const long long M = g->a.rows, coop_tiles = (M + lf::gated::coop::BM - 1) / lf::gated::coop::BM *
+                                                (g->d.cols / (lf::gated::coop::BN / 2));
+    return M >= 128 && coop_tiles < 4LL * sms ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
+}
+
+// Row-tiles per band of the tile order: 16 (2048 tokens share each weight tile they read while it
+// is in L2), or LINFUSE_GATED_BAND (1-1024) to measure another order.
+static int gated_band()
+{
+    static std::atomic<int> band{0};
+    int b = band.load(std::memory_order_relaxed);
+    if (b == 0) {
+        const char *e = getenv("LINFUSE_GATED_BAND");
+        char *end = NULL;
+        long v = e ? strtol(e, &end, 10) : 0;
+        b = e && *e && !*end && v >= 1 && v <= 1024 ? (int)v : 16;
+        band.store(b, std::memory_order_relaxed);
+    }
+    return b;
+}
+
+extern "C" int lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n)
+{
+    const int dev = ready_device();
+    const bool pp = gated_schedule(g, dev < 0 ? 0 : sm_count[dev]) == LF_GATED_PINGPONG;
+    *tile_m = pp ? lf::gated::pp::BM : lf::gated::coop::BM;
+    *tile_n = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
+    return pp;
+}
+
 extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    CUtensorMap xm, wm, om;
-    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, lf::gated::BM) ||
-        !make_map(&wm, B->data, B->cols, B->rows, B->cs, lf::gated::BN / 2) ||
-        !make_map(&om, D->data, D->rows, D->cols, D->rs, lf::gated::BM / 2))
-        return cudaErrorInvalidValue;
-    const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
-    const long long tiles = (long long)((M + lf::gated::BM - 1) / lf::gated::BM) * (H / (lf::gated::BN / 2));
-    int dev = ready_device();
+    const int dev = ready_device();
     if (dev < 0)
         return cudaErrorInvalidDevice;
-    const int grid = (int)(tiles < sm_count[dev] ? tiles : sm_count[dev]);
-    if (g->ep.act == LF_ACT_SILU)
-        lf::gated::gated_gemm_bf16_silu_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(xm, wm, om, M, H, K, G);
-    else
-        lf::gated::gated_gemm_bf16_gelu_tanh_128x256<<<grid, 384, lf::gated::SMEM_BYTES, stream>>>(xm, wm, om, M, H,
-                                                                                                 K, G);
+    const bool pp = gated_schedule(g, sm_count[dev]) == LF_GATED_PINGPONG;
+    const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
+    CUtensorMap xm, wm, om;
+    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, BM) || !make_map(&wm, B->data, B->cols, B->rows, B->cs, BN / 2) ||
+        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64))
+        return cudaErrorInvalidValue;
+    const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
+    const long long tiles = (long long)((M + BM - 1) / BM) * (H / (BN / 2));
+    // A CTA runs two ping-pong tiles at once: half as many CTAs as tiles are enough.
+    const long long busy = pp ? (tiles + 1) / 2 : tiles;
+    const int grid = (int)(busy < sm_count[dev] ? busy : sm_count[dev]);
+    const int band = gated_band();
+    kernels[2 * pp + (g->ep.act == LF_ACT_SILU)]<<<grid, 384, pp ? lf::gated::pp::SMEM_BYTES
+                                                                  : lf::gated::coop::SMEM_BYTES,
+                                                   stream>>>(xm, wm, om, M, H, K, G, band);
     return cudaGetLastError();
 }

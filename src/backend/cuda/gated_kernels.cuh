@@ -1,0 +1,251 @@
+// What the two Hopper gated GEMM kernels share (gated_gemm.cu: cooperative, gated_pingpong.cu:
+// ping-pong): their tile sizes, their declarations for the host code, and the PTX they are built
+// from (mbarriers, TMA copies, wgmma, the activations, the tile order). Device code here is for
+// sm_90a only; see gated_gemm.cu for the design. Layer: backend/cuda.
+#ifndef LF_BACKEND_CUDA_GATED_KERNELS_CUH
+#define LF_BACKEND_CUDA_GATED_KERNELS_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_impl.h"
+
+namespace lf {
+namespace gated {
+
+// Cooperative: one 128-token x 256-column tile (128 gates + their 128 ups) per CTA, its two
+// consumer warpgroups on 64 rows each; K in steps of 64 through a 4-stage ring.
+namespace coop {
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
+constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;         // 48 KiB
+constexpr int OUT_BYTES = BM * (BN / 2) * 2;            // the output tile staged for TMA stores: 32 KiB
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + OUT_BYTES + 1024; // + room to align to 1024 B
+} // namespace coop
+
+// Ping-pong: each consumer warpgroup owns a whole 128-token x 128-column tile (64 gates + their
+// 64 ups), the two on different tiles; a 6-stage ring of 32 KiB stages.
+namespace pp {
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6;
+constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;          // 32 KiB
+constexpr int OUT_BYTES = BM * (BN / 2) * 2;             // one consumer's staged output: 16 KiB
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * OUT_BYTES + 1024; // 225 KiB of the 227
+} // namespace pp
+
+// The kernels, one per schedule and activation, each named for what it computes and its tile
+// (the names traces show). x: tensor map over (M, K) bf16 row-major; w: over (2H, K), [Wg; Wu] in
+// blocks of G rows; out: over (M, H); band: row-tiles per band of the tile order.
+#define LF_GATED_KERNEL(name)                                                                                          \
+    __global__ void __launch_bounds__(384, 1) name(const __grid_constant__ CUtensorMap x,                              \
+                                                   const __grid_constant__ CUtensorMap w,                              \
+                                                   const __grid_constant__ CUtensorMap out, int M, int H, int K, int G,  \
+                                                   int band)
+LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256);
+LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256);
+LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x128_pingpong);
+LF_GATED_KERNEL(gated_gemm_bf16_silu_128x128_pingpong);
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+// One box of a 2-D tensor map into shared memory; completion is counted on bar.
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
+                 "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// A box of shared memory out to a 2-D tensor map (rows past the map's end are not written).
+__device__ __forceinline__ void tma_store(const CUtensorMap *map, const void *src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
+                 "r"(smem_addr(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+// A barrier for the 128 threads of one warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void wg_barrier(int id)
+{
+    asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// A wgmma shared-memory descriptor for a K-major tile written by TMA with the 128-byte
+// swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart (stride byte offset), the
+// leading byte offset unused in this mode (1), swizzle mode 1 in bits 62-63.
+__device__ __forceinline__ uint64_t smem_desc(const void *p)
+{
+    uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+// d (64 x 256 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 256); both operands K-major
+// in shared memory. scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
+{
+#define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64), LF_D8(72),
+          LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120)
+        : "l"(da), "l"(db), "r"(scale_d));
+#undef LF_D8
+}
+
+// d (64 x 128 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 128), as wgmma_256.
+__device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
+{
+#define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56)
+        : "l"(da), "l"(db), "r"(scale_d));
+#undef LF_D8
+}
+
+// Keep the compiler from moving accumulator reads or writes across wgmma's asynchrony.
+template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// 0.5 x (1 + tanh(u)) with the hardware tanh (one MUFU op; relative error about 2^-11, under
+// the 2^-9 of the bf16 result it feeds), so the epilogue's math stays short.
+__device__ __forceinline__ float gelu_tanh(float x)
+{
+    float u = 0.7978845608028654f * x * (1.f + 0.044715f * x * x), t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+    return 0.5f * x * (1.f + t);
+}
+
+// x sigmoid(x) with the fast exp and divide (relative error about 2^-21), for SwiGLU.
+__device__ __forceinline__ float silu(float x)
+{
+    return __fdividef(x, 1.f + __expf(-x));
+}
+
+template <int ACT> __device__ __forceinline__ float act_of(float x)
+{
+    return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
+}
+
+// Tile t of the persistent walk -> (row-tile, column-tile): row-tiles vary fastest within
+// bands of `band` row-tiles, so the CTAs running together share the weight tiles they load
+// (a band of 16 row-tiles of 128 tokens reads each weight tile once from memory for 2048 tokens).
+__device__ __forceinline__ void tile_of(int t, int m_tiles, int n_tiles, int band, int &mb, int &nb)
+{
+    const int b = t / (band * n_tiles), rem = t % (band * n_tiles);
+    const int first = b * band, rows = min(band, m_tiles - first);
+    mb = first + rem % rows;
+    nb = rem / rows;
+}
+
+// The producer warpgroup's one thread: every tile of this CTA in order (t = blockIdx.x, then a
+// grid's stride on), each K step into the next stage of the ring: BM rows of x, then the tile's
+// BN / 2 gate rows and their BN / 2 up rows, G rows later, as two copies.
+template <int BM, int BN, int BK, int STAGES>
+__device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap &w, unsigned char *ring,
+                                        uint64_t *full, uint64_t *empty, int M, int H, int K, int G, int band)
+{
+    constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, STAGE_BYTES = A_BYTES + 2 * HALF_B_BYTES;
+    const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles, kb = (K + BK - 1) / BK;
+    int stage = 0, phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int mb, nb;
+        tile_of(t, m_tiles, n_tiles, band, mb, nb);
+        const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
+        for (int k = 0; k < kb; k++) {
+            mbar_wait(&empty[stage], phase ^ 1);
+            unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
+            mbar_expect_tx(&full[stage], STAGE_BYTES);
+            tma_load(a, &x, &full[stage], k * BK, mb * BM);
+            tma_load(b, &w, &full[stage], k * BK, gate_row);
+            tma_load(b + HALF_B_BYTES, &w, &full[stage], k * BK, gate_row + G);
+            if (++stage == STAGES)
+                stage = 0, phase ^= 1;
+        }
+    }
+}
+
+// A consumer warpgroup's two staged 64 x 64 output boxes (8 KiB apart) out to (col, row) and
+// (col + dcol, row + drow): its writes made visible to the TMA engine, then its first thread
+// issues the stores. Nobody waits for them but the next use of the staging tile and the CTA's end.
+__device__ __forceinline__ void store_out(const CUtensorMap &out, const unsigned char *staged, int tid, int wg_bar,
+                                          int col, int row, int dcol, int drow)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    wg_barrier(wg_bar);
+    if (tid == 0) {
+        tma_store(&out, staged, col, row);
+        tma_store(&out, staged + 8192, col + dcol, row + drow);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
+#endif
+
+} // namespace gated
+} // namespace lf
+
+#endif
