@@ -36,10 +36,11 @@ def host(fn, samples=20):
     return ts[len(ts) // 2] * 1e6
 
 
-def linfuse_cases(binary, only=None):
-    """Run `linfuse bench cuda` (cases whose names contain `only`), echo it, and return
-    {case: (GPU us per forward, host us per call)}; exits with linfuse's error if it fails."""
-    cmd = [binary, "bench", "cuda", "--reps", "20"] + (["--case", only] if only else [])
+def linfuse_cases(binary, only=None, extra=(), reps=20):
+    """Run `linfuse bench cuda` (cases whose names contain `only`, or what `extra` flags ask for,
+    such as --mlp), echo it, and return {case: (GPU us per forward, host us per call)}; exits
+    with linfuse's error if it fails."""
+    cmd = [binary, "bench", "cuda", "--reps", str(reps)] + (["--case", only] if only else []) + list(extra)
     out = subprocess.run(cmd, capture_output=True, text=True)
     print(out.stdout, end="", flush=True)
     if out.returncode:

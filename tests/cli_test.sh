@@ -66,6 +66,19 @@ contains "bad dtype" "unknown dtype 'f64'"
 check "size that cannot be allocated" 1 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" demo --batch 1 --seq 1 --dim 1048576 --hidden 1048576 --reps 1
 contains "size that cannot be allocated" "linfuse demo:"
 check "bench needs a target" 2 "$bin" bench
+# bench cuda --mlp: shapes checked before any device is asked for (so here, with no GPU, too)
+for bad in 12x34 1x2x3x -1x2x3 0x64x64 1x65537x64 "" 1x2x3,x; do
+    check "bench cuda --mlp '$bad'" 2 "$bin" bench cuda --mlp "$bad"
+    contains "bench cuda --mlp '$bad' says what it takes" "--mlp"
+done
+check "bench --act without cuda" 2 "$bin" bench cpu --act silu
+contains "bench --act without cuda" "are for \`linfuse bench cuda\`"
+check "bench cuda --act without --mlp" 2 "$bin" bench cuda --act silu
+check "bench cuda --act unknown" 2 "$bin" bench cuda --mlp 1x64x64 --act relu
+contains "bench cuda --act unknown" "gelu_tanh (GeGLU) or silu"
+check "bench cuda --mlp with --case" 2 "$bin" bench cuda --mlp 1x64x64 --case mlp
+check "bench --help lists --mlp" 0 "$bin" bench --help
+contains "bench --help lists --mlp" "--mlp TOKENSxDIMxHIDDEN"
 check "demo runs" 0 "$bin" demo --batch 1 --seq 8 --dim 64 --hidden 96 --reps 2
 contains "demo chain" "lf::linear([1x8x64], [96x64], None)"
 contains "demo kernel" "-> kernel lf_cpu_gemm_bf16_"

@@ -4,7 +4,9 @@
  * runs dry). Host time per call: one forward timed alone after the queue has drained, so it
  * is what the caller's thread spends to queue the work.
  * Layer: cli/. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend_impl.h"
@@ -84,174 +86,244 @@ static lf_status to_cuda(lf_tensor **t)
     return LF_OK;
 }
 
-int lf_cli_bench_cuda(int reps, const char *only)
+static const gcase cases[] = {
+    {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
+    {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+    {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+    {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+    {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
+    {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
+    {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+    {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+    {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+    {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
+    {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
+    /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
+#define SCHED(T, D, H)                                                                                                  \
+{"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
+    {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
+    {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
+    SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
+    SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
+    SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
+#undef SCHED
+    {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
+    {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
+    {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE, 0},
+    {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
+    /* compile mode: one CUDA graph launch per forward */
+    {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+    {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+    {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
+    {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
+    {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+    /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
+#define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU, 0
+    {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
+    {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
+    {"llama_mlp_1_gated", LLAMA(1, LF_MLP_GATED, 0)},
+    {"compiled_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+    {"compiled_gated_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_ALL)},
+    {"llama_mlp_16", LLAMA(16, LF_MLP_EAGER, 0)},
+    {"llama_mlp_16_fused", LLAMA(16, LF_MLP_FUSED, 0)},
+    {"llama_mlp_16_gated", LLAMA(16, LF_MLP_GATED, 0)},
+    {"compiled_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+    {"compiled_gated_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_ALL)},
+    {"llama_mlp_512", LLAMA(512, LF_MLP_EAGER, 0)},
+    {"llama_mlp_512_fused", LLAMA(512, LF_MLP_FUSED, 0)},
+    {"llama_mlp_512_gated", LLAMA(512, LF_MLP_GATED, 0)},
+    {"compiled_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+    {"compiled_gated_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_ALL)},
+    {"llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, 0)},
+    {"llama_mlp_8192_fused", LLAMA(8192, LF_MLP_FUSED, 0)},
+    {"llama_mlp_8192_gated", LLAMA(8192, LF_MLP_GATED, 0)},
+    {"compiled_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
+    {"compiled_gated_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_ALL)},
+#undef LLAMA
+};
+
+/* Build case g's inputs, warm it up, time it and print its line; 0 (the error printed) on failure. */
+static int run_case(const gcase *g, int reps)
 {
+    lf_rng rng;
+    lf_rng_seed(&rng, 1);
+    lf_tensor *x = NULL, *w = NULL, *b = NULL;
+    lf_nn_linear lin = {0};
+    lf_nn_gated_mlp mlp = {0};
+    lf_status s = LF_OK;
+    if (g->kind == 0) {
+        int64_t sq[2] = {g->a, g->a};
+        s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = lf_tensor_empty(&w, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = lf_tensor_empty(&b, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = lf_tensor_fill_uniform(w, &rng, -1, 1);
+        if (s == LF_OK)
+            s = lf_tensor_fill_uniform(b, &rng, -1, 1);
+        if (s == LF_OK)
+            s = to_cuda(&w);
+        if (s == LF_OK)
+            s = to_cuda(&b);
+    } else if (g->kind == 1) {
+        lf_nn_linear_opts o = {g->b, g->c, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        int64_t xs[2] = {g->a, g->b};
+        s = lf_nn_linear_init(&lin, &o, &rng);
+        if (s == LF_OK)
+            s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = to_cuda(&lin.weight);
+        if (s == LF_OK)
+            s = to_cuda(&lin.bias);
+    } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
+        lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, g->act ? g->act : LF_ACT_GELU_TANH};
+        int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
+        s = lf_nn_gated_mlp_init(&mlp, &o, &rng);
+        if (s == LF_OK)
+            s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
+                             : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
+        if (s == LF_OK)
+            s = lf_nn_gated_mlp_to_device(&mlp, LF_DEVICE_CUDA);
+    }
+    if (s == LF_OK)
+        s = lf_tensor_fill_uniform(x, &rng, -1, 1);
+    if (s == LF_OK)
+        s = to_cuda(&x);
+    lf_compiled *c = NULL;
+    gstate st = {g, w, b, &lin, &mlp};
+    lf_gated_schedule_force(g->sched);
+    if (s == LF_OK && g->compiled) {
+        lf_compile_opts co = lf_compile_opts_default();
+        co.name = g->name;
+        co.passes = g->compiled;
+        s = lf_compile(&c, captured, &st, 1, &x, &co);
+    }
+    double t[64];
+    int n = reps < 64 ? reps : 64;
+    const int per = 50;
+    for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
+        s = forward(g, x, w, b, &lin, &mlp, c);
+    if (s == LF_OK)
+        s = lf_device_synchronize(LF_DEVICE_CUDA);
+    for (int r = 0; r < n && s == LF_OK; r++) {
+        double t0 = lf_cli_now();
+        for (int k = 0; k < per && s == LF_OK; k++)
+            s = forward(g, x, w, b, &lin, &mlp, c);
+        if (s == LF_OK)
+            s = lf_device_synchronize(LF_DEVICE_CUDA);
+        t[r] = (lf_cli_now() - t0) / per;
+    }
+    /* host time per call: the queue emptied first, so the call returns as soon as its
+     * launches are queued; nothing waits on the GPU inside the timed span */
+    double h[64];
+    for (int r = 0; r < n && s == LF_OK; r++) {
+        s = lf_device_synchronize(LF_DEVICE_CUDA);
+        double t0 = lf_cli_now();
+        if (s == LF_OK)
+            s = forward(g, x, w, b, &lin, &mlp, c);
+        h[r] = lf_cli_now() - t0;
+    }
+    if (s == LF_OK)
+        s = lf_device_synchronize(LF_DEVICE_CUDA);
+    if (s != LF_OK) {
+        fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
+    } else {
+        const double us = lf_cli_median(t, n) * 1e6;
+        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us,
+               lf_cli_median(h, n) * 1e6);
+        if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
+            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * 2.0 / (us * 1e3));
+        printf("\n");
+        fflush(stdout); /* each line as it comes, through a pipe too */
+    }
+    lf_gated_schedule_force(LF_GATED_AUTO);
+    lf_compiled_free(c);
+    lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
+    lf_nn_linear_free(&lin);
+    lf_nn_gated_mlp_free(&mlp);
+    return s == LF_OK;
+}
+
+/* "TxDxH[,TxDxH...]" (tokens, model dim, hidden dim) into shapes; at most cap of them. */
+static int parse_shapes(const char *text, int64_t (*shapes)[3], int cap)
+{
+    int n = 0;
+    for (const char *p = text; *p;) {
+        int64_t v[3];
+        for (int i = 0; i < 3; i++) {
+            char *end;
+            errno = 0;
+            long long x = strtoll(p, &end, 10);
+            if (end == p || errno || x < 1 || x > (i ? 65536 : 1 << 20) || *p == '-' || *p == '+' ||
+                (i < 2 && *end != 'x') || (i == 2 && *end && *end != ',')) {
+                fprintf(stderr,
+                        "linfuse bench cuda: --mlp takes TOKENSxDIMxHIDDEN[,...] with tokens 1 to 1048576 and dims "
+                        "1 to 65536, e.g. 512x4096x14336; got '%s'\n",
+                        text);
+                return -1;
+            }
+            v[i] = x;
+            p = *end ? end + 1 : end;
+        }
+        if (n == cap) {
+            fprintf(stderr, "linfuse bench cuda: --mlp takes at most %d shapes\n", cap);
+            return -1;
+        }
+        memcpy(shapes[n++], v, sizeof v);
+    }
+    if (!n)
+        fprintf(stderr, "linfuse bench cuda: --mlp needs at least one TOKENSxDIMxHIDDEN\n");
+    return n ? n : -1;
+}
+
+int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act act)
+{
+    enum { MAX_SHAPES = 32 };
+    int64_t shapes[MAX_SHAPES][3];
+    int nshapes = mlp_shapes ? parse_shapes(mlp_shapes, shapes, MAX_SHAPES) : 0;
+    if (nshapes < 0)
+        return LF_EXIT_USAGE;
+    if (mlp_shapes && only) {
+        fprintf(stderr, "linfuse bench cuda: --case picks from the built-in cases, --mlp names its own; not both\n");
+        return LF_EXIT_USAGE;
+    }
     if (!lf_device_available(LF_DEVICE_CUDA)) {
         lf_device_synchronize(LF_DEVICE_CUDA);
         fprintf(stderr, "linfuse bench cuda: %s\n", lf_last_error());
         return LF_EXIT_FAIL;
     }
-    static const gcase cases[] = {
-        {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
-        {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
-        {"mlp_64x128x768x3072_fused", 2, 64, 128, 768, 3072, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
-        {"mlp_64x128x768x3072_gated", 2, 64, 128, 768, 3072, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
-        {"gemm_gated_8192x768x3072", 3, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
-        {"gemm_concat_8192x768x6144", 4, 1, 8192, 768, 3072, 0, 0, LF_ACT_NONE, 0},
-        {"mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
-        {"mlp_8x1024x4096x11008_fused", 2, 8, 1024, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
-        {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
-        {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
-        {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
-        /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
-#define SCHED(T, D, H)                                                                                                  \
-    {"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
-        {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
-        {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
-        SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
-        SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
-        SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
-#undef SCHED
-        {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
-        {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
-        {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE, 0},
-        {"matmul_add_64", 0, 64, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
-        /* compile mode: one CUDA graph launch per forward */
-        {"compiled_linear_1024x32x64", 1, 1024, 32, 64, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        {"compiled_matmul_add_4096", 0, 4096, 0, 0, 0, 0, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
-        {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
-        {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
-        /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
-        {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
-        {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
-        /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
-#define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU, 0
-        {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
-        {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
-        {"llama_mlp_1_gated", LLAMA(1, LF_MLP_GATED, 0)},
-        {"compiled_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
-        {"compiled_gated_llama_mlp_1", LLAMA(1, LF_MLP_EAGER, LF_PASSES_ALL)},
-        {"llama_mlp_16", LLAMA(16, LF_MLP_EAGER, 0)},
-        {"llama_mlp_16_fused", LLAMA(16, LF_MLP_FUSED, 0)},
-        {"llama_mlp_16_gated", LLAMA(16, LF_MLP_GATED, 0)},
-        {"compiled_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
-        {"compiled_gated_llama_mlp_16", LLAMA(16, LF_MLP_EAGER, LF_PASSES_ALL)},
-        {"llama_mlp_512", LLAMA(512, LF_MLP_EAGER, 0)},
-        {"llama_mlp_512_fused", LLAMA(512, LF_MLP_FUSED, 0)},
-        {"llama_mlp_512_gated", LLAMA(512, LF_MLP_GATED, 0)},
-        {"compiled_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
-        {"compiled_gated_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_ALL)},
-        {"llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, 0)},
-        {"llama_mlp_8192_fused", LLAMA(8192, LF_MLP_FUSED, 0)},
-        {"llama_mlp_8192_gated", LLAMA(8192, LF_MLP_GATED, 0)},
-        {"compiled_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
-        {"compiled_gated_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_ALL)},
-#undef LLAMA
-    };
     printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const gcase *g = &cases[i];
-        if (only && !strstr(g->name, only))
-            continue;
-        lf_rng rng;
-        lf_rng_seed(&rng, 1);
-        lf_tensor *x = NULL, *w = NULL, *b = NULL;
-        lf_nn_linear lin = {0};
-        lf_nn_gated_mlp mlp = {0};
-        lf_status s = LF_OK;
-        if (g->kind == 0) {
-            int64_t sq[2] = {g->a, g->a};
-            s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
-            if (s == LF_OK)
-                s = lf_tensor_empty(&w, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
-            if (s == LF_OK)
-                s = lf_tensor_empty(&b, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
-            if (s == LF_OK)
-                s = lf_tensor_fill_uniform(w, &rng, -1, 1);
-            if (s == LF_OK)
-                s = lf_tensor_fill_uniform(b, &rng, -1, 1);
-            if (s == LF_OK)
-                s = to_cuda(&w);
-            if (s == LF_OK)
-                s = to_cuda(&b);
-        } else if (g->kind == 1) {
-            lf_nn_linear_opts o = {g->b, g->c, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
-            int64_t xs[2] = {g->a, g->b};
-            s = lf_nn_linear_init(&lin, &o, &rng);
-            if (s == LF_OK)
-                s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
-            if (s == LF_OK)
-                s = to_cuda(&lin.weight);
-            if (s == LF_OK)
-                s = to_cuda(&lin.bias);
-        } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
-            lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, g->act ? g->act : LF_ACT_GELU_TANH};
-            int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
-            s = lf_nn_gated_mlp_init(&mlp, &o, &rng);
-            if (s == LF_OK)
-                s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
-                                 : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
-            if (s == LF_OK)
-                s = lf_nn_gated_mlp_to_device(&mlp, LF_DEVICE_CUDA);
-        }
-        if (s == LF_OK)
-            s = lf_tensor_fill_uniform(x, &rng, -1, 1);
-        if (s == LF_OK)
-            s = to_cuda(&x);
-        lf_compiled *c = NULL;
-        gstate st = {g, w, b, &lin, &mlp};
-        lf_gated_schedule_force(g->sched);
-        if (s == LF_OK && g->compiled) {
-            lf_compile_opts co = lf_compile_opts_default();
-            co.name = g->name;
-            co.passes = g->compiled;
-            s = lf_compile(&c, captured, &st, 1, &x, &co);
-        }
-        double t[64];
-        int n = reps < 64 ? reps : 64;
-        const int per = 50;
-        for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
-            s = forward(g, x, w, b, &lin, &mlp, c);
-        if (s == LF_OK)
-            s = lf_device_synchronize(LF_DEVICE_CUDA);
-        for (int r = 0; r < n && s == LF_OK; r++) {
-            double t0 = lf_cli_now();
-            for (int k = 0; k < per && s == LF_OK; k++)
-                s = forward(g, x, w, b, &lin, &mlp, c);
-            if (s == LF_OK)
-                s = lf_device_synchronize(LF_DEVICE_CUDA);
-            t[r] = (lf_cli_now() - t0) / per;
-        }
-        /* host time per call: the queue emptied first, so the call returns as soon as its
-         * launches are queued; nothing waits on the GPU inside the timed span */
-        double h[64];
-        for (int r = 0; r < n && s == LF_OK; r++) {
-            s = lf_device_synchronize(LF_DEVICE_CUDA);
-            double t0 = lf_cli_now();
-            if (s == LF_OK)
-                s = forward(g, x, w, b, &lin, &mlp, c);
-            h[r] = lf_cli_now() - t0;
-        }
-        if (s == LF_OK)
-            s = lf_device_synchronize(LF_DEVICE_CUDA);
-        if (s != LF_OK) {
-            fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
-            return LF_EXIT_FAIL;
-        }
-        const double us = lf_cli_median(t, n) * 1e6;
-        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us, lf_cli_median(h, n) * 1e6);
-        if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
-            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * 2.0 / (us * 1e3));
-        printf("\n");
-        lf_gated_schedule_force(LF_GATED_AUTO);
-        lf_compiled_free(c);
-        lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
-        lf_nn_linear_free(&lin);
-        lf_nn_gated_mlp_free(&mlp);
+    int ok = 1;
+    if (mlp_shapes) { /* every MLP variant, eager and compiled, at each shape asked for */
+        static const struct {
+            const char *prefix, *suffix;
+            lf_mlp_variant variant;
+            unsigned compiled;
+        } forms[] = {{"", "", LF_MLP_EAGER, 0},
+                     {"", "_fused", LF_MLP_FUSED, 0},
+                     {"", "_gated", LF_MLP_GATED, 0},
+                     {"compiled_", "", LF_MLP_EAGER, LF_PASSES_DEFAULT},
+                     {"compiled_gated_", "", LF_MLP_EAGER, LF_PASSES_ALL}};
+        for (int i = 0; i < nshapes; i++)
+            for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+                char name[96];
+                snprintf(name, sizeof name, "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
+                         (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
+                const gcase g = {name, 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], forms[f].variant,
+                                 forms[f].compiled, act, 0};
+                ok &= run_case(&g, reps);
+            }
+        return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
     }
-    return LF_EXIT_OK;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!only || strstr(cases[i].name, only))
+            ok &= run_case(&cases[i], reps);
+    return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
 }

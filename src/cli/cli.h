@@ -14,7 +14,9 @@ int lf_cli_demo(int argc, char **argv);
 int lf_cli_mlp(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
-int lf_cli_bench_cuda(int reps, const char *only); /* only: run cases whose names contain it (NULL: all) */
+/* only: run the built-in cases whose names contain it (NULL: all); mlp_shapes: instead, every MLP
+ * variant at each "TxDxH" of a comma-separated list, in activation act. */
+int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act act);
 int lf_cli_bench_tp(int reps, const char *only, int tp); /* tp: GPUs (0: all) */
 int lf_cli_trace(int argc, char **argv);
 /* Serve one trace file to ui.perfetto.dev from 127.0.0.1:port (0: any free port), until stopped
