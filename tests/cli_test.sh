@@ -188,6 +188,21 @@ check "table through a link" 0 "$bin" linear --out "$dir/pair" --batch 4
 checks=$((checks + 1))
 [ -L "$dir/pair/linear/4x32x64_bf16_cold_eager.txt" ] && grep -q "Self CPU" "$dir/pair/linear/table.txt" ||
     { fails=$((fails + 1)); echo "FAIL: the link was replaced or its target not written"; }
+y_close() { # y_close "what" y.safetensors y_ref.json: tensor y, f32 [5, 8], within 1e-4 of the reference
+    checks=$((checks + 1))
+    python3 - "$2" "$3" <<'PY' || { fails=$((fails + 1)); echo "FAIL: $1"; }
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+b, e = h["y"]["data_offsets"]
+assert h["y"]["dtype"] == "F32" and h["y"]["shape"] == [5, 8], h["y"]
+vals = struct.unpack("<40f", raw[8 + n + b:8 + n + e])
+ref = [v for row in json.load(open(sys.argv[2])) for v in row]
+worst = max(abs(a - r) / (abs(r) + 1e-2) for a, r in zip(vals, ref))
+assert worst < 1e-4, worst
+PY
+}
 # linfuse mlp: a Hugging Face layer (SwiGLU, f32, with its config.json) on an input file, the
 # output against float64 computed here; and its errors, none of which leaves an output behind
 mkdir -p "$dir/hf"
@@ -221,19 +236,7 @@ for variant in eager fused gated; do
     check "mlp $variant" 0 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
         --output "$dir/hf/y_$variant.safetensors" --variant "$variant" --device cpu
     contains "mlp $variant: silu from config.json" "(silu, 8 -> 12, f32) on cpu"
-    checks=$((checks + 1))
-    python3 - "$dir/hf/y_$variant.safetensors" "$dir/hf/y_ref.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: mlp $variant's y"; }
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-h = json.loads(raw[8:8 + n])
-b, e = h["y"]["data_offsets"]
-assert h["y"]["dtype"] == "F32" and h["y"]["shape"] == [5, 8], h["y"]
-vals = struct.unpack("<40f", raw[8 + n + b:8 + n + e])
-ref = [v for row in json.load(open(sys.argv[2])) for v in row]
-worst = max(abs(a - r) / (abs(r) + 1e-2) for a, r in zip(vals, ref))
-assert worst < 1e-4, worst
-PY
+    y_close "mlp $variant's y" "$dir/hf/y_$variant.safetensors" "$dir/hf/y_ref.json"
 done
 check "mlp compiled" 0 "$bin" mlp --weights "$dir/hf/model.safetensors" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
     --output "$dir/hf/y_c.safetensors" --compile --device cpu --dtype bf16
@@ -247,6 +250,47 @@ check "mlp: flags missing" 2 "$bin" mlp --weights "$dir/hf"
 check "mlp: output in no directory" 1 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/no/y.safetensors" --device cpu
 checks=$((checks + 1))
 [ ! -e "$dir/hf/bad.safetensors" ] && [ -z "$(find "$dir/hf" -name '*.tmp.*')" ] || { fails=$((fails + 1)); echo "FAIL: a failed mlp left a file"; }
+# an FP8 checkpoint (E4M3 weights, an F32 scale per row as llm-compressor writes them):
+# dequantized at load, run in f32, against float64 over the decoded weights
+mkdir -p "$dir/fp8"
+python3 - "$dir/fp8" "$dir/hf/x.safetensors" <<'PY'
+import json, math, random, struct, sys
+d = sys.argv[1]
+random.seed(11)
+D, H, T = 8, 12, 5
+def e4m3(b):
+    e, m = (b >> 3) & 15, b & 7
+    v = m * 2.0 ** -9 if e == 0 else (8 + m) * 2.0 ** (e - 10)
+    return -v if b & 0x80 else v
+header, blob, w = {}, b"", {}
+for name, (r, c) in (("gate_proj", (H, D)), ("up_proj", (H, D)), ("down_proj", (D, H))):
+    codes = [[random.randrange(0x20, 0x60) | random.choice((0, 0x80)) for _ in range(c)] for _ in range(r)]
+    scales = [random.choice((1, 2, 3)) / 64 for _ in range(r)]
+    w[name] = [[e4m3(codes[i][j]) * scales[i] for j in range(c)] for i in range(r)]
+    key = "model.layers.0.mlp.%s.weight" % name
+    data = bytes(b for row in codes for b in row)
+    header[key] = {"dtype": "F8_E4M3", "shape": [r, c], "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+    data = struct.pack("<%df" % r, *scales)
+    header[key + "_scale"] = {"dtype": "F32", "shape": [r, 1], "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+h = json.dumps(header).encode()
+open(d + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + blob)
+json.dump({"hidden_act": "silu"}, open(d + "/config.json", "w"))
+raw = open(sys.argv[2], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+x = struct.unpack("<40f", raw[8 + n:8 + n + 160])
+x = [x[t * D:(t + 1) * D] for t in range(T)]
+g, u, dn = w["gate_proj"], w["up_proj"], w["down_proj"]
+silu = lambda v: v / (1 + math.exp(-v))
+y = [[sum(dn[j][k] * silu(sum(x[t][i] * g[k][i] for i in range(D))) * sum(x[t][i] * u[k][i] for i in range(D))
+          for k in range(H)) for j in range(D)] for t in range(T)]
+json.dump(y, open(d + "/y_ref.json", "w"))
+PY
+check "mlp from an FP8 checkpoint" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+    --output "$dir/fp8/y.safetensors" --variant gated --device cpu --dtype f32
+contains "mlp from an FP8 checkpoint" "(silu, 8 -> 12, f32) on cpu"
+y_close "the FP8 mlp's y" "$dir/fp8/y.safetensors" "$dir/fp8/y_ref.json"
 # the experiments profile a real layer: its sizes and activation come from the checkpoint
 check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu
 contains "simple-mlp --weights: the file's sizes" "1x4x8x12"

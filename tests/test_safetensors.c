@@ -2,6 +2,7 @@
  * written contiguous, sharded checkpoints through their index); every malformed file a clear
  * error naming what is wrong; config.json's activation; a Hugging Face MLP loaded by its names
  * and run in every variant against float64. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +284,231 @@ static void test_mlp_load(void)
     }
 }
 
+/* FP8 values: the anchors of the OCP spec, every E5M2 code against f16 (E5M2 is f16's top byte),
+ * every E4M3 code ordered and sign-symmetric, the NaN and infinity patterns. */
+static void test_fp8_decode(void)
+{
+    static const struct {
+        uint8_t b;
+        float v;
+    } e4[] = {{0x00, 0.f},       {0x38, 1.f},        {0x3c, 1.5f}, {0x40, 2.f},    {0x7e, 448.f},
+              {0xfe, -448.f},    {0x01, 0x1p-9f},    {0x07, 7 * 0x1p-9f}, {0x08, 0x1p-6f}, {0x30, 0.5f}},
+      e5[] = {{0x3c, 1.f}, {0x40, 2.f}, {0x7b, 57344.f}, {0x01, 0x1p-16f}, {0x04, 0x1p-14f}, {0xbc, -1.f}};
+    for (size_t i = 0; i < sizeof e4 / sizeof e4[0]; i++)
+        CHECK(lf_f32_from_f8e4m3(e4[i].b) == e4[i].v, "e4m3 0x%02x = %g, got %g", e4[i].b, (double)e4[i].v,
+              (double)lf_f32_from_f8e4m3(e4[i].b));
+    for (size_t i = 0; i < sizeof e5 / sizeof e5[0]; i++)
+        CHECK(lf_f32_from_f8e5m2(e5[i].b) == e5[i].v, "e5m2 0x%02x = %g", e5[i].b, (double)e5[i].v);
+    CHECK(isnan(lf_f32_from_f8e4m3(0x7f)) && isnan(lf_f32_from_f8e4m3(0xff)), "e4m3 S.1111.111 is NaN");
+    CHECK(isinf(lf_f32_from_f8e5m2(0x7c)) && lf_f32_from_f8e5m2(0xfc) < 0 && isnan(lf_f32_from_f8e5m2(0x7d)),
+          "e5m2 infinities and NaNs");
+    CHECK(signbit(lf_f32_from_f8e4m3(0x80)) && lf_f32_from_f8e4m3(0x80) == 0, "e4m3 0x80 is -0");
+    int bad5 = 0, bad4 = 0;
+    for (int b = 0; b < 256; b++) {
+        float f16 = lf_f32_from_f16((uint16_t)(b << 8)), v = lf_f32_from_f8e5m2((uint8_t)b);
+        bad5 += !(v == f16 || (isnan(v) && isnan(f16)));
+        if ((b & 0x7f) < 0x7f)
+            bad4 += lf_f32_from_f8e4m3((uint8_t)(b | 0x80)) != -lf_f32_from_f8e4m3((uint8_t)(b & 0x7f)) ||
+                    ((b & 0x7f) > 0 && !(lf_f32_from_f8e4m3((uint8_t)(b & 0x7f)) > lf_f32_from_f8e4m3((uint8_t)((b & 0x7f) - 1))));
+    }
+    CHECK(!bad5, "every e5m2 code equals the f16 with it as its top byte (%d differ)", bad5);
+    CHECK(!bad4, "e4m3 codes increase with the code and flip with the sign (%d do not)", bad4);
+}
+
+/* A file from its header and data bytes, opened from memory. */
+static lf_status open_data(const char *header, const void *data, size_t n, lf_safetensors **st)
+{
+    size_t hl = strlen(header);
+    unsigned char *buf = malloc(8 + hl + n + 1);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    memcpy(buf + 8 + hl, data, n);
+    lf_status s = lf_st_open_buffer(st, buf, 8 + hl + n, "fp8.safetensors");
+    free(buf);
+    return s;
+}
+
+/* Element i of t, read through f32. */
+static float at(const lf_tensor *t, int64_t i)
+{
+    float v[64];
+    return lf_tensor_to_f32(t, v, 64) == LF_OK ? v[i] : -12345.f;
+}
+
+/* FP8 weights dequantized with their scales: per tensor (a 0-dim scale), per row, per block,
+ * E5M2 with a bf16 scale; the wrong scale shape or dtype, or none, a clear error; the dtypes
+ * linfuse computes in converted by the same call. */
+static void test_fp8_load(void)
+{
+    lf_safetensors *st = NULL;
+    lf_tensor *t = NULL;
+    { /* per tensor, scale 0.5: 1, 2, -1, 448, 2^-9, NaN */
+        unsigned char d[6 + 4] = {0x38, 0x40, 0xb8, 0x7e, 0x01, 0x7f};
+        const float half = 0.5f;
+        memcpy(d + 6, &half, 4);
+        OK(open_data("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,3],\"data_offsets\":[0,6]},"
+                     "\"w_scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[6,10]}}",
+                     d, sizeof d, &st));
+        FAILS(LF_EDTYPE, "lf_st_get_as reads FP8", lf_st_get(st, "w", &t));
+        OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+        if (t) {
+            CHECK(t->dtype == LF_DTYPE_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3, "shape kept");
+            CHECK(at(t, 0) == 0.5f && at(t, 1) == 1.f && at(t, 2) == -0.5f && at(t, 3) == 224.f &&
+                      at(t, 4) == 0x1p-10f && isnan(at(t, 5)),
+                  "per-tensor scale: %g %g %g %g %g %g", (double)at(t, 0), (double)at(t, 1), (double)at(t, 2),
+                  (double)at(t, 3), (double)at(t, 4), (double)at(t, 5));
+        }
+        lf_tensor_free(t), t = NULL;
+        OK(lf_st_get_as(st, "w", LF_DTYPE_COUNT, &t)); /* FP8 comes out bf16 unless asked */
+        CHECK(t && t->dtype == LF_DTYPE_BF16 && at(t, 3) == 224.f, "FP8 defaults to bf16");
+        lf_tensor_free(t), t = NULL;
+        lf_st_close(st);
+    }
+    { /* per row through _scale_inv [2, 1], and blocks of 2 x 2 in a 4 x 4 weight ([2, 2] scales) */
+        unsigned char d[16 + 8 + 16 + 16];
+        memset(d, 0x38, 16); /* every weight 1.0 */
+        const float rows[2] = {0.25f, 4.f}, blocks[4] = {1.f, 2.f, 3.f, 4.f};
+        memcpy(d + 16, rows, 8);
+        memset(d + 24, 0x40, 16); /* every value 2.0 */
+        memcpy(d + 40, blocks, 16);
+        OK(open_data("{\"r\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,8],\"data_offsets\":[0,16]},"
+                     "\"r_scale_inv\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[16,24]},"
+                     "\"b\":{\"dtype\":\"F8_E4M3\",\"shape\":[4,4],\"data_offsets\":[24,40]},"
+                     "\"b_scale_inv\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[40,56]}}",
+                     d, sizeof d, &st));
+        OK(lf_st_get_as(st, "r", LF_DTYPE_F32, &t));
+        CHECK(t && at(t, 0) == 0.25f && at(t, 7) == 0.25f && at(t, 8) == 4.f && at(t, 15) == 4.f, "per-row scales");
+        lf_tensor_free(t), t = NULL;
+        OK(lf_st_get_as(st, "b", LF_DTYPE_F16, &t));
+        int bad = 0;
+        for (int i = 0; t && i < 16; i++)
+            bad += at(t, i) != 2.f * blocks[(i / 4 / 2) * 2 + (i % 4) / 2];
+        CHECK(t && t->dtype == LF_DTYPE_F16 && !bad, "block scales: %d of 16 wrong", bad);
+        lf_tensor_free(t), t = NULL;
+        lf_st_close(st);
+    }
+    { /* E5M2 with a bf16 scale per row, shape [rows] */
+        unsigned char d[4 + 4] = {0x3c, 0x40, 0xbc, 0x7c};
+        const uint16_t sc[2] = {lf_bf16_from_f32(3.f), lf_bf16_from_f32(-1.f)};
+        memcpy(d + 4, sc, 4);
+        OK(open_data("{\"e\":{\"dtype\":\"F8_E5M2\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                     "\"e_scale\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
+                     d, sizeof d, &st));
+        OK(lf_st_get_as(st, "e", LF_DTYPE_F32, &t));
+        CHECK(t && at(t, 0) == 3.f && at(t, 1) == 6.f && at(t, 2) == 1.f && isinf(at(t, 3)) && at(t, 3) < 0,
+              "e5m2 per row: %g %g %g %g", t ? (double)at(t, 0) : 0, t ? (double)at(t, 1) : 0,
+              t ? (double)at(t, 2) : 0, t ? (double)at(t, 3) : 0);
+        lf_tensor_free(t), t = NULL;
+        lf_st_close(st);
+    }
+    { /* errors: no scale, a scale that fits nothing, a scale in an integer dtype, a 3-D weight by rows */
+        unsigned char d[24] = {0};
+        OK(open_data("{\"n\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
+                     "\"s\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2],\"data_offsets\":[4,8]},"
+                     "\"s_scale\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[8,20]},"
+                     "\"i\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,2],\"data_offsets\":[20,22]},"
+                     "\"i_scale\":{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[22,24]}}",
+                     d, sizeof d, &st));
+        FAILS(LF_EINVAL, "no \"n_scale\" or \"n_scale_inv\"", lf_st_get_as(st, "n", LF_DTYPE_F32, &t));
+        FAILS(LF_ESHAPE, "does not fit weight", lf_st_get_as(st, "s", LF_DTYPE_F32, &t));
+        FAILS(LF_EDTYPE, "is I16; expected F32, BF16 or F16", lf_st_get_as(st, "i", LF_DTYPE_F32, &t));
+        FAILS(LF_EINVAL, "no tensor \"missing\"", lf_st_get_as(st, "missing", LF_DTYPE_F32, &t));
+        CHECK(!t, "nothing handed out on failure");
+        lf_st_close(st);
+        unsigned char d3[8 + 8] = {0};
+        OK(open_data("{\"c\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,2,2],\"data_offsets\":[0,8]},"
+                     "\"c_scale\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                     d3, sizeof d3, &st));
+        FAILS(LF_ESHAPE, "does not fit weight", lf_st_get_as(st, "c", LF_DTYPE_F32, &t));
+        lf_st_close(st);
+    }
+    { /* the dtypes linfuse computes in: converted, or the file's own bytes */
+        const float v[3] = {1.5f, -2.25f, 1e-3f};
+        OK(open_data("{\"f\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}", v, sizeof v, &st));
+        OK(lf_st_get_as(st, "f", LF_DTYPE_BF16, &t));
+        CHECK(t && t->dtype == LF_DTYPE_BF16 && at(t, 0) == 1.5f && at(t, 1) == -2.25f &&
+                  at(t, 2) == lf_f32_from_bf16(lf_bf16_from_f32(1e-3f)),
+              "f32 to bf16");
+        lf_tensor_free(t), t = NULL;
+        OK(lf_st_get_as(st, "f", LF_DTYPE_COUNT, &t));
+        CHECK(t && t->dtype == LF_DTYPE_F32 && at(t, 2) == 1e-3f, "kept as the file's");
+        lf_tensor_free(t), t = NULL;
+        lf_st_close(st);
+    }
+}
+
+/* A Hugging Face MLP stored in FP8 (E4M3, one F32 scale per row, as llm-compressor writes):
+ * loaded dequantized to bf16, the stacked weight equal to decode x scale rounded once, and every
+ * variant against float64 over the dequantized weights. */
+static void test_fp8_mlp_load(void)
+{
+    const int64_t D = 24, H = 40;
+    const char *part[3] = {"gate_proj", "up_proj", "down_proj"};
+    const int64_t rows[3] = {H, H, D}, cols[3] = {D, D, H};
+    size_t off = 0, at_w[3], at_s[3];
+    for (int i = 0; i < 3; i++)
+        at_w[i] = off, off += (size_t)(rows[i] * cols[i]);
+    for (int i = 0; i < 3; i++)
+        at_s[i] = off, off += (size_t)rows[i] * 4;
+    unsigned char *d = malloc(off);
+    char header[2048];
+    int hl = snprintf(header, sizeof header, "{");
+    lf_rng rng;
+    lf_rng_seed(&rng, 17);
+    for (int i = 0; i < 3; i++) {
+        for (int64_t k = 0; k < rows[i] * cols[i]; k++) { /* 0.125 to 30 (as a quantizer fills the range), both signs */
+            const uint64_t r = lf_rng_next(&rng);
+            d[at_w[i] + (size_t)k] = (uint8_t)(0x20 + r % 64 + (r >> 32 & 1) * 0x80);
+        }
+        for (int64_t r = 0; r < rows[i]; r++) {
+            const float s = 0x1p-8f * (float)(1 + r % 7); /* weights of 2^-11 to 0.8 */
+            memcpy(d + at_s[i] + (size_t)r * 4, &s, 4);
+        }
+        hl += snprintf(header + hl, sizeof header - (size_t)hl,
+                       "%s\"m.%s.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]},"
+                       "\"m.%s.weight_scale\":{\"dtype\":\"F32\",\"shape\":[%lld,1],\"data_offsets\":[%zu,%zu]}",
+                       i ? "," : "", part[i], (long long)rows[i], (long long)cols[i], at_w[i],
+                       at_w[i] + (size_t)(rows[i] * cols[i]), part[i], (long long)rows[i], at_s[i],
+                       at_s[i] + (size_t)rows[i] * 4);
+    }
+    snprintf(header + hl, sizeof header - (size_t)hl, "}");
+    lf_safetensors *st = NULL;
+    OK(open_data(header, d, off, &st));
+    lf_nn_gated_mlp m;
+    if (st && lf_nn_gated_mlp_load(&m, st, "m", LF_ACT_SILU, LF_DTYPE_COUNT) == LF_OK) {
+        CHECK(m.gate_up->dtype == LF_DTYPE_BF16 && m.dim == D && m.hidden == H, "FP8 MLP loaded as bf16 %lld -> %lld",
+              (long long)m.dim, (long long)m.hidden);
+        const uint16_t *gu = lf_tensor_data(m.gate_up);
+        int bad = 0;
+        for (int64_t r = 0; r < 2 * H; r++)
+            for (int64_t c = 0; c < D; c++) {
+                const int i = r < H ? 0 : 1;
+                const int64_t rr = r % H;
+                float s;
+                memcpy(&s, d + at_s[i] + (size_t)rr * 4, 4);
+                bad += gu[r * D + c] != lf_bf16_from_f32(lf_f32_from_f8e4m3(d[at_w[i] + (size_t)(rr * D + c)]) * s);
+            }
+        CHECK(!bad, "[Wg; Wu] is decode x scale rounded once to bf16 (%d of %lld differ)", bad, (long long)(2 * H * D));
+        int64_t xs[2] = {7, D};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs);
+        for (int v = 0; v < LF_MLP_VARIANT_COUNT; v++) {
+            lf_tensor *y = NULL;
+            OK(lf_nn_gated_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &y));
+            double err = y ? gated_mlp_err(&m, x, y, 1) : 1;
+            CHECK(err < tol_for(LF_DTYPE_BF16), "FP8-loaded MLP %s: err %.3g", lf_mlp_variant_name((lf_mlp_variant)v),
+                  err);
+            lf_tensor_free(y);
+        }
+        lf_tensor_free(x);
+        lf_nn_gated_mlp_free(&m);
+    } else {
+        CHECK(0, "FP8 MLP load: %s", lf_last_error());
+    }
+    lf_st_close(st);
+    free(d);
+}
+
 int main(void)
 {
     if (!lf_test_tmpdir("lf_st_"))
@@ -293,6 +519,9 @@ int main(void)
     test_unaligned();
     test_config();
     test_mlp_load();
+    test_fp8_decode();
+    test_fp8_load();
+    test_fp8_mlp_load();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", lf_test_dir);
     if (system(cmd) != 0)

@@ -80,8 +80,10 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
 /* A Hugging Face MLP (Llama's, Mistral's, Qwen's, Gemma's): <prefix>.gate_proj.weight (H, D),
  * .up_proj.weight (H, D), .down_proj.weight (D, H) from st, their sizes checked against each
  * other, gate and up copied into the stacked gate_up, down read in place where dtype is the
- * file's (LF_DTYPE_COUNT: keep the file's dtype, else each weight converted). On the CPU; move it
- * with lf_nn_gated_mlp_to_device. */
+ * file's (LF_DTYPE_COUNT: keep the file's dtype, else each weight converted). FP8 checkpoints
+ * (F8_E4M3/F8_E5M2 weights with "<name>_scale" or "_scale_inv" beside them) are dequantized as
+ * lf_st_get_as does, to bf16 under LF_DTYPE_COUNT. On the CPU; move it with
+ * lf_nn_gated_mlp_to_device. */
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */

@@ -39,6 +39,20 @@ int lf_st_has(const lf_safetensors *st, const char *name);
 /* Tensor `name` as a CPU tensor viewing the file (BF16, F16 or F32; 1 to 4 dims). Writing it
  * changes only this process's copy of the page, never the file. */
 lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);
+/* Tensor `name` as a CPU tensor of dtype dt, converted or dequantized: BF16, F16 and F32 tensors
+ * are converted (viewed without a copy when dt is theirs); FP8 ones (F8_E4M3, F8_E5M2, as
+ * llm-compressor, FBGEMM and DeepSeek write them) are decoded exactly, multiplied in fp32 by the
+ * scale stored beside them as "<name>_scale" or else "<name>_scale_inv" (F32, BF16 or F16; both
+ * names are dequantization multipliers) and rounded once to dt. The scale is one value for the
+ * tensor, one per row (shape [rows] or [rows, 1]) or one per block of a 2-D weight (shape
+ * [ceil(rows/br), ceil(cols/bc)], such as DeepSeek-V3's 128 x 128). dt LF_DTYPE_COUNT keeps a
+ * BF16, F16 or F32 tensor's own dtype and gives BF16 for FP8. */
+lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out);
+/* One FP8 value: OCP E4M3 in its "fn" form (no infinities; S.1111.111 is NaN; largest 448, as
+ * torch.float8_e4m3fn) and E5M2 (IEEE-like: infinities and NaNs; largest 57344). Exact. */
+float lf_f32_from_f8e4m3(uint8_t b);
+float lf_f32_from_f8e5m2(uint8_t b);
+
 /* __metadata__'s value for key, or NULL (the first file's, for a sharded checkpoint). */
 const char *lf_st_metadata(const lf_safetensors *st, const char *key);
 

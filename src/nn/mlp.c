@@ -233,22 +233,6 @@ void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
     m->gate_up = NULL;
 }
 
-/* t in dtype dt: t itself (a new handle) when it is already, else a converted contiguous copy. */
-static lf_status as_dtype(const lf_tensor *t, lf_dtype dt, lf_tensor **out)
-{
-    if (t->dtype == dt)
-        return lf_tensor_as_strided(out, t, t->ndim, t->shape, t->stride, t->offset);
-    const int64_t n = lf_tensor_numel(t);
-    float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    if (!f)
-        return lf_fail(LF_ENOMEM, "lf_nn_gated_mlp_load: out of memory converting a weight to %s", lf_dtype_name(dt));
-    lf_status s = lf_tensor_to_f32(t, f, n);
-    if (s == LF_OK)
-        s = lf_tensor_from_f32(out, dt, t->ndim, t->shape, f, LF_DEVICE_CPU);
-    free(f);
-    return s;
-}
-
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype)
 {
@@ -266,8 +250,8 @@ lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, con
         else if (!lf_st_has(st, name[i]))
             s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: the checkpoint has no \"%.300s\" (prefix \"%.200s\")", name[i],
                         prefix);
-        else
-            s = lf_st_get(st, name[i], &w[i]);
+        else /* converted to dtype, or FP8 dequantized with its scales */
+            s = lf_st_get_as(st, name[i], dtype, &w[i]);
     }
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP], c[LF_SHAPE_STR_CAP];
     if (s == LF_OK && (w[0]->ndim != 2 || w[1]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] != w[1]->shape[0] ||
@@ -280,26 +264,18 @@ lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, con
     if (s == LF_OK && (w[0]->dtype != w[1]->dtype || w[0]->dtype != w[2]->dtype))
         s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: %s: the three weights are %s, %s, %s; expected one dtype", prefix,
                     lf_dtype_name(w[0]->dtype), lf_dtype_name(w[1]->dtype), lf_dtype_name(w[2]->dtype));
-    const lf_dtype dt = dtype == LF_DTYPE_COUNT && s == LF_OK ? w[0]->dtype : dtype;
-    if (s == LF_OK && (unsigned)dt >= LF_DTYPE_COUNT)
-        s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: dtype %d", (int)dt);
-    lf_tensor *g = NULL, *u = NULL;
-    if (s == LF_OK)
-        s = as_dtype(w[0], dt, &g);
-    if (s == LF_OK)
-        s = as_dtype(w[1], dt, &u);
+    const lf_dtype dt = s == LF_OK ? w[0]->dtype : LF_DTYPE_COUNT;
     if (s == LF_OK) { /* [Wg; Wu]: the gated GEMM's one weight */
         const int64_t H = w[0]->shape[0], D = w[0]->shape[1], gs[2] = {2 * H, D};
         s = lf_tensor_empty(&gu, dt, 2, gs, LF_DEVICE_CPU);
         if (s == LF_OK) {
             const size_t half = (size_t)(H * D) * lf_dtype_size(dt);
-            memcpy(lf_tensor_data(gu), lf_tensor_data(g), half);
-            memcpy((char *)lf_tensor_data(gu) + half, lf_tensor_data(u), half);
+            memcpy(lf_tensor_data(gu), lf_tensor_data(w[0]), half);
+            memcpy((char *)lf_tensor_data(gu) + half, lf_tensor_data(w[1]), half);
         }
     }
-    if (s == LF_OK)
-        s = as_dtype(w[2], dt, &down); /* the file's own bytes when the dtype is the file's */
-    lf_tensor_free(g), lf_tensor_free(u);
+    if (s == LF_OK) /* the file's own bytes when the dtype is the file's */
+        down = w[2], w[2] = NULL;
     for (int i = 0; i < 3; i++)
         lf_tensor_free(w[i]);
     if (s != LF_OK) {

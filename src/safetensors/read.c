@@ -419,6 +419,15 @@ static const st_ref *find(const lf_safetensors *st, const char *name)
     return st && name ? bsearch(&key, st->refs, st->n_refs, sizeof key, by_name) : NULL;
 }
 
+const st_tensor *st_find(const lf_safetensors *st, const char *name, const st_file **file)
+{
+    const st_ref *r = find(st, name);
+    if (!r)
+        return NULL;
+    *file = &st->files[r->file];
+    return &st->files[r->file].t[r->index];
+}
+
 int64_t lf_st_count(const lf_safetensors *st)
 {
     return st ? (int64_t)st->n_refs : 0;
@@ -446,8 +455,9 @@ lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
     const st_file *f = &st->files[r->file];
     const st_tensor *t = &f->t[r->index];
     if (t->dtype < 0)
-        return lf_fail(LF_EDTYPE, "%s: tensor \"%.200s\" is %s; linfuse computes in BF16, F16 and F32", f->path, name,
-                       t->dtype_name);
+        return lf_fail(LF_EDTYPE, "%s: tensor \"%.200s\" is %s; linfuse computes in BF16, F16 and F32%s", f->path, name,
+                       t->dtype_name,
+                       !strncmp(t->dtype_name, "F8_", 3) ? " (lf_st_get_as reads FP8 weights dequantized)" : "");
     if (t->ndim < 1 || t->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "%s: tensor \"%.200s\" has %d dims; linfuse tensors have 1 to %d", f->path, name,
                        t->ndim, LF_MAX_DIMS);

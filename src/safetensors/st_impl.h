@@ -50,4 +50,7 @@ struct lf_safetensors {
     size_t n_refs;
 };
 
+/* The tensor called name and its file (*file set), or NULL. */
+const st_tensor *st_find(const lf_safetensors *st, const char *name, const st_file **file);
+
 #endif

@@ -1,0 +1,149 @@
+/* Checkpoint tensors read as a chosen dtype: BF16/F16/F32 converted, FP8 weights dequantized
+ * with the scales stored beside them. FP8 is a storage format here: linfuse computes in BF16,
+ * F16 and F32, so an FP8 checkpoint (llm-compressor's, FBGEMM's, DeepSeek's block-scaled ones)
+ * runs on every device at the cost of its dequantized size. Decoding is written out here: it is
+ * two formulas from the OCP FP8 specification, and no Debian library offers it. Layer:
+ * safetensors/. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors/st_impl.h"
+
+float lf_f32_from_f8e4m3(uint8_t b)
+{
+    const int e = (b >> 3) & 0xf, m = b & 7;
+    float v;
+    if (e == 0xf && m == 7)
+        v = NAN; /* the one NaN pattern; E4M3 "fn" has no infinities */
+    else if (e == 0)
+        v = ldexpf((float)m, -9); /* subnormal: m/8 x 2^-6 */
+    else
+        v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) x 2^(e-7) */
+    return b & 0x80 ? -v : v;
+}
+
+float lf_f32_from_f8e5m2(uint8_t b)
+{
+    const int e = (b >> 2) & 0x1f, m = b & 3;
+    float v;
+    if (e == 0x1f)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexpf((float)m, -16); /* subnormal: m/4 x 2^-14 */
+    else
+        v = ldexpf((float)(4 + m), e - 17); /* (1 + m/4) x 2^(e-15) */
+    return b & 0x80 ? -v : v;
+}
+
+/* Element i of a BF16/F16/F32 tensor's bytes, which the format does not promise are aligned. */
+static float elem(const st_tensor *t, const unsigned char *p, int64_t i)
+{
+    union {
+        uint16_t h;
+        float f;
+    } u = {0};
+    memcpy(&u, p + i * t->esize, (size_t)t->esize);
+    return lf_load_f32(&u, (lf_dtype)t->dtype, 0);
+}
+
+static int64_t numel(const st_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* Decode FP8 tensor t of file f into dst (n floats), times its scale. */
+static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
+                            float *dst)
+{
+    char sname[600];
+    const st_file *sf = NULL;
+    const st_tensor *s = NULL;
+    for (int inv = 0; inv < 2 && !s; inv++) {
+        snprintf(sname, sizeof sname, "%s%s", name, inv ? "_scale_inv" : "_scale");
+        s = st_find(st, sname, &sf);
+    }
+    if (!s)
+        return lf_fail(LF_EINVAL,
+                       "%s: tensor \"%.200s\" is %s and the checkpoint has no \"%.200s_scale\" or \"%.200s_scale_inv\" "
+                       "to dequantize it with",
+                       f->path, name, t->dtype_name, name, name);
+    if (s->dtype < 0)
+        return lf_fail(LF_EDTYPE, "%s: scale \"%.200s\" is %s; expected F32, BF16 or F16", sf->path, sname,
+                       s->dtype_name);
+    /* the weight as rows x cols (a vector: one column); the scale as a grid of sr x sc blocks */
+    const int64_t rows = t->ndim ? t->shape[0] : 1, n = numel(t), cols = rows ? n / rows : 0;
+    const int64_t sn = numel(s);
+    int64_t sr = 1, sc = 1;
+    if (sn != 1) {
+        if (t->ndim > 2 || s->ndim > 2 || s->ndim == 0)
+            sr = 0;
+        else
+            sr = s->shape[0], sc = s->ndim == 2 ? s->shape[1] : 1;
+    }
+    const int64_t br = sr ? cdiv(rows, sr) : 0, bc = sc ? cdiv(cols, sc) : 0;
+    if (!sr || !sc || (rows && cdiv(rows, br) != sr) || (cols && cdiv(cols, bc) != sc)) {
+        char ws[LF_SHAPE_STR_CAP], ss[LF_SHAPE_STR_CAP];
+        return lf_fail(LF_ESHAPE,
+                       "%s: scale \"%.200s\" %s does not fit weight %s: expected one value, one per row, or a grid of "
+                       "blocks of a 2-D weight",
+                       sf->path, sname, lf_fmt_shape(ss, sizeof ss, s->ndim, s->shape),
+                       lf_fmt_shape(ws, sizeof ws, t->ndim, t->shape));
+    }
+    const unsigned char *q = f->data + t->begin, *sp = sf->data + s->begin;
+    float (*decode)(uint8_t) = !strcmp(t->dtype_name, "F8_E4M3") ? lf_f32_from_f8e4m3 : lf_f32_from_f8e5m2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[r * cols + c] = decode(q[r * cols + c]) * elem(s, sp, (r / br) * sc + c / bc);
+    return LF_OK;
+}
+
+lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out)
+{
+    LF_CHECK_PTR(out, "lf_st_get_as", "out");
+    *out = NULL;
+    LF_CHECK_PTR(st, "lf_st_get_as", "st");
+    LF_CHECK_PTR(name, "lf_st_get_as", "name");
+    if ((unsigned)dt > LF_DTYPE_COUNT)
+        return lf_fail(LF_EDTYPE, "lf_st_get_as: dtype %d", (int)dt);
+    const st_file *f = NULL;
+    const st_tensor *t = st_find(st, name, &f);
+    const int fp8 = t && t->dtype < 0 && !strncmp(t->dtype_name, "F8_", 3);
+    if (!fp8) { /* the tensor as it is (or the error saying why not), converted when asked */
+        lf_tensor *raw = NULL;
+        LF_TRY(lf_st_get(st, name, &raw));
+        if (dt == LF_DTYPE_COUNT || dt == raw->dtype) {
+            *out = raw;
+            return LF_OK;
+        }
+        const int64_t n = lf_tensor_numel(raw);
+        float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+        lf_status s = tmp ? lf_tensor_to_f32(raw, tmp, n) : lf_fail(LF_ENOMEM, "lf_st_get_as: out of memory");
+        if (s == LF_OK)
+            s = lf_tensor_from_f32(out, dt, raw->ndim, raw->shape, tmp, LF_DEVICE_CPU);
+        free(tmp);
+        lf_tensor_free(raw);
+        return s;
+    }
+    if (t->ndim < 1 || t->ndim > LF_MAX_DIMS)
+        return lf_fail(LF_ESHAPE, "%s: tensor \"%.200s\" has %d dims; linfuse tensors have 1 to %d", f->path, name,
+                       t->ndim, LF_MAX_DIMS);
+    const int64_t n = numel(t);
+    float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return lf_fail(LF_ENOMEM, "%s: out of memory dequantizing \"%.200s\" (%lld values)", f->path, name,
+                       (long long)n);
+    lf_status s = dequantize(st, f, t, name, tmp);
+    if (s == LF_OK)
+        s = lf_tensor_from_f32(out, dt == LF_DTYPE_COUNT ? LF_DTYPE_BF16 : dt, t->ndim, t->shape, tmp, LF_DEVICE_CPU);
+    free(tmp);
+    return s;
+}
