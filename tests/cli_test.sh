@@ -289,12 +289,14 @@ json.dump(y, open(d + "/y_ref.json", "w"))
 PY
 check "mlp from an FP8 checkpoint" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
     --output "$dir/fp8/y.safetensors" --variant gated --device cpu --dtype f32
-contains "mlp from an FP8 checkpoint" "(silu, 8 -> 12, f32) on cpu"
+contains "mlp from an FP8 checkpoint" "(silu, 8 -> 12, f32 from F8_E4M3) on cpu"
 y_close "the FP8 mlp's y" "$dir/fp8/y.safetensors" "$dir/fp8/y_ref.json"
 # the experiments profile a real layer: its sizes and activation come from the checkpoint
 check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu
 contains "simple-mlp --weights: the file's sizes" "1x4x8x12"
 contains "simple-mlp --weights: silu" "lf::silu"
+check "kernels-mlp --weights, FP8" 0 "$bin" kernels-mlp --out "$dir" --weights "$dir/fp8" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu --variant gated
+contains "kernels-mlp --weights, FP8: the file's sizes" "1x4x8x12"
 check "--weights with --dim" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --dim 16
 check "--weights without --prefix" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf"
 check "tour" 0 "$bin" tour --out "$dir"

@@ -351,6 +351,13 @@ static void test_fp8_load(void)
                      "\"w_scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[6,10]}}",
                      d, sizeof d, &st));
         FAILS(LF_EDTYPE, "lf_st_get_as reads FP8", lf_st_get(st, "w", &t));
+        CHECK(lf_st_dtype(st, "w") && !strcmp(lf_st_dtype(st, "w"), "F8_E4M3") &&
+                  !strcmp(lf_st_dtype(st, "w_scale"), "F32") && !lf_st_dtype(st, "nope"),
+              "the file's dtype names");
+        int64_t sh[8];
+        CHECK(lf_st_shape(st, "w", sh) == 2 && sh[0] == 2 && sh[1] == 3 && lf_st_shape(st, "w_scale", sh) == 0 &&
+                  lf_st_shape(st, "nope", sh) == -1,
+              "shapes from the header");
         OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
         if (t) {
             CHECK(t->dtype == LF_DTYPE_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3, "shape kept");

@@ -36,6 +36,11 @@ int64_t lf_st_count(const lf_safetensors *st);
 const char *lf_st_name(const lf_safetensors *st, int64_t i);
 /* Whether the checkpoint has a tensor of this name. */
 int lf_st_has(const lf_safetensors *st, const char *name);
+/* The file's dtype for tensor `name`, as the format spells it ("BF16", "F8_E4M3"), or NULL; its
+ * shape into shape[0..7] and its number of dims (0 for a scalar), or -1 when there is no such
+ * tensor. Neither reads the data. */
+const char *lf_st_dtype(const lf_safetensors *st, const char *name);
+int lf_st_shape(const lf_safetensors *st, const char *name, int64_t shape[8]);
 /* Tensor `name` as a CPU tensor viewing the file (BF16, F16 or F32; 1 to 4 dims). Writing it
  * changes only this process's copy of the page, never the file. */
 lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);

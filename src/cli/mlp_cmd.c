@@ -31,19 +31,19 @@ int lf_cli_act(const char *cmd, const char *v, lf_act *act)
 int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, int64_t *dim, int64_t *hidden)
 {
     lf_safetensors *st = NULL;
-    lf_tensor *g = NULL;
     char name[512];
+    int64_t shape[8];
     snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
     lf_status s = lf_st_open(&st, weights);
+    const int ndim = s == LF_OK ? lf_st_shape(st, name, shape) : 0; /* the header alone: FP8 or not */
+    if (s == LF_OK && ndim < 0)
+        s = lf_fail(LF_EINVAL, "%s: the checkpoint has no \"%.300s\"", weights, name);
+    else if (s == LF_OK && ndim != 2)
+        s = lf_fail(LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
     if (s == LF_OK)
-        s = lf_st_get(st, name, &g);
-    if (s == LF_OK && g->ndim != 2)
-        s = lf_fail(LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, g->ndim);
-    if (s == LF_OK)
-        *hidden = g->shape[0], *dim = g->shape[1];
+        *hidden = shape[0], *dim = shape[1];
     else
         fprintf(stderr, "%s: --weights: %s\n", cmd, lf_last_error());
-    lf_tensor_free(g);
     lf_st_close(st);
     return s == LF_OK ? LF_EXIT_OK : LF_EXIT_USAGE;
 }
@@ -150,9 +150,17 @@ int lf_cli_mlp(int argc, char **argv)
     lf_safetensors *wst = NULL, *ist = NULL;
     lf_nn_gated_mlp m = {0};
     lf_tensor *xf = NULL, *x = NULL, *y = NULL;
+    char stored[16] = ""; /* the checkpoint's own dtype, when the weights were dequantized from it */
     lf_status s = lf_st_open(&wst, weights);
     if (s == LF_OK)
         s = lf_nn_gated_mlp_load(&m, wst, prefix, act, dtype);
+    if (s == LF_OK) {
+        char gate[600];
+        snprintf(gate, sizeof gate, "%s.gate_proj.weight", prefix);
+        const char *fdt = lf_st_dtype(wst, gate);
+        if (fdt && !strncmp(fdt, "F8_", 3))
+            snprintf(stored, sizeof stored, " from %s", fdt);
+    }
     lf_st_close(wst);
     if (s == LF_OK)
         s = lf_st_open(&ist, input);
@@ -213,9 +221,9 @@ int lf_cli_mlp(int argc, char **argv)
             code = LF_EXIT_FAIL;
         } else {
             char xs[64], ys[64];
-            printf("mlp %s (%s, %lld -> %lld, %s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n",
+            printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n",
                    prefix, lf_act_name(m.act), (long long)m.dim, (long long)m.hidden, lf_dtype_name(m.gate_up->dtype),
-                   lf_device_name(dev), compile ? "compiled " : "", lf_mlp_variant_name(variant),
+                   stored, lf_device_name(dev), compile ? "compiled " : "", lf_mlp_variant_name(variant),
                    lf_fmt_shape(xs, sizeof xs, x->ndim, x->shape), lf_fmt_shape(ys, sizeof ys, y->ndim, y->shape), ms,
                    output);
         }

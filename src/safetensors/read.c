@@ -443,6 +443,22 @@ int lf_st_has(const lf_safetensors *st, const char *name)
     return find(st, name) != NULL;
 }
 
+const char *lf_st_dtype(const lf_safetensors *st, const char *name)
+{
+    const st_ref *r = find(st, name);
+    return r ? st->files[r->file].t[r->index].dtype_name : NULL;
+}
+
+int lf_st_shape(const lf_safetensors *st, const char *name, int64_t shape[8])
+{
+    const st_ref *r = find(st, name);
+    if (!r || !shape)
+        return -1;
+    const st_tensor *t = &st->files[r->file].t[r->index];
+    memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
 lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
 {
     LF_CHECK_PTR(out, "lf_st_get", "out");
