@@ -1,0 +1,13 @@
+/* What test_cuda's files share: a tensor copied to the GPU (aborts on failure: a test that
+ * cannot even upload has nothing to check), and the gated tests that live in test_cuda_gated.c. */
+#ifndef LF_TEST_CUDA_H
+#define LF_TEST_CUDA_H
+
+#include "linfuse/tensor.h"
+
+lf_tensor *to_gpu(const lf_tensor *t);
+void test_gelu_mul_gpu(void);
+void test_gated_gemm(void);
+void test_mlp_variants_gpu(void);
+
+#endif
