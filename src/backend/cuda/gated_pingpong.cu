@@ -16,8 +16,9 @@
 //     position p - STAGES, on the same barrier, has completed, or a parity wait would take the
 //     earlier phase for its own (a consumer left to run ahead reads the other's stage);
 //   - each consumer stages its output in its own 16 KiB of shared memory.
-// The cost: a weight tile serves 128 tokens instead of 256 per load, a third more bytes from L2
-// per FLOP than the cooperative kernel. Which one wins is a measurement (gated_gemm.cu's
+// The cost: each 128-token block of x is loaded for 128 product columns instead of 256, so a stage
+// (x 16 KiB + weights 16 KiB) feeds half the MMAs a 48 KiB cooperative stage does: a third more
+// bytes from L2 per FLOP. Which one wins is a measurement (gated_gemm.cu's
 // gated_schedule, bench/RESULTS.md). Layer: backend/cuda.
 #include "backend/cuda/gated_kernels.cuh"
 
