@@ -350,7 +350,10 @@ static void test_fp8_load(void)
         OK(open_data("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,3],\"data_offsets\":[0,6]},"
                      "\"w_scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[6,10]}}",
                      d, sizeof d, &st));
-        FAILS(LF_EDTYPE, "lf_st_get_as reads FP8", lf_st_get(st, "w", &t));
+        OK(lf_st_get(st, "w", &t)); /* as stored: the codes, no scale */
+        CHECK(t && t->dtype == LF_DTYPE_F8E4M3 && at(t, 0) == 1.f && at(t, 3) == 448.f && isnan(at(t, 5)),
+              "lf_st_get hands out E4M3 as an f8e4m3 tensor");
+        lf_tensor_free(t), t = NULL;
         CHECK(lf_st_dtype(st, "w") && !strcmp(lf_st_dtype(st, "w"), "F8_E4M3") &&
                   !strcmp(lf_st_dtype(st, "w_scale"), "F32") && !lf_st_dtype(st, "nope"),
               "the file's dtype names");
@@ -402,6 +405,7 @@ static void test_fp8_load(void)
         OK(open_data("{\"e\":{\"dtype\":\"F8_E5M2\",\"shape\":[2,2],\"data_offsets\":[0,4]},"
                      "\"e_scale\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}",
                      d, sizeof d, &st));
+        FAILS(LF_EDTYPE, "lf_st_get_as reads FP8", lf_st_get(st, "e", &t)); /* E5M2 is not a dtype of ours */
         OK(lf_st_get_as(st, "e", LF_DTYPE_F32, &t));
         CHECK(t && at(t, 0) == 3.f && at(t, 1) == 6.f && at(t, 2) == 1.f && isinf(at(t, 3)) && at(t, 3) < 0,
               "e5m2 per row: %g %g %g %g", t ? (double)at(t, 0) : 0, t ? (double)at(t, 1) : 0,
@@ -428,6 +432,25 @@ static void test_fp8_load(void)
                      "\"c_scale\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
                      d3, sizeof d3, &st));
         FAILS(LF_ESHAPE, "does not fit weight", lf_st_get_as(st, "c", LF_DTYPE_F32, &t));
+        lf_st_close(st);
+    }
+    { /* an f8e4m3 tensor and its scale written, then read back as stored and dequantized */
+        const float v[4] = {1.f, -3.f, 0.25f, 448.f}, sc[2] = {2.f, 0.5f};
+        lf_tensor *q = NULL, *s2 = NULL, *back = NULL;
+        OK(lf_tensor_from_f32(&q, LF_DTYPE_F8E4M3, 2, (int64_t[]){2, 2}, v, LF_DEVICE_CPU));
+        OK(lf_tensor_from_f32(&s2, LF_DTYPE_F32, 2, (int64_t[]){2, 1}, sc, LF_DEVICE_CPU));
+        lf_st_entry e[] = {{"q.weight", q}, {"q.weight_scale", s2}};
+        OK(lf_st_write(lf_test_path("fp8.safetensors"), e, 2));
+        OK(lf_st_open(&st, lf_test_path("fp8.safetensors")));
+        CHECK(st && !strcmp(lf_st_dtype(st, "q.weight"), "F8_E4M3"), "written as F8_E4M3");
+        OK(lf_st_get(st, "q.weight", &back));
+        CHECK(back && q && back->dtype == LF_DTYPE_F8E4M3 && !memcmp(lf_tensor_data(back), lf_tensor_data(q), 4),
+              "the codes read back as written");
+        lf_tensor_free(back), back = NULL;
+        OK(lf_st_get_as(st, "q.weight", LF_DTYPE_F32, &back));
+        CHECK(back && at(back, 0) == 2.f && at(back, 1) == -6.f && at(back, 2) == 0.125f && at(back, 3) == 224.f,
+              "and dequantized with its scale");
+        lf_tensor_free(back), lf_tensor_free(q), lf_tensor_free(s2);
         lf_st_close(st);
     }
     { /* the dtypes linfuse computes in: converted, or the file's own bytes */

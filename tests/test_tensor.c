@@ -1,5 +1,6 @@
 /* Tensors: dtype conversions (round to nearest even, NaN/Inf kept), views that never copy
  * (the blog's t() example first), reshape's view-or-copy rule, storage lifetime. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,11 +238,83 @@ static void test_contiguous_dtypes(void)
     }
 }
 
+/* FP8 E4M3 ("fn"), a storage dtype: every code decodes to the spec's value and encodes back to
+ * itself; values between two codes round to the nearer, ties to the even code, by PyTorch's rule
+ * (no saturation: from 464 up, and Inf and NaN, give NaN); tensors of it convert and copy, and
+ * every op and the GEMM refuse it with a message that says why. */
+static void test_fp8(void)
+{
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        const uint8_t b = (uint8_t)c;
+        const int e = (c >> 3) & 15, m = c & 7;
+        const double want = (c & 0x80 ? -1 : 1) * (e ? ldexp(8 + m, e - 10) : ldexp(m, -9));
+        const float v = lf_f32_from_f8e4m3(b);
+        if ((c & 0x7f) == 0x7f)
+            bad += !isnan(v) || lf_f8e4m3_from_f32(v) != (uint8_t)(0x7f | (c & 0x80));
+        else
+            bad += (double)v != want || lf_f8e4m3_from_f32(v) != b || (c == 0x80 && !signbit(v));
+    }
+    CHECK(!bad, "e4m3: %d of 256 codes decode wrong or do not encode back to themselves", bad);
+    bad = 0;
+    for (int c = 0; c < 0x7e; c++) { /* the midpoints between neighbours, and just either side */
+        const float lo = lf_f32_from_f8e4m3((uint8_t)c), hi = lf_f32_from_f8e4m3((uint8_t)(c + 1));
+        const float mid = (float)(((double)lo + hi) / 2);
+        const uint8_t even = (uint8_t)(c % 2 ? c + 1 : c);
+        bad += lf_f8e4m3_from_f32(mid) != even || lf_f8e4m3_from_f32(nextafterf(mid, 1000)) != c + 1 ||
+               lf_f8e4m3_from_f32(nextafterf(mid, 0)) != c || lf_f8e4m3_from_f32(-mid) != (even | 0x80);
+    }
+    CHECK(!bad, "e4m3: %d of 126 gaps round wrong (nearest, ties to even)", bad);
+    static const struct {
+        float f;
+        uint8_t b;
+    } edge[] = {{448.f, 0x7e},    {463.9f, 0x7e},    {464.f, 0x7e},  {464.1f, 0x7f},   {479.f, 0x7f},
+                {480.f, 0x7f},    {1e6f, 0x7f},      {-1e6f, 0xff},  {INFINITY, 0x7f}, {NAN, 0x7f},
+                {0x1p-10f, 0x00}, {0x1.8p-9f, 0x02}, {1e-30f, 0x00}, {-0.f, 0x80}};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        CHECK(lf_f8e4m3_from_f32(edge[i].f) == edge[i].b, "e4m3(%g) = 0x%02x, got 0x%02x", (double)edge[i].f, edge[i].b,
+              lf_f8e4m3_from_f32(edge[i].f));
+    CHECK(!strcmp(lf_dtype_name(LF_DTYPE_F8E4M3), "f8e4m3") &&
+              !strcmp(lf_dtype_torch_name(LF_DTYPE_F8E4M3), "c10::Float8_e4m3fn") &&
+              lf_dtype_size(LF_DTYPE_F8E4M3) == 1 && lf_dtype_known(LF_DTYPE_F8E4M3) &&
+              !lf_dtype_computes(LF_DTYPE_F8E4M3) && !lf_dtype_known(LF_DTYPE_COUNT),
+          "f8e4m3's facts");
+    /* tensors: from and to f32, a copy, and refusals */
+    const float v[6] = {1.f, -2.5f, 0.0625f, 300.f, 1000.f, 0x1p-9f};
+    const float back[6] = {1.f, -2.5f, 0.0625f, 288.f, NAN, 0x1p-9f}; /* 300 rounds to 288; 1000 is NaN */
+    lf_tensor *q = NULL, *c = NULL, *y = NULL;
+    OK(lf_tensor_from_f32(&q, LF_DTYPE_F8E4M3, 2, (int64_t[]){2, 3}, v, LF_DEVICE_CPU));
+    if (q) {
+        float got[6];
+        OK(lf_tensor_to_f32(q, got, 6));
+        int wrong = 0;
+        for (int i = 0; i < 6; i++)
+            wrong += isnan(back[i]) ? !isnan(got[i]) : got[i] != back[i];
+        CHECK(!wrong && q->dtype == LF_DTYPE_F8E4M3 && lf_dtype_size(q->dtype) == 1, "f32 -> f8e4m3 -> f32");
+        OK(lf_tensor_to_device(&c, q, LF_DEVICE_CPU));
+        CHECK(c && !memcmp(lf_tensor_data(c), lf_tensor_data(q), 6), "a copy keeps the bytes");
+        FAILS(LF_EDTYPE, "'a' is f8e4m3, a dtype linfuse stores but does not compute in", lf_add(&y, q, q));
+        FAILS(LF_EDTYPE, "is f8e4m3", lf_t(&y, q));
+        lf_gemm g = {.ep = lf_epilogue_default()};
+        g.a = (lf_matrix){lf_tensor_data(q), LF_DTYPE_F8E4M3, 2, 3, 3, 1};
+        g.b = (lf_matrix){lf_tensor_data(q), LF_DTYPE_F8E4M3, 3, 2, 1, 3};
+        float d[4];
+        g.d = (lf_matrix){d, LF_DTYPE_F32, 2, 2, 2, 1};
+        FAILS(LF_EDTYPE, "matrix a is f8e4m3; a GEMM takes bf16, f16 or f32",
+              lf_backend_gemm_supported(LF_DEVICE_CPU, &g));
+        CHECK(!y, "nothing made");
+    }
+    lf_dtype parsed;
+    FAILS(LF_EINVAL, "unknown dtype", lf_dtype_parse("f8e4m3", &parsed)); /* flags name dtypes that compute */
+    lf_tensor_free(q), lf_tensor_free(c);
+}
+
 int main(void)
 {
     test_conversions();
     test_blog_transpose();
     test_views();
     test_contiguous_dtypes();
+    test_fp8();
     return lf_test_finish("test_tensor");
 }

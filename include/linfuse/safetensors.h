@@ -41,8 +41,9 @@ int lf_st_has(const lf_safetensors *st, const char *name);
  * tensor. Neither reads the data. */
 const char *lf_st_dtype(const lf_safetensors *st, const char *name);
 int lf_st_shape(const lf_safetensors *st, const char *name, int64_t shape[8]);
-/* Tensor `name` as a CPU tensor viewing the file (BF16, F16 or F32; 1 to 4 dims). Writing it
- * changes only this process's copy of the page, never the file. */
+/* Tensor `name` as a CPU tensor viewing the file (BF16, F16, F32, or F8_E4M3 as stored, without
+ * its scale; 1 to 4 dims). Writing it changes only this process's copy of the page, never the
+ * file. */
 lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);
 /* Tensor `name` as a CPU tensor of dtype dt, converted or dequantized: BF16, F16 and F32 tensors
  * are converted (viewed without a copy when dt is theirs); FP8 ones (F8_E4M3, F8_E5M2, as
@@ -53,9 +54,8 @@ lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
  * [ceil(rows/br), ceil(cols/bc)], such as DeepSeek-V3's 128 x 128). dt LF_DTYPE_COUNT keeps a
  * BF16, F16 or F32 tensor's own dtype and gives BF16 for FP8. */
 lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out);
-/* One FP8 value: OCP E4M3 in its "fn" form (no infinities; S.1111.111 is NaN; largest 448, as
- * torch.float8_e4m3fn) and E5M2 (IEEE-like: infinities and NaNs; largest 57344). Exact. */
-float lf_f32_from_f8e4m3(uint8_t b);
+/* One FP8 E5M2 value (IEEE-like: infinities and NaNs; largest 57344), exactly; E4M3 is a dtype
+ * of its own (lf_f32_from_f8e4m3 in tensor.h). */
 float lf_f32_from_f8e5m2(uint8_t b);
 
 /* __metadata__'s value for key, or NULL (the first file's, for a sharded checkpoint). */

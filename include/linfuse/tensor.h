@@ -18,7 +18,17 @@ extern "C" {
 
 #define LF_MAX_DIMS 4
 
-typedef enum lf_dtype { LF_DTYPE_F32, LF_DTYPE_BF16, LF_DTYPE_F16, LF_DTYPE_COUNT } lf_dtype;
+/* The dtypes linfuse computes in come first, LF_DTYPE_COUNT of them (a value APIs also take to
+ * mean "unchanged"). Storage dtypes follow: tensors of them can be made, converted to and from
+ * f32, copied between devices, read from and written to checkpoints; every op and kernel refuses
+ * them (LF_EDTYPE). LF_DTYPE_F8E4M3 is FP8 E4M3 in its "fn" form, as torch.float8_e4m3fn. */
+typedef enum lf_dtype {
+    LF_DTYPE_F32,
+    LF_DTYPE_BF16,
+    LF_DTYPE_F16,
+    LF_DTYPE_COUNT,
+    LF_DTYPE_F8E4M3 = LF_DTYPE_COUNT + 1
+} lf_dtype;
 
 typedef enum lf_device { LF_DEVICE_CPU, LF_DEVICE_CUDA, LF_DEVICE_COUNT } lf_device;
 /* Units of one device a process can use (GPUs: cuda:0 .. cuda:15). */
@@ -35,9 +45,19 @@ typedef struct lf_tensor {
     lf_storage *storage;         /* shared by every view of the same data */
 } lf_tensor;
 
-/* "f32", "bf16", "f16" */
+/* Whether dt is a dtype linfuse computes in, or one it stores. */
+static inline int lf_dtype_computes(lf_dtype dt)
+{
+    return (unsigned)dt < LF_DTYPE_COUNT;
+}
+static inline int lf_dtype_known(lf_dtype dt)
+{
+    return lf_dtype_computes(dt) || dt == LF_DTYPE_F8E4M3;
+}
+/* "f32", "bf16", "f16", "f8e4m3" */
 const char *lf_dtype_name(lf_dtype dt);
-/* PyTorch's spelling as profiler traces write it: "float", "c10::BFloat16", "c10::Half" */
+/* PyTorch's spelling as profiler traces write it: "float", "c10::BFloat16", "c10::Half",
+ * "c10::Float8_e4m3fn" */
 const char *lf_dtype_torch_name(lf_dtype dt);
 size_t lf_dtype_size(lf_dtype dt);
 /* Parse "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16"/"half". */
@@ -108,10 +128,44 @@ static inline float lf_f32_from_f16(uint16_t h)
     return lf_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/* FP8 E4M3 "fn" (bias 7, no infinities, S.1111.111 NaN, largest 448): decoding is exact;
+ * encoding rounds to nearest even exactly as PyTorch's float8_e4m3fn conversion does, which does
+ * not saturate: a magnitude that rounds past 448 (from 464 up), Inf and NaN all give NaN. */
+static inline float lf_f32_from_f8e4m3(uint8_t b)
+{
+    const uint32_t e = (b >> 3) & 0xfu, m = b & 7u, sign = (uint32_t)(b & 0x80u) << 24;
+    if (e == 0xf && m == 7)
+        return lf_f32_from_bits(sign | 0x7fc00000u);
+    if (e == 0) {
+        float v = (float)m * 0x1p-9f; /* subnormal: m/8 x 2^-6, exact */
+        return sign ? -v : v;
+    }
+    return lf_f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static inline uint8_t lf_f8e4m3_from_f32(float f)
+{
+    uint32_t x = lf_f32_bits(f);
+    const uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    uint8_t r;
+    if (x >= 0x43f00000u) { /* |f| >= 480, Inf, NaN */
+        r = 0x7f;
+    } else if (x < 0x3c800000u) { /* below 2^-6: a subnormal; adding 2^14 lets the FPU round to 2^-9 steps */
+        r = (uint8_t)(lf_f32_bits(lf_f32_from_bits(x) + 0x1p14f) - 0x46800000u);
+    } else { /* rebias 127 -> 7, round the 20 dropped bits to nearest even */
+        x += 0xc4000000u + 0x7ffffu + ((x >> 20) & 1u);
+        r = (uint8_t)(x >> 20);
+    }
+    return (uint8_t)(r | (sign >> 24));
+}
+
 /* Read element i of a buffer of dtype dt as float, and write one. */
 static inline float lf_load_f32(const void *p, lf_dtype dt, int64_t i)
 {
     switch (dt) {
+    case LF_DTYPE_F8E4M3:
+        return lf_f32_from_f8e4m3(((const uint8_t *)p)[i]);
     case LF_DTYPE_BF16:
         return lf_f32_from_bf16(((const uint16_t *)p)[i]);
     case LF_DTYPE_F16:
@@ -124,6 +178,9 @@ static inline float lf_load_f32(const void *p, lf_dtype dt, int64_t i)
 static inline void lf_store_f32(void *p, lf_dtype dt, int64_t i, float v)
 {
     switch (dt) {
+    case LF_DTYPE_F8E4M3:
+        ((uint8_t *)p)[i] = lf_f8e4m3_from_f32(v);
+        break;
     case LF_DTYPE_BF16:
         ((uint16_t *)p)[i] = lf_bf16_from_f32(v);
         break;

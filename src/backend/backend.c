@@ -180,8 +180,9 @@ static lf_status check_matrix(const lf_matrix *m, const char *name)
 {
     if (!m->data)
         return lf_fail(LF_EINVAL, "lf_gemm: matrix %s has no data pointer", name);
-    if ((unsigned)m->dtype >= LF_DTYPE_COUNT)
-        return lf_fail(LF_EDTYPE, "lf_gemm: matrix %s has unknown dtype %d", name, (int)m->dtype);
+    if (!lf_dtype_computes(m->dtype))
+        return lf_fail(LF_EDTYPE, "lf_gemm: matrix %s is %s; a GEMM takes bf16, f16 or f32", name,
+                       lf_dtype_known(m->dtype) ? lf_dtype_name(m->dtype) : "of an unknown dtype");
     if (m->rows < 1 || m->cols < 1)
         return lf_fail(LF_ESHAPE, "lf_gemm: matrix %s is %lld x %lld, expected both dims >= 1", name,
                        (long long)m->rows, (long long)m->cols);

@@ -155,6 +155,11 @@ lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
 {
     if (!t)
         return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", op, name);
+    if (t->dtype == LF_DTYPE_F8E4M3)
+        return lf_fail(LF_EDTYPE,
+                       "%s: '%s' is f8e4m3, a dtype linfuse stores but does not compute in: convert it "
+                       "first (lf_tensor_to_f32, lf_st_get_as)",
+                       op, name);
     if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || (unsigned)t->dtype >= LF_DTYPE_COUNT)
         return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", op, name);
     /* the struct is public, so its geometry may have been edited: every element it names must

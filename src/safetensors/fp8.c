@@ -1,27 +1,14 @@
 /* Checkpoint tensors read as a chosen dtype: BF16/F16/F32 converted, FP8 weights dequantized
- * with the scales stored beside them. FP8 is a storage format here: linfuse computes in BF16,
- * F16 and F32, so an FP8 checkpoint (llm-compressor's, FBGEMM's, DeepSeek's block-scaled ones)
- * runs on every device at the cost of its dequantized size. Decoding is written out here: it is
- * two formulas from the OCP FP8 specification, and no Debian library offers it. Layer:
- * safetensors/. */
+ * with the scales stored beside them. linfuse computes in BF16, F16 and F32, so an FP8 checkpoint
+ * (llm-compressor's, FBGEMM's, DeepSeek's block-scaled ones) runs on every device at the cost of
+ * its dequantized size; lf_st_get hands out E4M3 as stored (an LF_DTYPE_F8E4M3 tensor, no scale).
+ * Decoding is written out (E4M3 in tensor.h, E5M2 here): two formulas from the OCP FP8
+ * specification, which no Debian library offers. Layer: safetensors/. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "safetensors/st_impl.h"
-
-float lf_f32_from_f8e4m3(uint8_t b)
-{
-    const int e = (b >> 3) & 0xf, m = b & 7;
-    float v;
-    if (e == 0xf && m == 7)
-        v = NAN; /* the one NaN pattern; E4M3 "fn" has no infinities */
-    else if (e == 0)
-        v = ldexpf((float)m, -9); /* subnormal: m/8 x 2^-6 */
-    else
-        v = ldexpf((float)(8 + m), e - 10); /* (1 + m/8) x 2^(e-7) */
-    return b & 0x80 ? -v : v;
-}
 
 float lf_f32_from_f8e5m2(uint8_t b)
 {
@@ -76,7 +63,7 @@ static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st
                        "%s: tensor \"%.200s\" is %s and the checkpoint has no \"%.200s_scale\" or \"%.200s_scale_inv\" "
                        "to dequantize it with",
                        f->path, name, t->dtype_name, name, name);
-    if (s->dtype < 0)
+    if (!lf_dtype_computes((lf_dtype)s->dtype))
         return lf_fail(LF_EDTYPE, "%s: scale \"%.200s\" is %s; expected F32, BF16 or F16", sf->path, sname,
                        s->dtype_name);
     /* the weight as rows x cols (a vector: one column); the scale as a grid of sr x sc blocks */
@@ -113,10 +100,11 @@ lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, 
     LF_CHECK_PTR(st, "lf_st_get_as", "st");
     LF_CHECK_PTR(name, "lf_st_get_as", "name");
     if ((unsigned)dt > LF_DTYPE_COUNT)
-        return lf_fail(LF_EDTYPE, "lf_st_get_as: dtype %d", (int)dt);
+        return lf_fail(LF_EDTYPE, "lf_st_get_as: dtype %s: expected bf16, f16, f32 or LF_DTYPE_COUNT (the file's)",
+                       lf_dtype_name(dt));
     const st_file *f = NULL;
     const st_tensor *t = st_find(st, name, &f);
-    const int fp8 = t && t->dtype < 0 && !strncmp(t->dtype_name, "F8_", 3);
+    const int fp8 = t && !strncmp(t->dtype_name, "F8_", 3);
     if (!fp8) { /* the tensor as it is (or the error saying why not), converted when asked */
         lf_tensor *raw = NULL;
         LF_TRY(lf_st_get(st, name, &raw));

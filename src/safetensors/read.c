@@ -33,10 +33,10 @@ static void map_unref(void *ctx)
 static const struct {
     const char *name;
     int size; /* bytes per element */
-    int lf;   /* lf_dtype, or -1: a dtype linfuse does not compute in */
+    int lf;   /* lf_dtype, or -1: a dtype linfuse neither computes in nor stores */
 } dtypes[] = {{"BF16", 2, LF_DTYPE_BF16}, {"F16", 2, LF_DTYPE_F16}, {"F32", 4, LF_DTYPE_F32}, {"F64", 8, -1},
               {"I64", 8, -1},  {"I32", 4, -1},  {"I16", 2, -1},  {"I8", 1, -1},  {"U64", 8, -1},
-              {"U32", 4, -1},  {"U16", 2, -1},  {"U8", 1, -1},   {"BOOL", 1, -1}, {"F8_E4M3", 1, -1},
+              {"U32", 4, -1},  {"U16", 2, -1},  {"U8", 1, -1},   {"BOOL", 1, -1}, {"F8_E4M3", 1, LF_DTYPE_F8E4M3},
               {"F8_E5M2", 1, -1}};
 
 static int by_begin(const void *a, const void *b)
@@ -471,8 +471,8 @@ lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
     const st_file *f = &st->files[r->file];
     const st_tensor *t = &f->t[r->index];
     if (t->dtype < 0)
-        return lf_fail(LF_EDTYPE, "%s: tensor \"%.200s\" is %s; linfuse computes in BF16, F16 and F32%s", f->path, name,
-                       t->dtype_name,
+        return lf_fail(LF_EDTYPE, "%s: tensor \"%.200s\" is %s; linfuse holds BF16, F16, F32 and F8_E4M3%s", f->path,
+                       name, t->dtype_name,
                        !strncmp(t->dtype_name, "F8_", 3) ? " (lf_st_get_as reads FP8 weights dequantized)" : "");
     if (t->ndim < 1 || t->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "%s: tensor \"%.200s\" has %d dims; linfuse tensors have 1 to %d", f->path, name,

@@ -20,7 +20,7 @@ typedef struct st_map {
 
 typedef struct st_tensor {
     char *name;
-    int dtype; /* lf_dtype, or -1 for a dtype linfuse does not compute in */
+    int dtype; /* lf_dtype, or -1 for a dtype linfuse neither computes in nor stores */
     int esize;
     const char *dtype_name;
     int ndim;

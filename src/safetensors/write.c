@@ -11,7 +11,7 @@
 
 static const char *st_dtype(lf_dtype dt)
 {
-    return dt == LF_DTYPE_BF16 ? "BF16" : dt == LF_DTYPE_F16 ? "F16" : "F32";
+    return dt == LF_DTYPE_BF16 ? "BF16" : dt == LF_DTYPE_F16 ? "F16" : dt == LF_DTYPE_F8E4M3 ? "F8_E4M3" : "F32";
 }
 
 typedef struct wjob {

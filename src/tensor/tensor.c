@@ -7,23 +7,24 @@
 static const struct {
     const char *name, *torch;
     size_t size;
-} dtype_info[LF_DTYPE_COUNT] = {
+} dtype_info[LF_DTYPE_F8E4M3 + 1] = {
     [LF_DTYPE_F32] = {"f32", "float", 4},
     [LF_DTYPE_BF16] = {"bf16", "c10::BFloat16", 2},
     [LF_DTYPE_F16] = {"f16", "c10::Half", 2},
+    [LF_DTYPE_F8E4M3] = {"f8e4m3", "c10::Float8_e4m3fn", 1},
 };
 
 const char *lf_dtype_name(lf_dtype dt)
 {
-    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].name : "?";
+    return lf_dtype_known(dt) ? dtype_info[dt].name : "?";
 }
 const char *lf_dtype_torch_name(lf_dtype dt)
 {
-    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].torch : "?";
+    return lf_dtype_known(dt) ? dtype_info[dt].torch : "?";
 }
 size_t lf_dtype_size(lf_dtype dt)
 {
-    return (unsigned)dt < LF_DTYPE_COUNT ? dtype_info[dt].size : 0;
+    return lf_dtype_known(dt) ? dtype_info[dt].size : 0;
 }
 
 lf_status lf_dtype_parse(const char *s, lf_dtype *out)
@@ -111,8 +112,8 @@ static void note_alloc(lf_device dev, int index, const void *p, int64_t bytes)
 lf_status lf_shape_check(const char *what, int ndim, const int64_t *shape, lf_dtype dt, int64_t *numel)
 {
     char buf[LF_SHAPE_STR_CAP];
-    if ((unsigned)dt >= LF_DTYPE_COUNT)
-        return lf_fail(LF_EDTYPE, "%s: dtype %d is not one of bf16, f16, f32", what, (int)dt);
+    if (!lf_dtype_known(dt))
+        return lf_fail(LF_EDTYPE, "%s: dtype %d is not one of bf16, f16, f32, f8e4m3", what, (int)dt);
     if (ndim < 1 || ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "%s: %d dims requested, expected 1 to %d", what, ndim, LF_MAX_DIMS);
     if (!shape)
