@@ -129,8 +129,9 @@ static inline float lf_f32_from_f16(uint16_t h)
 }
 
 /* FP8 E4M3 "fn" (bias 7, no infinities, S.1111.111 NaN, largest 448): decoding is exact;
- * encoding rounds to nearest even exactly as PyTorch's float8_e4m3fn conversion does, which does
- * not saturate: a magnitude that rounds past 448 (from 464 up), Inf and NaN all give NaN. */
+ * encoding rounds to nearest even exactly as PyTorch's host conversion (c10's
+ * fp8e4m3fn_from_fp32_value), which does not saturate: a magnitude above 464 (past 448's half
+ * step), Inf and NaN all give NaN. Quantizers scale into +-448 first, where every cast agrees. */
 static inline float lf_f32_from_f8e4m3(uint8_t b)
 {
     const uint32_t e = (b >> 3) & 0xfu, m = b & 7u, sign = (uint32_t)(b & 0x80u) << 24;
