@@ -84,6 +84,15 @@ lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, l
 lf_status lf_silu(lf_tensor **out, const lf_tensor *x);
 lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
 
+/* --- FP8 ---
+ * w (rows, cols), bf16, f16 or f32, any strides, quantized per row (per output channel of an
+ * nn.Linear weight): scale[r] = max |w[r, :]| / 448 (1 for a row of zeros) and q = w / scale
+ * rounded to E4M3, nearest even (lf_f8e4m3_from_f32). q is (rows, cols) f8e4m3 and scale
+ * (rows, 1) f32, on w's device; q x scale is w to within E4M3's step, 2^-4 of a value at most
+ * (less relative precision below 2^-6 of the row's largest). Weights are quantized once: this
+ * computes on the host and is refused inside compile's capture; a non-finite weight is an error. */
+lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
+
 /* --- collectives ---
  * A communicator is one rank of a group of devices (GPUs) that sum together; linfuse/dist.h
  * makes them (one process per GPU under torchrun, or one thread per GPU in one process). */
