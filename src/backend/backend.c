@@ -432,7 +432,8 @@ void lf_backend_graph_free(lf_device dev, void *graph)
         b->graph_free(graph);
 }
 
-/* -1: not set, the environment decides */
+/* -1: not set yet; the first ask reads the environment once (the gated kernel asks on every
+ * launch, and getenv walks the whole environment) */
 static _Atomic int gated_schedule = -1;
 
 void lf_gated_schedule_force(lf_gated_schedule s)
@@ -446,10 +447,13 @@ lf_gated_schedule lf_gated_schedule_forced(void)
     if (v >= 0)
         return (lf_gated_schedule)v;
     const char *e = getenv("LINFUSE_GATED_SCHEDULE");
-    return !e                          ? LF_GATED_AUTO
-           : !strcmp(e, "cooperative") ? LF_GATED_COOPERATIVE
-           : !strcmp(e, "pingpong")    ? LF_GATED_PINGPONG
-                                       : LF_GATED_AUTO;
+    const lf_gated_schedule s = !e                          ? LF_GATED_AUTO
+                                : !strcmp(e, "cooperative") ? LF_GATED_COOPERATIVE
+                                : !strcmp(e, "pingpong")    ? LF_GATED_PINGPONG
+                                                            : LF_GATED_AUTO;
+    int unset = -1; /* a force made meanwhile wins */
+    atomic_compare_exchange_strong(&gated_schedule, &unset, (int)s);
+    return (lf_gated_schedule)atomic_load(&gated_schedule);
 }
 
 /* -1: not set, the environment decides (LINFUSE_GEMM_AUTOTUNE=0 turns it off) */

@@ -263,7 +263,8 @@ const char *lf_cpu_isa_name(lf_cpu_isa isa);
 typedef enum lf_gated_schedule { LF_GATED_AUTO, LF_GATED_COOPERATIVE, LF_GATED_PINGPONG } lf_gated_schedule;
 
 /* Force a schedule (LF_GATED_AUTO: the backend chooses by shape, its default). Until forced, the
- * environment decides: LINFUSE_GATED_SCHEDULE=cooperative|pingpong|auto; anything else is auto.
+ * environment decides, read once: LINFUSE_GATED_SCHEDULE=cooperative|pingpong|auto; anything else
+ * is auto.
  * A gate_group that is not a multiple of 128 always takes ping-pong (the cooperative kernel's
  * half tile is 128 columns). */
 void lf_gated_schedule_force(lf_gated_schedule s);

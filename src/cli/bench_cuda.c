@@ -198,7 +198,11 @@ static int run_case(const gcase *g, int reps)
         s = to_cuda(&x);
     lf_compiled *c = NULL;
     gstate st = {g, w, b, &lin, &mlp};
-    lf_gated_schedule_force(g->sched);
+    /* a sched_ case forces its schedule; every other case keeps what was chosen before it
+     * (LINFUSE_GATED_SCHEDULE or the backend's rule), so the variable works for them too */
+    const lf_gated_schedule before = lf_gated_schedule_forced();
+    if (g->sched != LF_GATED_AUTO)
+        lf_gated_schedule_force(g->sched);
     if (s == LF_OK && g->compiled) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = g->name;
@@ -243,7 +247,7 @@ static int run_case(const gcase *g, int reps)
         printf("\n");
         fflush(stdout); /* each line as it comes, through a pipe too */
     }
-    lf_gated_schedule_force(LF_GATED_AUTO);
+    lf_gated_schedule_force(before);
     lf_compiled_free(c);
     lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
     lf_nn_linear_free(&lin);
