@@ -4,7 +4,6 @@
  * nothing. Exit status: 0 done, 1 the forward failed, 2 bad flags or unreadable files.
  * Layer: cli/. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -165,25 +164,15 @@ int lf_cli_mlp(int argc, char **argv)
     if (s == LF_OK)
         s = lf_st_open(&ist, input);
     if (s == LF_OK)
-        s = lf_st_get(ist, "x", &xf);
+        s = lf_st_get_as(ist, "x", m.gate_up->dtype, &xf); /* x in the module's dtype */
     lf_st_close(ist);
     if (s == LF_OK && (xf->ndim < 2 || xf->ndim > 3 || xf->shape[xf->ndim - 1] != m.dim))
         s = lf_fail(LF_ESHAPE, "%s: x has %d dims, last %lld: expected [tokens, %lld] or [batch, seq, %lld]", input,
                     xf->ndim, (long long)xf->shape[xf->ndim - 1], (long long)m.dim, (long long)m.dim);
-    if (s == LF_OK) { /* x in the module's dtype, on its device */
-        lf_tensor *conv = NULL;
-        const int64_t n = lf_tensor_numel(xf);
-        float *f = malloc((size_t)n * sizeof *f);
-        s = f ? lf_tensor_to_f32(xf, f, n) : lf_fail(LF_ENOMEM, "out of memory");
-        if (s == LF_OK)
-            s = lf_tensor_from_f32(&conv, m.gate_up->dtype, xf->ndim, xf->shape, f, LF_DEVICE_CPU);
-        free(f);
-        if (s == LF_OK && dev != LF_DEVICE_CPU)
-            s = lf_tensor_to_device(&x, conv, dev);
-        else if (s == LF_OK)
-            x = conv, conv = NULL;
-        lf_tensor_free(conv);
-    }
+    if (s == LF_OK && dev != LF_DEVICE_CPU) /* on the module's device */
+        s = lf_tensor_to_device(&x, xf, dev);
+    else if (s == LF_OK)
+        x = xf, xf = NULL;
     if (s == LF_OK && dev != LF_DEVICE_CPU)
         s = lf_nn_gated_mlp_to_device(&m, dev);
     if (s != LF_OK) {
