@@ -122,6 +122,14 @@ check "kernels-mlp gated" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --
 contains "gated: 2 kernels" "kernels/step=2"
 contains "gated: the gated GEMM" "lf_cpu_gemm_bf16_12x32_tn_gelu_tanh_gated"
 check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated --no-kernel 'gelu_tanh_mul'
+# fp8 where the device has no FP8 GEMM (the CPU): the gated kernels run, and the trace says why
+check "kernels-mlp fp8 on the cpu" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant fp8 --device cpu
+contains "fp8 on the cpu: the gated kernels" "kernels/step=2"
+check "fp8 trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_fp8.json" --kernels-per-step 2 --kernel gated
+grep -q "fp8 variant runs gated bf16 (cpu gemm: no FP8" "$dir/kernels-mlp/1x5x32x48_bf16_cold_fp8.json" || { fails=$((fails + 1)); echo "FAIL: the fp8 note in the trace"; }
+checks=$((checks + 1))
+check "fp8 is one device" 2 "$bin" kernels-mlp --out "$dir" --variant fp8 --tp 2
+contains "fp8 is one device" "--variant fp8 runs on one device"
 check "linear --compile" 0 "$bin" linear --out "$dir" --batch 64 --compile
 contains "compiled linear: one kernel, no view op" "kernels/step=1 cpu_ops/step=0"
 contains "compiled linear: eager's kernel" "lf_cpu_gemm_bf16_12x32_tn_bias"
@@ -149,7 +157,7 @@ contains "cuda refused: says why" "--device cuda: no cuda device: "
 check "bad device" 2 "$bin" linear --device tpu
 check "zero size" 2 "$bin" simple-mlp --out "$dir" --dim 0
 check "bad variant" 2 "$bin" kernels-mlp --out "$dir" --variant fastest
-contains "bad variant" "--variant must be fused or gated, got 'fastest'"
+contains "bad variant" "--variant must be fused, gated or fp8, got 'fastest'"
 check "variant is kernels-mlp's" 2 "$bin" simple-mlp --out "$dir" --variant gated
 check "unknown experiment flag" 2 "$bin" matmul-add --in_dim 4
 check "size that overflows memory" 2 env ASAN_OPTIONS=allocator_may_return_null=1 "$bin" linear --out "$dir" --batch 1099511627776 --in_dim 1099511627776
@@ -291,6 +299,14 @@ check "mlp from an FP8 checkpoint" 0 "$bin" mlp --weights "$dir/fp8" --prefix mo
     --output "$dir/fp8/y.safetensors" --variant gated --device cpu --dtype f32
 contains "mlp from an FP8 checkpoint" "(silu, 8 -> 12, f32 from F8_E4M3) on cpu"
 y_close "the FP8 mlp's y" "$dir/fp8/y.safetensors" "$dir/fp8/y_ref.json"
+check "mlp fp8 on the cpu" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+    --output "$dir/fp8/y8.safetensors" --variant fp8 --device cpu --dtype f32
+contains "mlp fp8 on the cpu: says what ran" "the gated bf16 forward ran instead"
+y_close "mlp fp8 on the cpu: y" "$dir/fp8/y8.safetensors" "$dir/fp8/y_ref.json"
+check "mlp --compile takes no fp8" 2 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+    --output "$dir/fp8/y9.safetensors" --variant fp8 --compile
+[ ! -e "$dir/fp8/y9.safetensors" ] || { fails=$((fails + 1)); echo "FAIL: a refused run wrote its output"; }
+checks=$((checks + 1))
 # the experiments profile a real layer: its sizes and activation come from the checkpoint
 check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu
 contains "simple-mlp --weights: the file's sizes" "1x4x8x12"

@@ -1,7 +1,8 @@
-/* FP8 weights: lf_quantize_fp8 against the per-row recipe and E4M3's error bound, on odd sizes,
+/* FP8 on the CPU: lf_quantize_fp8 against the per-row recipe and E4M3's error bound, on odd sizes,
  * a row of zeros, an outlier, a transposed (non-contiguous) view and f32 input; its refusals (a
- * non-finite weight, a vector, an f8e4m3 input, inside compile's capture); and what the profiler's
- * observer sees of it. */
+ * non-finite weight, a vector, an f8e4m3 input, inside compile's capture); what the profiler's
+ * observer sees of it; scaled GEMM descriptions and the CPU's refusal of them; the fp8 MLP variant
+ * running gated bf16 here, with a note; and the FP8 recipe's accuracy, emulated exactly. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,8 @@ static lf_status quantize_fwd(void *ctx, int n, lf_tensor *const *in, lf_tensor 
     return s;
 }
 
-static int quantize_ops_seen;
+static int quantize_ops_seen, quant_kernels_seen;
+static char note_seen[400];
 static void obs_begin(void *user, lf_op_id op, int n, const lf_op_arg *args)
 {
     (void)user, (void)n, (void)args;
@@ -69,6 +71,30 @@ static void obs_end(void *user, lf_op_id op, lf_status s)
 {
     (void)user, (void)op, (void)s;
 }
+static void obs_kernel_begin(void *user, lf_device dev, lf_kernel_info *info)
+{
+    (void)user, (void)dev, (void)info;
+}
+static void obs_kernel_end(void *user, lf_device dev, const lf_kernel_info *info)
+{
+    (void)user, (void)dev;
+    quant_kernels_seen += info && info->name && !strcmp(info->name, "lf_cpu_quantize_fp8_bf16_rowwise");
+}
+static void obs_note(void *user, const char *text)
+{
+    (void)user;
+    snprintf(note_seen, sizeof note_seen, "%s", text);
+}
+static void obs_note_end(void *user)
+{
+    (void)user;
+}
+static const lf_op_observer observer = {.op_begin = obs_begin,
+                                        .op_end = obs_end,
+                                        .kernel_begin = obs_kernel_begin,
+                                        .kernel_end = obs_kernel_end,
+                                        .note_begin = obs_note,
+                                        .note_end = obs_note_end};
 
 static void test_quantize(void)
 {
@@ -104,7 +130,7 @@ static void test_quantize(void)
     f[2] = NAN;
     lf_tensor *wn = NULL, *v = NULL;
     OK(lf_tensor_from_f32(&wn, LF_DTYPE_F32, 2, ws, f, LF_DEVICE_CPU));
-    FAILS(LF_EINVAL, "w[0, 2] is nan; a weight to quantize must be finite", lf_quantize_fp8(&q, &sc, wn));
+    FAILS(LF_EINVAL, "element [0, 2] is nan; a tensor to quantize must be finite", lf_quantize_fp8(&q, &sc, wn));
     CHECK(!q && !sc, "nothing handed out on failure");
     OK(lf_tensor_from_f32(&v, LF_DTYPE_F32, 1, (int64_t[]){8}, f + 100, LF_DEVICE_CPU));
     FAILS(LF_ESHAPE, "must have 2 dims", lf_quantize_fp8(&q, &sc, v));
@@ -115,57 +141,16 @@ static void test_quantize(void)
     FAILS(LF_EUNSUPPORTED, "before compiling", lf_compile(&c, quantize_fwd, NULL, 1, &w, NULL));
     CHECK(!c, "no plan made");
     /* the profiler sees it as an op of its own */
-    const lf_op_observer obs = {.op_begin = obs_begin, .op_end = obs_end};
-    lf_ops_set_observer(&obs);
+    lf_ops_set_observer(&observer);
     OK(lf_quantize_fp8(&q, &sc, w));
     lf_ops_set_observer(NULL);
     CHECK(quantize_ops_seen == 1 && !strcmp(lf_op_name(LF_OP_QUANTIZE_FP8), "lf::quantize_fp8"),
           "lf::quantize_fp8 seen by the observer once (%d)", quantize_ops_seen);
+    CHECK(quant_kernels_seen == 1, "its kernel reported as lf_cpu_quantize_fp8_bf16_rowwise (%d)", quant_kernels_seen);
     lf_tensor *list[] = {w, w2, wf, base, wt, wc, q1, s1, q2, s2, wn, v, q, sc};
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
         lf_tensor_free(list[i]);
     free(f);
-}
-
-/* a (n, k) . b (m, k)^T in float64 */
-static double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k)
-{
-    double *c = calloc((size_t)(n * m), sizeof *c);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < m; j++) {
-            double acc = 0;
-            for (int64_t p = 0; p < k; p++)
-                acc += a[i * k + p] * b[j * k + p];
-            c[i * m + j] = acc;
-        }
-    return c;
-}
-
-/* t quantized per row by lf_quantize_fp8 and decoded back (code x scale), in float64. */
-static double *fp8_round_trip(const lf_tensor *t)
-{
-    lf_tensor *q = NULL, *sc = NULL;
-    const lf_status st = lf_quantize_fp8(&q, &sc, t);
-    CHECK(st == LF_OK, "quantize: %s", st == LF_OK ? "" : lf_last_error());
-    const int64_t R = t->shape[0], C = t->shape[1];
-    double *d = malloc((size_t)(R * C) * sizeof *d);
-    const uint8_t *codes = q ? lf_tensor_data(q) : NULL;
-    const float *s = sc ? lf_tensor_data(sc) : NULL;
-    for (int64_t i = 0; i < R * C; i++)
-        d[i] = codes && s ? (double)lf_f32_from_f8e4m3(codes[i]) * s[i / C] : NAN;
-    lf_tensor_free(q), lf_tensor_free(sc);
-    return d;
-}
-
-/* relative RMS and largest error (over the largest magnitude) of y against ref */
-static void errors(const double *y, const double *ref, int64_t n, double *rms, double *max)
-{
-    double se = 0, sr = 0, me = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        se += (y[i] - ref[i]) * (y[i] - ref[i]), sr += ref[i] * ref[i];
-        me = fmax(me, fabs(y[i] - ref[i])), mr = fmax(mr, fabs(ref[i]));
-    }
-    *rms = sqrt(se / sr), *max = me / mr;
 }
 
 /* What FP8 costs an MLP, emulated exactly on the CPU: x quantized per token and every weight per
@@ -209,9 +194,9 @@ static void test_fp8_mlp_accuracy(void)
         OK(lf_tensor_from_f32(&ht, LF_DTYPE_F32, 2, (int64_t[]){T, H}, hf, LF_DEVICE_CPU));
         double *h8 = fp8_round_trip(ht), *y_b = mm_nt(hb, WDq, T, D, H), *y_8 = mm_nt(h8, WDq, T, D, H);
         double r_bf, m_bf, r_fb, m_fb, r_f8, m_f8;
-        errors(YB, ref, T * D, &r_bf, &m_bf);
-        errors(y_b, ref, T * D, &r_fb, &m_fb);
-        errors(y_8, ref, T * D, &r_f8, &m_f8);
+        rel_errors(YB, ref, T * D, &r_bf, &m_bf);
+        rel_errors(y_b, ref, T * D, &r_fb, &m_fb);
+        rel_errors(y_8, ref, T * D, &r_f8, &m_f8);
         if (getenv("LF_TEST_VERBOSE"))
             printf("%s %lldx%lldx%lld: bf16 rel RMS %.2e max %.2e; FP8, hidden bf16 %.2e / %.2e; FP8, hidden e4m3 "
                    "%.2e / %.2e\n",
@@ -232,9 +217,105 @@ static void test_fp8_mlp_accuracy(void)
     }
 }
 
+/* Scaled GEMM descriptions: what lf_gemm_validate takes and refuses, the float64 reference with
+ * scales against a sum written out here, and the CPU's refusal by name (it has no FP8 GEMM). */
+static void test_scaled_gemm_cpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 29);
+    const int64_t M = 5, K = 48, N = 6;
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, (int64_t[]){M, K});
+    lf_tensor *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, (int64_t[]){N, K});
+    lf_tensor *xq = NULL, *xs = NULL, *wq = NULL, *ws = NULL, *wt = NULL, *y = NULL;
+    OK(lf_quantize_fp8(&xq, &xs, x));
+    OK(lf_quantize_fp8(&wq, &ws, w));
+    OK(lf_t(&wt, wq));
+    float d[5 * 6];
+    for (int i = 0; i < 30; i++)
+        d[i] = NAN;
+    lf_gemm g = {.ep = lf_epilogue_default()};
+    g.a = (lf_matrix){lf_tensor_data(xq), LF_DTYPE_F8E4M3, M, K, K, 1};
+    g.b = (lf_matrix){lf_tensor_data(wq), LF_DTYPE_F8E4M3, K, N, 1, K};
+    g.d = (lf_matrix){d, LF_DTYPE_F32, M, N, N, 1};
+    FAILS(LF_EINVAL, "need both scale vectors", lf_gemm_validate(&g));
+    g.ep.a_scale = lf_tensor_data(xs), g.ep.b_scale = lf_tensor_data(ws);
+    OK(lf_gemm_reference(&g));
+    const uint8_t *A = lf_tensor_data(xq), *B = lf_tensor_data(wq);
+    const float *sa = lf_tensor_data(xs), *sb = lf_tensor_data(ws);
+    double worst = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++)
+                acc += (double)lf_f32_from_f8e4m3(A[i * K + k]) * lf_f32_from_f8e4m3(B[j * K + k]);
+            acc *= (double)sa[i] * sb[j];
+            worst = fmax(worst, fabs(d[i * N + j] - acc) / (fabs(acc) + 1e-30));
+        }
+    CHECK(worst < 1e-6, "the reference applies a_scale[i] * b_scale[j] (worst relative %.3g)", worst);
+    FAILS(LF_EUNSUPPORTED, "no FP8 (f8e4m3) GEMM on the CPU", lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
+    FAILS(LF_EUNSUPPORTED, "no FP8", lf_backend_gemm_supported(LF_DEVICE_CPU, &g));
+    g.d.dtype = LF_DTYPE_F8E4M3;
+    FAILS(LF_EDTYPE, "d must be bf16, f16 or f32", lf_gemm_validate(&g));
+    g.d.dtype = LF_DTYPE_F32;
+    g.a.dtype = g.b.dtype = LF_DTYPE_BF16;
+    FAILS(LF_EINVAL, "scale vectors are for f8e4m3 operands", lf_gemm_validate(&g));
+    /* the ops: CPU refusals by name, bad operands before any device is asked */
+    FAILS(LF_EUNSUPPORTED, "no FP8", lf_scaled_mm(&y, xq, xs, wt, ws, LF_DTYPE_BF16));
+    FAILS(LF_EUNSUPPORTED, "no FP8", lf_scaled_mm_gated(&y, xq, xs, wt, ws, LF_ACT_SILU, 3));
+    FAILS(LF_EDTYPE, "a scaled GEMM takes f8e4m3", lf_scaled_mm(&y, x, xs, wt, ws, LF_DTYPE_BF16));
+    FAILS(LF_ESHAPE, "one per row of mat1", lf_scaled_mm(&y, xq, ws, wt, ws, LF_DTYPE_BF16));
+    FAILS(LF_ESHAPE, "whole blocks of 2 x group", lf_scaled_mm_gated(&y, xq, xs, wt, ws, LF_ACT_SILU, 2));
+    FAILS(LF_EDTYPE, "out_dtype", lf_scaled_mm(&y, xq, xs, wt, ws, LF_DTYPE_F8E4M3));
+    CHECK(!y, "nothing handed out on failure");
+    FAILS(LF_EUNSUPPORTED, "no FP8", lf_fp8_supported(LF_DEVICE_CPU));
+    lf_tensor *list[] = {x, w, xq, xs, wq, ws, wt};
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+        lf_tensor_free(list[i]);
+}
+
+/* The fp8 MLP variant where the device has no FP8 GEMM (the CPU): it needs its FP8 weights, then
+ * runs the gated variant, equal to it bit for bit, and says why in a note the observer sees. */
+static void test_fp8_variant_cpu(void)
+{
+    CHECK(lf_mlp_variant_parse("fp8") == LF_MLP_FP8 && !strcmp(lf_mlp_variant_name(LF_MLP_FP8), "fp8") &&
+              lf_mlp_variant_parse("gated") == LF_MLP_GATED && lf_mlp_variant_parse("fp16") == -1,
+          "fp8 by name");
+    lf_rng rng;
+    lf_rng_seed(&rng, 31);
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts o = {64, 96, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_SILU};
+    OK(lf_nn_gated_mlp_init(&m, &o, &rng));
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, (int64_t[]){2, 7, 64}), *y8 = NULL, *yg = NULL, *h8 = NULL;
+    FAILS(LF_EINVAL, "lf_nn_gated_mlp_quantize_fp8", lf_nn_gated_mlp_forward_variant(&m, LF_MLP_FP8, x, &y8));
+    OK(lf_nn_gated_mlp_quantize_fp8(&m));
+    OK(lf_nn_gated_mlp_quantize_fp8(&m)); /* again: the first ones are replaced, not leaked */
+    OK(lf_nn_gated_mlp_to_device(&m, LF_DEVICE_CPU)); /* they move with the module */
+    CHECK(m.gate_up_q && m.gate_up_q->dtype == LF_DTYPE_F8E4M3 && m.down_scale && m.down_scale->shape[0] == 64,
+          "FP8 weights: gate_up (192, 64) e4m3 and down's 64 scales");
+    note_seen[0] = 0;
+    lf_ops_set_observer(&observer);
+    OK(lf_nn_gated_mlp_forward_variant(&m, LF_MLP_FP8, x, &y8));
+    lf_ops_set_observer(NULL);
+    CHECK(strstr(note_seen, "fp8 variant runs gated bf16") && strstr(note_seen, "no FP8"),
+          "the trace says why bf16 ran: '%s'", note_seen);
+    OK(lf_nn_gated_mlp_forward_variant(&m, LF_MLP_GATED, x, &yg));
+    OK(lf_nn_gated_mlp_middle(&m, LF_MLP_FP8, x, &h8));
+    if (y8 && yg && h8) {
+        double *a = to_f64(y8), *b = to_f64(yg);
+        CHECK(y8->ndim == 3 && y8->shape[2] == 64 && !memcmp(a, b, 2 * 7 * 64 * sizeof *a),
+              "fp8 on the CPU is the gated forward bit for bit");
+        CHECK(h8->ndim == 3 && h8->shape[2] == 96, "the fp8 middle is (2, 7, 96)");
+        free(a), free(b);
+    }
+    lf_tensor_free(x), lf_tensor_free(y8), lf_tensor_free(yg), lf_tensor_free(h8);
+    lf_nn_gated_mlp_free(&m);
+}
+
 int main(void)
 {
     test_quantize();
+    test_scaled_gemm_cpu();
+    test_fp8_variant_cpu();
     test_fp8_mlp_accuracy();
     return lf_test_finish("test_fp8");
 }

@@ -153,3 +153,44 @@ void lf_test_write_text(const char *path, const char *text)
         fclose(f);
     }
 }
+
+/* a (n, k) . b (m, k)^T in float64 */
+double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k)
+{
+    double *c = calloc((size_t)(n * m), sizeof *c);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++)
+                acc += a[i * k + p] * b[j * k + p];
+            c[i * m + j] = acc;
+        }
+    return c;
+}
+
+/* t quantized per row by lf_quantize_fp8 and decoded back (code x scale), in float64. */
+double *fp8_round_trip(const lf_tensor *t)
+{
+    lf_tensor *q = NULL, *sc = NULL;
+    const lf_status st = lf_quantize_fp8(&q, &sc, t);
+    CHECK(st == LF_OK, "quantize: %s", st == LF_OK ? "" : lf_last_error());
+    const int64_t R = t->shape[0], C = t->shape[1];
+    double *d = malloc((size_t)(R * C) * sizeof *d);
+    const uint8_t *codes = q ? lf_tensor_data(q) : NULL;
+    const float *s = sc ? lf_tensor_data(sc) : NULL;
+    for (int64_t i = 0; i < R * C; i++)
+        d[i] = codes && s ? (double)lf_f32_from_f8e4m3(codes[i]) * s[i / C] : NAN;
+    lf_tensor_free(q), lf_tensor_free(sc);
+    return d;
+}
+
+/* relative RMS and largest error (over the largest magnitude) of y against ref */
+void rel_errors(const double *y, const double *ref, int64_t n, double *rms, double *max)
+{
+    double se = 0, sr = 0, me = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        se += (y[i] - ref[i]) * (y[i] - ref[i]), sr += ref[i] * ref[i];
+        me = fmax(me, fabs(y[i] - ref[i])), mr = fmax(mr, fabs(ref[i]));
+    }
+    *rms = sqrt(se / sr), *max = me / mr;
+}

@@ -65,6 +65,13 @@ double worst_err(const double *got, const double *ref, const double *mag, int64_
  * magnitudes of every term through both layers. m's weights must be host tensors. */
 double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tensor *y, int64_t step);
 
+/* FP8 helpers (test_fp8, the GPU's FP8 tests): a (n, k) . b (m, k)^T in float64; t (2-D) quantized
+ * per row by lf_quantize_fp8 and decoded back (code x scale) in float64 (t on the CPU); the relative RMS and the
+ * largest error over the largest magnitude of y against ref. Callers free what is returned. */
+double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k);
+double *fp8_round_trip(const lf_tensor *t);
+void rel_errors(const double *y, const double *ref, int64_t n, double *rms, double *max);
+
 /* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */
 double tol_for(lf_dtype dt);
 

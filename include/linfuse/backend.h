@@ -34,6 +34,10 @@ typedef enum lf_gate {
 
 /* D = epilogue(alpha * A.B + beta * C + bias), in that order, then act, then the gate. */
 typedef struct lf_epilogue {
+    /* Scaled (FP8) GEMMs, as torch._scaled_mm with row-wise scales: element (i, j) of A.B is
+     * first multiplied by a_scale[i] * b_scale[j] (f32 vectors of M and of N, the latter over
+     * the pre-gate columns). Set both exactly when A and B are f8e4m3 (NULL otherwise). */
+    const float *a_scale, *b_scale;
     float alpha;
     float beta;       /* scales C; ignored when there is no C */
     const void *bias; /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */

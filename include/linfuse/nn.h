@@ -47,6 +47,10 @@ typedef struct lf_nn_gated_mlp {
     lf_tensor *gate_up;
     lf_nn_linear gate, up; /* dim -> hidden, no bias */
     lf_nn_linear down;     /* hidden -> dim, no bias */
+    /* FP8 copies of gate_up and down.weight with one f32 scale per output channel, made by
+     * lf_nn_gated_mlp_quantize_fp8 for the fp8 variant (NULL until then); the bf16 weights stay
+     * for the other variants and for devices without FP8 GEMMs. */
+    lf_tensor *gate_up_q, *gate_up_scale, *down_q, *down_scale;
 } lf_nn_gated_mlp;
 
 typedef struct lf_nn_gated_mlp_opts {
@@ -63,8 +67,22 @@ typedef struct lf_nn_gated_mlp_opts {
  *   GATED  mm_gated over gate_up (act(g) * u in the GEMM's epilogue), down: two. Where the
  *          device has no gated kernel for the shape, mm_gated says so in the trace and runs one
  *          GEMM over gate_up plus the fused middle instead. */
-typedef enum lf_mlp_variant { LF_MLP_EAGER, LF_MLP_FUSED, LF_MLP_GATED, LF_MLP_VARIANT_COUNT } lf_mlp_variant;
-const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated" */
+typedef enum lf_mlp_variant {
+    LF_MLP_EAGER,
+    LF_MLP_FUSED,
+    LF_MLP_GATED,
+    LF_MLP_VARIANT_COUNT, /* the variants above compute in the module's dtype and agree to its rounding */
+    /* FP8  the recipe of torch._scaled_mm with row-wise scales: x quantized per token
+     *      (lf_quantize_fp8), the gated GEMM in FP8 (bf16 h), h quantized per token, the down
+     *      GEMM in FP8; weights from lf_nn_gated_mlp_quantize_fp8. Four kernels; about 6e-2
+     *      relative RMS error against float64 where bf16 has 4e-3 (docs/design.md). Not one of
+     *      the COUNT variants above: it computes at another precision. Where the device has no
+     *      FP8 GEMM (the CPU, a GPU before Hopper) the trace says so in a note and GATED runs. */
+    LF_MLP_FP8 = LF_MLP_VARIANT_COUNT
+} lf_mlp_variant;
+const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated", "fp8" */
+/* The variant named s ("eager", "fused", "gated", "fp8"), or -1. */
+int lf_mlp_variant_parse(const char *s);
 
 lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o, lf_rng *rng);
 /* y (..., dim) for x (..., dim), eagerly: five kernels. */
@@ -86,6 +104,9 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
  * lf_nn_gated_mlp_to_device. */
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype);
+/* The fp8 variant's weights: gate_up and down.weight quantized per output channel
+ * (lf_quantize_fp8), on the module's device, replacing any made before. On failure m is unchanged. */
+lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
 lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
 void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);

@@ -86,12 +86,37 @@ lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
 
 /* --- FP8 ---
  * w (rows, cols), bf16, f16 or f32, any strides, quantized per row (per output channel of an
- * nn.Linear weight): scale[r] = max |w[r, :]| / 448 (1 for a row of zeros) and q = w / scale
- * rounded to E4M3, nearest even (lf_f8e4m3_from_f32). q is (rows, cols) f8e4m3 and scale
- * (rows, 1) f32, on w's device; q x scale is w to within E4M3's step, 2^-4 of a value at most
- * (less relative precision below 2^-6 of the row's largest). Weights are quantized once: this
- * computes on the host and is refused inside compile's capture; a non-finite weight is an error. */
+ * nn.Linear weight, per token of an activation): scale[r] = max |w[r, :]| / 448 (1 for a row of
+ * zeros, at least 2^-126) and q = w x (1 / scale) rounded to E4M3, nearest even
+ * (lf_f8e4m3_from_f32). q is (rows, cols)
+ * f8e4m3 and scale (rows, 1) f32, on w's device; q x scale is w to within E4M3's step, 2^-4 of a
+ * value at most (less relative precision below 2^-6 of the row's largest). It runs where w lives
+ * (a kernel on CUDA, every device writing the same bytes) and is refused inside compile's
+ * capture. On the CPU a non-finite element is an error; on a GPU it is not checked (that would
+ * cost a read back): a NaN becomes a NaN code, an infinity an infinite row scale, and the GEMM
+ * they feed gives NaN. */
 lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
+/* out = (a . b) * a_scale[i] * b_scale[j] for f8e4m3 a (M, K) and b (K, N) with f32 scales
+ * (M, 1) and (N, 1), fp32 accumulation, out (M, N) of out_dtype: torch._scaled_mm with row-wise
+ * scales. On CUDA cuBLASLt's FP8 GEMM with outer-vector scales; it takes the "tn" layout only (a
+ * row-major, b a weight seen transposed), K a multiple of 16. LF_EUNSUPPORTED where the device
+ * has no FP8 GEMM (the CPU). */
+lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+                       const lf_tensor *b_scale, lf_dtype out_dtype);
+/* lf_mm_gated in FP8: the scales are applied to the 2H pre-gate columns before the activation,
+ * out (M, H) bf16. On Hopper the gated kernel's FP8 form (wgmma e4m3); elsewhere a scaled GEMM
+ * then act(g) * u, with a note in the trace; LF_EUNSUPPORTED where neither runs (the CPU). */
+lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+                             const lf_tensor *b_scale, lf_act act, int64_t group);
+
+/* LF_OK when dev runs FP8 GEMMs (lf_scaled_mm and, on Hopper, the gated kernel's FP8 form), else
+ * LF_EUNSUPPORTED saying why: callers with a bf16 path ask first. */
+lf_status lf_fp8_supported(lf_device dev);
+
+/* A note span for the observer, which a trace shows beside the ops (a fallback and why, a
+ * compiled region): ops and modules say why they took another path. text is copied. */
+void lf_ops_note_begin(const char *text);
+void lf_ops_note_end(void);
 
 /* --- collectives ---
  * A communicator is one rank of a group of devices (GPUs) that sum together; linfuse/dist.h

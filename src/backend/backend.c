@@ -180,7 +180,7 @@ static lf_status check_matrix(const lf_matrix *m, const char *name)
 {
     if (!m->data)
         return lf_fail(LF_EINVAL, "lf_gemm: matrix %s has no data pointer", name);
-    if (!lf_dtype_computes(m->dtype))
+    if (!lf_dtype_computes(m->dtype) && m->dtype != LF_DTYPE_F8E4M3)
         return lf_fail(LF_EDTYPE, "lf_gemm: matrix %s is %s; a GEMM takes bf16, f16 or f32", name,
                        lf_dtype_known(m->dtype) ? lf_dtype_name(m->dtype) : "of an unknown dtype");
     if (m->rows < 1 || m->cols < 1)
@@ -211,6 +211,15 @@ lf_status lf_gemm_validate(const lf_gemm *g)
         return lf_fail(LF_EDTYPE, "lf_gemm: a is %s but b is %s; both operands must have one dtype",
                        lf_dtype_name(g->a.dtype), lf_dtype_name(g->b.dtype));
     const lf_epilogue *ep = &g->ep;
+    const int fp8 = g->a.dtype == LF_DTYPE_F8E4M3;
+    if (g->d.dtype == LF_DTYPE_F8E4M3 || (g->c.data && g->c.dtype == LF_DTYPE_F8E4M3))
+        return lf_fail(LF_EDTYPE, "lf_gemm: f8e4m3 is for the operands a and b; %s must be bf16, f16 or f32",
+                       g->d.dtype == LF_DTYPE_F8E4M3 ? "d" : "c");
+    if (fp8 && (!ep->a_scale || !ep->b_scale))
+        return lf_fail(LF_EINVAL, "lf_gemm: f8e4m3 operands need both scale vectors (a_scale, b_scale)");
+    if (!fp8 && (ep->a_scale || ep->b_scale))
+        return lf_fail(LF_EINVAL, "lf_gemm: scale vectors are for f8e4m3 operands; a and b are %s",
+                       lf_dtype_name(g->a.dtype));
     if ((unsigned)ep->act >= LF_ACT_COUNT)
         return lf_fail(LF_EINVAL, "lf_gemm: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu",
                        (int)ep->act);
@@ -268,6 +277,9 @@ lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info)
     const lf_backend_ops *b = lf_backend_for(dev);
     if (!b)
         return LF_EDEVICE;
+    char why[256];
+    if (g->ep.a_scale && b->gemm_supports && !b->gemm_supports(g, why, sizeof why)) /* FP8: not every device */
+        return lf_fail(LF_EUNSUPPORTED, "%s gemm: %s", b->name, why);
     return b->gemm(g, info);
 }
 
@@ -297,6 +309,8 @@ lf_status lf_gemm_reference(const lf_gemm *g)
                 double s = 0;
                 for (int64_t k = 0; k < K; k++)
                     s += mat_get(&g->a, i, k) * mat_get(&g->b, k, j);
+                if (ep->a_scale)
+                    s *= (double)ep->a_scale[i] * ep->b_scale[j];
                 s *= ep->alpha;
                 if (g->c.data)
                     s += ep->beta * mat_get(&g->c, i, j);
@@ -332,6 +346,22 @@ lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_i
     if (!b)
         return LF_EDEVICE;
     return b->pointwise(p, info);
+}
+
+lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_info *info)
+{
+    LF_CHECK_PTR(q, "lf_quantize_fp8", "q");
+    if (q->rows < 1 || q->cols < 1 || !q->in.data || !q->q || !q->scale || !lf_dtype_computes(q->in.dtype))
+        return lf_fail(LF_EINVAL, "lf_quantize_fp8: %lld x %lld %s: expected both dims >= 1, bf16/f16/f32 input and "
+                                  "every pointer set",
+                       (long long)q->rows, (long long)q->cols,
+                       lf_dtype_known(q->in.dtype) ? lf_dtype_name(q->in.dtype) : "unknown dtype");
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (!b->quantize_fp8)
+        return lf_fail(LF_EUNSUPPORTED, "%s: no FP8 quantization kernel", b->name);
+    return b->quantize_fp8(q, info);
 }
 
 static lf_status check_fused(const lf_fused *f)

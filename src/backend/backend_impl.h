@@ -51,6 +51,21 @@ typedef struct lf_pointwise {
 
 lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_info *info);
 
+/* --- FP8 quantization, one scale per row ---
+ * q[i, j] = e4m3(in[i, j] * (1 / scale[i])) with scale[i] = max_j |in[i, j]| / 448 (1 for a row
+ * of zeros, at least 2^-126 otherwise): the row-wise recipe of torch._scaled_mm, for weights (per
+ * output channel, once) and activations (per token, every forward). The reciprocal and the
+ * product are rounded to nearest, then the code (nearest even), so every device writes the same
+ * bytes. */
+typedef struct lf_quant {
+    int64_t rows, cols;
+    lf_strided in; /* bf16, f16 or f32; strides {row, column} */
+    uint8_t *q;    /* rows x cols e4m3, contiguous */
+    float *scale;  /* rows */
+} lf_quant;
+
+lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_info *info);
+
 /* --- fused pointwise (compile mode) --- */
 
 /* A chain of pointwise ops fused into one pass over `shape`: the inputs are read through their
@@ -172,6 +187,8 @@ typedef struct lf_backend_ops {
     lf_status (*memory)(int64_t *available, int64_t *total);
     lf_status (*gemm)(const lf_gemm *g, lf_kernel_info *info);
     lf_status (*pointwise)(const lf_pointwise *p, lf_kernel_info *info);
+    /* Row-wise FP8 quantization (lf_quant); NULL where the device has none. */
+    lf_status (*quantize_fp8)(const lf_quant *q, lf_kernel_info *info);
     /* Whether gemm can run g as described (1), else 0 with why filled. NULL: every valid GEMM. */
     int (*gemm_supports)(const lf_gemm *g, char *why, size_t cap);
     /* Fused pointwise chains (compile mode); prepare/release may be NULL (nothing to build). */
@@ -207,7 +224,7 @@ const lf_device_events *lf_backend_events(lf_device dev);
  * A device other than the CPU lives in a shared object loaded at run time (as ggml's backend
  * registry loads its backends), so a program that only uses the CPU never loads CUDA's
  * libraries. The module exports LF_BACKEND_MODULE_ENTRY. */
-enum { LF_BACKEND_ABI = 3 }; /* 2: the memory slot; 3: units and collectives */
+enum { LF_BACKEND_ABI = 4 }; /* 2: the memory slot; 3: units and collectives; 4: FP8 quantization */
 #define LF_BACKEND_MODULE_ENTRY "lf_backend_module_init"
 typedef const lf_backend_ops *(*lf_backend_module_init_fn)(int abi);
 
@@ -226,6 +243,8 @@ typedef enum lf_kernel_family {
     LF_KF_CUDA_GATED,     /* lf::gated::gated_gemm_<dtype>_<act>_<tile>: the Hopper kernel's own name */
     LF_KF_CUDA_GATED_PINGPONG, /* lf::gated::gated_gemm_<dtype>_<act>_<tile>_pingpong: its ping-pong schedule */
     LF_KF_CUDA_GEMV,      /* lf::gemv::gated_gemv_<dtype>_<act>: the few-token gated kernel */
+    LF_KF_CPU_QUANT,      /* lf_cpu_quantize_fp8_<dtype>_rowwise */
+    LF_KF_CUDA_QUANT,     /* lf_cuda_quantize_fp8_<dtype>_rowwise */
     LF_KF_COUNT
 } lf_kernel_family;
 
@@ -237,6 +256,10 @@ void lf_gemm_report(const lf_gemm *g, lf_kernel_family fam, int tile_m, int tile
 /* Report a pointwise kernel: one FLOP per element per step (none for a copy), bytes of each
  * operand once. */
 void lf_pointwise_report(const lf_pointwise *p, lf_kernel_family fam, lf_kernel_info *info);
+
+/* Report a row-wise FP8 quantization: a FLOP per element (the division), bytes of the input,
+ * the codes and the scales once. */
+void lf_quant_report(const lf_quant *q, lf_kernel_family fam, lf_kernel_info *info);
 
 /* Report a fused kernel: its plan's name (interned at prepare), a FLOP per element per step,
  * bytes of each operand once. */

@@ -17,10 +17,11 @@ const char *lf_act_name(lf_act act)
 
 static const char *const pw_op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act", "act_mul"};
 
-/* "tn_c_bias_gelu_tanh_gated": layout, then what the epilogue does, in order. */
+/* "tn_rowwise_c_bias_gelu_tanh_gated": layout, then what the epilogue does, in order. */
 static void gemm_suffix(const lf_kernel_key *k, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%c%c%s%s%s%s%s", k->lay_b, k->lay_a, k->flags & LF_KEY_C ? "_c" : "", k->flags & LF_KEY_BIAS ? "_bias" : "",
+    snprintf(buf, cap, "%c%c%s%s%s%s%s%s", k->lay_b, k->lay_a, k->flags & LF_KEY_SCALED ? "_rowwise" : "",
+             k->flags & LF_KEY_C ? "_c" : "", k->flags & LF_KEY_BIAS ? "_bias" : "",
              k->act != LF_ACT_NONE ? "_" : "", k->act != LF_ACT_NONE ? lf_act_name((lf_act)k->act) : "",
              k->flags & LF_KEY_GATED ? "_gated" : "");
 }
@@ -47,6 +48,10 @@ static void format_name(const lf_kernel_key *k, char *buf, size_t cap)
         break;
     case LF_KF_CUDA_GEMV:
         snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, lf_act_name((lf_act)k->act));
+        break;
+    case LF_KF_CPU_QUANT:
+    case LF_KF_CUDA_QUANT:
+        snprintf(buf, cap, "lf_%s_quantize_fp8_%s_rowwise", k->family == LF_KF_CPU_QUANT ? "cpu" : "cuda", dt);
         break;
     case LF_KF_CPU_POINTWISE:
     case LF_KF_CUDA_POINTWISE: {

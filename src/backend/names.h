@@ -14,7 +14,7 @@ typedef struct lf_kernel_key {
 } lf_kernel_key;
 _Static_assert(sizeof(lf_kernel_key) == 12, "lf_kernel_key has no padding: keys are compared and hashed as bytes");
 
-enum { LF_KEY_C = 1, LF_KEY_BIAS = 2, LF_KEY_GATED = 4, LF_KEY_STRIDED = 8 };
+enum { LF_KEY_C = 1, LF_KEY_BIAS = 2, LF_KEY_GATED = 4, LF_KEY_STRIDED = 8, LF_KEY_SCALED = 16 };
 
 /* The interned name of key (valid for the life of the process). */
 const char *lf_kernel_name(const lf_kernel_key *key);

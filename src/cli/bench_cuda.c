@@ -15,7 +15,9 @@
 
 typedef struct gcase {
     const char *name;
-    int kind; /* 0 matmul-add, 1 linear, 2 mlp, 3 the gated GEMM alone, 4 one GEMM over [Wg; Wu] */
+    /* 0 matmul-add, 1 linear, 2 mlp, 3 the gated GEMM alone, 4 one GEMM over [Wg; Wu]; in FP8 (x
+     * quantized once, outside the timing): 5 the gated GEMM alone, 6 one scaled GEMM over [Wg; Wu] */
+    int kind;
     int64_t a, b, c, d;
     lf_mlp_variant variant; /* kind 2 */
     unsigned compiled;      /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
@@ -43,10 +45,15 @@ static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b,
         s = lf_nn_linear_forward(lin, x, &y);
     } else if (g->kind == 2) {
         s = lf_nn_gated_mlp_forward_variant(mlp, g->variant, x, &y);
-    } else { /* x is (tokens, dim); the gated GEMM against the plain GEMM with the same FLOPs */
+    } else if (g->kind <= 4) { /* x is (tokens, dim); the gated GEMM against the plain GEMM with the same FLOPs */
         s = lf_t(&t, mlp->gate_up);
         if (s == LF_OK)
             s = g->kind == 3 ? lf_mm_gated(&y, x, t, LF_ACT_GELU_TANH, mlp->hidden) : lf_mm(&y, x, t);
+    } else { /* FP8: x is already e4m3 and w holds its per-token scales */
+        s = lf_t(&t, mlp->gate_up_q);
+        if (s == LF_OK)
+            s = g->kind == 5 ? lf_scaled_mm_gated(&y, x, w, t, mlp->gate_up_scale, LF_ACT_GELU_TANH, mlp->hidden)
+                             : lf_scaled_mm(&y, x, w, t, mlp->gate_up_scale, LF_DTYPE_BF16);
     }
     lf_tensor_free(t);
     if (out)
@@ -107,6 +114,23 @@ static const gcase cases[] = {
     SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
     SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
 #undef SCHED
+    /* the gated GEMM in FP8 against itself in bf16 and against cuBLASLt's FP8 GEMM over [Wg; Wu] */
+#define FP8(T, D, H)                                                                                                    \
+{"fp8_gated_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                                \
+    {"fp8_bf16_gated_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                      \
+    {"fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
+    FP8(8192, 4096, 11008), FP8(8192, 768, 3072), FP8(512, 4096, 14336),
+#undef FP8
+    /* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
+     * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
+#define SCHED8(T, D, H)                                                                                                 \
+{"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},               \
+    {"fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG}
+    SCHED8(8192, 4096, 11008), SCHED8(8192, 768, 3072), SCHED8(512, 4096, 14336), SCHED8(2048, 4096, 14336),
+    SCHED8(8192, 4096, 14336), SCHED8(1024, 768, 3072), SCHED8(4096, 2048, 8192),
+#undef SCHED8
+    {"mlp_64x128x768x3072_fp8", 2, 64, 128, 768, 3072, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
+    {"mlp_8x1024x4096x11008_fp8", 2, 8, 1024, 4096, 11008, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
     {"mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
     {"mlp_1x16x4096x11008_fused", 2, 1, 16, 4096, 11008, LF_MLP_FUSED, 0, LF_ACT_NONE, 0},
     {"linear_1024x32x64", 1, 1024, 32, 64, 0, 0, 0, LF_ACT_NONE, 0},
@@ -138,11 +162,13 @@ static const gcase cases[] = {
     {"llama_mlp_512", LLAMA(512, LF_MLP_EAGER, 0)},
     {"llama_mlp_512_fused", LLAMA(512, LF_MLP_FUSED, 0)},
     {"llama_mlp_512_gated", LLAMA(512, LF_MLP_GATED, 0)},
+    {"llama_mlp_512_fp8", LLAMA(512, LF_MLP_FP8, 0)},
     {"compiled_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
     {"compiled_gated_llama_mlp_512", LLAMA(512, LF_MLP_EAGER, LF_PASSES_ALL)},
     {"llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, 0)},
     {"llama_mlp_8192_fused", LLAMA(8192, LF_MLP_FUSED, 0)},
     {"llama_mlp_8192_gated", LLAMA(8192, LF_MLP_GATED, 0)},
+    {"llama_mlp_8192_fp8", LLAMA(8192, LF_MLP_FP8, 0)},
     {"compiled_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_DEFAULT)},
     {"compiled_gated_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_ALL)},
 #undef LLAMA
@@ -189,6 +215,8 @@ static int run_case(const gcase *g, int reps)
         if (s == LF_OK)
             s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
                              : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
+        if (s == LF_OK && (g->kind >= 5 || g->variant == LF_MLP_FP8))
+            s = lf_nn_gated_mlp_quantize_fp8(&mlp);
         if (s == LF_OK)
             s = lf_nn_gated_mlp_to_device(&mlp, LF_DEVICE_CUDA);
     }
@@ -196,6 +224,14 @@ static int run_case(const gcase *g, int reps)
         s = lf_tensor_fill_uniform(x, &rng, -1, 1);
     if (s == LF_OK)
         s = to_cuda(&x);
+    if (s == LF_OK && g->kind >= 5) { /* x in FP8 once, its scales in w */
+        lf_tensor *xq = NULL;
+        s = lf_quantize_fp8(&xq, &w, x);
+        if (s == LF_OK) {
+            lf_tensor_free(x);
+            x = xq;
+        }
+    }
     lf_compiled *c = NULL;
     gstate st = {g, w, b, &lin, &mlp};
     /* a sched_ case forces its schedule; every other case keeps what was chosen before it
@@ -243,7 +279,7 @@ static int run_case(const gcase *g, int reps)
         printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us,
                lf_cli_median(h, n) * 1e6);
         if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
-            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * 2.0 / (us * 1e3));
+            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * (g->variant == LF_MLP_FP8 ? 1.0 : 2.0) / (us * 1e3));
         printf("\n");
         fflush(stdout); /* each line as it comes, through a pipe too */
     }
@@ -303,7 +339,9 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
         fprintf(stderr, "linfuse bench cuda: %s\n", lf_last_error());
         return LF_EXIT_FAIL;
     }
-    printf("# linfuse on cuda, bf16; median over %d samples of back-to-back forwards\n", reps);
+    printf("# linfuse on cuda, bf16 (fp8 cases: e4m3 weights and activations, row-wise scales); median over %d "
+           "samples of back-to-back forwards\n",
+           reps);
     int ok = 1;
     if (mlp_shapes) { /* every MLP variant, eager and compiled, at each shape asked for */
         static const struct {
@@ -313,6 +351,7 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
         } forms[] = {{"", "", LF_MLP_EAGER, 0},
                      {"", "_fused", LF_MLP_FUSED, 0},
                      {"", "_gated", LF_MLP_GATED, 0},
+                     {"", "_fp8", LF_MLP_FP8, 0},
                      {"compiled_", "", LF_MLP_EAGER, LF_PASSES_DEFAULT},
                      {"compiled_gated_", "", LF_MLP_EAGER, LF_PASSES_ALL}};
         for (int i = 0; i < nshapes; i++)

@@ -24,7 +24,7 @@ enum {
     T_SIZE = 1 << 0,    /* matmul-add: --size --batched --warmup */
     T_LINEAR = 1 << 1,  /* --batch --in-dim --out-dim --no-bias */
     T_MLP = 1 << 2,     /* --batch --seq --dim --hidden */
-    T_VARIANT = 1 << 3, /* --variant fused|gated */
+    T_VARIANT = 1 << 3, /* --variant fused|gated|fp8 */
     T_COMPILE = 1 << 4, /* --compile and its flags */
 };
 
@@ -52,10 +52,12 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"seq", 1, O_SEQ, 0}, T_MLP, "--seq N", "sequence length (128)"},
     {{"dim", 1, O_DIM, 0}, T_MLP, "--dim N", "model dimension (768)"},
     {{"hidden", 1, O_HIDDEN, 0}, T_MLP, "--hidden N", "hidden dimension (3072)"},
-    {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated",
+    {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated|fp8",
      "fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels); gated: one gated GEMM over "
      "[Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down (two; where the device has no gated kernel for "
-     "the shape, the trace says why and a GEMM plus the fused kernel run)"},
+     "the shape, the trace says why and a GEMM plus the fused kernel run); fp8: weights quantized per channel "
+     "once, x and the hidden activation per token, the gated GEMM and down in FP8 (four kernels; where the device "
+     "has no FP8 GEMM, the trace says why and gated runs)"},
     {{"compile", 0, O_COMPILE, 0}, T_COMPILE, "--compile",
      "capture one forward, fuse, replay a plan (on CUDA one graph launch); the flags below need it"},
     {{"no-cuda-graph", 0, O_NO_CUDA_GRAPH, 0}, T_COMPILE, "--no-cuda-graph", "launch the plan kernel by kernel"},
@@ -235,13 +237,15 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq); break;
         case O_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim), dims_given = 1; break;
         case O_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden), dims_given = 1; break;
-        case O_VARIANT:
-            if (strcmp(v, "fused") && strcmp(v, "gated")) {
-                fprintf(stderr, "%s: --variant must be fused or gated, got '%s'\n", cmd, v);
+        case O_VARIANT: {
+            const int pv = lf_mlp_variant_parse(v);
+            if (pv != LF_MLP_FUSED && pv != LF_MLP_GATED && pv != LF_MLP_FP8) {
+                fprintf(stderr, "%s: --variant must be fused, gated or fp8, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
-            c->variant = !strcmp(v, "gated") ? LF_MLP_GATED : LF_MLP_FUSED;
+            c->variant = (lf_mlp_variant)pv;
             break;
+        }
         case O_COMPILE: c->compile = 1; break;
         case O_NO_CUDA_GRAPH: c->no_cuda_graph = compile_flag = 1; break;
         case O_COMPILE_VERBOSE: c->compile_verbose = compile_flag = 1; break;
@@ -312,6 +316,10 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
     const char *rank_env = getenv("RANK");
     if (c->tp == 0 && rank_env && *rank_env && (exps[k].takes & T_MLP))
         c->tp = -1; /* under torchrun: one rank of WORLD_SIZE */
+    if (c->variant == LF_MLP_FP8 && (c->tp > 1 || c->tp < 0)) {
+        fprintf(stderr, "%s: --variant fp8 runs on one device; --tp takes fused or gated\n", cmd);
+        return LF_EXIT_USAGE;
+    }
     if (c->chunks && c->tp == 0) {
         fprintf(stderr, "%s: --chunks needs --tp\n", cmd);
         return LF_EXIT_USAGE;
@@ -424,6 +432,8 @@ static lf_status model_build(const exp_cfg *c, model *m)
     lf_status s = exps[c->kind].build(c, &rng, m);
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
+    if (s == LF_OK && c->variant == LF_MLP_FP8 && m->mlp.gate_up) /* on the host, where a bad weight is reported */
+        s = lf_nn_gated_mlp_quantize_fp8(&m->mlp);
     if (s == LF_OK && c->device != LF_DEVICE_CPU && m->mlp.gate_up)
         s = lf_nn_gated_mlp_to_device(&m->mlp, c->device);
     if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
@@ -453,6 +463,7 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
     const char *mode = c->compile                      ? "compile"
                        : !(exps[c->kind].takes & T_VARIANT) ? "eager"
                        : c->variant == LF_MLP_GATED     ? "gated"
+                       : c->variant == LF_MLP_FP8       ? "fp8"
                                                         : "kernels";
     if (snprintf(base, sizeof base, "%s/%s_%s_%s_%s", dir, shape, lf_dtype_name(c->dtype), c->warm ? "warm" : "cold",
                  mode) >= (int)sizeof base) {

@@ -62,7 +62,7 @@ static lf_status fwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
 static void usage(FILE *f)
 {
     fputs("usage: linfuse mlp --weights FILE|DIR --prefix NAME --input X.safetensors --output Y.safetensors\n"
-          "                   [--act silu|gelu_tanh|gelu] [--variant eager|fused|gated] [--compile]\n"
+          "                   [--act silu|gelu_tanh|gelu] [--variant eager|fused|gated|fp8] [--compile]\n"
           "                   [--device auto|cpu|cuda] [--dtype bf16|f16|f32]\n"
           "Runs the MLP <NAME>.{gate,up,down}_proj of a Hugging Face checkpoint (a .safetensors file, its\n"
           "index, or their directory) on tensor x of --input ([tokens, dim] or [batch, seq, dim]) and writes\n"
@@ -96,16 +96,11 @@ int lf_cli_mlp(int argc, char **argv)
                 return LF_EXIT_USAGE;
             break;
         case VARIANT:
-            if (!strcmp(v, "eager"))
-                variant = LF_MLP_EAGER;
-            else if (!strcmp(v, "fused"))
-                variant = LF_MLP_FUSED;
-            else if (!strcmp(v, "gated"))
-                variant = LF_MLP_GATED;
-            else {
-                fprintf(stderr, "%s: --variant must be eager, fused or gated, got '%s'\n", cmd, v);
+            if (lf_mlp_variant_parse(v) < 0) {
+                fprintf(stderr, "%s: --variant must be eager, fused, gated or fp8, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
+            variant = (lf_mlp_variant)lf_mlp_variant_parse(v);
             break;
         case COMPILE: compile = 1; break;
         case DEVICE:
@@ -130,8 +125,11 @@ int lf_cli_mlp(int argc, char **argv)
         fprintf(stderr, "%s: --weights, --prefix, --input and --output are all needed (linfuse mlp --help)\n", cmd);
         return LF_EXIT_USAGE;
     }
-    if (compile && variant == LF_MLP_FUSED) {
-        fprintf(stderr, "%s: --compile fuses the eager forward itself; use it with --variant eager or gated\n", cmd);
+    if (compile && (variant == LF_MLP_FUSED || variant == LF_MLP_FP8)) {
+        fprintf(stderr,
+                "%s: --compile fuses the eager forward itself (and has no FP8 pass); use it with --variant eager or "
+                "gated\n",
+                cmd);
         return LF_EXIT_USAGE;
     }
     if (!strcmp(device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
@@ -173,6 +171,8 @@ int lf_cli_mlp(int argc, char **argv)
         s = lf_tensor_to_device(&x, xf, dev);
     else if (s == LF_OK)
         x = xf, xf = NULL;
+    if (s == LF_OK && variant == LF_MLP_FP8) /* on the host, where a non-finite weight is reported */
+        s = lf_nn_gated_mlp_quantize_fp8(&m);
     if (s == LF_OK && dev != LF_DEVICE_CPU)
         s = lf_nn_gated_mlp_to_device(&m, dev);
     if (s != LF_OK) {
@@ -215,6 +215,8 @@ int lf_cli_mlp(int argc, char **argv)
                    stored, lf_device_name(dev), compile ? "compiled " : "", lf_mlp_variant_name(variant),
                    lf_fmt_shape(xs, sizeof xs, x->ndim, x->shape), lf_fmt_shape(ys, sizeof ys, y->ndim, y->shape), ms,
                    output);
+            if (variant == LF_MLP_FP8 && lf_fp8_supported(dev) != LF_OK)
+                printf("fp8: %s; the gated bf16 forward ran instead\n", lf_last_error());
         }
     }
     lf_compiled_free(c);

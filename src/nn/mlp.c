@@ -1,16 +1,26 @@
 /* The GeGLU MLP of the blog's simple-mlp and kernels-mlp: y = down(gelu_tanh(gate(x)) * up(x)),
  * in three variants that differ only in how many kernels carry the middle (nn.h). Layer: nn/. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
 #include "linfuse/nn.h"
 
+static const char *const variant_names[LF_MLP_FP8 + 1] = {"eager", "fused", "gated", "fp8"};
+
 const char *lf_mlp_variant_name(lf_mlp_variant v)
 {
-    static const char *const names[LF_MLP_VARIANT_COUNT] = {"eager", "fused", "gated"};
-    return (unsigned)v < LF_MLP_VARIANT_COUNT ? names[v] : "?";
+    return (unsigned)v <= LF_MLP_FP8 ? variant_names[v] : "?";
+}
+
+int lf_mlp_variant_parse(const char *s)
+{
+    for (int v = 0; s && v <= LF_MLP_FP8; v++)
+        if (!strcmp(s, variant_names[v]))
+            return v;
+    return -1;
 }
 
 /* The activations a gated MLP takes. */
@@ -128,26 +138,51 @@ lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev)
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_to_device", "m");
     if (!m->gate_up || !m->down.weight)
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_to_device: the module is not initialised");
-    lf_tensor *gu = NULL, *dw = NULL;
-    lf_status s = lf_tensor_to_device(&gu, m->gate_up, dev);
-    if (s == LF_OK)
-        s = lf_tensor_to_device(&dw, m->down.weight, dev);
-    if (s != LF_OK) {
-        lf_tensor_free(gu);
-        return s;
-    }
+    /* every parameter copied first, then swapped in: a failure leaves m as it was */
+    lf_tensor **own[6] = {&m->gate_up, &m->down.weight, &m->gate_up_q, &m->gate_up_scale, &m->down_q, &m->down_scale};
+    lf_tensor *moved[6] = {NULL};
+    lf_status s = LF_OK;
+    for (int i = 0; i < 6 && s == LF_OK; i++)
+        if (*own[i])
+            s = lf_tensor_to_device(&moved[i], *own[i], dev);
     lf_tensor *old_gu = m->gate_up;
-    m->gate_up = gu;
-    s = make_views(m);
-    if (s != LF_OK) { /* put the old storage back: the views still point into it */
-        m->gate_up = old_gu;
-        lf_tensor_free(gu);
-        lf_tensor_free(dw);
+    if (s == LF_OK) {
+        m->gate_up = moved[0];
+        s = make_views(m);
+        if (s != LF_OK) /* put the old storage back: the views still point into it */
+            m->gate_up = old_gu;
+    }
+    if (s != LF_OK) {
+        for (int i = 0; i < 6; i++)
+            lf_tensor_free(moved[i]);
         return s;
     }
-    lf_tensor_free(old_gu);
-    lf_tensor_free(m->down.weight);
-    m->down.weight = dw;
+    for (int i = 0; i < 6; i++) {
+        lf_tensor_free(i == 0 ? old_gu : *own[i]);
+        *own[i] = moved[i];
+    }
+    return LF_OK;
+}
+
+lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
+{
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_quantize_fp8", "m");
+    if (!m->gate_up || !m->down.weight)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_quantize_fp8: the module is not initialised");
+    lf_tensor *q[4] = {NULL};
+    lf_status s = lf_quantize_fp8(&q[0], &q[1], m->gate_up);
+    if (s == LF_OK)
+        s = lf_quantize_fp8(&q[2], &q[3], m->down.weight);
+    if (s != LF_OK) {
+        for (int i = 0; i < 4; i++)
+            lf_tensor_free(q[i]);
+        return s;
+    }
+    lf_tensor **own[4] = {&m->gate_up_q, &m->gate_up_scale, &m->down_q, &m->down_scale};
+    for (int i = 0; i < 4; i++) {
+        lf_tensor_free(*own[i]);
+        *own[i] = q[i];
+    }
     return LF_OK;
 }
 
@@ -176,14 +211,67 @@ static lf_status gated_middle(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_t
     return s;
 }
 
+/* x (tokens, K) quantized per token, then y = scaled GEMM of it with the FP8 weight wq (N, K)
+ * and its scales: gated (act(g) * u, bf16 h) when gated, else plain in out_dtype. */
+static lf_status fp8_gemm(const lf_nn_gated_mlp *m, const lf_tensor *x2, const lf_tensor *wq, const lf_tensor *ws,
+                          int gated, lf_dtype out_dtype, lf_tensor **y)
+{
+    lf_tensor *xq = NULL, *xs = NULL, *wt = NULL;
+    lf_status s = lf_quantize_fp8(&xq, &xs, x2);
+    if (s == LF_OK)
+        s = lf_t(&wt, wq);
+    if (s == LF_OK)
+        s = gated ? lf_scaled_mm_gated(y, xq, xs, wt, ws, m->act, m->hidden)
+                  : lf_scaled_mm(y, xq, xs, wt, ws, out_dtype);
+    lf_tensor_free(xq), lf_tensor_free(xs), lf_tensor_free(wt);
+    return s;
+}
+
+/* The fp8 variant: down(act(gate(x)) * up(x)) through two FP8 GEMMs (the middle alone when
+ * middle_only), or the gated variant with a note where the device has none. */
+static lf_status fp8_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, int middle_only, lf_tensor **y)
+{
+    if (!m->gate_up_q || !m->down_q)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: the fp8 variant needs FP8 weights; call "
+                                  "lf_nn_gated_mlp_quantize_fp8 once after loading");
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
+        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
+                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    if (lf_fp8_supported(lf_tensor_device(x)) != LF_OK) {
+        char why[320];
+        snprintf(why, sizeof why, "fp8 variant runs gated bf16 (%s)", lf_last_error());
+        lf_ops_note_begin(why);
+        lf_status s = middle_only ? lf_nn_gated_mlp_middle(m, LF_MLP_GATED, x, y)
+                                  : lf_nn_gated_mlp_forward_variant(m, LF_MLP_GATED, x, y);
+        lf_ops_note_end();
+        return s;
+    }
+    const int64_t tokens = lf_tensor_numel(x) / m->dim;
+    int64_t flat[2] = {tokens, m->dim}, back[LF_MAX_DIMS];
+    memcpy(back, x->shape, sizeof back);
+    back[x->ndim - 1] = middle_only ? m->hidden : m->dim;
+    lf_tensor *x2 = NULL, *h = NULL, *y2 = NULL;
+    lf_status s = lf_reshape(&x2, x, 2, flat);
+    if (s == LF_OK)
+        s = fp8_gemm(m, x2, m->gate_up_q, m->gate_up_scale, 1, LF_DTYPE_BF16, &h);
+    if (s == LF_OK && !middle_only)
+        s = fp8_gemm(m, h, m->down_q, m->down_scale, 0, x->dtype, &y2);
+    if (s == LF_OK)
+        s = lf_view(y, middle_only ? h : y2, x->ndim, back);
+    lf_tensor_free(x2), lf_tensor_free(h), lf_tensor_free(y2);
+    return s;
+}
+
 lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h)
 {
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_middle", "m");
     LF_CHECK_PTR(h, "lf_nn_gated_mlp_middle", "h");
     *h = NULL;
     LF_CHECK_PTR(x, "lf_nn_gated_mlp_middle", "x");
+    if (v == LF_MLP_FP8)
+        return fp8_forward(m, x, 1, h);
     if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: variant %d is not eager, fused or gated", (int)v);
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: variant %d is not eager, fused, gated or fp8", (int)v);
     if (v == LF_MLP_GATED)
         return gated_middle(m, x, h);
     lf_tensor *g = NULL, *u = NULL, *a = NULL;
@@ -209,6 +297,10 @@ lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_varia
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_forward", "m");
     LF_CHECK_PTR(y, "lf_nn_gated_mlp_forward", "y");
     *y = NULL;
+    if (v == LF_MLP_FP8) {
+        LF_CHECK_PTR(x, "lf_nn_gated_mlp_forward", "x");
+        return fp8_forward(m, x, 0, y);
+    }
     lf_tensor *h = NULL;
     lf_status s = lf_nn_gated_mlp_middle(m, v, x, &h);
     if (s == LF_OK)
@@ -230,7 +322,9 @@ void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
     lf_nn_linear_free(&m->up);
     lf_nn_linear_free(&m->down);
     lf_tensor_free(m->gate_up);
-    m->gate_up = NULL;
+    lf_tensor_free(m->gate_up_q), lf_tensor_free(m->gate_up_scale);
+    lf_tensor_free(m->down_q), lf_tensor_free(m->down_scale);
+    m->gate_up = m->gate_up_q = m->gate_up_scale = m->down_q = m->down_scale = NULL;
 }
 
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,

@@ -59,6 +59,18 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
     return s;
 }
 
+lf_status lf_launch_quant(lf_device dev, const lf_quant *q)
+{
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_backend_quantize_fp8(dev, q, NULL);
+    lf_kernel_info info = {0};
+    o->kernel_begin(o->user, dev, &info);
+    lf_status s = lf_backend_quantize_fp8(dev, q, &info);
+    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    return s;
+}
+
 lf_status lf_launch_fused(lf_device dev, const lf_fused *f)
 {
     const lf_op_observer *o = lf_obs();
@@ -151,16 +163,18 @@ lf_status lf_pointwise_into(lf_tensor **out, lf_tensor *y, lf_pointwise *p)
     return LF_OK;
 }
 
-lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
+/* t is a tensor whose every element lies in its storage, on this thread's unit; f8e4m3 only where
+ * the op takes it (views, the scaled GEMMs). */
+static lf_status check_tensor(const char *op, const char *name, const lf_tensor *t, int f8_ok)
 {
     if (!t)
         return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", op, name);
-    if (t->dtype == LF_DTYPE_F8E4M3)
+    if (t->dtype == LF_DTYPE_F8E4M3 && !f8_ok)
         return lf_fail(LF_EDTYPE,
                        "%s: '%s' is f8e4m3, a dtype linfuse stores but does not compute in: convert it "
-                       "first (lf_tensor_to_f32, lf_st_get_as)",
+                       "first (lf_tensor_to_f32, lf_st_get_as), or use the FP8 GEMMs (lf_scaled_mm)",
                        op, name);
-    if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || (unsigned)t->dtype >= LF_DTYPE_COUNT)
+    if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || !lf_dtype_known(t->dtype))
         return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", op, name);
     /* the struct is public, so its geometry may have been edited: every element it names must
      * lie inside its storage, or a kernel would read or write past it */
@@ -182,6 +196,16 @@ lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
                        lf_device_name(t->storage->device), t->storage->index, lf_device_name(t->storage->device),
                        lf_device_current(t->storage->device));
     return LF_OK;
+}
+
+lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t)
+{
+    return check_tensor(op, name, t, 0);
+}
+
+lf_status lf_check_stored(const char *op, const char *name, const lf_tensor *t)
+{
+    return check_tensor(op, name, t, 1);
 }
 
 lf_status lf_check_ndim(const char *op, const char *name, const lf_tensor *t, int ndim)

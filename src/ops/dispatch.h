@@ -59,6 +59,8 @@ extern _Thread_local const lf_capture_hooks *lf_capture_tls;
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
 lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
+/* Row-wise FP8 quantization; no capture records it (quant_ops.c refuses to run inside one). */
+lf_status lf_launch_quant(lf_device dev, const lf_quant *q);
 /* A collective through dev's backend (the observer sees its kernel inside the library's span,
  * "nccl:all_reduce"), and the wait for a communicator's async ones. direct: no observer, no
  * capture (a plan recording a CUDA graph). */
@@ -70,12 +72,10 @@ lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct);
  * External id (docs/trace_format.md, "CUDA graphs"). No capture sees it. */
 lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in);
 
-/* A note span for the observer (a fallback and why; a compiled region): text is copied. */
-void lf_ops_note_begin(const char *text);
-void lf_ops_note_end(void);
-
 /* Checks that name the op and the argument in their messages. */
 lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t);
+/* lf_check_tensor, f8e4m3 allowed: for ops that only re-view a tensor or take FP8 by design. */
+lf_status lf_check_stored(const char *op, const char *name, const lf_tensor *t);
 lf_status lf_check_ndim(const char *op, const char *name, const lf_tensor *t, int ndim);
 lf_status lf_check_same(const char *op, const char *na, const lf_tensor *a, const char *nb, const lf_tensor *b);
 
@@ -86,6 +86,10 @@ lf_strided lf_strided_of(const lf_tensor *t);
 /* Run pointwise p writing into the fresh tensor y (p's out, ndim and shape are taken from y);
  * *out = y on success, y freed on failure. */
 lf_status lf_pointwise_into(lf_tensor **out, lf_tensor *y, lf_pointwise *p);
+
+/* y (M, H) = act(g) * u over the columns of a plain product p (M, 2H) arranged in blocks of
+ * 2 x group (gates, then their partners): the gated GEMMs' fallbacks, one pointwise pass. */
+lf_status lf_gate_pairs(lf_tensor *y, const lf_tensor *p, lf_act act, int64_t group);
 
 /* A new contiguous tensor like `like` but with the given shape. */
 lf_status lf_new_output(lf_tensor **out, const lf_tensor *like, int ndim, const int64_t *shape);

@@ -156,6 +156,18 @@ lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *
     LF_DISPATCH(ADDMM_ACT, args, out, addmm_act_impl(out, bias, a, b, act));
 }
 
+lf_status lf_gate_pairs(lf_tensor *y, const lf_tensor *p, lf_act act, int64_t group)
+{
+    /* p (M, 2H) as (M, H/G, G) twice: gates at column 2G*blk + j, their partners G later */
+    const int64_t M = p->shape[0], H = p->shape[1] / 2, G = group;
+    lf_pointwise pw = {.op = LF_PW_ACT_MUL, .act = act, .ndim = 3, .shape = {M, H / G, G}};
+    pw.out = (lf_strided){lf_tensor_data(y), y->dtype, {y->stride[0], G * y->stride[1], y->stride[1]}};
+    pw.in[0] = (lf_strided){lf_tensor_data(p), p->dtype, {p->stride[0], 2 * G * p->stride[1], p->stride[1]}};
+    pw.in[1] = pw.in[0];
+    pw.in[1].data = (char *)pw.in[0].data + G * p->stride[1] * (int64_t)lf_dtype_size(p->dtype);
+    return lf_launch_pointwise(lf_tensor_device(y), &pw);
+}
+
 /* The gated GEMM when the backend has no kernel for it (on CUDA: not Hopper, not bf16, a
  * gate_group the kernel cannot tile...): one plain GEMM over all 2H columns, then act(g) * u
  * in one pass over column-group views of that product. The trace shows why, as a note. */
@@ -166,16 +178,8 @@ static lf_status gated_fallback(lf_tensor *y, const lf_tensor *a, const lf_tenso
     lf_ops_note_begin(why);
     lf_tensor *p = NULL;
     lf_status s = lf_mm(&p, a, b);
-    if (s == LF_OK) {
-        /* p (M, 2H) as (M, H/G, G) twice: gates at column 2G*blk + j, their partners G later */
-        const int64_t M = p->shape[0], H = p->shape[1] / 2, G = group;
-        lf_pointwise pw = {.op = LF_PW_ACT_MUL, .act = act, .ndim = 3, .shape = {M, H / G, G}};
-        pw.out = (lf_strided){lf_tensor_data(y), y->dtype, {y->stride[0], G * y->stride[1], y->stride[1]}};
-        pw.in[0] = (lf_strided){lf_tensor_data(p), p->dtype, {p->stride[0], 2 * G * p->stride[1], p->stride[1]}};
-        pw.in[1] = pw.in[0];
-        pw.in[1].data = (char *)pw.in[0].data + G * p->stride[1] * (int64_t)lf_dtype_size(p->dtype);
-        s = lf_launch_pointwise(lf_tensor_device(y), &pw);
-    }
+    if (s == LF_OK)
+        s = lf_gate_pairs(y, p, act, group);
     lf_tensor_free(p);
     lf_ops_note_end();
     return s;

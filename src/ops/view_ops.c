@@ -4,7 +4,7 @@
 
 static lf_status t_impl(lf_tensor **out, const lf_tensor *x)
 {
-    LF_TRY(lf_check_tensor("lf_t", "x", x));
+    LF_TRY(lf_check_stored("lf_t", "x", x)); /* a view: any stored dtype */
     return lf_tensor_t(out, x);
 }
 
@@ -16,7 +16,7 @@ lf_status lf_t(lf_tensor **out, const lf_tensor *x)
 
 static lf_status transpose_impl(lf_tensor **out, const lf_tensor *x, int d0, int d1)
 {
-    LF_TRY(lf_check_tensor("lf_transpose", "x", x));
+    LF_TRY(lf_check_stored("lf_transpose", "x", x)); /* a view: any stored dtype */
     return lf_tensor_transpose(out, x, d0, d1);
 }
 
@@ -28,7 +28,7 @@ lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1)
 
 static lf_status view_impl(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape)
 {
-    LF_TRY(lf_check_tensor("lf_view", "x", x));
+    LF_TRY(lf_check_stored("lf_view", "x", x)); /* a view: any stored dtype */
     return lf_tensor_view(out, x, ndim, shape);
 }
 

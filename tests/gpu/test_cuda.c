@@ -558,6 +558,9 @@ int main(void)
     test_gelu_mul_gpu();
     test_gated_gemm();
     test_mlp_variants_gpu();
+    test_quantize_gpu();
+    test_scaled_gemm_gpu();
+    test_fp8_mlp_gpu();
     test_compile_gpu();
     return lf_test_finish("test_cuda");
 }

@@ -126,9 +126,9 @@ void test_gated_gemm(void)
         lf_dtype dt;
         int64_t M, K, H, G;
         const char *why;
-    } refused[] = {{LF_DTYPE_F16, 33, 64, 128, 128, "bf16 only"},
+    } refused[] = {{LF_DTYPE_F16, 33, 64, 128, 128, "takes bf16 or scaled f8e4m3"},
                    {LF_DTYPE_BF16, 33, 64, 100, 100, "gate_group 100"},
-                   {LF_DTYPE_BF16, 33, 60, 128, 128, "multiple of 8"},
+                   {LF_DTYPE_BF16, 33, 60, 128, 128, "multiple of 16 bytes"},
                    {LF_DTYPE_BF16, 45, 64, 256, 32, "gate_group 32"}};
     for (size_t ri = 0; ri < sizeof refused / sizeof refused[0]; ri++) {
         const int64_t M = refused[ri].M, K = refused[ri].K, H = refused[ri].H, G = refused[ri].G;

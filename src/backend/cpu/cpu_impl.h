@@ -59,6 +59,7 @@ void lf_cpu_ws_release(lf_cpu_ws *ws);
 
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info);
 lf_status lf_cpu_pointwise(const lf_pointwise *p, lf_kernel_info *info);
+lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info);
 lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info);
 /* Memory the CPU can still give and its size, in bytes (cpu_memory.c). */
 lf_status lf_cpu_memory(int64_t *available, int64_t *total);

@@ -58,6 +58,12 @@ static lf_status start_device(lf_cuda_dev *d, int k)
     lf_status s = LF_CU_CHECK(RUNTIME, cudaSetDevice(k));
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&d->sm_count, cudaDevAttrMultiProcessorCount, k));
+    int major = 0, minor = 0;
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, k));
+    if (s == LF_OK)
+        s = LF_CU_CHECK(RUNTIME, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, k));
+    d->cc = 10 * major + minor;
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
     if (s == LF_OK)
@@ -207,6 +213,21 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
     return LF_OK;
 }
 
+static lf_status cuda_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
+{
+    CUR_OR_FAIL(d);
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, d->stream));
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(d, info, tm);
+    if (info)
+        lf_quant_report(q, LF_KF_CUDA_QUANT, info);
+    return LF_OK;
+}
+
 static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
@@ -265,6 +286,7 @@ static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .memory = cuda_memory,
                                         .gemm = lf_cuda_gemm,
                                         .pointwise = cuda_pointwise,
+                                        .quantize_fp8 = cuda_quantize_fp8,
                                         .gemm_supports = lf_cuda_gemm_supports,
                                         .fused_prepare = lf_cuda_fused_prepare,
                                         .fused = cuda_fused,

@@ -11,7 +11,7 @@
 
 static cudaDataType_t cuda_type(lf_dtype dt)
 {
-    return dt == LF_DTYPE_BF16 ? CUDA_R_16BF : dt == LF_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    return dt == LF_DTYPE_BF16 ? CUDA_R_16BF : dt == LF_DTYPE_F16 ? CUDA_R_16F : dt == LF_DTYPE_F8E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
 }
 
 /* Everything that decides a cuBLASLt plan. It is the plan cache's key, compared whole with
@@ -23,6 +23,7 @@ typedef struct lt_call {
     lf_dtype dt, out_dt, c_dt, bias_dt;
     cublasLtEpilogue_t epi;
     int has_c;
+    int scaled; /* FP8 with outer-vector scales: cuBLAS's A (our B) per column, its B (our A) per row */
     uint32_t align[4]; /* bytes each of A', B', C, D is aligned to (pointer and leading dim) */
 } lt_call;
 
@@ -90,6 +91,7 @@ static lf_status describe(const lf_gemm *g, lt_call *c)
     c->m = B->cols, c->n = A->rows, c->k = A->cols;
     c->dt = A->dtype, c->out_dt = D->dtype;
     c->has_c = g->c.data != NULL;
+    c->scaled = g->ep.a_scale != NULL;
     if (c->has_c) {
         if (g->c.cs != 1 || g->c.rs != c->ldc)
             return lf_fail(LF_EUNSUPPORTED,
@@ -126,6 +128,23 @@ static void plan_clear(lt_plan *pl)
 
 enum { CANDIDATES = 8, TRIAL_WARM = 2, TRIAL_RUNS = 10 };
 
+/* The pointers a plan's descriptor carries for one call: the bias, and an FP8 GEMM's scale
+ * vectors (cuBLAS's A is our B, so its A scale is our b_scale). Set per call with the cache's
+ * lock held; the plan is shared. */
+static lf_status set_call_pointers(const lf_gemm *g, const lt_call *c, const lt_plan *pl)
+{
+    if (c->epi & CUBLASLT_EPILOGUE_BIAS)
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias,
+                                                           sizeof g->ep.bias));
+    if (c->scaled) {
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                           &g->ep.b_scale, sizeof g->ep.b_scale));
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                           &g->ep.a_scale, sizeof g->ep.a_scale));
+    }
+    return LF_OK;
+}
+
 /* Launch pl with algorithm algo, writing D to out (a scratch buffer during trials). */
 static cublasStatus_t lt_run(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, const lt_plan *pl,
                              const cublasLtMatmulAlgo_t *algo, void *out)
@@ -151,9 +170,7 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
     if (cudaMallocAsync(&out, bytes, d->stream) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
         goto done;
-    if (c->epi & CUBLASLT_EPILOGUE_BIAS &&
-        cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias, sizeof g->ep.bias) !=
-            CUBLAS_STATUS_SUCCESS)
+    if (set_call_pointers(g, c, pl) != LF_OK)
         goto done;
     for (int i = 0; i < found; i++) {
         int ok = 1;
@@ -199,6 +216,14 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
     if (c->epi & CUBLASLT_EPILOGUE_BIAS) {
         cudaDataType_t bt = cuda_type(c->bias_dt);
         LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (c->scaled) { /* row-wise FP8, as torch._scaled_mm's: a vector over each operand's outer dim */
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+        /* the heuristic refuses a vector mode whose pointers are unset (CUBLAS_STATUS_INVALID_VALUE,
+         * seen on the H200): this call's, replaced at every launch */
+        LF_TRY(set_call_pointers(g, c, pl));
     }
     cudaDataType_t in = cuda_type(c->dt), out = cuda_type(c->out_dt);
     uint64_t arows = (uint64_t)(c->ta == CUBLAS_OP_N ? c->m : c->k), acols = (uint64_t)(c->ta == CUBLAS_OP_N ? c->k : c->m);
@@ -297,9 +322,7 @@ static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call
     LF_TRY(plan_for(d, c, g, &pl));
     *tm = lf_cuda_time_begin(d, info);
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
-    if (c->epi & CUBLASLT_EPILOGUE_BIAS) /* the bias pointer changes per call; the plan does not */
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->ep.bias,
-                                                           sizeof g->ep.bias));
+    LF_TRY(set_call_pointers(g, c, pl)); /* they change per call; the plan does not */
     return LF_CU_CHECK(CUBLASLT, cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data,
                                                 pl->b, &beta, c->has_c ? g->c.data : g->d.data, pl->c, g->d.data, pl->d,
                                                 &pl->algo, d->workspace, LF_CUDA_WORKSPACE_BYTES, d->stream));
@@ -344,6 +367,22 @@ int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
     if (g->ep.gate != LF_GATE_NONE)
         return lf_cuda_gemv_supported(g) || lf_cuda_gated_supported(g, why, cap);
+    if (g->ep.a_scale) { /* cuBLASLt's FP8 GEMM: the "tn" layout only, rows of 16-byte multiples */
+        const lf_matrix *A = &g->a, *B = &g->b;
+        const lf_cuda_dev *d = lf_cuda_cur();
+        if (!d || d->cc < 89) {
+            snprintf(why, cap, "FP8 GEMMs need a GPU of compute capability 8.9 or later");
+            return 0;
+        }
+        if (A->cs != 1 || B->rs != 1 || A->rs % 16 || B->cs % 16 || A->cols % 16 || (uintptr_t)A->data % 16 ||
+            (uintptr_t)B->data % 16 || (g->d.rs * (int64_t)lf_dtype_size(g->d.dtype)) % 16) {
+            snprintf(why, cap,
+                     "cuBLASLt's FP8 GEMM takes a row-major x and a weight seen transposed (\"tn\"), K and row "
+                     "strides multiples of 16 (K %lld)",
+                     (long long)A->cols);
+            return 0;
+        }
+    }
     if (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU) { /* lf_cuda_gemm runs it as a GEMM + a kernel */
         snprintf(why, cap, "cuBLASLt has no %s epilogue", lf_act_name(g->ep.act));
         return 0;

@@ -33,6 +33,7 @@ typedef struct lf_cuda_dev {
     void *lt;            /* cublasLtHandle_t */
     void *workspace;     /* (LF_CUDA_WORKSPACE_BYTES) for cuBLASLt */
     int sm_count;
+    int cc; /* compute capability, 10 * major + minor: 90 on Hopper */
 } lf_cuda_dev;
 enum { LF_CUDA_WORKSPACE_BYTES = 32 << 20 /* cuBLASLt's Hopper kernels want up to 32 MiB (llm.c) */ };
 
@@ -97,6 +98,8 @@ int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap);
 
 /* Launch the pointwise kernel for p on stream (any op, dtype and strides; 4-D index math). */
 cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream);
+/* Row-wise FP8 quantization (quant.cu). */
+cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t stream);
 
 /* The Hopper gated GEMM: whether it can run g (1), else 0 with why filled; its launch; and the
  * kernel that runs g: 1 for the ping-pong schedule, 0 the cooperative one, and its tile (for its

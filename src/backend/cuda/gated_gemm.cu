@@ -47,10 +47,11 @@ using namespace coop;
 // blocks of G rows, 128-row boxes; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u
 // with ACT one of LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space
 // (references to its __grid_constant__ parameters), as TMA wants them.
-template <int ACT>
-__device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out, int M,
-                                          int H, int K, int G, int band)
+template <int ACT, bool FP8>
+__device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out,
+                                          const float *sa, const float *sb, int M, int H, int K, int G, int band)
 {
+    constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -87,12 +88,12 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
             for (int k = 0; k < kb; k++) {
                 mbar_wait(&full[stage], phase);
                 const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
-                const uint64_t da = smem_desc(a + half * (BM / 2) * BK * 2), db = smem_desc(b);
+                const uint64_t da = smem_desc(a + half * (BM / 2) * ROW_BYTES), db = smem_desc(b);
                 fence_acc(d);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++) // 16 k = 32 bytes = 2 descriptor units
-                    wgmma_256(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+                for (int kk = 0; kk < BK / KSTEP; kk++) // one k step = 32 bytes = 2 descriptor units
+                    wgmma_256<FP8>(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 // keep this step's group in flight; the previous step's is done, so its
                 // stage goes back to the producer
@@ -114,18 +115,25 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
             // so the 8 rows a warp writes at once fall in 8 different bank groups), and one
             // thread hands them to the TMA engine: the consumers go back to their tensor cores
             // without waiting for global memory.
+            // FP8: each product times its row's and its column's scales first (gate column c of
+            // the tile is w's row gate_row + c, its up G rows later).
             unsigned char *stage_out = out_tile + half * (OUT_BYTES / 2);
+            const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
             if (tid == 0) // the previous tile's stores have finished reading the staging tile
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             wg_barrier(1 + half);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
+                const int row = mb * BM + half * (BM / 2) + r;
+                const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
-                    const int q = 4 * i + 2 * h;
-                    __nv_bfloat162 v =
-                        __floats2bfloat162_rn(act_of<ACT>(d[q]) * d[q + 64], act_of<ACT>(d[q + 1]) * d[q + 65]);
+                    const int q = 4 * i + 2 * h, c = 8 * i + 2 * (lane % 4);
+                    const float2 gs = scale2<FP8>(sb + gate_row + c), us = scale2<FP8>(sb + gate_row + G + c);
+                    __nv_bfloat162 v = __floats2bfloat162_rn(
+                        act_of<ACT>(d[q] * rs * gs.x) * (d[q + 64] * rs * us.x),
+                        act_of<ACT>(d[q + 1] * rs * gs.y) * (d[q + 65] * rs * us.y));
                     const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
                     *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
                                                         (lane % 4) * 4) = v;
@@ -143,12 +151,22 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
 
 LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256)
 {
-    coop_body<LF_ACT_GELU_TANH>(x, w, out, M, H, K, G, band);
+    coop_body<LF_ACT_GELU_TANH, false>(x, w, out, sa, sb, M, H, K, G, band);
 }
 
 LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256)
 {
-    coop_body<LF_ACT_SILU>(x, w, out, M, H, K, G, band);
+    coop_body<LF_ACT_SILU, false>(x, w, out, sa, sb, M, H, K, G, band);
+}
+
+LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256)
+{
+    coop_body<LF_ACT_GELU_TANH, true>(x, w, out, sa, sb, M, H, K, G, band);
+}
+
+LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256)
+{
+    coop_body<LF_ACT_SILU, true>(x, w, out, sa, sb, M, H, K, G, band);
 }
 
 } // namespace gated
@@ -163,11 +181,14 @@ int sm_count[LF_CUDA_MAX_DEVICES];
 char why_not[LF_CUDA_MAX_DEVICES][160];
 std::mutex init_lock;
 
-typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, int, int, int, int, int);
-// [schedule * 2 + (act == silu)]: cooperative, then ping-pong
-const gated_kernel kernels[4] = {
-    lf::gated::gated_gemm_bf16_gelu_tanh_128x256, lf::gated::gated_gemm_bf16_silu_128x256,
-    lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_bf16_silu_128x128_pingpong};
+typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *, int,
+                             int, int, int, int);
+// [fp8 * 4 + schedule * 2 + (act == silu)]: bf16 then e4m3; cooperative, then ping-pong
+const gated_kernel kernels[8] = {
+    lf::gated::gated_gemm_bf16_gelu_tanh_128x256,           lf::gated::gated_gemm_bf16_silu_128x256,
+    lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong,  lf::gated::gated_gemm_bf16_silu_128x128_pingpong,
+    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256,         lf::gated::gated_gemm_f8e4m3_silu_128x256,
+    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong};
 
 // Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
 // tensor-map encoder is found (once per process).
@@ -186,9 +207,9 @@ bool init_device(int dev)
     }
     cudaFuncAttributes fa;
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
-    for (int i = 0; loads && i < 4; i++)
+    for (int i = 0; loads && i < 8; i++)
         loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     i < 2 ? lf::gated::coop::SMEM_BYTES : lf::gated::pp::SMEM_BYTES) == cudaSuccess;
+                                     i % 4 < 2 ? lf::gated::coop::SMEM_BYTES : lf::gated::pp::SMEM_BYTES) == cudaSuccess;
     if (!loads) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
@@ -231,15 +252,18 @@ int ready_device()
     return st > 0 ? dev : -1;
 }
 
-// A (rows, cols) bf16 row-major matrix with row stride ld elements, in boxes of box_rows x 64
-// columns with the 128-byte swizzle; reads past the end give zeros, writes there are dropped.
-bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows)
+// A (rows, cols) row-major matrix of bf16 (or of e4m3, fp8) with row stride ld elements, in boxes
+// of box_rows x 128 bytes (64 bf16, 128 e4m3) with the 128-byte swizzle; reads past the end give
+// zeros, writes there are dropped.
+bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows, bool fp8)
 {
+    const int eb = fp8 ? 1 : 2;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * eb};
+    cuuint32_t box[2] = {(cuuint32_t)(128 / eb), (cuuint32_t)box_rows};
     cuuint32_t elem[2] = {1, 1};
-    return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(p), dims, strides, box, elem,
+    return encode_tiled(map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                        const_cast<void *>(p), dims, strides, box, elem,
                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -259,19 +283,23 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
     if (g->ep.gate != LF_GATE_PAIRED || (g->ep.act != LF_ACT_GELU_TANH && g->ep.act != LF_ACT_SILU))
         NO("the gated kernel computes gelu_tanh(g) * u or silu(g) * u only (act %s)", lf_act_name(g->ep.act));
-    if (A->dtype != LF_DTYPE_BF16 || B->dtype != LF_DTYPE_BF16 || D->dtype != LF_DTYPE_BF16)
-        NO("the gated kernel is bf16 only (x %s, w %s, out %s)", lf_dtype_name(A->dtype), lf_dtype_name(B->dtype),
-           lf_dtype_name(D->dtype));
+    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3;
+    if ((A->dtype != LF_DTYPE_BF16 && !fp8) || B->dtype != A->dtype || D->dtype != LF_DTYPE_BF16)
+        NO("the gated kernel takes bf16 or scaled f8e4m3 operands and writes bf16 (x %s, w %s, out %s)",
+           lf_dtype_name(A->dtype), lf_dtype_name(B->dtype), lf_dtype_name(D->dtype));
+    const long long per16 = fp8 ? 16 : 8; // elements in the 16 bytes TMA aligns rows to
     if (g->c.data || g->ep.bias || g->ep.alpha != 1.0f)
         NO("the gated kernel takes no bias, no C input and alpha 1");
     if (g->ep.gate_group % 64)
         NO("gate_group %lld is not a multiple of 64 (the ping-pong kernel's half tile; 128 for the cooperative one)",
            (long long)g->ep.gate_group);
-    if (A->cs != 1 || A->rs % 8 || (uintptr_t)A->data % 16 || A->cols % 8)
-        NO("x must be row-major with rows a multiple of 8 elements and 16-byte aligned (dim %lld, row stride %lld)",
+    if (A->cs != 1 || A->rs % per16 || (uintptr_t)A->data % 16 || A->cols % per16)
+        NO("x must be row-major with rows a multiple of 16 bytes and 16-byte aligned (dim %lld, row stride %lld)",
            (long long)A->cols, (long long)A->rs);
-    if (B->rs != 1 || B->cs % 8 || (uintptr_t)B->data % 16)
-        NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 8 elements");
+    if (B->rs != 1 || B->cs % per16 || (uintptr_t)B->data % 16)
+        NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 16 bytes");
+    if (fp8 && ((uintptr_t)g->ep.b_scale % 8 || g->ep.gate_group % 2))
+        NO("the weight's scales must be 8-byte aligned");
     if (D->cs != 1 || D->rs % 8 || (uintptr_t)D->data % 16)
         NO("out must be row-major with rows a multiple of 8 elements and 16-byte aligned (row stride %lld)",
            (long long)D->rs);
@@ -339,9 +367,11 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
         return cudaErrorInvalidDevice;
     const bool pp = gated_schedule(g, sm_count[dev]) == LF_GATED_PINGPONG;
     const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
+    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3;
     CUtensorMap xm, wm, om;
-    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, BM) || !make_map(&wm, B->data, B->cols, B->rows, B->cs, BN / 2) ||
-        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64))
+    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, BM, fp8) ||
+        !make_map(&wm, B->data, B->cols, B->rows, B->cs, BN / 2, fp8) ||
+        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64, false))
         return cudaErrorInvalidValue;
     const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
     const long long tiles = (long long)((M + BM - 1) / BM) * (H / (BN / 2));
@@ -349,8 +379,8 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const long long busy = pp ? (tiles + 1) / 2 : tiles;
     const int grid = (int)(busy < sm_count[dev] ? busy : sm_count[dev]);
     const int band = gated_band();
-    kernels[2 * pp + (g->ep.act == LF_ACT_SILU)]<<<grid, 384, pp ? lf::gated::pp::SMEM_BYTES
-                                                                  : lf::gated::coop::SMEM_BYTES,
-                                                   stream>>>(xm, wm, om, M, H, K, G, band);
+    kernels[4 * fp8 + 2 * pp + (g->ep.act == LF_ACT_SILU)]<<<
+        grid, 384, pp ? lf::gated::pp::SMEM_BYTES : lf::gated::coop::SMEM_BYTES, stream>>>(
+        xm, wm, om, g->ep.a_scale, g->ep.b_scale, M, H, K, G, band);
     return cudaGetLastError();
 }

@@ -17,9 +17,10 @@ namespace gated {
 
 // Cooperative: one 128-token x 256-column tile (128 gates + their 128 ups) per CTA, its two
 // consumer warpgroups on 64 rows each; K in steps of 64 through a 4-stage ring.
+// (Sizes in bytes hold for both operand types: a K step is 128 bytes of every row.)
 namespace coop {
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
-constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int BM = 128, BN = 256, ROW_BYTES = 128, STAGES = 4;
+constexpr int A_BYTES = BM * ROW_BYTES, HALF_B_BYTES = (BN / 2) * ROW_BYTES, B_BYTES = 2 * HALF_B_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;         // 48 KiB
 constexpr int OUT_BYTES = BM * (BN / 2) * 2;            // the output tile staged for TMA stores: 32 KiB
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + OUT_BYTES + 1024; // + room to align to 1024 B
@@ -28,25 +29,38 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + OUT_BYTES + 1024; // + room to
 // Ping-pong: each consumer warpgroup owns a whole 128-token x 128-column tile (64 gates + their
 // 64 ups), the two on different tiles; a 6-stage ring of 32 KiB stages.
 namespace pp {
-constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6;
-constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int BM = 128, BN = 128, ROW_BYTES = 128, STAGES = 6;
+constexpr int A_BYTES = BM * ROW_BYTES, HALF_B_BYTES = (BN / 2) * ROW_BYTES, B_BYTES = 2 * HALF_B_BYTES;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;          // 32 KiB
 constexpr int OUT_BYTES = BM * (BN / 2) * 2;             // one consumer's staged output: 16 KiB
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * OUT_BYTES + 1024; // 225 KiB of the 227
 } // namespace pp
 
-// The kernels, one per schedule and activation, each named for what it computes and its tile
-// (the names traces show). x: tensor map over (M, K) bf16 row-major; w: over (2H, K), [Wg; Wu] in
-// blocks of G rows; out: over (M, H); band: row-tiles per band of the tile order.
+// FP8 (e4m3) operands take the same tiles and the same 128-byte rows of shared memory: a K step
+// of 128 elements instead of 64, wgmma's k32 form instead of k16, so each stage feeds twice the
+// multiply-adds at twice the rate, and the pipeline keeps its balance.
+template <bool FP8> struct elem {
+    static constexpr int BYTES = FP8 ? 1 : 2, BK = 128 / BYTES, KSTEP = FP8 ? 32 : 16;
+};
+
+// The kernels, one per schedule, operand type and activation, each named for what it computes
+// and its tile (the names traces show). x: tensor map over (M, K) row-major (bf16 or e4m3); w:
+// over (2H, K), [Wg; Wu] in blocks of G rows; out: over (M, H) bf16; band: row-tiles per band of
+// the tile order. FP8: sa (M) and sb (2H, in w's row order) scale each product before the
+// activation; the bf16 kernels take them as NULL.
 #define LF_GATED_KERNEL(name)                                                                                          \
     __global__ void __launch_bounds__(384, 1) name(const __grid_constant__ CUtensorMap x,                              \
                                                    const __grid_constant__ CUtensorMap w,                              \
-                                                   const __grid_constant__ CUtensorMap out, int M, int H, int K, int G,  \
-                                                   int band)
+                                                   const __grid_constant__ CUtensorMap out, const float *sa,           \
+                                                   const float *sb, int M, int H, int K, int G, int band)
 LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256);
 LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256);
 LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x128_pingpong);
 LF_GATED_KERNEL(gated_gemm_bf16_silu_128x128_pingpong);
+LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256);
+LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256);
+LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong);
+LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x128_pingpong);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -115,53 +129,52 @@ __device__ __forceinline__ uint64_t smem_desc(const void *p)
     return ((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
 
-// d (64 x 256 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 256); both operands K-major
-// in shared memory. scale_d = 0 overwrites d.
-__device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
-{
+// d (64 x 256 per warpgroup, fp32) [+]= A (64 x k) . B (k x 256), k = 16 bf16 or 32 e4m3 (32 bytes
+// either way); both operands K-major in shared memory (e4m3 has no other form). scale_d = 0
+// overwrites d. The bf16 form's trailing "0, 0" say neither operand is transposed.
 #define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                  "+f"(d[i + 6]), "+f"(d[i + 7])
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64), LF_D8(72),
-          LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120)
-        : "l"(da), "l"(db), "r"(scale_d));
-#undef LF_D8
+#define LF_R64                                                                                                        \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                       \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define LF_R128                                                                                                       \
+    LF_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                   \
+           "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                     \
+           "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "          \
+           "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define LF_WGMMA(instr, regs, a, b, p, tail, ...)                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " p ", 0;\n" instr " {" regs "}, " a ", " b ", p, 1, 1" tail   \
+                 ";\n}\n"                                                                                            \
+                 : __VA_ARGS__                                                                                       \
+                 : "l"(da), "l"(db), "r"(scale_d))
+template <bool FP8> __device__ __forceinline__ void wgmma_256(float (&d)[128], uint64_t da, uint64_t db, int scale_d)
+{
+    if constexpr (FP8)
+        LF_WGMMA("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", LF_R128, "%128", "%129", "%130", "",
+                 LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64),
+                 LF_D8(72), LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120));
+    else
+        LF_WGMMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", LF_R128, "%128", "%129", "%130", ", 0, 0",
+                 LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56), LF_D8(64),
+                 LF_D8(72), LF_D8(80), LF_D8(88), LF_D8(96), LF_D8(104), LF_D8(112), LF_D8(120));
 }
 
-// d (64 x 128 per warpgroup, fp32) [+]= A (64 x 16) . B (16 x 128), as wgmma_256.
-__device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
+// d (64 x 128 per warpgroup, fp32) [+]= A (64 x k) . B (k x 128), as wgmma_256.
+template <bool FP8> __device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
 {
-#define LF_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                 "+f"(d[i + 6]), "+f"(d[i + 7])
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n"
-        "}\n"
-        : LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56)
-        : "l"(da), "l"(db), "r"(scale_d));
-#undef LF_D8
+    if constexpr (FP8)
+        LF_WGMMA("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", LF_R64, "%64", "%65", "%66", "", LF_D8(0),
+                 LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56));
+    else
+        LF_WGMMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", LF_R64, "%64", "%65", "%66", ", 0, 0",
+                 LF_D8(0), LF_D8(8), LF_D8(16), LF_D8(24), LF_D8(32), LF_D8(40), LF_D8(48), LF_D8(56));
 }
+#undef LF_WGMMA
+#undef LF_R128
+#undef LF_R64
+#undef LF_D8
 
 // Keep the compiler from moving accumulator reads or writes across wgmma's asynchrony.
 template <int N> __device__ __forceinline__ void fence_acc(float (&d)[N])
@@ -191,6 +204,15 @@ template <int ACT> __device__ __forceinline__ float act_of(float x)
     return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
 }
 
+// The two adjacent column scales at p (8-byte aligned: columns come in even pairs); 1 for bf16.
+template <bool FP8> __device__ __forceinline__ float2 scale2(const float *p)
+{
+    if constexpr (FP8)
+        return __ldg(reinterpret_cast<const float2 *>(p));
+    else
+        return make_float2(1.f, 1.f);
+}
+
 // Tile t of the persistent walk -> (row-tile, column-tile): row-tiles vary fastest within
 // bands of `band` row-tiles, so the CTAs running together share the weight tiles they load
 // (a band of 16 row-tiles of 128 tokens reads each weight tile once from memory for 2048 tokens).
@@ -209,7 +231,8 @@ template <int BM, int BN, int BK, int STAGES>
 __device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap &w, unsigned char *ring,
                                         uint64_t *full, uint64_t *empty, int M, int H, int K, int G, int band)
 {
-    constexpr int A_BYTES = BM * BK * 2, HALF_B_BYTES = (BN / 2) * BK * 2, STAGE_BYTES = A_BYTES + 2 * HALF_B_BYTES;
+    // BK elements of 128 / BK bytes: 128 bytes of every row per stage
+    constexpr int A_BYTES = BM * 128, HALF_B_BYTES = (BN / 2) * 128, STAGE_BYTES = A_BYTES + 2 * HALF_B_BYTES;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles, kb = (K + BK - 1) / BK;
     int stage = 0, phase = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {

@@ -26,10 +26,11 @@ namespace lf {
 namespace gated {
 using namespace pp;
 
-template <int ACT>
+template <int ACT, bool FP8>
 __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out,
-                                              int M, int H, int K, int G, int band)
+                                              const float *sa, const float *sb, int M, int H, int K, int G, int band)
 {
+    constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES], turn[2];
@@ -76,14 +77,14 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
                 if (k == kb - 1 && tid == 0) // the other consumer's turn
                     mbar_arrive(&turn[c ^ 1]);
                 const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
-                const uint64_t da0 = smem_desc(a), da1 = smem_desc(a + (BM / 2) * BK * 2), db = smem_desc(b);
+                const uint64_t da0 = smem_desc(a), da1 = smem_desc(a + (BM / 2) * ROW_BYTES), db = smem_desc(b);
                 fence_acc(d0);
                 fence_acc(d1);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-                for (int kk = 0; kk < BK / 16; kk++) { // 16 k = 32 bytes = 2 descriptor units
-                    wgmma_128(d0, da0 + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
-                    wgmma_128(d1, da1 + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+                for (int kk = 0; kk < BK / KSTEP; kk++) { // one k step = 32 bytes = 2 descriptor units
+                    wgmma_128<FP8>(d0, da0 + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+                    wgmma_128<FP8>(d1, da1 + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
                 }
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); // the previous step's are done
@@ -102,6 +103,8 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
             // of its 64, column 8j + 2*(lane%4) + e; columns 0-63 are gates, 64-127 their ups, so
             // gate register r pairs with up register r + 32. Each 64-row half goes to one 64 x 64
             // box of this consumer's staging tile, 128-byte swizzled as in the cooperative kernel.
+            // FP8: scales as in the cooperative kernel.
+            const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
             if (tid == 0) // this consumer's previous stores have finished reading its staging tile
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             wg_barrier(1 + c);
@@ -110,12 +113,15 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
                 const float(&d)[64] = half ? d1 : d0;
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int r = warp * 16 + lane / 4 + 8 * h;
+                    const int r = warp * 16 + lane / 4 + 8 * h, row = mb * BM + half * (BM / 2) + r;
+                    const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        const int q = 4 * j + 2 * h;
-                        __nv_bfloat162 v = __floats2bfloat162_rn(act_of<ACT>(d[q]) * d[q + 32],
-                                                                 act_of<ACT>(d[q + 1]) * d[q + 33]);
+                        const int q = 4 * j + 2 * h, col = 8 * j + 2 * (lane % 4);
+                        const float2 gs = scale2<FP8>(sb + gate_row + col), us = scale2<FP8>(sb + gate_row + G + col);
+                        __nv_bfloat162 v = __floats2bfloat162_rn(
+                            act_of<ACT>(d[q] * rs * gs.x) * (d[q + 32] * rs * us.x),
+                            act_of<ACT>(d[q + 1] * rs * gs.y) * (d[q + 33] * rs * us.y));
                         const int chunk = j ^ (r % 8); // 16-byte chunk after the swizzle
                         *reinterpret_cast<__nv_bfloat162 *>(stage_out + half * 8192 + r * 128 + chunk * 16 +
                                                             (lane % 4) * 4) = v;
@@ -134,12 +140,22 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
 
 LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x128_pingpong)
 {
-    pingpong_body<LF_ACT_GELU_TANH>(x, w, out, M, H, K, G, band);
+    pingpong_body<LF_ACT_GELU_TANH, false>(x, w, out, sa, sb, M, H, K, G, band);
 }
 
 LF_GATED_KERNEL(gated_gemm_bf16_silu_128x128_pingpong)
 {
-    pingpong_body<LF_ACT_SILU>(x, w, out, M, H, K, G, band);
+    pingpong_body<LF_ACT_SILU, false>(x, w, out, sa, sb, M, H, K, G, band);
+}
+
+LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong)
+{
+    pingpong_body<LF_ACT_GELU_TANH, true>(x, w, out, sa, sb, M, H, K, G, band);
+}
+
+LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x128_pingpong)
+{
+    pingpong_body<LF_ACT_SILU, true>(x, w, out, sa, sb, M, H, K, G, band);
 }
 
 } // namespace gated
