@@ -46,7 +46,7 @@ run "simple-mlp: 5 kernels" "$bin" trace expect "$mlp" --kernels-per-step 5 --ke
 run "kernels-mlp: 4 kernels" "$bin" trace expect "$kf" --kernels-per-step 4 --kernel 'act_mul_kernel' --no-kernel 'flat_kernel'
 run "gated: 2 kernels" "$bin" trace expect "$kg" --kernels-per-step 2 --kernel 'gated_gemm_bf16_gelu_tanh' --no-kernel 'act_mul'
 run "gated f16 fallback: 3 kernels" "$bin" trace expect "$kh" --kernels-per-step 3 --kernel 'act_mul_kernel'
-run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel is bf16 only' "$kh"
+run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel takes bf16 or scaled f8e4m3 operands' "$kh"
 
 # compiled: 3 GEMMs + the generated gelu*mul (4), gated 2, matmul-add one GEMM reading the bias
 # as C, linear eager's own kernel; kernels from a graph launch still counted per step
