@@ -21,14 +21,9 @@ static lf_status quantize_impl(lf_tensor **q, lf_tensor **scale, const lf_tensor
         return lf_fail(LF_EDTYPE, "%s: w is %s; expected bf16, f16 or f32", fn, lf_dtype_name(w->dtype));
     const int64_t R = w->shape[0], C = w->shape[1];
     lf_tensor *tq = NULL, *ts = NULL;
-    lf_status s = lf_new_output(&ts, w, 2, (int64_t[]){R, 1});
+    lf_status s = lf_tensor_empty(&ts, LF_DTYPE_F32, 2, (int64_t[]){R, 1}, lf_tensor_device(w));
     if (s == LF_OK)
         s = lf_tensor_empty(&tq, LF_DTYPE_F8E4M3, 2, w->shape, lf_tensor_device(w));
-    if (s == LF_OK && ts->dtype != LF_DTYPE_F32) { /* lf_new_output took w's dtype: scales are f32 */
-        lf_tensor_free(ts);
-        ts = NULL;
-        s = lf_tensor_empty(&ts, LF_DTYPE_F32, 2, (int64_t[]){R, 1}, lf_tensor_device(w));
-    }
     if (s == LF_OK) {
         lf_quant qu = {.rows = R, .cols = C, .in = lf_strided_of(w), .q = lf_tensor_data(tq), .scale = lf_tensor_data(ts)};
         s = lf_launch_quant(lf_tensor_device(w), &qu);
