@@ -1,11 +1,13 @@
 // The gated GEMM for Hopper (sm_90a): m = act(x . Wg^T) * (x . Wu^T) in one kernel, act gelu_tanh
-// (GeGLU) or silu (SwiGLU).
+// (GeGLU) or silu (SwiGLU), x and W in bf16 or in FP8 e4m3 with row-wise scales (the FP8 form:
+// gated_kernels.cuh, elem<FP8>; K steps of 128, wgmma k32, the scales applied before act).
 // g and u live only in registers: each output tile's accumulators hold 128 gate columns next
 // to their 128 up columns, and the epilogue writes act(g) * u, half the columns a GEMM over
 // [Wg; Wu] would write and none of them read again.
 //
 // Shape of the kernel (docs/gpu_notes.md, "The Hopper gated GEMM"; docs/design.md, "The gated GEMM"):
-//   - tiles of 128 tokens x 256 product columns (128 gates + their 128 ups), K in steps of 64;
+//   - tiles of 128 tokens x 256 product columns (128 gates + their 128 ups), K in steps of 64
+//     (128 in FP8: 128 bytes of every row either way);
 //   - three warpgroups: one producer issues TMA bulk-tensor copies (128-byte swizzle) into a
 //     4-stage shared-memory ring, two consumers each run wgmma m64n256k16 on 64 of the rows;
 //     full/empty mbarriers with phase parity hand stages back and forth; setmaxnreg gives the
