@@ -26,6 +26,7 @@ run "simple-mlp on cuda" "$bin" simple-mlp --device cuda --out "$work"
 run "kernels-mlp on cuda" "$bin" kernels-mlp --device cuda --out "$work"
 run "kernels-mlp gated on cuda" "$bin" kernels-mlp --device cuda --variant gated --out "$work"
 run "kernels-mlp gated, f16 (falls back)" "$bin" kernels-mlp --device cuda --variant gated --dtype f16 --out "$work"
+run "kernels-mlp fp8 on cuda" "$bin" kernels-mlp --device cuda --variant fp8 --out "$work"
 run "tour (auto picks the GPU)" "$bin" tour --out "$work/tour"
 run "simple-mlp --compile (one CUDA graph)" "$bin" simple-mlp --device cuda --compile --out "$work/c"
 run "simple-mlp --compile --gated" "$bin" simple-mlp --device cuda --compile --gated --out "$work/cg"
@@ -35,7 +36,7 @@ run "linear --compile" "$bin" linear --device cuda --compile --out "$work/c"
 
 ma=$(ls "$work"/matmul-add/*.json) lin=$(ls "$work"/linear/*.json) mlp=$(ls "$work"/simple-mlp/*.json)
 kf=$(ls "$work"/kernels-mlp/*bf16*_kernels.json) kg=$(ls "$work"/kernels-mlp/*bf16*_gated.json)
-kh=$(ls "$work"/kernels-mlp/*f16*_gated.json | grep -v bf16)
+kh=$(ls "$work"/kernels-mlp/*f16*_gated.json | grep -v bf16) k8=$(ls "$work"/kernels-mlp/*bf16*_fp8.json)
 # matmul then add: a GEMM and an add kernel; the linear: one GEMM with the bias in its
 # epilogue and nothing else; the MLP: three GEMMs, a GELU and a mul
 run "matmul-add: 2 kernels" "$bin" trace expect "$ma" --kernels-per-step 2 --kernel 'add'
@@ -47,6 +48,10 @@ run "kernels-mlp: 4 kernels" "$bin" trace expect "$kf" --kernels-per-step 4 --ke
 run "gated: 2 kernels" "$bin" trace expect "$kg" --kernels-per-step 2 --kernel 'gated_gemm_bf16_gelu_tanh' --no-kernel 'act_mul'
 run "gated f16 fallback: 3 kernels" "$bin" trace expect "$kh" --kernels-per-step 3 --kernel 'act_mul_kernel'
 run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel takes bf16 or scaled f8e4m3 operands' "$kh"
+# fp8: x and h quantized per token, the gated kernel's e4m3 form, cuBLASLt's FP8 down GEMM (4)
+run "fp8: 4 kernels, the e4m3 gated kernel" "$bin" trace expect "$k8" --kernels-per-step 4 --kernel 'gated_gemm_f8e4m3_gelu_tanh' --no-kernel 'act_mul'
+run "fp8: the quantization kernel" "$bin" trace expect "$k8" --kernels-per-step 4 --kernel 'quantize_fp8_rowwise'
+run "fp8: no fallback note" sh -c "! grep -q 'fp8 variant runs gated bf16' '$k8'"
 
 # compiled: 3 GEMMs + the generated gelu*mul (4), gated 2, matmul-add one GEMM reading the bias
 # as C, linear eager's own kernel; kernels from a graph launch still counted per step
