@@ -131,11 +131,9 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
                 const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
-                    const int q = 4 * i + 2 * h, c = 8 * i + 2 * (lane % 4);
-                    const float2 gs = scale2<FP8>(sb + gate_row + c), us = scale2<FP8>(sb + gate_row + G + c);
-                    __nv_bfloat162 v = __floats2bfloat162_rn(
-                        act_of<ACT>(d[q] * rs * gs.x) * (d[q + 64] * rs * us.x),
-                        act_of<ACT>(d[q + 1] * rs * gs.y) * (d[q + 65] * rs * us.y));
+                    const int q = 4 * i + 2 * h;
+                    const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
+                                                                  gate_row, G, 8 * i + 2 * (lane % 4));
                     const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
                     *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
                                                         (lane % 4) * 4) = v;
@@ -151,25 +149,7 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
 #endif
 }
 
-LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256)
-{
-    coop_body<LF_ACT_GELU_TANH, false>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256)
-{
-    coop_body<LF_ACT_SILU, false>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256)
-{
-    coop_body<LF_ACT_GELU_TANH, true>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256)
-{
-    coop_body<LF_ACT_SILU, true>(x, w, out, sa, sb, M, H, K, G, band);
-}
+LF_GATED_KERNELS(coop_body, 128x256)
 
 } // namespace gated
 } // namespace lf

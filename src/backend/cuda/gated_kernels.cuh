@@ -53,14 +53,22 @@ template <bool FP8> struct elem {
                                                    const __grid_constant__ CUtensorMap w,                              \
                                                    const __grid_constant__ CUtensorMap out, const float *sa,           \
                                                    const float *sb, int M, int H, int K, int G, int band)
-LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x256);
-LF_GATED_KERNEL(gated_gemm_bf16_silu_128x256);
-LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x128_pingpong);
-LF_GATED_KERNEL(gated_gemm_bf16_silu_128x128_pingpong);
-LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256);
-LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256);
-LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong);
-LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x128_pingpong);
+// One schedule's four kernels, {bf16, f8e4m3} x {gelu_tanh, silu}, named for their tile; the
+// definitions each run body<ACT, FP8> (the schedule's device function).
+#define LF_GATED_KERNEL_ONE(body, dt, act, ACT, FP8, tile)                                                             \
+    LF_GATED_KERNEL(gated_gemm_##dt##_##act##_##tile) { body<ACT, FP8>(x, w, out, sa, sb, M, H, K, G, band); }
+#define LF_GATED_KERNELS(body, tile)                                                                                   \
+    LF_GATED_KERNEL_ONE(body, bf16, gelu_tanh, LF_ACT_GELU_TANH, false, tile)                                          \
+    LF_GATED_KERNEL_ONE(body, bf16, silu, LF_ACT_SILU, false, tile)                                                    \
+    LF_GATED_KERNEL_ONE(body, f8e4m3, gelu_tanh, LF_ACT_GELU_TANH, true, tile)                                         \
+    LF_GATED_KERNEL_ONE(body, f8e4m3, silu, LF_ACT_SILU, true, tile)
+#define LF_GATED_DECLS(tile)                                                                                           \
+    LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_##tile);                                                                 \
+    LF_GATED_KERNEL(gated_gemm_bf16_silu_##tile);                                                                      \
+    LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_##tile);                                                               \
+    LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_##tile);
+LF_GATED_DECLS(128x256)
+LF_GATED_DECLS(128x128_pingpong)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -204,13 +212,20 @@ template <int ACT> __device__ __forceinline__ float act_of(float x)
     return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
 }
 
-// The two adjacent column scales at p (8-byte aligned: columns come in even pairs); 1 for bf16.
-template <bool FP8> __device__ __forceinline__ float2 scale2(const float *p)
+// act(g) * u for two adjacent product columns c, c + 1 of a tile, as bf16: g0, g1 the gates' fp32
+// accumulators (w's rows gate_row + c, + 1), u0, u1 their partners' (G rows on). In FP8 each
+// product is first multiplied by its row's scale rs and its w row's scale (sb, 8-byte aligned
+// pairs); in bf16 the scales are not read.
+template <int ACT, bool FP8>
+__device__ __forceinline__ __nv_bfloat162 gated_pair(float g0, float g1, float u0, float u1, float rs, const float *sb,
+                                                     int gate_row, int G, int c)
 {
-    if constexpr (FP8)
-        return __ldg(reinterpret_cast<const float2 *>(p));
-    else
-        return make_float2(1.f, 1.f);
+    if constexpr (FP8) {
+        const float2 gs = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + c)),
+                     us = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + G + c));
+        g0 = g0 * rs * gs.x, g1 = g1 * rs * gs.y, u0 = u0 * rs * us.x, u1 = u1 * rs * us.y;
+    }
+    return __floats2bfloat162_rn(act_of<ACT>(g0) * u0, act_of<ACT>(g1) * u1);
 }
 
 // Tile t of the persistent walk -> (row-tile, column-tile): row-tiles vary fastest within

@@ -117,11 +117,9 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
                     const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        const int q = 4 * j + 2 * h, col = 8 * j + 2 * (lane % 4);
-                        const float2 gs = scale2<FP8>(sb + gate_row + col), us = scale2<FP8>(sb + gate_row + G + col);
-                        __nv_bfloat162 v = __floats2bfloat162_rn(
-                            act_of<ACT>(d[q] * rs * gs.x) * (d[q + 32] * rs * us.x),
-                            act_of<ACT>(d[q + 1] * rs * gs.y) * (d[q + 33] * rs * us.y));
+                        const int q = 4 * j + 2 * h;
+                        const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 32], d[q + 33], rs, sb,
+                                                                      gate_row, G, 8 * j + 2 * (lane % 4));
                         const int chunk = j ^ (r % 8); // 16-byte chunk after the swizzle
                         *reinterpret_cast<__nv_bfloat162 *>(stage_out + half * 8192 + r * 128 + chunk * 16 +
                                                             (lane % 4) * 4) = v;
@@ -138,25 +136,7 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
 #endif
 }
 
-LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_128x128_pingpong)
-{
-    pingpong_body<LF_ACT_GELU_TANH, false>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_bf16_silu_128x128_pingpong)
-{
-    pingpong_body<LF_ACT_SILU, false>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong)
-{
-    pingpong_body<LF_ACT_GELU_TANH, true>(x, w, out, sa, sb, M, H, K, G, band);
-}
-
-LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x128_pingpong)
-{
-    pingpong_body<LF_ACT_SILU, true>(x, w, out, sa, sb, M, H, K, G, band);
-}
+LF_GATED_KERNELS(pingpong_body, 128x128_pingpong)
 
 } // namespace gated
 } // namespace lf
