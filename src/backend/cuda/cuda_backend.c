@@ -198,16 +198,22 @@ static lf_status cuda_memory(int64_t *available, int64_t *total)
 
 /* --- pointwise and fused launches --- */
 
-static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
+/* A launch's status s, its timing (begun before it) ended, or cancelled when it failed. */
+static lf_status timed(const lf_cuda_dev *d, lf_kernel_info *info, lf_cuda_timing *tm, lf_status s)
 {
-    CUR_OR_FAIL(d);
-    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, d->stream));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
     lf_cuda_time_end(d, info, tm);
+    return LF_OK;
+}
+
+static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
+{
+    CUR_OR_FAIL(d);
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, d->stream))));
     if (info)
         lf_pointwise_report(p, LF_KF_CUDA_POINTWISE, info);
     return LF_OK;
@@ -217,12 +223,7 @@ static lf_status cuda_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, d->stream));
-    if (s != LF_OK) {
-        lf_cuda_time_cancel(tm);
-        return s;
-    }
-    lf_cuda_time_end(d, info, tm);
+    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, d->stream))));
     if (info)
         lf_quant_report(q, LF_KF_CUDA_QUANT, info);
     return LF_OK;
@@ -232,12 +233,7 @@ static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    lf_status s = lf_cuda_fused_launch(f, d->stream);
-    if (s != LF_OK) {
-        lf_cuda_time_cancel(tm);
-        return s;
-    }
-    lf_cuda_time_end(d, info, tm);
+    LF_TRY(timed(d, info, tm, lf_cuda_fused_launch(f, d->stream)));
     if (info)
         lf_fused_report(f, info);
     return LF_OK;
