@@ -7,27 +7,16 @@
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_impl.h"
 
 /* The CPU is always available, and its kernels finish before they return: no start, no
  * synchronize, no event source (the profiler times its kernels around the call). */
-/* No FP8 GEMM on the CPU: a scaled GEMM is refused by name (the fp8 MLP runs its bf16 form here). */
-static int cpu_gemm_supports(const lf_gemm *g, char *why, size_t cap)
-{
-    if (g->a.dtype == LF_DTYPE_F8E4M3) {
-        snprintf(why, cap, "no FP8 (f8e4m3) GEMM on the CPU; FP8 GEMMs run on Hopper GPUs");
-        return 0;
-    }
-    return 1;
-}
-
 const lf_backend_ops lf_cpu_backend_ops = {.name = "cpu",
                                            .memory = lf_cpu_memory,
                                            .gemm = lf_cpu_gemm,
-                                           .gemm_supports = cpu_gemm_supports,
+                                           .gemm_supports = lf_cpu_gemm_supports,
                                            .pointwise = lf_cpu_pointwise,
                                            .quantize_fp8 = lf_cpu_quantize_fp8,
                                            .fused = lf_cpu_fused};

@@ -283,8 +283,20 @@ static void split(const plan *pl, int T, int *tm_out, int *tn_out)
     *tn_out = T / best_tm;
 }
 
+int lf_cpu_gemm_supports(const lf_gemm *g, char *why, size_t cap)
+{
+    if (g->a.dtype == LF_DTYPE_F8E4M3) {
+        snprintf(why, cap, "no FP8 (f8e4m3) GEMM on the CPU; FP8 GEMMs run on Hopper GPUs");
+        return 0;
+    }
+    return 1;
+}
+
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
 {
+    char why[128];
+    if (!lf_cpu_gemm_supports(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "cpu gemm: %s", why);
     plan pl = {.g = g, .k = lf_cpu_kernels_active()};
     pl.M = g->a.rows;
     pl.K = g->a.cols;

@@ -58,6 +58,9 @@ void *lf_cpu_ws_slot(lf_cpu_ws *ws, int thread);
 void lf_cpu_ws_release(lf_cpu_ws *ws);
 
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info);
+/* Every valid GEMM but a scaled (FP8) one, which is refused by name: the fp8 MLP runs its bf16
+ * form here. */
+int lf_cpu_gemm_supports(const lf_gemm *g, char *why, size_t cap);
 lf_status lf_cpu_pointwise(const lf_pointwise *p, lf_kernel_info *info);
 lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info);
 lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info);

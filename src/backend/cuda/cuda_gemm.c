@@ -397,6 +397,9 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
         return LF_EDEVICE;
     if (g->ep.gate != LF_GATE_NONE)
         return gated_gemm(d, g, info);
+    char why[256];
+    if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
     lt_call c;
     LF_TRY(describe(g, &c));
     lf_cuda_timing *tm = NULL;
