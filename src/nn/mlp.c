@@ -186,28 +186,39 @@ lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
     return LF_OK;
 }
 
-/* act(x . Wg^T) * (x . Wu^T) in one gated GEMM over gate_up; x (..., dim) -> (..., hidden). */
-static lf_status gated_middle(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **h)
+/* x (..., dim) flattened to (tokens, dim), f run on that, its (tokens, n) result viewed back as
+ * (..., n): the forwards that run as 2-D GEMMs. */
+typedef lf_status (*on_tokens_fn)(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **y2);
+
+static lf_status on_tokens(const lf_nn_gated_mlp *m, const lf_tensor *x, int64_t n, on_tokens_fn f, int middle_only,
+                           lf_tensor **y)
 {
-    *h = NULL;
+    *y = NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
         return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
                        x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
-    const int64_t tokens = lf_tensor_numel(x) / m->dim;
-    int64_t flat[2] = {tokens, m->dim}, back[LF_MAX_DIMS];
+    int64_t flat[2] = {lf_tensor_numel(x) / m->dim, m->dim}, back[LF_MAX_DIMS];
     memcpy(back, x->shape, sizeof back);
-    back[x->ndim - 1] = m->hidden;
-    lf_tensor *x2 = NULL, *wt = NULL, *h2 = NULL;
+    back[x->ndim - 1] = n;
+    lf_tensor *x2 = NULL, *y2 = NULL;
     lf_status s = lf_reshape(&x2, x, 2, flat);
     if (s == LF_OK)
-        s = lf_t(&wt, m->gate_up);
+        s = f(m, x2, middle_only, &y2);
     if (s == LF_OK)
-        s = lf_mm_gated(&h2, x2, wt, m->act, m->hidden);
+        s = lf_view(y, y2, x->ndim, back);
+    lf_tensor_free(x2), lf_tensor_free(y2);
+    return s;
+}
+
+/* act(x . Wg^T) * (x . Wu^T) in one gated GEMM over gate_up: (tokens, dim) -> (tokens, hidden). */
+static lf_status gated_2d(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **h)
+{
+    (void)middle_only; /* the gated variant's middle is this GEMM alone */
+    lf_tensor *wt = NULL;
+    lf_status s = lf_t(&wt, m->gate_up);
     if (s == LF_OK)
-        s = lf_view(h, h2, x->ndim, back);
-    lf_tensor_free(x2);
+        s = lf_mm_gated(h, x2, wt, m->act, m->hidden);
     lf_tensor_free(wt);
-    lf_tensor_free(h2);
     return s;
 }
 
@@ -227,6 +238,21 @@ static lf_status fp8_gemm(const lf_nn_gated_mlp *m, const lf_tensor *x2, const l
     return s;
 }
 
+/* The fp8 variant on (tokens, dim): the FP8 gated GEMM (bf16 h), then, unless middle_only, the
+ * FP8 down GEMM in x's dtype. */
+static lf_status fp8_2d(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **y)
+{
+    lf_tensor *h = NULL;
+    lf_status s = fp8_gemm(m, x2, m->gate_up_q, m->gate_up_scale, 1, LF_DTYPE_BF16, &h);
+    if (s != LF_OK || middle_only) {
+        *y = h;
+        return s;
+    }
+    s = fp8_gemm(m, h, m->down_q, m->down_scale, 0, x2->dtype, y);
+    lf_tensor_free(h);
+    return s;
+}
+
 /* The fp8 variant: down(act(gate(x)) * up(x)) through two FP8 GEMMs (the middle alone when
  * middle_only), or the gated variant with a note where the device has none. */
 static lf_status fp8_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, int middle_only, lf_tensor **y)
@@ -234,9 +260,6 @@ static lf_status fp8_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, int m
     if (!m->gate_up_q || !m->down_q)
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: the fp8 variant needs FP8 weights; call "
                                   "lf_nn_gated_mlp_quantize_fp8 once after loading");
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
-        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
-                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
     if (lf_fp8_supported(lf_tensor_device(x)) != LF_OK) {
         char why[320];
         snprintf(why, sizeof why, "fp8 variant runs gated bf16 (%s)", lf_last_error());
@@ -246,20 +269,7 @@ static lf_status fp8_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, int m
         lf_ops_note_end();
         return s;
     }
-    const int64_t tokens = lf_tensor_numel(x) / m->dim;
-    int64_t flat[2] = {tokens, m->dim}, back[LF_MAX_DIMS];
-    memcpy(back, x->shape, sizeof back);
-    back[x->ndim - 1] = middle_only ? m->hidden : m->dim;
-    lf_tensor *x2 = NULL, *h = NULL, *y2 = NULL;
-    lf_status s = lf_reshape(&x2, x, 2, flat);
-    if (s == LF_OK)
-        s = fp8_gemm(m, x2, m->gate_up_q, m->gate_up_scale, 1, LF_DTYPE_BF16, &h);
-    if (s == LF_OK && !middle_only)
-        s = fp8_gemm(m, h, m->down_q, m->down_scale, 0, x->dtype, &y2);
-    if (s == LF_OK)
-        s = lf_view(y, middle_only ? h : y2, x->ndim, back);
-    lf_tensor_free(x2), lf_tensor_free(h), lf_tensor_free(y2);
-    return s;
+    return on_tokens(m, x, middle_only ? m->hidden : m->dim, fp8_2d, middle_only, y);
 }
 
 lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h)
@@ -273,7 +283,7 @@ lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, con
     if ((unsigned)v >= LF_MLP_VARIANT_COUNT)
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: variant %d is not eager, fused, gated or fp8", (int)v);
     if (v == LF_MLP_GATED)
-        return gated_middle(m, x, h);
+        return on_tokens(m, x, m->hidden, gated_2d, 1, h);
     lf_tensor *g = NULL, *u = NULL, *a = NULL;
     lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
     if (s == LF_OK)
