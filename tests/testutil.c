@@ -169,19 +169,37 @@ double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k)
 }
 
 /* t quantized per row by lf_quantize_fp8 and decoded back (code x scale), in float64. */
-double *fp8_round_trip(const lf_tensor *t)
+static double *round_trip(const lf_tensor *t, lf_scale_mode m)
 {
     lf_tensor *q = NULL, *sc = NULL;
-    const lf_status st = lf_quantize_fp8(&q, &sc, t);
+    const lf_status st = m == LF_SCALE_1X128     ? lf_quantize_fp8_1x128(&q, &sc, t)
+                         : m == LF_SCALE_128X128 ? lf_quantize_fp8_128x128(&q, &sc, t)
+                                                 : lf_quantize_fp8(&q, &sc, t);
     CHECK(st == LF_OK, "quantize: %s", st == LF_OK ? "" : lf_last_error());
-    const int64_t R = t->shape[0], C = t->shape[1];
+    const int64_t R = t->shape[0], C = t->shape[1], B = LF_SCALE_BLOCK;
     double *d = malloc((size_t)(R * C) * sizeof *d);
     const uint8_t *codes = q ? lf_tensor_data(q) : NULL;
     const float *s = sc ? lf_tensor_data(sc) : NULL;
-    for (int64_t i = 0; i < R * C; i++)
-        d[i] = codes && s ? (double)lf_f32_from_f8e4m3(codes[i]) * s[i / C] : NAN;
+    for (int64_t i = 0; i < R * C; i++) {
+        const int64_t r = i / C, c = i % C;
+        const float scale = !s                       ? NAN
+                            : m == LF_SCALE_1X128    ? s[r + c / B * LF_SCALE_LD(R)]
+                            : m == LF_SCALE_128X128 ? s[r / B * LF_SCALE_LD(LF_SCALE_BLOCKS(C)) + c / B]
+                                                     : s[r];
+        d[i] = codes ? (double)lf_f32_from_f8e4m3(codes[i]) * scale : NAN;
+    }
     lf_tensor_free(q), lf_tensor_free(sc);
     return d;
+}
+
+double *fp8_round_trip(const lf_tensor *t)
+{
+    return round_trip(t, LF_SCALE_ROWS);
+}
+
+double *fp8_round_trip_as(const lf_tensor *t, lf_scale_mode m)
+{
+    return round_trip(t, m);
 }
 
 /* relative RMS and largest error (over the largest magnitude) of y against ref */

@@ -70,6 +70,8 @@ double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tens
  * largest error over the largest magnitude of y against ref. Callers free what is returned. */
 double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k);
 double *fp8_round_trip(const lf_tensor *t);
+/* the same with the scales in mode m (lf_quantize_fp8_1x128, lf_quantize_fp8_128x128) */
+double *fp8_round_trip_as(const lf_tensor *t, lf_scale_mode m);
 void rel_errors(const double *y, const double *ref, int64_t n, double *rms, double *max);
 
 /* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */

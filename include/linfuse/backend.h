@@ -34,10 +34,19 @@ typedef enum lf_gate {
 
 /* D = epilogue(alpha * A.B + beta * C + bias), in that order, then act, then the gate. */
 typedef struct lf_epilogue {
-    /* Scaled (FP8) GEMMs, as torch._scaled_mm with row-wise scales: element (i, j) of A.B is
-     * first multiplied by a_scale[i] * b_scale[j] (f32 vectors of M and of N, the latter over
-     * the pre-gate columns). Set both exactly when A and B are f8e4m3 (NULL otherwise). */
+    /* Scaled (FP8) GEMMs, as torch._scaled_mm. Set both exactly when A and B are f8e4m3 (NULL
+     * otherwise). blockwise 0, row-wise: element (i, j) of A.B is first multiplied by
+     * a_scale[i] * b_scale[j] (f32 vectors of M and of N, the latter over the pre-gate columns).
+     * blockwise 1, DeepSeek-V3's recipe: every product term a[i, k] b[k, j] is multiplied by
+     * a_scale over A in LF_SCALE_1X128 blocks and b_scale over B's transpose (the (N, K) weight)
+     * in LF_SCALE_128X128 blocks (lf_scale_mode says where each scale is). */
     const float *a_scale, *b_scale;
+    int blockwise;
+    /* An f8e4m3 D (a scaled gated GEMM's h for the next FP8 GEMM): each output is rounded to
+     * bf16, then every 1 x 128 block of a row is quantized as lf_quantize_fp8_1x128 does, its
+     * scales laid out as LF_SCALE_1X128 says (padding rows 1). NULL exactly when D is not
+     * f8e4m3. */
+    float *d_scale;
     float alpha;
     float beta;       /* scales C; ignored when there is no C */
     const void *bias; /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */
@@ -46,6 +55,19 @@ typedef struct lf_epilogue {
     lf_gate gate;
     int64_t gate_group; /* paired mode: width of each gate/up half of a block; >= 1 */
 } lf_epilogue;
+
+/* How FP8 scales cover a (rows, cols) matrix, and where each is stored (cuBLASLt's layouts for its
+ * VEC128_32F and BLK128x128_32F modes, found by probing an H200: docs/gpu_notes.md):
+ *   LF_SCALE_ROWS     one per row: scale[r];
+ *   LF_SCALE_1X128    one per 1 x 128 block of a row, block-major with the rows padded to 4:
+ *                     scale[r + (c / 128) * LF_SCALE_LD(rows)], (LF_SCALE_BLOCKS(cols), LF_SCALE_LD(rows));
+ *   LF_SCALE_128X128  one per 128 x 128 block, row-block-major with the column blocks padded to 4:
+ *                     scale[(r / 128) * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / 128].
+ * Padding entries are 1. */
+typedef enum lf_scale_mode { LF_SCALE_ROWS, LF_SCALE_1X128, LF_SCALE_128X128 } lf_scale_mode;
+#define LF_SCALE_BLOCK 128
+#define LF_SCALE_LD(n) (((n) + 3) / 4 * 4)
+#define LF_SCALE_BLOCKS(k) (((k) + LF_SCALE_BLOCK - 1) / LF_SCALE_BLOCK)
 
 /* alpha 1, beta 0, no bias, no activation, no gate. */
 lf_epilogue lf_epilogue_default(void);

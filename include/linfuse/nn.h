@@ -47,9 +47,10 @@ typedef struct lf_nn_gated_mlp {
     lf_tensor *gate_up;
     lf_nn_linear gate, up; /* dim -> hidden, no bias */
     lf_nn_linear down;     /* hidden -> dim, no bias */
-    /* FP8 copies of gate_up and down.weight with one f32 scale per output channel, made by
-     * lf_nn_gated_mlp_quantize_fp8 for the fp8 variant (NULL until then); the bf16 weights stay
-     * for the other variants and for devices without FP8 GEMMs. */
+    /* FP8 copies of gate_up (one f32 scale per output channel) and down.weight (one per 128 x 128
+     * block, lf_quantize_fp8_128x128), made by lf_nn_gated_mlp_quantize_fp8 for the fp8
+     * variant (NULL until then); the bf16 weights stay for the other variants and for devices
+     * without FP8 GEMMs. */
     lf_tensor *gate_up_q, *gate_up_scale, *down_q, *down_scale;
 } lf_nn_gated_mlp;
 
@@ -72,12 +73,14 @@ typedef enum lf_mlp_variant {
     LF_MLP_FUSED,
     LF_MLP_GATED,
     LF_MLP_VARIANT_COUNT, /* the variants above compute in the module's dtype and agree to its rounding */
-    /* FP8  the recipe of torch._scaled_mm with row-wise scales: x quantized per token
-     *      (lf_quantize_fp8), the gated GEMM in FP8 (bf16 h), h quantized per token, the down
-     *      GEMM in FP8; weights from lf_nn_gated_mlp_quantize_fp8. Four kernels; about 6e-2
-     *      relative RMS error against float64 where bf16 has 4e-3 (docs/design.md). Not one of
-     *      the COUNT variants above: it computes at another precision. Where the device has no
-     *      FP8 GEMM (the CPU, a GPU before Hopper) the trace says so in a note and GATED runs. */
+    /* FP8  x quantized per token (lf_quantize_fp8), the gated GEMM in FP8 with row-wise scales
+     *      writing h in e4m3 with 1 x 128 block scales (lf_scaled_mm_gated_fp8: quantized in
+     *      its epilogue on Hopper), the down GEMM in FP8 over those blocks and the down weight's
+     *      128 x 128 ones (DeepSeek-V3's recipe); weights from lf_nn_gated_mlp_quantize_fp8. Three kernels on
+     *      Hopper; a few percent relative RMS error against float64 where bf16 has 2e-3
+     *      (docs/design.md). Not one of the COUNT variants above: it computes at another
+     *      precision. Where the device has no FP8 GEMM (the CPU, a GPU before Hopper) the trace
+     *      says so in a note and GATED runs. */
     LF_MLP_FP8 = LF_MLP_VARIANT_COUNT
 } lf_mlp_variant;
 const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated", "fp8" */
@@ -104,8 +107,9 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
  * lf_nn_gated_mlp_to_device. */
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype);
-/* The fp8 variant's weights: gate_up and down.weight quantized per output channel
- * (lf_quantize_fp8), on the module's device, replacing any made before. On failure m is unchanged. */
+/* The fp8 variant's weights: gate_up quantized per output channel (lf_quantize_fp8) and
+ * down.weight per 128 x 128 block (lf_quantize_fp8_128x128), on the module's device, replacing any
+ * made before. On failure m is unchanged. */
 lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
 lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);

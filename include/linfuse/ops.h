@@ -96,11 +96,24 @@ lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
  * cost a read back): a NaN becomes a NaN code, an infinity an infinite row scale, and the GEMM
  * they feed gives NaN. */
 lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
-/* out = (a . b) * a_scale[i] * b_scale[j] for f8e4m3 a (M, K) and b (K, N) with f32 scales
- * (M, 1) and (N, 1), fp32 accumulation, out (M, N) of out_dtype: torch._scaled_mm with row-wise
- * scales. On CUDA cuBLASLt's FP8 GEMM with outer-vector scales; it takes the "tn" layout only (a
- * row-major, b a weight seen transposed), K a multiple of 16. LF_EUNSUPPORTED where the device
- * has no FP8 GEMM (the CPU). */
+/* lf_quantize_fp8 of x into q (rows, cols) and scale (rows, 1), rows >= x's: the rows past x's are
+ * zero codes with scale 1. Tokens padded for a GEMM that takes whole groups of rows (cuBLASLt's
+ * block-scaled FP8 GEMM takes multiples of 4); the padding's results are dropped after. */
+lf_status lf_quantize_fp8_rows(lf_tensor **q, lf_tensor **scale, const lf_tensor *x, int64_t rows);
+/* Block scales (DeepSeek-V3's recipe; torch's ScalingType.BlockWise1x128 and BlockWise128x128):
+ * lf_quantize_fp8 with one scale per 1 x 128 block of each row (activations: finer than per row,
+ * one outlier costs its 128 neighbours precision, not its whole row), or per 128 x 128 block
+ * (weights). scale is f32 in lf_scale_mode's layouts: (ceil(cols / 128), rows rounded up to 4)
+ * for 1 x 128, (ceil(rows / 128), ceil(cols / 128) rounded up to 4) for 128 x 128; padding 1. */
+lf_status lf_quantize_fp8_1x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *x);
+lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
+/* out = a . b with scales, for f8e4m3 a (M, K) and b (K, N), fp32 accumulation, out (M, N) of
+ * out_dtype: torch._scaled_mm. Row-wise scales, (M, 1) and (N, 1): element (i, j) times
+ * a_scale[i] * b_scale[j]. Block scales (lf_quantize_fp8_1x128 of a, lf_quantize_fp8_128x128 of
+ * b's transpose, the weight): each 128-long piece of K times its two blocks' scales. On CUDA
+ * cuBLASLt's FP8 GEMM; it takes the "tn" layout only (a row-major, b a weight seen transposed), K
+ * a multiple of 16, and with block scales M a multiple of 4. LF_EUNSUPPORTED where the device has
+ * no FP8 GEMM (the CPU). */
 lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                        const lf_tensor *b_scale, lf_dtype out_dtype);
 /* lf_mm_gated in FP8: the scales are applied to the 2H pre-gate columns before the activation,
@@ -108,6 +121,13 @@ lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_s
  * then act(g) * u, with a note in the trace; LF_EUNSUPPORTED where neither runs (the CPU). */
 lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                              const lf_tensor *b_scale, lf_act act, int64_t group);
+/* lf_scaled_mm_gated with h leaving in FP8 for the next FP8 GEMM: h (M, H) f8e4m3 and its 1 x 128
+ * block scales, exactly lf_quantize_fp8_1x128 of the bf16 h. On Hopper the gated kernel's
+ * epilogue quantizes each tile as it writes it (row-wise scales on a and b, group a multiple of
+ * 128), so h is written once in half the bytes and never read back to be quantized; elsewhere the
+ * two steps run, with a note in the trace. */
+lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a, const lf_tensor *a_scale,
+                                 const lf_tensor *b, const lf_tensor *b_scale, lf_act act, int64_t group);
 
 /* LF_OK when dev runs FP8 GEMMs (lf_scaled_mm and, on Hopper, the gated kernel's FP8 form), else
  * LF_EUNSUPPORTED saying why: callers with a bf16 path ask first. */

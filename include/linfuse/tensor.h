@@ -161,6 +161,15 @@ static inline uint8_t lf_f8e4m3_from_f32(float f)
     return (uint8_t)(r | (sign >> 24));
 }
 
+/* The FP8 quantizers' scale (lf_quantize_fp8 and its blocks, on every device) for a row or block
+ * whose largest magnitude is amax: amax lands on E4M3's largest value, 448; a block of zeros keeps
+ * scale 1, and a scale stays normal (>= 2^-126) so that its reciprocal is finite. */
+static inline float lf_fp8_scale_of(float amax)
+{
+    const float s = amax / 448.f;
+    return amax == 0.f ? 1.f : s < 0x1p-126f ? 0x1p-126f : s;
+}
+
 /* Read element i of a buffer of dtype dt as float, and write one. */
 static inline float lf_load_f32(const void *p, lf_dtype dt, int64_t i)
 {

@@ -212,13 +212,24 @@ lf_status lf_gemm_validate(const lf_gemm *g)
                        lf_dtype_name(g->a.dtype), lf_dtype_name(g->b.dtype));
     const lf_epilogue *ep = &g->ep;
     const int fp8 = g->a.dtype == LF_DTYPE_F8E4M3;
-    if (g->d.dtype == LF_DTYPE_F8E4M3 || (g->c.data && g->c.dtype == LF_DTYPE_F8E4M3))
-        return lf_fail(LF_EDTYPE, "lf_gemm: f8e4m3 is for the operands a and b; %s must be bf16, f16 or f32",
-                       g->d.dtype == LF_DTYPE_F8E4M3 ? "d" : "c");
+    if (g->c.data && g->c.dtype == LF_DTYPE_F8E4M3)
+        return lf_fail(LF_EDTYPE, "lf_gemm: c is f8e4m3; a C input must be bf16, f16 or f32");
     if (fp8 && (!ep->a_scale || !ep->b_scale))
         return lf_fail(LF_EINVAL, "lf_gemm: f8e4m3 operands need both scale vectors (a_scale, b_scale)");
     if (!fp8 && (ep->a_scale || ep->b_scale))
         return lf_fail(LF_EINVAL, "lf_gemm: scale vectors are for f8e4m3 operands; a and b are %s",
+                       lf_dtype_name(g->a.dtype));
+    if (ep->blockwise != 0 && (ep->blockwise != 1 || !fp8))
+        return lf_fail(LF_EINVAL, "lf_gemm: blockwise %d: 0 (row-wise scales) or 1 (1 x 128 and 128 x 128 blocks, "
+                                  "f8e4m3 only)",
+                       ep->blockwise);
+    if ((g->d.dtype == LF_DTYPE_F8E4M3) != (ep->d_scale != NULL))
+        return lf_fail(LF_EINVAL, g->d.dtype == LF_DTYPE_F8E4M3
+                                      ? "lf_gemm: an f8e4m3 d needs its block scales (d_scale)"
+                                      : "lf_gemm: d_scale is for an f8e4m3 d; d is %s",
+                       lf_dtype_name(g->d.dtype));
+    if (ep->d_scale && !fp8)
+        return lf_fail(LF_EINVAL, "lf_gemm: an f8e4m3 d comes from f8e4m3 operands; a and b are %s",
                        lf_dtype_name(g->a.dtype));
     if ((unsigned)ep->act >= LF_ACT_COUNT)
         return lf_fail(LF_EINVAL, "lf_gemm: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu",
@@ -285,13 +296,53 @@ static double mat_get(const lf_matrix *m, int64_t i, int64_t j)
     return lf_load_f32(m->data, m->dtype, i * m->rs + j * m->cs);
 }
 
+/* Product term (i, k) x (k, j)'s scale in a scaled GEMM (row-wise, or a's 1 x 128 block times b's
+ * 128 x 128 one). */
+static double term_scale(const lf_gemm *g, int64_t i, int64_t k, int64_t j)
+{
+    const lf_epilogue *ep = &g->ep;
+    if (!ep->blockwise)
+        return (double)ep->a_scale[i] * ep->b_scale[j];
+    const int64_t kb = k / LF_SCALE_BLOCK;
+    return (double)ep->a_scale[i + kb * LF_SCALE_LD(g->a.rows)] *
+           ep->b_scale[j / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(g->a.cols)) + kb];
+}
+
+/* Row i of an f8e4m3 D, computed into v, rounded to bf16 and quantized in 1 x 128 blocks. */
+static void store_blocks(const lf_gemm *g, int64_t i, const double *v)
+{
+    const int64_t n = g->d.cols, ld = LF_SCALE_LD(g->d.rows);
+    for (int64_t j0 = 0; j0 < n; j0 += LF_SCALE_BLOCK) {
+        const int64_t j1 = j0 + LF_SCALE_BLOCK < n ? j0 + LF_SCALE_BLOCK : n;
+        float amax = 0;
+        for (int64_t j = j0; j < j1; j++) {
+            const float b = lf_f32_from_bf16(lf_bf16_from_f32((float)v[j]));
+            amax = fabsf(b) > amax ? fabsf(b) : amax;
+        }
+        const float sc = lf_fp8_scale_of(amax), inv = 1.f / sc;
+        g->ep.d_scale[i + j0 / LF_SCALE_BLOCK * ld] = sc;
+        for (int64_t j = j0; j < j1; j++)
+            ((uint8_t *)g->d.data)[i * g->d.rs + j * g->d.cs] =
+                lf_f8e4m3_from_f32(lf_f32_from_bf16(lf_bf16_from_f32((float)v[j])) * inv);
+    }
+}
+
 lf_status lf_gemm_reference(const lf_gemm *g)
 {
     LF_TRY(lf_gemm_validate(g));
     const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
     const lf_epilogue *ep = &g->ep;
     const int gated = ep->gate == LF_GATE_PAIRED;
-    for (int64_t i = 0; i < M; i++)
+    double *row = NULL;
+    if (ep->d_scale) {
+        row = malloc((size_t)g->d.cols * sizeof *row);
+        if (!row)
+            return lf_fail(LF_ENOMEM, "lf_gemm_reference: no memory for a row of %lld", (long long)g->d.cols);
+        for (int64_t i = M; i < LF_SCALE_LD(M); i++) /* the padding rows of every block */
+            for (int64_t b = 0; b < LF_SCALE_BLOCKS(g->d.cols); b++)
+                ep->d_scale[i + b * LF_SCALE_LD(M)] = 1.f;
+    }
+    for (int64_t i = 0; i < M; i++) {
         for (int64_t jo = 0; jo < g->d.cols; jo++) {
             /* the one or two pre-gate columns this output needs */
             int64_t cols[2] = {jo, -1};
@@ -305,9 +356,7 @@ lf_status lf_gemm_reference(const lf_gemm *g)
                 int64_t j = cols[q];
                 double s = 0;
                 for (int64_t k = 0; k < K; k++)
-                    s += mat_get(&g->a, i, k) * mat_get(&g->b, k, j);
-                if (ep->a_scale)
-                    s *= (double)ep->a_scale[i] * ep->b_scale[j];
+                    s += mat_get(&g->a, i, k) * mat_get(&g->b, k, j) * (ep->a_scale ? term_scale(g, i, k, j) : 1.0);
                 s *= ep->alpha;
                 if (g->c.data)
                     s += ep->beta * mat_get(&g->c, i, j);
@@ -318,8 +367,15 @@ lf_status lf_gemm_reference(const lf_gemm *g)
             double v = lf_act_ref(ep->act, z[0]);
             if (gated)
                 v *= z[1];
-            lf_store_f32(g->d.data, g->d.dtype, i * g->d.rs + jo * g->d.cs, (float)v);
+            if (row)
+                row[jo] = v;
+            else
+                lf_store_f32(g->d.data, g->d.dtype, i * g->d.rs + jo * g->d.cs, (float)v);
         }
+        if (row)
+            store_blocks(g, i, row);
+    }
+    free(row);
     (void)N;
     return LF_OK;
 }
@@ -348,6 +404,11 @@ lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_i
 lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_info *info)
 {
     LF_CHECK_PTR(q, "lf_quantize_fp8", "q");
+    if ((unsigned)q->mode > LF_SCALE_128X128)
+        return lf_fail(LF_EINVAL, "lf_quantize_fp8: scale mode %d is not rows, 1x128 or 128x128", (int)q->mode);
+    if (q->pad_rows && (q->mode != LF_SCALE_ROWS || q->pad_rows < q->rows))
+        return lf_fail(LF_EINVAL, "lf_quantize_fp8: pad_rows %lld: row-wise only, and at least the %lld rows",
+                       (long long)q->pad_rows, (long long)q->rows);
     if (q->rows < 1 || q->cols < 1 || !q->in.data || !q->q || !q->scale || !lf_dtype_computes(q->in.dtype))
         return lf_fail(LF_EINVAL, "lf_quantize_fp8: %lld x %lld %s: expected both dims >= 1, bf16/f16/f32 input and "
                                   "every pointer set",

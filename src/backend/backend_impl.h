@@ -61,7 +61,10 @@ typedef struct lf_quant {
     int64_t rows, cols;
     lf_strided in; /* bf16, f16 or f32; strides {row, column} */
     uint8_t *q;    /* rows x cols e4m3, contiguous */
-    float *scale;  /* rows */
+    float *scale;  /* laid out as mode says (lf_scale_mode), padding entries 1 */
+    lf_scale_mode mode;
+    int64_t pad_rows; /* LF_SCALE_ROWS: q and scale have this many rows (>= rows; 0: rows), the extra
+                       * ones zero codes with scale 1 (tokens padded for a GEMM that takes groups of 4) */
 } lf_quant;
 
 lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_info *info);

@@ -20,7 +20,8 @@ static const char *const pw_op_names[LF_PW_COUNT] = {"copy", "add", "mul", "act"
 /* "tn_rowwise_c_bias_gelu_tanh_gated": layout, then what the epilogue does, in order. */
 static void gemm_suffix(const lf_kernel_key *k, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%c%c%s%s%s%s%s%s", k->lay_b, k->lay_a, k->flags & LF_KEY_SCALED ? "_rowwise" : "",
+    const char *scaled = !(k->flags & LF_KEY_SCALED) ? "" : k->flags & LF_KEY_BLOCKS ? "_blockwise" : "_rowwise";
+    snprintf(buf, cap, "%c%c%s%s%s%s%s%s", k->lay_b, k->lay_a, scaled,
              k->flags & LF_KEY_C ? "_c" : "", k->flags & LF_KEY_BIAS ? "_bias" : "",
              k->act != LF_ACT_NONE ? "_" : "", k->act != LF_ACT_NONE ? lf_act_name((lf_act)k->act) : "",
              k->flags & LF_KEY_GATED ? "_gated" : "");
@@ -40,7 +41,8 @@ static void format_name(const lf_kernel_key *k, char *buf, size_t cap)
         snprintf(buf, cap, "lf_cublaslt_gemm_%s_%s", dt, sfx);
         break;
     case LF_KF_CUDA_GATED:
-        snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u", dt, lf_act_name((lf_act)k->act), k->tile_m, k->tile_n);
+        snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u%s", dt, lf_act_name((lf_act)k->act), k->tile_m, k->tile_n,
+                 k->out_dtype == LF_DTYPE_F8E4M3 ? "_to_f8e4m3" : "");
         break;
     case LF_KF_CUDA_GATED_PINGPONG:
         snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u_pingpong", dt, lf_act_name((lf_act)k->act), k->tile_m,
@@ -51,7 +53,8 @@ static void format_name(const lf_kernel_key *k, char *buf, size_t cap)
         break;
     case LF_KF_CPU_QUANT:
     case LF_KF_CUDA_QUANT:
-        snprintf(buf, cap, "lf_%s_quantize_fp8_%s_rowwise", k->family == LF_KF_CPU_QUANT ? "cpu" : "cuda", dt);
+        snprintf(buf, cap, "lf_%s_quantize_fp8_%s_%s", k->family == LF_KF_CPU_QUANT ? "cpu" : "cuda", dt,
+                 k->op == LF_SCALE_1X128 ? "1x128" : k->op == LF_SCALE_128X128 ? "128x128" : "rowwise");
         break;
     case LF_KF_CPU_POINTWISE:
     case LF_KF_CUDA_POINTWISE: {

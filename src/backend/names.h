@@ -14,7 +14,9 @@ typedef struct lf_kernel_key {
 } lf_kernel_key;
 _Static_assert(sizeof(lf_kernel_key) == 12, "lf_kernel_key has no padding: keys are compared and hashed as bytes");
 
-enum { LF_KEY_C = 1, LF_KEY_BIAS = 2, LF_KEY_GATED = 4, LF_KEY_STRIDED = 8, LF_KEY_SCALED = 16 };
+/* LF_KEY_BLOCKS: a GEMM scaled in blocks (with LF_KEY_SCALED; lf_epilogue.blockwise), not per row.
+ * A quantization kernel's key holds its lf_scale_mode in op. */
+enum { LF_KEY_C = 1, LF_KEY_BIAS = 2, LF_KEY_GATED = 4, LF_KEY_STRIDED = 8, LF_KEY_SCALED = 16, LF_KEY_BLOCKS = 32 };
 
 /* The interned name of key (valid for the life of the process). */
 const char *lf_kernel_name(const lf_kernel_key *key);

@@ -55,9 +55,10 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated|fp8",
      "fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels); gated: one gated GEMM over "
      "[Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down (two; where the device has no gated kernel for "
-     "the shape, the trace says why and a GEMM plus the fused kernel run); fp8: weights quantized per channel "
-     "once, x and the hidden activation per token, the gated GEMM and down in FP8 (four kernels; where the device "
-     "has no FP8 GEMM, the trace says why and gated runs)"},
+     "the shape, the trace says why and a GEMM plus the fused kernel run); fp8: weights quantized once (gate and "
+     "up per channel, down in 128 x 128 blocks), x per token, the gated GEMM in FP8 writing h in e4m3 with 1 x 128 "
+     "block scales, down in FP8 (three kernels; where the device has no FP8 GEMM, the trace says why and gated "
+     "runs)"},
     {{"compile", 0, O_COMPILE, 0}, T_COMPILE, "--compile",
      "capture one forward, fuse, replay a plan (on CUDA one graph launch); the flags below need it"},
     {{"no-cuda-graph", 0, O_NO_CUDA_GRAPH, 0}, T_COMPILE, "--no-cuda-graph", "launch the plan kernel by kernel"},

@@ -172,7 +172,7 @@ lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
     lf_tensor *q[4] = {NULL};
     lf_status s = lf_quantize_fp8(&q[0], &q[1], m->gate_up);
     if (s == LF_OK)
-        s = lf_quantize_fp8(&q[2], &q[3], m->down.weight);
+        s = lf_quantize_fp8_128x128(&q[2], &q[3], m->down.weight);
     if (s != LF_OK) {
         for (int i = 0; i < 4; i++)
             lf_tensor_free(q[i]);
@@ -222,34 +222,33 @@ static lf_status gated_2d(const lf_nn_gated_mlp *m, const lf_tensor *x2, int mid
     return s;
 }
 
-/* x (tokens, K) quantized per token, then y = scaled GEMM of it with the FP8 weight wq (N, K)
- * and its scales: gated (act(g) * u, bf16 h) when gated, else plain in out_dtype. */
-static lf_status fp8_gemm(const lf_nn_gated_mlp *m, const lf_tensor *x2, const lf_tensor *wq, const lf_tensor *ws,
-                          int gated, lf_dtype out_dtype, lf_tensor **y)
-{
-    lf_tensor *xq = NULL, *xs = NULL, *wt = NULL;
-    lf_status s = lf_quantize_fp8(&xq, &xs, x2);
-    if (s == LF_OK)
-        s = lf_t(&wt, wq);
-    if (s == LF_OK)
-        s = gated ? lf_scaled_mm_gated(y, xq, xs, wt, ws, m->act, m->hidden)
-                  : lf_scaled_mm(y, xq, xs, wt, ws, out_dtype);
-    lf_tensor_free(xq), lf_tensor_free(xs), lf_tensor_free(wt);
-    return s;
-}
-
-/* The fp8 variant on (tokens, dim): the FP8 gated GEMM (bf16 h), then, unless middle_only, the
- * FP8 down GEMM in x's dtype. */
+/* The fp8 variant on (tokens, dim): x quantized per token, the FP8 gated GEMM writing h in e4m3
+ * with 1 x 128 block scales (in its epilogue on Hopper), the FP8 down GEMM over those blocks in x's
+ * dtype. The block-scaled down GEMM takes whole groups of 4 tokens, so x's quantization pads to
+ * them and the padding rows are dropped from y. middle_only: the FP8 gated GEMM's bf16 h. */
 static lf_status fp8_2d(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **y)
 {
-    lf_tensor *h = NULL;
-    lf_status s = fp8_gemm(m, x2, m->gate_up_q, m->gate_up_scale, 1, LF_DTYPE_BF16, &h);
-    if (s != LF_OK || middle_only) {
-        *y = h;
-        return s;
+    const int64_t M = x2->shape[0], M4 = middle_only ? M : LF_SCALE_LD(M);
+    lf_tensor *xq = NULL, *xs = NULL, *wt = NULL, *h = NULL, *hs = NULL, *dt = NULL, *y4 = NULL;
+    lf_status s = lf_quantize_fp8_rows(&xq, &xs, x2, M4);
+    if (s == LF_OK)
+        s = lf_t(&wt, m->gate_up_q);
+    if (s == LF_OK && middle_only) {
+        s = lf_scaled_mm_gated(y, xq, xs, wt, m->gate_up_scale, m->act, m->hidden);
+    } else if (s == LF_OK) {
+        s = lf_scaled_mm_gated_fp8(&h, &hs, xq, xs, wt, m->gate_up_scale, m->act, m->hidden);
+        if (s == LF_OK)
+            s = lf_t(&dt, m->down_q);
+        if (s == LF_OK)
+            s = lf_scaled_mm(&y4, h, hs, dt, m->down_scale, x2->dtype);
+        if (s == LF_OK && M4 == M)
+            *y = y4, y4 = NULL;
+        else if (s == LF_OK)
+            s = lf_tensor_as_strided(y, y4, 2, (int64_t[]){M, m->dim}, y4->stride, 0);
     }
-    s = fp8_gemm(m, h, m->down_q, m->down_scale, 0, x2->dtype, y);
-    lf_tensor_free(h);
+    lf_tensor *tmp[] = {xq, xs, wt, h, hs, dt, y4};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+        lf_tensor_free(tmp[i]);
     return s;
 }
 

@@ -48,9 +48,10 @@ run "kernels-mlp: 4 kernels" "$bin" trace expect "$kf" --kernels-per-step 4 --ke
 run "gated: 2 kernels" "$bin" trace expect "$kg" --kernels-per-step 2 --kernel 'gated_gemm_bf16_gelu_tanh' --no-kernel 'act_mul'
 run "gated f16 fallback: 3 kernels" "$bin" trace expect "$kh" --kernels-per-step 3 --kernel 'act_mul_kernel'
 run "gated f16 fallback: the trace says why" grep -q 'lf::mm_gated fallback (cuda gemm: the gated kernel takes bf16 or scaled f8e4m3 operands' "$kh"
-# fp8: x and h quantized per token, the gated kernel's e4m3 form, cuBLASLt's FP8 down GEMM (4)
-run "fp8: 4 kernels, the e4m3 gated kernel" "$bin" trace expect "$k8" --kernels-per-step 4 --kernel 'gated_gemm_f8e4m3_gelu_tanh' --no-kernel 'act_mul'
-run "fp8: the quantization kernel" "$bin" trace expect "$k8" --kernels-per-step 4 --kernel 'quantize_fp8_rowwise'
+# fp8: x quantized per token, the gated kernel's e4m3 form writing h in e4m3 blocks itself,
+# cuBLASLt's block-scaled FP8 down GEMM (3); no separate quantization of h
+run "fp8: 3 kernels, the e4m3 gated kernel writing e4m3" "$bin" trace expect "$k8" --kernels-per-step 3 --kernel 'gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3' --no-kernel 'act_mul'
+run "fp8: x's quantization, none of h's" "$bin" trace expect "$k8" --kernels-per-step 3 --kernel 'quantize_fp8_rowwise' --no-kernel 'quantize_fp8_1x128'
 run "fp8: no fallback note" sh -c "! grep -q 'fp8 variant runs gated bf16' '$k8'"
 
 # compiled: 3 GEMMs + the generated gelu*mul (4), gated 2, matmul-add one GEMM reading the bias

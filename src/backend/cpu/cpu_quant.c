@@ -1,31 +1,72 @@
-/* Row-wise FP8 quantization on the CPU (lf_quant): the row's largest magnitude, then every
- * element times the reciprocal of the row's scale (both rounded to nearest) and rounded to e4m3 by lf_f8e4m3_from_f32 (c10's own
- * conversion). A non-finite input is an error here, where it can be reported: weights are
+/* FP8 quantization on the CPU (lf_quant), per row, per 1 x 128 block of a row or per 128 x 128
+ * block (lf_scale_mode): the span's largest magnitude, its scale (lf_fp8_scale_of), then every
+ * element times the scale's reciprocal (both rounded to nearest: a multiply per element, as the
+ * GPU's, where a divide costs it some 20 instructions) rounded to e4m3 by lf_f8e4m3_from_f32 (c10's
+ * own conversion). A non-finite input is an error here, where it can be reported: weights are
  * quantized on the host once, at load. Layer: backend/cpu. */
 #include <math.h>
 
 #include "backend/cpu/cpu_impl.h"
 
-lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
+/* Rows r0..r1-1 x columns c0..c1-1 quantized with one scale, stored at *scale. */
+static lf_status span(const lf_quant *q, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float *scale)
 {
-    const int64_t R = q->rows, C = q->cols, rs = q->in.stride[0], cs = q->in.stride[1];
-    for (int64_t r = 0; r < R; r++) {
-        float amax = 0;
-        for (int64_t c = 0; c < C; c++) {
+    const int64_t C = q->cols, rs = q->in.stride[0], cs = q->in.stride[1];
+    float amax = 0;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++) {
             const float v = lf_load_f32(q->in.data, q->in.dtype, r * rs + c * cs);
             if (!isfinite(v))
                 return lf_fail(LF_EINVAL, "lf_quantize_fp8: element [%lld, %lld] is %g; a tensor to quantize must be finite",
                                (long long)r, (long long)c, (double)v);
             amax = fabsf(v) > amax ? fabsf(v) : amax;
         }
-        /* the row's largest magnitude lands on E4M3's largest value; a row of zeros keeps scale 1, and
-         * a scale stays normal (>= 2^-126) so that its reciprocal is finite */
-        const float s0 = amax / 448.f, sc = amax == 0.f ? 1.f : s0 < 0x1p-126f ? 0x1p-126f : s0;
-        q->scale[r] = sc;
-        const float inv = 1.f / sc; /* a multiply per element, as the GPU's (a divide costs it 20 instructions) */
-        uint8_t *out = q->q + r * C;
-        for (int64_t c = 0; c < C; c++)
-            out[c] = lf_f8e4m3_from_f32(lf_load_f32(q->in.data, q->in.dtype, r * rs + c * cs) * inv);
+    const float sc = lf_fp8_scale_of(amax), inv = 1.f / sc;
+    *scale = sc;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = c0; c < c1; c++)
+            q->q[r * C + c] = lf_f8e4m3_from_f32(lf_load_f32(q->in.data, q->in.dtype, r * rs + c * cs) * inv);
+    return LF_OK;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
+{
+    const int64_t R = q->rows, C = q->cols, B = LF_SCALE_BLOCK, RB = LF_SCALE_BLOCKS(R), CB = LF_SCALE_BLOCKS(C);
+    switch (q->mode) {
+    case LF_SCALE_ROWS:
+        for (int64_t r = 0; r < R; r++)
+            LF_TRY(span(q, r, r + 1, 0, C, &q->scale[r]));
+        for (int64_t r = R; r < q->pad_rows; r++) { /* padding tokens: zeros, scale 1 */
+            q->scale[r] = 1.f;
+            for (int64_t c = 0; c < C; c++)
+                q->q[r * C + c] = 0;
+        }
+        break;
+    case LF_SCALE_1X128: {
+        const int64_t ld = LF_SCALE_LD(R);
+        for (int64_t b = 0; b < CB; b++) {
+            for (int64_t r = 0; r < R; r++)
+                LF_TRY(span(q, r, r + 1, b * B, min64(b * B + B, C), &q->scale[r + b * ld]));
+            for (int64_t r = R; r < ld; r++)
+                q->scale[r + b * ld] = 1.f;
+        }
+        break;
+    }
+    case LF_SCALE_128X128: {
+        const int64_t ld = LF_SCALE_LD(CB);
+        for (int64_t rb = 0; rb < RB; rb++) {
+            for (int64_t b = 0; b < CB; b++)
+                LF_TRY(span(q, rb * B, min64(rb * B + B, R), b * B, min64(b * B + B, C), &q->scale[rb * ld + b]));
+            for (int64_t b = CB; b < ld; b++)
+                q->scale[rb * ld + b] = 1.f;
+        }
+        break;
+    }
     }
     if (info)
         lf_quant_report(q, LF_KF_CPU_QUANT, info);

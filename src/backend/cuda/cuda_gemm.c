@@ -23,7 +23,7 @@ typedef struct lt_call {
     lf_dtype dt, out_dt, c_dt, bias_dt;
     cublasLtEpilogue_t epi;
     int has_c;
-    int scaled; /* FP8 with outer-vector scales: cuBLAS's A (our B) per column, its B (our A) per row */
+    int scaled; /* FP8: 1 outer-vector scales (cuBLAS's A, our B, per column; its B, our A, per row); 2 blocks */
     uint32_t align[4]; /* bytes each of A', B', C, D is aligned to (pointer and leading dim) */
 } lt_call;
 
@@ -91,7 +91,7 @@ static lf_status describe(const lf_gemm *g, lt_call *c)
     c->m = B->cols, c->n = A->rows, c->k = A->cols;
     c->dt = A->dtype, c->out_dt = D->dtype;
     c->has_c = g->c.data != NULL;
-    c->scaled = g->ep.a_scale != NULL;
+    c->scaled = !g->ep.a_scale ? 0 : g->ep.blockwise ? 2 : 1;
     if (c->has_c) {
         if (g->c.cs != 1 || g->c.rs != c->ldc)
             return lf_fail(LF_EUNSUPPORTED,
@@ -217,10 +217,15 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
         cudaDataType_t bt = cuda_type(c->bias_dt);
         LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    if (c->scaled) { /* row-wise FP8, as torch._scaled_mm's: a vector over each operand's outer dim */
-        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+    if (c->scaled) { /* FP8 as torch._scaled_mm's: row-wise (a vector over each operand's outer dim), or
+                        * blockwise: the weight (cuBLAS's A) in 128 x 128 blocks, x (its B) in 1 x 128
+                        * ones (lf_scale_mode's layouts, probed on an H200: docs/gpu_notes.md) */
+        const int32_t amode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                             : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                      bmode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                             : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
+        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
         /* the heuristic refuses a vector mode whose pointers are unset (CUBLAS_STATUS_INVALID_VALUE,
          * seen on the H200): this call's, replaced at every launch */
         LF_TRY(set_call_pointers(g, c, pl));
@@ -380,6 +385,14 @@ int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
                      "cuBLASLt's FP8 GEMM takes a row-major x and a weight seen transposed (\"tn\"), K and row "
                      "strides multiples of 16 (K %lld)",
                      (long long)A->cols);
+            return 0;
+        }
+        if (g->ep.blockwise && A->rows % 4) { /* CUBLAS_STATUS_NOT_SUPPORTED at 333 rows (1 x 128 on x) */
+            snprintf(why, cap, "cuBLASLt's block-scaled FP8 GEMM needs M a multiple of 4 (%lld)", (long long)A->rows);
+            return 0;
+        }
+        if (g->ep.d_scale) {
+            snprintf(why, cap, "cuBLASLt's FP8 GEMM here writes bf16, f16 or f32, not a block-quantized f8e4m3 d");
             return 0;
         }
     }

@@ -49,10 +49,12 @@ using namespace coop;
 // blocks of G rows, 128-row boxes; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u
 // with ACT one of LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space
 // (references to its __grid_constant__ parameters), as TMA wants them.
-template <int ACT, bool FP8>
+template <int ACT, bool FP8, bool QOUT>
 __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out,
-                                          const float *sa, const float *sb, int M, int H, int K, int G, int band)
+                                          const float *sa, const float *sb, float *ds, int ds_ld, int M, int H, int K,
+                                          int G, int band)
 {
+    static_assert(FP8 || !QOUT, "an e4m3 h comes from e4m3 operands");
     constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
@@ -124,6 +126,41 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
             if (tid == 0) // the previous tile's stores have finished reading the staging tile
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             wg_barrier(1 + half);
+            if constexpr (QOUT) {
+                // e4m3 h: a tile's 128 columns are one scale block of each row. Each product is
+                // rounded to bf16 first (the bytes lf_quantize_fp8_1x128 writes from bf16 h); the
+                // row's amax is its quad's (lanes 4q..4q+3 hold its 128 columns), its codes go to
+                // one 64-row x 128-byte box of the staging tile, 128-byte swizzled, its scale to
+                // ds (rows past M are zeros: scale 1, as the padding rows want).
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = warp * 16 + lane / 4 + 8 * h, row = mb * BM + half * (BM / 2) + r;
+                    const float rs = row < M ? sa[row] : 1.f;
+                    __nv_bfloat162 v[16];
+                    float amax = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 16; i++) {
+                        const int q = 4 * i + 2 * h;
+                        v[i] = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb, gate_row, G,
+                                                    8 * i + 2 * (lane % 4));
+                        const float2 f = __bfloat1622float2(v[i]);
+                        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+                    }
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                    const float sc = fp8_scale(amax), inv = __frcp_rn(sc);
+                    if (lane % 4 == 0 && row < ds_ld)
+                        ds[row + (long long)nb * ds_ld] = sc;
+#pragma unroll
+                    for (int i = 0; i < 16; i++) { // column 8i + 2(lane % 4): 16-byte chunk i / 2
+                        const float2 f = __bfloat1622float2(v[i]);
+                        *reinterpret_cast<unsigned short *>(stage_out + r * 128 + ((i / 2) ^ (r % 8)) * 16 +
+                                                            (i % 2) * 8 + (lane % 4) * 2) = fp8_codes(f.x, f.y, inv);
+                    }
+                }
+                store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 0, 0, 1);
+                continue;
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
@@ -150,6 +187,8 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
 }
 
 LF_GATED_KERNELS(coop_body, 128x256)
+LF_GATED_KERNEL_ONE(coop_body, gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3, LF_ACT_GELU_TANH, true, true)
+LF_GATED_KERNEL_ONE(coop_body, gated_gemm_f8e4m3_silu_128x256_to_f8e4m3, LF_ACT_SILU, true, true)
 
 } // namespace gated
 } // namespace lf
@@ -163,14 +202,17 @@ int sm_count[LF_CUDA_MAX_DEVICES];
 char why_not[LF_CUDA_MAX_DEVICES][160];
 std::mutex init_lock;
 
-typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *, int,
-                             int, int, int, int);
-// [fp8 * 4 + schedule * 2 + (act == silu)]: bf16 then e4m3; cooperative, then ping-pong
-const gated_kernel kernels[8] = {
+typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *,
+                             float *, int, int, int, int, int, int);
+// [fp8 * 4 + schedule * 2 + (act == silu)]: bf16 then e4m3; cooperative, then ping-pong; then the
+// two cooperative kernels writing e4m3 h, [8 + (act == silu)]
+constexpr int KERNELS = 10;
+const gated_kernel kernels[KERNELS] = {
     lf::gated::gated_gemm_bf16_gelu_tanh_128x256,           lf::gated::gated_gemm_bf16_silu_128x256,
     lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong,  lf::gated::gated_gemm_bf16_silu_128x128_pingpong,
     lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256,         lf::gated::gated_gemm_f8e4m3_silu_128x256,
-    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong};
+    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong,
+    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3, lf::gated::gated_gemm_f8e4m3_silu_128x256_to_f8e4m3};
 
 // Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
 // tensor-map encoder is found (once per process).
@@ -189,7 +231,7 @@ bool init_device(int dev)
     }
     cudaFuncAttributes fa;
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
-    for (int i = 0; loads && i < 8; i++)
+    for (int i = 0; loads && i < KERNELS; i++)
         loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      i % 4 < 2 ? lf::gated::coop::SMEM_BYTES : lf::gated::pp::SMEM_BYTES) == cudaSuccess;
     if (!loads) {
@@ -265,10 +307,16 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
     if (g->ep.gate != LF_GATE_PAIRED || (g->ep.act != LF_ACT_GELU_TANH && g->ep.act != LF_ACT_SILU))
         NO("the gated kernel computes gelu_tanh(g) * u or silu(g) * u only (act %s)", lf_act_name(g->ep.act));
-    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3;
-    if ((A->dtype != LF_DTYPE_BF16 && !fp8) || B->dtype != A->dtype || D->dtype != LF_DTYPE_BF16)
-        NO("the gated kernel takes bf16 or scaled f8e4m3 operands and writes bf16 (x %s, w %s, out %s)",
+    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3, qout = D->dtype == LF_DTYPE_F8E4M3;
+    if ((A->dtype != LF_DTYPE_BF16 && !fp8) || B->dtype != A->dtype || (D->dtype != LF_DTYPE_BF16 && !(fp8 && qout)))
+        NO("the gated kernel takes bf16 or scaled f8e4m3 operands and writes bf16 (or, from f8e4m3, f8e4m3) "
+           "(x %s, w %s, out %s)",
            lf_dtype_name(A->dtype), lf_dtype_name(B->dtype), lf_dtype_name(D->dtype));
+    if (g->ep.blockwise)
+        NO("the gated kernel takes row-wise scales (one per token, one per weight row), not blocks");
+    if (qout && g->ep.gate_group % 128)
+        NO("an f8e4m3 h needs gate_group a multiple of 128 (one 1 x 128 scale block per tile row; %lld)",
+           (long long)g->ep.gate_group);
     const long long per16 = fp8 ? 16 : 8; // elements in the 16 bytes TMA aligns rows to
     if (g->c.data || g->ep.bias || g->ep.alpha != 1.0f)
         NO("the gated kernel takes no bias, no C input and alpha 1");
@@ -282,8 +330,8 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
         NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 16 bytes");
     if (fp8 && ((uintptr_t)g->ep.b_scale % 8 || g->ep.gate_group % 2))
         NO("the weight's scales must be 8-byte aligned");
-    if (D->cs != 1 || D->rs % 8 || (uintptr_t)D->data % 16)
-        NO("out must be row-major with rows a multiple of 8 elements and 16-byte aligned (row stride %lld)",
+    if (D->cs != 1 || (D->rs * (qout ? 1 : 2)) % 16 || (uintptr_t)D->data % 16 || (uintptr_t)g->ep.d_scale % 4)
+        NO("out must be row-major with rows a multiple of 16 bytes and 16-byte aligned (row stride %lld)",
            (long long)D->rs);
     if (A->rows > 0x7fffffffLL || B->cols > 0x7fffffffLL || A->cols > 0x7fffffffLL)
         NO("dimensions beyond 2^31");
@@ -309,6 +357,8 @@ static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
     const lf_gated_schedule forced = lf_gated_schedule_forced();
     if (g->ep.gate_group % 128) // the cooperative kernel's half tile is 128 columns
         return LF_GATED_PINGPONG;
+    if (g->d.dtype == LF_DTYPE_F8E4M3) // only its tiles hold whole 128-column scale blocks
+        return LF_GATED_COOPERATIVE;
     if (forced != LF_GATED_AUTO)
         return forced;
     const long long M = g->a.rows, coop_tiles = (M + lf::gated::coop::BM - 1) / lf::gated::coop::BM *
@@ -349,11 +399,11 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
         return cudaErrorInvalidDevice;
     const bool pp = gated_schedule(g, sm_count[dev]) == LF_GATED_PINGPONG;
     const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
-    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3;
+    const bool fp8 = A->dtype == LF_DTYPE_F8E4M3, qout = D->dtype == LF_DTYPE_F8E4M3;
     CUtensorMap xm, wm, om;
     if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, BM, fp8) ||
         !make_map(&wm, B->data, B->cols, B->rows, B->cs, BN / 2, fp8) ||
-        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64, false))
+        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64, qout))
         return cudaErrorInvalidValue;
     const int M = (int)A->rows, H = (int)D->cols, K = (int)A->cols, G = (int)g->ep.gate_group;
     const long long tiles = (long long)((M + BM - 1) / BM) * (H / (BN / 2));
@@ -361,8 +411,8 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const long long busy = pp ? (tiles + 1) / 2 : tiles;
     const int grid = (int)(busy < sm_count[dev] ? busy : sm_count[dev]);
     const int band = gated_band();
-    kernels[4 * fp8 + 2 * pp + (g->ep.act == LF_ACT_SILU)]<<<
+    kernels[(qout ? 8 : 4 * fp8 + 2 * pp) + (g->ep.act == LF_ACT_SILU)]<<<
         grid, 384, pp ? lf::gated::pp::SMEM_BYTES : lf::gated::coop::SMEM_BYTES, stream>>>(
-        xm, wm, om, g->ep.a_scale, g->ep.b_scale, M, H, K, G, band);
+        xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale, (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
     return cudaGetLastError();
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/fp8.cuh"
 
 namespace lf {
 namespace gated {
@@ -47,21 +48,24 @@ template <bool FP8> struct elem {
 // and its tile (the names traces show). x: tensor map over (M, K) row-major (bf16 or e4m3); w:
 // over (2H, K), [Wg; Wu] in blocks of G rows; out: over (M, H) bf16; band: row-tiles per band of
 // the tile order. FP8: sa (M) and sb (2H, in w's row order) scale each product before the
-// activation; the bf16 kernels take them as NULL.
+// activation; the bf16 kernels take them as NULL. The "_to_f8e4m3" kernels (cooperative, FP8 in)
+// write h as e4m3 (out over (M, H) bytes) with one scale per 1 x 128 block of a row, ds[row +
+// tile column * ds_ld] (ds_ld: M rounded up to 4); the others take ds as NULL.
 #define LF_GATED_KERNEL(name)                                                                                          \
     __global__ void __launch_bounds__(384, 1) name(const __grid_constant__ CUtensorMap x,                              \
                                                    const __grid_constant__ CUtensorMap w,                              \
                                                    const __grid_constant__ CUtensorMap out, const float *sa,           \
-                                                   const float *sb, int M, int H, int K, int G, int band)
+                                                   const float *sb, float *ds, int ds_ld, int M, int H, int K, int G,  \
+                                                   int band)
 // One schedule's four kernels, {bf16, f8e4m3} x {gelu_tanh, silu}, named for their tile; the
-// definitions each run body<ACT, FP8> (the schedule's device function).
-#define LF_GATED_KERNEL_ONE(body, dt, act, ACT, FP8, tile)                                                             \
-    LF_GATED_KERNEL(gated_gemm_##dt##_##act##_##tile) { body<ACT, FP8>(x, w, out, sa, sb, M, H, K, G, band); }
+// definitions each run body<ACT, FP8, QOUT> (the schedule's device function).
+#define LF_GATED_KERNEL_ONE(body, name, ACT, FP8, QOUT)                                                                \
+    LF_GATED_KERNEL(name) { body<ACT, FP8, QOUT>(x, w, out, sa, sb, ds, ds_ld, M, H, K, G, band); }
 #define LF_GATED_KERNELS(body, tile)                                                                                   \
-    LF_GATED_KERNEL_ONE(body, bf16, gelu_tanh, LF_ACT_GELU_TANH, false, tile)                                          \
-    LF_GATED_KERNEL_ONE(body, bf16, silu, LF_ACT_SILU, false, tile)                                                    \
-    LF_GATED_KERNEL_ONE(body, f8e4m3, gelu_tanh, LF_ACT_GELU_TANH, true, tile)                                         \
-    LF_GATED_KERNEL_ONE(body, f8e4m3, silu, LF_ACT_SILU, true, tile)
+    LF_GATED_KERNEL_ONE(body, gated_gemm_bf16_gelu_tanh_##tile, LF_ACT_GELU_TANH, false, false)                       \
+    LF_GATED_KERNEL_ONE(body, gated_gemm_bf16_silu_##tile, LF_ACT_SILU, false, false)                                 \
+    LF_GATED_KERNEL_ONE(body, gated_gemm_f8e4m3_gelu_tanh_##tile, LF_ACT_GELU_TANH, true, false)                      \
+    LF_GATED_KERNEL_ONE(body, gated_gemm_f8e4m3_silu_##tile, LF_ACT_SILU, true, false)
 #define LF_GATED_DECLS(tile)                                                                                           \
     LF_GATED_KERNEL(gated_gemm_bf16_gelu_tanh_##tile);                                                                 \
     LF_GATED_KERNEL(gated_gemm_bf16_silu_##tile);                                                                      \
@@ -69,6 +73,8 @@ template <bool FP8> struct elem {
     LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_##tile);
 LF_GATED_DECLS(128x256)
 LF_GATED_DECLS(128x128_pingpong)
+LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3);
+LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256_to_f8e4m3);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
@@ -267,17 +273,19 @@ __device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap 
     }
 }
 
-// A consumer warpgroup's two staged 64 x 64 output boxes (8 KiB apart) out to (col, row) and
-// (col + dcol, row + drow): its writes made visible to the TMA engine, then its first thread
-// issues the stores. Nobody waits for them but the next use of the staging tile and the CTA's end.
+// A consumer warpgroup's staged output boxes of 64 rows x 128 bytes (8 KiB apart) out: the first
+// to (col, row), a second (boxes 2) to (col + dcol, row + drow). Its writes made visible to the
+// TMA engine, then its first thread issues the stores. Nobody waits for them but the next use of
+// the staging tile and the CTA's end.
 __device__ __forceinline__ void store_out(const CUtensorMap &out, const unsigned char *staged, int tid, int wg_bar,
-                                          int col, int row, int dcol, int drow)
+                                          int col, int row, int dcol, int drow, int boxes = 2)
 {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     wg_barrier(wg_bar);
     if (tid == 0) {
         tma_store(&out, staged, col, row);
-        tma_store(&out, staged + 8192, col + dcol, row + drow);
+        if (boxes == 2)
+            tma_store(&out, staged + 8192, col + dcol, row + drow);
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
 }
