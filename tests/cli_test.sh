@@ -303,9 +303,14 @@ check "mlp fp8 on the cpu" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.laye
     --output "$dir/fp8/y8.safetensors" --variant fp8 --device cpu --dtype f32
 contains "mlp fp8 on the cpu: says what ran" "the gated bf16 forward ran instead"
 y_close "mlp fp8 on the cpu: y" "$dir/fp8/y8.safetensors" "$dir/fp8/y_ref.json"
-check "mlp --compile takes no fp8" 2 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
-    --output "$dir/fp8/y9.safetensors" --variant fp8 --compile
-[ ! -e "$dir/fp8/y9.safetensors" ] || { fails=$((fails + 1)); echo "FAIL: a refused run wrote its output"; }
+# compiled, the fp8 forward is captured as it runs (here the gated one, with its note)
+check "mlp --compile --variant fp8 on the cpu" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/fp8/y9.safetensors" --variant fp8 --compile --device cpu --dtype f32
+contains "mlp --compile --variant fp8: says what ran" "the gated bf16 forward ran instead"
+y_close "mlp --compile --variant fp8 on the cpu: y" "$dir/fp8/y9.safetensors" "$dir/fp8/y_ref.json"
+check "mlp --compile takes no fused" 2 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+    --output "$dir/fp8/y10.safetensors" --variant fused --compile
+[ ! -e "$dir/fp8/y10.safetensors" ] || { fails=$((fails + 1)); echo "FAIL: a refused run wrote its output"; }
 checks=$((checks + 1))
 # the experiments profile a real layer: its sizes and activation come from the checkpoint
 check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu

@@ -1,6 +1,6 @@
 /* FP8 on the CPU: lf_quantize_fp8 against the per-row recipe and E4M3's error bound, on odd sizes,
  * a row of zeros, an outlier, a transposed (non-contiguous) view and f32 input; its refusals (a
- * non-finite weight, a vector, an f8e4m3 input, inside compile's capture); what the profiler's
+ * non-finite weight, a vector, an f8e4m3 input); compiled, as a step of a plan; what the profiler's
  * observer sees of it; scaled GEMM descriptions and the CPU's refusal of them; the fp8 MLP variant
  * running gated bf16 here, with a note; and the FP8 recipe's accuracy, emulated exactly. */
 #include <math.h>
@@ -51,12 +51,15 @@ static void check_quantized(const lf_tensor *w, const char *what)
     lf_tensor_free(q), lf_tensor_free(sc);
 }
 
+/* A forward for compile mode: in[0] quantized per row (ctx NULL: the codes are the output) or in
+ * 1 x 128 blocks (ctx non-NULL: the scales are). */
 static lf_status quantize_fwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
 {
-    (void)ctx, (void)n;
-    lf_tensor *scale = NULL;
-    lf_status s = lf_quantize_fp8(out, &scale, in[0]);
-    lf_tensor_free(scale);
+    (void)n;
+    lf_tensor *q = NULL, *scale = NULL;
+    lf_status s = ctx ? lf_quantize_fp8_1x128(&q, &scale, in[0]) : lf_quantize_fp8(&q, &scale, in[0]);
+    *out = ctx ? scale : q;
+    lf_tensor_free(ctx ? q : scale);
     return s;
 }
 
@@ -136,10 +139,29 @@ static void test_quantize(void)
     FAILS(LF_ESHAPE, "must have 2 dims", lf_quantize_fp8(&q, &sc, v));
     FAILS(LF_EDTYPE, "f8e4m3, a dtype linfuse stores", lf_quantize_fp8(&q, &sc, q1));
     FAILS(LF_EINVAL, "'scale' is NULL", lf_quantize_fp8(&q, NULL, w));
-    /* compile's plans replay device launches: quantizing inside a captured forward is refused */
-    lf_compiled *c = NULL;
-    FAILS(LF_EUNSUPPORTED, "before compiling", lf_compile(&c, quantize_fwd, NULL, 1, &w, NULL));
-    CHECK(!c, "no plan made");
+    /* compiled: the quantization is a step of the plan (activations quantized inside a forward),
+     * its codes and scales those of an eager call on the input of the run, not the capture's */
+    for (int blocks = 0; blocks < 2; blocks++) {
+        lf_compiled *c = NULL;
+        lf_tensor *y = NULL, *eq = NULL, *es = NULL, *w3 = rand_tensor(&rng, LF_DTYPE_BF16, 2, w->shape);
+        OK(lf_compile(&c, quantize_fwd, blocks ? &rng : NULL, 1, &w, NULL));
+        if (c) {
+            OK(lf_compiled_run(c, 1, &w3, &y));
+            OK(blocks ? lf_quantize_fp8_1x128(&eq, &es, w3) : lf_quantize_fp8(&eq, &es, w3));
+            const lf_tensor *want = blocks ? es : eq;
+            char *plan = NULL;
+            OK(lf_compiled_describe(c, &plan));
+            CHECK(y && lf_tensor_numel(y) == lf_tensor_numel(want) &&
+                      !memcmp(lf_tensor_data(y), lf_tensor_data(want),
+                              (size_t)lf_tensor_numel(want) * lf_dtype_size(want->dtype)),
+                  "compiled quantization (%s) writes what an eager one does", blocks ? "1 x 128 scales" : "per-row codes");
+            CHECK(lf_compiled_get_stats(c).kernels == 1 && plan && strstr(plan, blocks ? "quantize_fp8" : "per row"),
+                  "one step in the plan: %s", plan ? plan : "");
+            free(plan);
+        }
+        lf_compiled_free(c);
+        lf_tensor_free(eq), lf_tensor_free(es), lf_tensor_free(w3), lf_tensor_free(y);
+    }
     /* the profiler sees it as an op of its own */
     lf_ops_set_observer(&observer);
     OK(lf_quantize_fp8(&q, &sc, w));

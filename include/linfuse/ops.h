@@ -91,8 +91,8 @@ lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
  * (lf_f8e4m3_from_f32). q is (rows, cols)
  * f8e4m3 and scale (rows, 1) f32, on w's device; q x scale is w to within E4M3's step, 2^-4 of a
  * value at most (less relative precision below 2^-6 of the row's largest). It runs where w lives
- * (a kernel on CUDA, every device writing the same bytes) and is refused inside compile's
- * capture. On the CPU a non-finite element is an error; on a GPU it is not checked (that would
+ * (a kernel on CUDA, every device writing the same bytes); inside compile's capture it becomes a
+ * step of the plan. On the CPU a non-finite element is an error; on a GPU it is not checked (that would
  * cost a read back): a NaN becomes a NaN code, an infinity an infinite row scale, and the GEMM
  * they feed gives NaN. */
 lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);

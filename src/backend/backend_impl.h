@@ -69,6 +69,20 @@ typedef struct lf_quant {
 
 lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_info *info);
 
+/* How many rows q writes (pad_rows, or rows) and how many scales. */
+static inline int64_t lf_quant_rows(const lf_quant *q)
+{
+    return q->pad_rows > q->rows ? q->pad_rows : q->rows;
+}
+static inline int64_t lf_quant_scales(const lf_quant *q)
+{
+    switch (q->mode) {
+    case LF_SCALE_1X128: return LF_SCALE_BLOCKS(q->cols) * LF_SCALE_LD(q->rows);
+    case LF_SCALE_128X128: return LF_SCALE_BLOCKS(q->rows) * LF_SCALE_LD(LF_SCALE_BLOCKS(q->cols));
+    default: return lf_quant_rows(q);
+    }
+}
+
 /* --- fused pointwise (compile mode) --- */
 
 /* A chain of pointwise ops fused into one pass over `shape`: the inputs are read through their

@@ -125,10 +125,8 @@ int lf_cli_mlp(int argc, char **argv)
         fprintf(stderr, "%s: --weights, --prefix, --input and --output are all needed (linfuse mlp --help)\n", cmd);
         return LF_EXIT_USAGE;
     }
-    if (compile && (variant == LF_MLP_FUSED || variant == LF_MLP_FP8)) {
-        fprintf(stderr,
-                "%s: --compile fuses the eager forward itself (and has no FP8 pass); use it with --variant eager or "
-                "gated\n",
+    if (compile && variant == LF_MLP_FUSED) {
+        fprintf(stderr, "%s: --compile fuses the eager forward itself; use it with --variant eager, gated or fp8\n",
                 cmd);
         return LF_EXIT_USAGE;
     }

@@ -73,6 +73,12 @@ static ref resolve(const graph *g, uintptr_t lo, uintptr_t hi)
     return (ref){R_CONST, -1, 0, (void *)lo};
 }
 
+/* n floats at p (a scaled GEMM's scales). */
+static ref resolve_floats(const graph *g, const float *p, int64_t n)
+{
+    return resolve(g, (uintptr_t)p, (uintptr_t)(p + n));
+}
+
 static ref resolve_matrix(const graph *g, const lf_matrix *m)
 {
     uintptr_t lo, hi;
@@ -146,9 +152,39 @@ static void cap_gemm(void *user, lf_device dev, const lf_gemm *gm)
         uintptr_t lo = (uintptr_t)gm->ep.bias, hi = lo + (uintptr_t)(nb * (int64_t)lf_dtype_size(gm->ep.bias_dtype));
         n->gbias = resolve(g, lo, hi);
     }
+    if (gm->ep.a_scale) { /* FP8: the scales are operands too (row-wise, or blocks) */
+        const int64_t M = gm->a.rows, K = gm->a.cols, N = gm->b.cols, KB = LF_SCALE_BLOCKS(K);
+        n->gsa = resolve_floats(g, gm->ep.a_scale, gm->ep.blockwise ? KB * LF_SCALE_LD(M) : M);
+        n->gsb = resolve_floats(g, gm->ep.b_scale, gm->ep.blockwise ? LF_SCALE_BLOCKS(N) * LF_SCALE_LD(KB) : N);
+    }
     uintptr_t lo, hi;
     span_matrix(&gm->d, &lo, &hi);
     n->gd = (ref){R_VALUE, new_value(g, lo, hi, dev, gm->d.dtype), 0, NULL};
+    if (gm->ep.d_scale) { /* an f8e4m3 d's block scales: a second value the GEMM writes */
+        lo = (uintptr_t)gm->ep.d_scale;
+        hi = lo + (uintptr_t)(LF_SCALE_BLOCKS(gm->d.cols) * LF_SCALE_LD(gm->d.rows) * (int64_t)sizeof(float));
+        n->gds = (ref){R_VALUE, new_value(g, lo, hi, dev, LF_DTYPE_F32), 0, NULL};
+    }
+}
+
+/* An FP8 quantization: reads its input, writes its codes and its scales (two values). */
+static void cap_quant(void *user, lf_device dev, const lf_quant *q)
+{
+    graph *g = user;
+    g->kernels++;
+    if (g->err != LF_OK)
+        return;
+    node *n = new_node(g, N_QUANT, dev);
+    if (!n)
+        return;
+    n->q = *q;
+    uintptr_t lo, hi;
+    span_strided(&q->in, 2, (int64_t[]){q->rows, q->cols}, &lo, &hi);
+    n->qin = resolve(g, lo, hi);
+    lo = (uintptr_t)q->q, hi = lo + (uintptr_t)(lf_quant_rows(q) * q->cols);
+    n->qq = (ref){R_VALUE, new_value(g, lo, hi, dev, LF_DTYPE_F8E4M3), 0, NULL};
+    lo = (uintptr_t)q->scale, hi = lo + (uintptr_t)(lf_quant_scales(q) * (int64_t)sizeof(float));
+    n->qs = (ref){R_VALUE, new_value(g, lo, hi, dev, LF_DTYPE_F32), 0, NULL};
 }
 
 static void cap_pointwise(void *user, lf_device dev, const lf_pointwise *p)
@@ -243,6 +279,7 @@ lf_status cg_capture(graph *g, lf_forward_fn fn, void *ctx, int n_in, lf_tensor 
                               .pointwise = cap_pointwise,
                               .collective = cap_collective,
                               .comm_wait = cap_comm_wait,
+                              .quant = cap_quant,
                               .user = g};
     lf_tensor *y = NULL;
     lf_capture_tls = &hooks;

@@ -134,7 +134,18 @@ static lf_status build_plan(plan *p, const lf_compile_opts *o)
                 LF_TRY(bind(p, n->gc, &n->g.c.data));
             if (n->g.ep.bias)
                 LF_TRY(bind(p, n->gbias, (void **)&n->g.ep.bias));
+            if (n->g.ep.a_scale) {
+                LF_TRY(bind(p, n->gsa, (void **)&n->g.ep.a_scale));
+                LF_TRY(bind(p, n->gsb, (void **)&n->g.ep.b_scale));
+            }
             LF_TRY(bind(p, n->gd, &n->g.d.data));
+            if (n->g.ep.d_scale)
+                LF_TRY(bind(p, n->gds, (void **)&n->g.ep.d_scale));
+            p->kernels++;
+        } else if (n->kind == N_QUANT) {
+            LF_TRY(bind(p, n->qin, &n->q.in.data));
+            LF_TRY(bind(p, n->qq, (void **)&n->q.q));
+            LF_TRY(bind(p, n->qs, (void **)&n->q.scale));
             p->kernels++;
         } else if (n->kind == N_PW) {
             for (int q = 0; q < lf_pw_arity(n->p.op); q++)
@@ -209,6 +220,7 @@ static lf_status run_steps(plan *p, lf_tensor *const *in, int direct)
         case N_FUSED: s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f); break;
         case N_COLL: s = lf_launch_collective(n->dev, &n->coll, direct); break;
         case N_WAIT: s = lf_launch_comm_wait(n->dev, n->coll.comm, direct); break;
+        case N_QUANT: s = direct ? lf_backend_quantize_fp8(n->dev, &n->q, NULL) : lf_launch_quant(n->dev, &n->q); break;
         default: s = run_view(p, n, in); break;
         }
         if (s != LF_OK)
@@ -495,6 +507,13 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
             break;
         case N_WAIT:
             len += (size_t)snprintf(b + len, cap - len, "  -  wait for the collectives (%s)\n", lf_op_name(n->op));
+            break;
+        case N_QUANT:
+            fmt_ref(r[0], sizeof r[0], n->qin), fmt_ref(r[1], sizeof r[1], n->qq), fmt_ref(r[2], sizeof r[2], n->qs);
+            len += (size_t)snprintf(b + len, cap - len, "  %d. quantize_fp8 %lldx%lld %s (%s): %s -> %s, scales %s\n",
+                                    step++, (long long)n->q.rows, (long long)n->q.cols,
+                                    n->q.mode == LF_SCALE_ROWS ? "per row" : n->q.mode == LF_SCALE_1X128 ? "1x128" : "128x128",
+                                    lf_op_name(n->op), r[0], r[1], r[2]);
             break;
         default:
             fmt_ref(r[0], sizeof r[0], n->vin);

@@ -28,7 +28,7 @@ typedef struct value {
     lf_tensor *buf; /* the plan's buffer */
 } value;
 
-typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW, N_COLL, N_WAIT } node_kind;
+typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW, N_COLL, N_WAIT, N_QUANT } node_kind;
 
 typedef struct node {
     node_kind kind;
@@ -37,6 +37,10 @@ typedef struct node {
     lf_device dev;
     lf_gemm g;
     ref ga, gb, gc, gd, gbias;
+    ref gsa, gsb, gds; /* a scaled GEMM's scales: a's and b's read, an f8e4m3 d's written */
+    /* N_QUANT: an FP8 quantization, qin read, its codes qq and scales qs written */
+    lf_quant q;
+    ref qin, qq, qs;
     lf_fused f; /* N_PW is a one-step N_FUSED until the plan: same description, its own kernel */
     lf_pointwise p;
     ref fin[LF_FUSED_MAX_IN], fout;

@@ -42,7 +42,10 @@ static int n_reads(const node *n, ref *out)
             out[k++] = n->gc;
         if (n->g.ep.bias)
             out[k++] = n->gbias;
+        if (n->g.ep.a_scale)
+            out[k++] = n->gsa, out[k++] = n->gsb;
         break;
+    case N_QUANT: out[k++] = n->qin; break;
     case N_PW:
     case N_FUSED:
         for (int q = 0; q < n->f.n_in; q++)
@@ -130,10 +133,11 @@ static int out_matrix(const node *n, lf_matrix *m)
     return 1;
 }
 
+/* A GEMM with nothing in its epilogue (and not scaled: an FP8 GEMM is left as captured). */
 static int plain_gemm(const node *a)
 {
     return a->kind == N_GEMM && !a->dead && !a->g.c.data && !a->g.ep.bias && a->g.ep.act == LF_ACT_NONE &&
-           a->g.ep.gate == LF_GATE_NONE;
+           a->g.ep.gate == LF_GATE_NONE && !a->g.ep.a_scale;
 }
 
 static int single(const node *n, lf_pw_op op)
@@ -374,7 +378,8 @@ static int pass_act(graph *g, char *log, size_t cap)
     cg_count_users(g);
     for (int ia = 0; ia < g->n_nodes; ia++) {
         node *A = &g->nodes[ia];
-        if (A->kind != N_GEMM || A->dead || A->g.ep.act != LF_ACT_NONE || A->g.ep.gate != LF_GATE_NONE)
+        if (A->kind != N_GEMM || A->dead || A->g.ep.act != LF_ACT_NONE || A->g.ep.gate != LF_GATE_NONE ||
+            A->g.ep.a_scale)
             continue;
         int v = A->gd.idx;
         if (g->values[v].users != 1 || g->values[v].is_output)

@@ -61,6 +61,9 @@ lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
 
 lf_status lf_launch_quant(lf_device dev, const lf_quant *q)
 {
+    const lf_capture_hooks *c = lf_capture_tls;
+    if (__builtin_expect(c != NULL, 0) && c->quant)
+        c->quant(c->user, dev, q);
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
         return lf_backend_quantize_fp8(dev, q, NULL);

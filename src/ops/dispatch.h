@@ -27,6 +27,8 @@ typedef struct lf_capture_hooks {
     /* a collective's launch, and a wait for the async ones (NULL: not captured) */
     void (*collective)(void *user, lf_device dev, const lf_collective *c);
     void (*comm_wait)(void *user, lf_device dev, void *comm);
+    /* an FP8 quantization's launch (activations quantized inside the forward) */
+    void (*quant)(void *user, lf_device dev, const lf_quant *q);
     void *user;
 } lf_capture_hooks;
 
@@ -59,7 +61,7 @@ extern _Thread_local const lf_capture_hooks *lf_capture_tls;
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
 lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
-/* Row-wise FP8 quantization; no capture records it (quant_ops.c refuses to run inside one). */
+/* FP8 quantization (row-wise or in blocks); a capture records it as a step. */
 lf_status lf_launch_quant(lf_device dev, const lf_quant *q);
 /* A collective through dev's backend (the observer sees its kernel inside the library's span,
  * "nccl:all_reduce"), and the wait for a communicator's async ones. direct: no observer, no

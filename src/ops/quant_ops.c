@@ -22,11 +22,6 @@ static lf_status quantize_impl(const char *fn, lf_tensor **q, lf_tensor **scale,
     LF_CHECK_PTR(scale, fn, "scale");
     *q = NULL, *scale = NULL;
     LF_TRY(lf_check_ndim(fn, "w", w, 2));
-    if (lf_capture_tls) /* a plan's graph holds GEMMs and pointwise kernels only */
-        return lf_fail(LF_EUNSUPPORTED,
-                       "%s: not inside compile's capture (a compiled plan has no quantization step): quantize "
-                       "weights once, before compiling, and run the fp8 MLP eagerly",
-                       fn);
     if (!lf_dtype_computes(w->dtype))
         return lf_fail(LF_EDTYPE, "%s: w is %s; expected bf16, f16 or f32", fn, lf_dtype_name(w->dtype));
     const int64_t R = w->shape[0], C = w->shape[1];

@@ -10,6 +10,7 @@
 #include "../testutil.h"
 #include "backend/backend_impl.h"
 #include "cuda_test.h"
+#include "linfuse/compile.h"
 #include "linfuse/nn.h"
 
 /* A host copy of a GPU tensor. */
@@ -406,6 +407,12 @@ void test_scaled_gemm_gpu(void)
  * the down weight in 128 x 128 blocks): the second isolates the kernels, whose only error is fp32
  * accumulation and bf16 results. GeGLU at an odd token count (333: padded to 336 for the down
  * GEMM), SwiGLU at the blog's size. */
+static lf_status fp8_forward(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n;
+    return lf_nn_gated_mlp_forward_variant(ctx, LF_MLP_FP8, in[0], out);
+}
+
 void test_fp8_mlp_gpu(void)
 {
     lf_rng rng;
@@ -454,6 +461,23 @@ void test_fp8_mlp_gpu(void)
         CHECK(rb < 5e-3, "bf16 gated beside it: rel RMS %.3g", rb);
         CHECK(re < 1e-2, "fp8 mlp %s: rel RMS %.3g against the recipe emulated on the CPU (kernels only)",
               lf_act_name(act), re);
+        /* compiled: the same three kernels in one CUDA graph, the same bytes as the eager forward */
+        lf_compiled *c = NULL;
+        lf_tensor *yc = NULL;
+        OK(lf_compile(&c, fp8_forward, &gpu, 1, &gx, NULL));
+        if (c) {
+            OK(lf_compiled_run(c, 1, &gx, &yc));
+            lf_device_synchronize(LF_DEVICE_CUDA);
+            const lf_compiled_stats st = lf_compiled_get_stats(c);
+            lf_tensor *hc = yc ? to_host(yc) : NULL;
+            CHECK(hc && lf_tensor_numel(hc) == lf_tensor_numel(h8) &&
+                      !memcmp(lf_tensor_data(hc), lf_tensor_data(h8), (size_t)lf_tensor_numel(h8) * 2),
+                  "fp8 mlp %s compiled: the eager forward's bytes", lf_act_name(act));
+            CHECK(st.kernels == 3 && st.graph, "fp8 mlp compiled: %d kernels (3), graph %d", st.kernels, st.graph);
+            lf_tensor_free(hc);
+        }
+        lf_tensor_free(yc);
+        lf_compiled_free(c);
         double *list[] = {X, GU, WD, g, h, Xq, GUq, WDq, gq, ref, hq, emu, Y8, YB};
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
             free(list[i]);
