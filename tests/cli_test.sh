@@ -149,6 +149,9 @@ contains "compiled mlp, gated: 2 kernels" "kernels/step=2"
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
 before=$(find "$dir" | wc -l)
+check "simple-mlp --compile --fp8 on the cpu" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --fp8 --compile-verbose
+contains "--fp8 on the cpu: the plan says why it stays bf16" "fp8: not here (cpu gemm: no FP8"
+contains "--fp8 on the cpu: still the gated GEMM" "gated: gelu_tanh(g) * u in the epilogue"
 check "compile flags need --compile" 2 "$bin" linear --out "$dir" --gated
 contains "compile flags need --compile" "need --compile"
 check "kernels-mlp takes no --compile" 2 "$bin" kernels-mlp --out "$dir" --compile

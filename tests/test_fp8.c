@@ -449,6 +449,50 @@ static void test_blocks_cpu(void)
     free(f), free(f2);
 }
 
+static lf_status eager_mlp(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n;
+    return lf_nn_gated_mlp_forward_variant(ctx, LF_MLP_EAGER, in[0], out);
+}
+
+/* Compile's FP8 gated pass where the device has no FP8 GEMM (the CPU): the plan says why and
+ * keeps the bf16 gated GEMM, the same bytes as the gated pass alone. */
+static void test_compile_fp8_cpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 47);
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts o = {64, 128, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_SILU};
+    OK(lf_nn_gated_mlp_init(&m, &o, &rng));
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, (int64_t[]){12, 64}), *y[2] = {NULL, NULL};
+    char *plan = NULL;
+    for (int k = 0; k < 2; k++) {
+        lf_compile_opts co = lf_compile_opts_default();
+        co.passes = LF_PASSES_ALL | (k ? LF_PASS_FP8 : 0);
+        lf_compiled *c = NULL;
+        OK(lf_compile(&c, eager_mlp, &m, 1, &x, &co));
+        if (c)
+            OK(lf_compiled_run(c, 1, &x, &y[k]));
+        if (c && k)
+            OK(lf_compiled_describe(c, &plan));
+        CHECK(c && lf_compiled_get_stats(c).kernels == 2, "%s: 2 kernels (gated, down)", k ? "--fp8" : "gated");
+        lf_compiled_free(c); /* y[k] views the plan's buffer: copy first */
+        if (y[k]) {
+            lf_tensor *keep = NULL;
+            OK(lf_contiguous(&keep, y[k]));
+            lf_tensor_free(y[k]);
+            y[k] = keep;
+        }
+    }
+    CHECK(plan && strstr(plan, "fp8: not here (cpu gemm: no FP8") && strstr(plan, "gated: silu(g) * u"),
+          "the plan says why FP8 did not happen: %s", plan ? plan : "");
+    CHECK(y[0] && y[1] && !memcmp(lf_tensor_data(y[0]), lf_tensor_data(y[1]), (size_t)lf_tensor_numel(y[0]) * 2),
+          "and computes what the gated pass alone does");
+    free(plan);
+    lf_tensor_free(x), lf_tensor_free(y[0]), lf_tensor_free(y[1]);
+    lf_nn_gated_mlp_free(&m);
+}
+
 /* The fp8 MLP variant where the device has no FP8 GEMM (the CPU): it needs its FP8 weights, then
  * runs the gated variant, equal to it bit for bit, and says why in a note the observer sees. */
 static void test_fp8_variant_cpu(void)
@@ -494,6 +538,7 @@ int main(void)
     test_scaled_gemm_cpu();
     test_blocks_cpu();
     test_fp8_variant_cpu();
+    test_compile_fp8_cpu();
     test_fp8_mlp_accuracy();
     return lf_test_finish("test_fp8");
 }

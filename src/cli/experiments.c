@@ -31,7 +31,7 @@ enum {
 enum opt_id {
     O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
     O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
-    O_NO_ACT_EPILOGUE, O_GATED, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
+    O_NO_ACT_EPILOGUE, O_GATED, O_FP8, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
     O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_NO_GEMM_AUTOTUNE, O_COUNT
 };
 
@@ -70,6 +70,9 @@ static const flag_def flag_defs[O_COUNT] = {
      "one kernel per pointwise op"},
     {{"no-act-epilogue", 0, O_NO_ACT_EPILOGUE, 0}, T_COMPILE, "--no-act-epilogue", "activations not folded into GEMMs"},
     {{"gated", 0, O_GATED, 0}, T_COMPILE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
+    {{"fp8", 0, O_FP8, 0}, T_COMPILE, "--fp8",
+     "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
+     "compile time; down stays bf16); elsewhere the plan says why"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
     {{"dtype", 1, O_DTYPE, 0}, 0, "--dtype bf16|f16|f32", "element type (bf16)"},
     {{"out", 1, O_OUT, 0}, 0, "--out DIR", "where traces go (traces)"},
@@ -255,6 +258,7 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case O_NO_POINTWISE_FUSION: c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION, compile_flag = 1; break;
         case O_NO_ACT_EPILOGUE: c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE, compile_flag = 1; break;
         case O_GATED: c->passes |= LF_PASS_GATED_GEMM, compile_flag = 1; break;
+        case O_FP8: c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8, compile_flag = 1; break;
         case O_DEVICE:
             if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
@@ -311,7 +315,7 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         }
     }
     if (compile_flag && !c->compile) {
-        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --no-...) need --compile\n", cmd);
+        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --no-...) need --compile\n", cmd);
         return LF_EXIT_USAGE;
     }
     const char *rank_env = getenv("RANK");

@@ -260,6 +260,8 @@ void cg_free(graph *g)
         lf_tensor_free(g->nodes[i].vin_const);
     for (int v = 0; v < g->n_values; v++)
         lf_tensor_free(g->values[v].buf);
+    for (int i = 0; i < g->n_owned; i++)
+        lf_tensor_free(g->owned[i]);
     free(g->nodes);
     free(g->values);
     memset(g, 0, sizeof *g);

@@ -75,6 +75,9 @@ typedef struct graph {
     int out_ndim;
     lf_dtype out_dtype;
     int64_t out_shape[LF_MAX_DIMS], out_stride[LF_MAX_DIMS];
+    /* tensors the passes made (FP8 weights quantized at compile time), freed with the graph */
+    lf_tensor *owned[16];
+    int n_owned;
 } graph;
 
 

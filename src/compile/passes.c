@@ -1,8 +1,9 @@
 /* Compile mode's passes over the captured graph, in the order they run: fold views, bias into
- * the GEMM, two GEMMs into a gated GEMM, pointwise chains into one program, activations into
- * epilogues. Each rewrite asks the backend whether it runs the result first. Layer: compile/. */
+ * the GEMM, two GEMMs into a gated GEMM (in FP8 when asked), pointwise chains into one program,
+ * activations into epilogues. Each rewrite asks the backend whether it runs the result first. Layer: compile/. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/compile_impl.h"
@@ -213,7 +214,90 @@ static int pass_bias(graph *g, char *log, size_t cap)
 /* --- the gated GEMM (LF_PASS_GATED_GEMM; runs before pointwise fusion, which would otherwise take
  * the act and the mul): two GEMMs of one input meeting in act(a) * b --- */
 
-static int pass_gated(graph *g, char *log, size_t cap)
+/* A value the passes add (no capture address: only its size matters to the plan), or -1. */
+static int add_value(graph *g, int64_t bytes, lf_device dev, lf_dtype dt, int writer)
+{
+    if (g->n_values == g->cap_values) {
+        int cap = g->cap_values ? 2 * g->cap_values : 32;
+        value *v = realloc(g->values, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        g->values = v, g->cap_values = cap;
+    }
+    value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    v->lo = 0, v->hi = (uintptr_t)bytes, v->dev = dev, v->dtype = dt, v->writer = writer;
+    return g->n_values++;
+}
+
+/* LF_PASS_FP8: the gated GEMM at node ig (its up GEMM's node iu now dead) made FP8: [Wg; Wu] (a
+ * parameter) quantized per output channel now, into tensors the graph owns; a quantization of x
+ * per token at run time, in the earlier of the two GEMMs' places; the scaled gated GEMM in the
+ * later (the gated output is written after both). Where the device has no FP8 gated GEMM, or the
+ * weight is not a parameter, the log says why and the bf16 gated GEMM stays. dead: a dead node's
+ * index, to which the two GEMMs' old outputs (now read by nobody) are handed. */
+static void make_fp8(graph *g, int ig, int iu, int dead, char *log, size_t cap)
+{
+    node *A = &g->nodes[ig];
+    const lf_device dev = A->dev;
+    const lf_matrix *a = &A->g.a, *b = &A->g.b;
+    const int64_t M = a->rows, K = a->cols, N2 = b->cols;
+    if (lf_fp8_supported(dev) != LF_OK) {
+        logf_(log, cap, "  fp8: not here (%s): the gated GEMM stays %s\n", lf_last_error(), lf_dtype_name(a->dtype));
+        return;
+    }
+    if (A->gb.kind != R_CONST || g->n_owned + 2 > (int)(sizeof g->owned / sizeof g->owned[0])) {
+        logf_(log, cap, "  fp8: the gated GEMM's weight is not a parameter: it stays %s\n", lf_dtype_name(a->dtype));
+        return;
+    }
+    lf_tensor *wq = NULL, *ws = NULL;
+    lf_status s = lf_tensor_empty(&wq, LF_DTYPE_F8E4M3, 2, (int64_t[]){N2, K}, dev);
+    if (s == LF_OK)
+        s = lf_tensor_empty(&ws, LF_DTYPE_F32, 2, (int64_t[]){N2, 1}, dev);
+    lf_gemm t = A->g; /* the FP8 gated GEMM, with stand-in addresses until the plan binds it */
+    t.a = (lf_matrix){lf_tensor_data(wq), LF_DTYPE_F8E4M3, M, K, K, 1};
+    t.b = (lf_matrix){lf_tensor_data(wq), LF_DTYPE_F8E4M3, K, N2, 1, K};
+    t.ep.a_scale = t.ep.b_scale = ws ? lf_tensor_data(ws) : NULL;
+    if (s == LF_OK)
+        s = lf_backend_gemm_supported(dev, &t);
+    lf_quant qw = {.rows = N2, .cols = K, .in = {A->gb.ptr, b->dtype, {b->cs, b->rs}}, .mode = LF_SCALE_ROWS};
+    qw.q = wq ? lf_tensor_data(wq) : NULL, qw.scale = ws ? lf_tensor_data(ws) : NULL;
+    if (s == LF_OK)
+        s = lf_backend_quantize_fp8(dev, &qw, NULL);
+    const int vq = s == LF_OK ? add_value(g, M * K, dev, LF_DTYPE_F8E4M3, -1) : -1;
+    const int vs = vq >= 0 ? add_value(g, M * (int64_t)sizeof(float), dev, LF_DTYPE_F32, -1) : -1;
+    if (s != LF_OK || vs < 0) {
+        logf_(log, cap, "  fp8: the gated GEMM stays %s (%s)\n", lf_dtype_name(a->dtype),
+              s != LF_OK ? lf_last_error() : "out of memory");
+        lf_tensor_free(wq), lf_tensor_free(ws);
+        return;
+    }
+    A = &g->nodes[ig];
+    g->owned[g->n_owned++] = wq, g->owned[g->n_owned++] = ws;
+    const int lo = ig < iu ? ig : iu, hi = ig < iu ? iu : ig;
+    for (int v = 0; v < g->n_values; v++) /* gate's and up's old outputs: nobody's now */
+        if ((g->values[v].writer == ig || g->values[v].writer == iu) && v != A->gd.idx)
+            g->values[v].writer = dead;
+    node gated = *A, quant = {.kind = N_QUANT, .op = LF_OP_QUANTIZE_FP8, .dev = dev};
+    quant.q = (lf_quant){.rows = M, .cols = K, .in = {NULL, a->dtype, {a->rs, a->cs}}, .mode = LF_SCALE_ROWS};
+    quant.qin = A->ga;
+    quant.qq = (ref){R_VALUE, vq, 0, NULL}, quant.qs = (ref){R_VALUE, vs, 0, NULL};
+    snprintf(quant.note, sizeof quant.note, "fp8: x per token");
+    gated.g = t;
+    gated.ga = quant.qq, gated.gsa = quant.qs;
+    gated.gb = (ref){R_CONST, -1, 0, lf_tensor_data(wq)};
+    gated.gsb = (ref){R_CONST, -1, 0, lf_tensor_data(ws)};
+    snprintf(gated.note, sizeof gated.note, "fp8: e4m3 x and [Wg; Wu], %s(g) * u in the epilogue",
+             lf_act_name(t.ep.act));
+    g->nodes[lo] = quant, g->nodes[hi] = gated;
+    g->values[vq].writer = g->values[vs].writer = lo;
+    g->values[gated.gd.idx].writer = hi;
+    logf_(log, cap, "  fp8: nodes %d and %d -> x quantized per token, then the gated GEMM in e4m3 ([Wg; Wu] "
+                    "quantized per channel at compile time)\n",
+          lo, hi);
+}
+
+static int pass_gated(graph *g, int fp8, char *log, size_t cap)
 {
     int done = 0;
     cg_count_users(g);
@@ -267,6 +351,8 @@ static int pass_gated(graph *g, char *log, size_t cap)
                      (long long)H);
             logf_(log, cap, "  gated: nodes %d, %d, %d, %d -> one gated GEMM (%s(g) * u; g and u never stored)\n", ig,
                   iu, i1, i2, lf_act_name(t.ep.act));
+            if (fp8)
+                make_fp8(g, ig, iu, i2, log, cap);
             done++;
             cg_count_users(g);
             break;
@@ -420,7 +506,7 @@ void cg_run_passes(graph *g, unsigned passes, char *log, size_t cap)
     if (passes & LF_PASS_BIAS_EPILOGUE)
         pass_bias(g, log, cap);
     if (passes & LF_PASS_GATED_GEMM)
-        pass_gated(g, log, cap);
+        pass_gated(g, (passes & LF_PASS_FP8) != 0, log, cap);
     if (passes & LF_PASS_POINTWISE_FUSION)
         pass_pointwise(g, log, cap);
     if (passes & LF_PASS_ACT_EPILOGUE)

@@ -413,6 +413,48 @@ static lf_status fp8_forward(void *ctx, int n, lf_tensor *const *in, lf_tensor *
     return lf_nn_gated_mlp_forward_variant(ctx, LF_MLP_FP8, in[0], out);
 }
 
+static lf_status eager_forward(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n;
+    return lf_nn_gated_mlp_forward_variant(ctx, LF_MLP_EAGER, in[0], out);
+}
+
+/* Compile's FP8 gated pass on the module's eager forward: x quantized per token, the gated GEMM in
+ * e4m3 with [Wg; Wu] quantized at compile time, down in bf16 (3 kernels, one graph), the bytes of
+ * the same three steps run as ops. */
+static void check_compile_fp8_pass(lf_nn_gated_mlp *gpu, lf_tensor *gx, lf_act act)
+{
+    lf_compile_opts co = lf_compile_opts_default();
+    co.passes = LF_PASSES_ALL | LF_PASS_FP8;
+    lf_compiled *c = NULL;
+    lf_tensor *yc = NULL, *xq = NULL, *xs = NULL, *wt = NULL, *h = NULL, *dt = NULL, *ye = NULL;
+    char *plan = NULL;
+    OK(lf_compile(&c, eager_forward, gpu, 1, &gx, &co));
+    if (!c)
+        return;
+    OK(lf_compiled_run(c, 1, &gx, &yc));
+    OK(lf_compiled_describe(c, &plan));
+    OK(lf_quantize_fp8(&xq, &xs, gx));
+    OK(lf_t(&wt, gpu->gate_up_q));
+    OK(lf_scaled_mm_gated(&h, xq, xs, wt, gpu->gate_up_scale, act, gpu->hidden));
+    OK(lf_t(&dt, gpu->down.weight));
+    OK(lf_mm(&ye, h, dt));
+    lf_device_synchronize(LF_DEVICE_CUDA);
+    const lf_compiled_stats st = lf_compiled_get_stats(c);
+    lf_tensor *hc = yc ? to_host(yc) : NULL, *he = ye ? to_host(ye) : NULL;
+    CHECK(st.kernels == 3 && st.graph && plan && strstr(plan, "fp8: nodes"),
+          "compile --fp8 %s: %d kernels (3), graph %d; plan: %s", lf_act_name(act), st.kernels, st.graph,
+          plan ? plan : "");
+    CHECK(hc && he && lf_tensor_numel(hc) == lf_tensor_numel(he) &&
+              !memcmp(lf_tensor_data(hc), lf_tensor_data(he), (size_t)lf_tensor_numel(he) * 2),
+          "compile --fp8 %s: the bytes of quantize, scaled gated GEMM and bf16 down run as ops", lf_act_name(act));
+    free(plan);
+    lf_tensor *tl[] = {yc, xq, xs, wt, h, dt, ye, hc, he};
+    for (size_t i = 0; i < sizeof tl / sizeof tl[0]; i++)
+        lf_tensor_free(tl[i]);
+    lf_compiled_free(c);
+}
+
 void test_fp8_mlp_gpu(void)
 {
     lf_rng rng;
@@ -478,6 +520,7 @@ void test_fp8_mlp_gpu(void)
         }
         lf_tensor_free(yc);
         lf_compiled_free(c);
+        check_compile_fp8_pass(&gpu, gx, act);
         double *list[] = {X, GU, WD, g, h, Xq, GUq, WDq, gq, ref, hq, emu, Y8, YB};
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
             free(list[i]);
