@@ -141,8 +141,15 @@ static const gcase cases[] = {
     {"compiled_mlp_1x16x768x3072", 2, 1, 16, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
     {"compiled_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
     {"compiled_gated_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+    /* compiled FP8: the fp8 variant's forward as a plan, and the gated pass's --fp8 on the eager one */
+    {"compiled_mlp_64x128x768x3072_fp8", 2, 64, 128, 768, 3072, LF_MLP_FP8, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_fp8pass_mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, LF_PASSES_ALL | LF_PASS_FP8,
+     LF_ACT_NONE, 0},
     {"compiled_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
     {"compiled_gated_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
+    {"compiled_mlp_8x1024x4096x11008_fp8", 2, 8, 1024, 4096, 11008, LF_MLP_FP8, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
+    {"compiled_fp8pass_mlp_8x1024x4096x11008", 2, 8, 1024, 4096, 11008, LF_MLP_EAGER, LF_PASSES_ALL | LF_PASS_FP8,
+     LF_ACT_NONE, 0},
     {"compiled_mlp_1x16x4096x11008", 2, 1, 16, 4096, 11008, LF_MLP_EAGER, LF_PASSES_DEFAULT, LF_ACT_NONE, 0},
     /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
     {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
@@ -339,8 +346,8 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
         fprintf(stderr, "linfuse bench cuda: %s\n", lf_last_error());
         return LF_EXIT_FAIL;
     }
-    printf("# linfuse on cuda, bf16 (fp8 cases: e4m3 weights and activations, row-wise scales); median over %d "
-           "samples of back-to-back forwards\n",
+    printf("# linfuse on cuda, bf16 (fp8 cases: e4m3 weights and activations; the fp8 MLP's h and down weight in "
+           "blocks); median over %d samples of back-to-back forwards\n",
            reps);
     int ok = 1;
     if (mlp_shapes) { /* every MLP variant, eager and compiled, at each shape asked for */
