@@ -269,6 +269,8 @@ static void make_fp8(graph *g, int ig, int iu, int dead, char *log, size_t cap)
     if (s != LF_OK || vs < 0) {
         logf_(log, cap, "  fp8: the gated GEMM stays %s (%s)\n", lf_dtype_name(a->dtype),
               s != LF_OK ? lf_last_error() : "out of memory");
+        if (vq >= 0) /* no writer yet: take it back */
+            g->n_values = vq;
         lf_tensor_free(wq), lf_tensor_free(ws);
         return;
     }
