@@ -176,16 +176,12 @@ static double *round_trip(const lf_tensor *t, lf_scale_mode m)
                          : m == LF_SCALE_128X128 ? lf_quantize_fp8_128x128(&q, &sc, t)
                                                  : lf_quantize_fp8(&q, &sc, t);
     CHECK(st == LF_OK, "quantize: %s", st == LF_OK ? "" : lf_last_error());
-    const int64_t R = t->shape[0], C = t->shape[1], B = LF_SCALE_BLOCK;
+    const int64_t R = t->shape[0], C = t->shape[1];
     double *d = malloc((size_t)(R * C) * sizeof *d);
     const uint8_t *codes = q ? lf_tensor_data(q) : NULL;
     const float *s = sc ? lf_tensor_data(sc) : NULL;
     for (int64_t i = 0; i < R * C; i++) {
-        const int64_t r = i / C, c = i % C;
-        const float scale = !s                       ? NAN
-                            : m == LF_SCALE_1X128    ? s[r + c / B * LF_SCALE_LD(R)]
-                            : m == LF_SCALE_128X128 ? s[r / B * LF_SCALE_LD(LF_SCALE_BLOCKS(C)) + c / B]
-                                                     : s[r];
+        const float scale = s ? s[lf_scale_index(m, R, C, i / C, i % C)] : NAN;
         d[i] = codes ? (double)lf_f32_from_f8e4m3(codes[i]) * scale : NAN;
     }
     lf_tensor_free(q), lf_tensor_free(sc);

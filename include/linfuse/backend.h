@@ -69,6 +69,30 @@ typedef enum lf_scale_mode { LF_SCALE_ROWS, LF_SCALE_1X128, LF_SCALE_128X128 } l
 #define LF_SCALE_LD(n) (((n) + 3) / 4 * 4)
 #define LF_SCALE_BLOCKS(k) (((k) + LF_SCALE_BLOCK - 1) / LF_SCALE_BLOCK)
 
+/* The scales over a (rows, cols) matrix in mode m: their 2-D shape, their count, and the index of
+ * element (r, c)'s scale. The one statement of the layouts above; host code uses nothing else. */
+static inline void lf_scale_shape(lf_scale_mode m, int64_t rows, int64_t cols, int64_t shape[2])
+{
+    shape[0] = m == LF_SCALE_ROWS ? rows : m == LF_SCALE_1X128 ? LF_SCALE_BLOCKS(cols) : LF_SCALE_BLOCKS(rows);
+    shape[1] = m == LF_SCALE_ROWS ? 1 : m == LF_SCALE_1X128 ? LF_SCALE_LD(rows) : LF_SCALE_LD(LF_SCALE_BLOCKS(cols));
+}
+
+static inline int64_t lf_scale_count(lf_scale_mode m, int64_t rows, int64_t cols)
+{
+    int64_t s[2];
+    lf_scale_shape(m, rows, cols, s);
+    return s[0] * s[1];
+}
+
+static inline int64_t lf_scale_index(lf_scale_mode m, int64_t rows, int64_t cols, int64_t r, int64_t c)
+{
+    switch (m) {
+    case LF_SCALE_1X128: return r + c / LF_SCALE_BLOCK * LF_SCALE_LD(rows);
+    case LF_SCALE_128X128: return r / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / LF_SCALE_BLOCK;
+    default: return r;
+    }
+}
+
 /* alpha 1, beta 0, no bias, no activation, no gate. */
 lf_epilogue lf_epilogue_default(void);
 

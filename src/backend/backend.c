@@ -301,29 +301,26 @@ static double mat_get(const lf_matrix *m, int64_t i, int64_t j)
 static double term_scale(const lf_gemm *g, int64_t i, int64_t k, int64_t j)
 {
     const lf_epilogue *ep = &g->ep;
-    if (!ep->blockwise)
-        return (double)ep->a_scale[i] * ep->b_scale[j];
-    const int64_t kb = k / LF_SCALE_BLOCK;
-    return (double)ep->a_scale[i + kb * LF_SCALE_LD(g->a.rows)] *
-           ep->b_scale[j / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(g->a.cols)) + kb];
+    const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
+    return (double)ep->a_scale[lf_scale_index(ep->blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K, i, k)] *
+           ep->b_scale[lf_scale_index(ep->blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K, j, k)];
 }
 
-/* Row i of an f8e4m3 D, computed into v, rounded to bf16 and quantized in 1 x 128 blocks. */
-static void store_blocks(const lf_gemm *g, int64_t i, const double *v)
+/* Row i of an f8e4m3 D, computed into v: rounded to bf16 (in place), then quantized in 1 x 128 blocks. */
+static void store_blocks(const lf_gemm *g, int64_t i, double *v)
 {
-    const int64_t n = g->d.cols, ld = LF_SCALE_LD(g->d.rows);
+    const int64_t n = g->d.cols;
+    for (int64_t j = 0; j < n; j++)
+        v[j] = lf_f32_from_bf16(lf_bf16_from_f32((float)v[j]));
     for (int64_t j0 = 0; j0 < n; j0 += LF_SCALE_BLOCK) {
         const int64_t j1 = j0 + LF_SCALE_BLOCK < n ? j0 + LF_SCALE_BLOCK : n;
         float amax = 0;
-        for (int64_t j = j0; j < j1; j++) {
-            const float b = lf_f32_from_bf16(lf_bf16_from_f32((float)v[j]));
-            amax = fabsf(b) > amax ? fabsf(b) : amax;
-        }
-        const float sc = lf_fp8_scale_of(amax), inv = 1.f / sc;
-        g->ep.d_scale[i + j0 / LF_SCALE_BLOCK * ld] = sc;
         for (int64_t j = j0; j < j1; j++)
-            ((uint8_t *)g->d.data)[i * g->d.rs + j * g->d.cs] =
-                lf_f8e4m3_from_f32(lf_f32_from_bf16(lf_bf16_from_f32((float)v[j])) * inv);
+            amax = fabsf((float)v[j]) > amax ? fabsf((float)v[j]) : amax;
+        const float sc = lf_fp8_scale_of(amax), inv = 1.f / sc;
+        g->ep.d_scale[lf_scale_index(LF_SCALE_1X128, g->d.rows, n, i, j0)] = sc;
+        for (int64_t j = j0; j < j1; j++)
+            ((uint8_t *)g->d.data)[i * g->d.rs + j * g->d.cs] = lf_f8e4m3_from_f32((float)v[j] * inv);
     }
 }
 
@@ -339,8 +336,8 @@ lf_status lf_gemm_reference(const lf_gemm *g)
         if (!row)
             return lf_fail(LF_ENOMEM, "lf_gemm_reference: no memory for a row of %lld", (long long)g->d.cols);
         for (int64_t i = M; i < LF_SCALE_LD(M); i++) /* the padding rows of every block */
-            for (int64_t b = 0; b < LF_SCALE_BLOCKS(g->d.cols); b++)
-                ep->d_scale[i + b * LF_SCALE_LD(M)] = 1.f;
+            for (int64_t j = 0; j < g->d.cols; j += LF_SCALE_BLOCK)
+                ep->d_scale[lf_scale_index(LF_SCALE_1X128, M, g->d.cols, i, j)] = 1.f;
     }
     for (int64_t i = 0; i < M; i++) {
         for (int64_t jo = 0; jo < g->d.cols; jo++) {

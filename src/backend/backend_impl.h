@@ -76,11 +76,7 @@ static inline int64_t lf_quant_rows(const lf_quant *q)
 }
 static inline int64_t lf_quant_scales(const lf_quant *q)
 {
-    switch (q->mode) {
-    case LF_SCALE_1X128: return LF_SCALE_BLOCKS(q->cols) * LF_SCALE_LD(q->rows);
-    case LF_SCALE_128X128: return LF_SCALE_BLOCKS(q->rows) * LF_SCALE_LD(LF_SCALE_BLOCKS(q->cols));
-    default: return lf_quant_rows(q);
-    }
+    return lf_scale_count(q->mode, q->mode == LF_SCALE_ROWS ? lf_quant_rows(q) : q->rows, q->cols);
 }
 
 /* --- fused pointwise (compile mode) --- */

@@ -30,9 +30,11 @@ void lf_gemm_report(const lf_gemm *g, lf_kernel_family fam, int tile_m, int tile
     info->flops = 2.0 * (double)M * (double)N * (double)K;
     info->bytes = bytes_of(M, K, g->a.dtype) + bytes_of(K, N, g->b.dtype) + bytes_of(g->d.rows, g->d.cols, g->d.dtype) +
                   (g->c.data ? bytes_of(M, N, g->c.dtype) : 0.0) + (g->ep.bias ? bytes_of(1, N, g->ep.bias_dtype) : 0.0) +
-                  (g->ep.a_scale && !g->ep.blockwise ? bytes_of(M + N, 1, LF_DTYPE_F32) : 0.0) +
-                  (g->ep.blockwise ? bytes_of(M + LF_SCALE_BLOCKS(N), LF_SCALE_BLOCKS(K), LF_DTYPE_F32) : 0.0) +
-                  (g->ep.d_scale ? bytes_of(g->d.rows, LF_SCALE_BLOCKS(g->d.cols), LF_DTYPE_F32) : 0.0);
+                  (g->ep.a_scale ? bytes_of(lf_scale_count(g->ep.blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K) +
+                                                lf_scale_count(g->ep.blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K),
+                                            1, LF_DTYPE_F32)
+                                 : 0.0) +
+                  (g->ep.d_scale ? bytes_of(lf_scale_count(LF_SCALE_1X128, g->d.rows, g->d.cols), 1, LF_DTYPE_F32) : 0.0);
 }
 
 void lf_quant_report(const lf_quant *q, lf_kernel_family fam, lf_kernel_info *info)
@@ -42,9 +44,7 @@ void lf_quant_report(const lf_quant *q, lf_kernel_family fam, lf_kernel_info *in
     info->name = lf_kernel_name(&key);
     info->flops = (double)q->rows * (double)q->cols;
     info->bytes = bytes_of(q->rows, q->cols, q->in.dtype) + bytes_of(q->rows, q->cols, LF_DTYPE_F8E4M3) +
-                  (q->mode == LF_SCALE_ROWS     ? bytes_of(q->rows, 1, LF_DTYPE_F32)
-                   : q->mode == LF_SCALE_1X128 ? bytes_of(q->rows, LF_SCALE_BLOCKS(q->cols), LF_DTYPE_F32)
-                                                : bytes_of(LF_SCALE_BLOCKS(q->rows), LF_SCALE_BLOCKS(q->cols), LF_DTYPE_F32));
+                  bytes_of(lf_quant_scales(q), 1, LF_DTYPE_F32);
 }
 
 /* Whether every operand walks the shape in row-major order (the kernel's flat path). */

@@ -153,16 +153,17 @@ static void cap_gemm(void *user, lf_device dev, const lf_gemm *gm)
         n->gbias = resolve(g, lo, hi);
     }
     if (gm->ep.a_scale) { /* FP8: the scales are operands too (row-wise, or blocks) */
-        const int64_t M = gm->a.rows, K = gm->a.cols, N = gm->b.cols, KB = LF_SCALE_BLOCKS(K);
-        n->gsa = resolve_floats(g, gm->ep.a_scale, gm->ep.blockwise ? KB * LF_SCALE_LD(M) : M);
-        n->gsb = resolve_floats(g, gm->ep.b_scale, gm->ep.blockwise ? LF_SCALE_BLOCKS(N) * LF_SCALE_LD(KB) : N);
+        const int64_t M = gm->a.rows, K = gm->a.cols, N = gm->b.cols;
+        n->gsa = resolve_floats(g, gm->ep.a_scale, lf_scale_count(gm->ep.blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K));
+        n->gsb =
+            resolve_floats(g, gm->ep.b_scale, lf_scale_count(gm->ep.blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K));
     }
     uintptr_t lo, hi;
     span_matrix(&gm->d, &lo, &hi);
     n->gd = (ref){R_VALUE, new_value(g, lo, hi, dev, gm->d.dtype), 0, NULL};
     if (gm->ep.d_scale) { /* an f8e4m3 d's block scales: a second value the GEMM writes */
         lo = (uintptr_t)gm->ep.d_scale;
-        hi = lo + (uintptr_t)(LF_SCALE_BLOCKS(gm->d.cols) * LF_SCALE_LD(gm->d.rows) * (int64_t)sizeof(float));
+        hi = lo + (uintptr_t)(lf_scale_count(LF_SCALE_1X128, gm->d.rows, gm->d.cols) * (int64_t)sizeof(float));
         n->gds = (ref){R_VALUE, new_value(g, lo, hi, dev, LF_DTYPE_F32), 0, NULL};
     }
 }

@@ -7,13 +7,6 @@
 
 #include "ops/dispatch.h"
 
-/* The shape of the scales of an (R, C) matrix in mode m (rows: the row-wise scale's row count). */
-static void scale_shape(lf_scale_mode m, int64_t R, int64_t C, int64_t rows, int64_t out[2])
-{
-    out[0] = m == LF_SCALE_ROWS ? rows : m == LF_SCALE_1X128 ? LF_SCALE_BLOCKS(C) : LF_SCALE_BLOCKS(R);
-    out[1] = m == LF_SCALE_ROWS ? 1 : m == LF_SCALE_1X128 ? LF_SCALE_LD(R) : LF_SCALE_LD(LF_SCALE_BLOCKS(C));
-}
-
 /* w quantized with scales in mode m (row-wise: into rows >= w's rows, the rest padding). */
 static lf_status quantize_impl(const char *fn, lf_tensor **q, lf_tensor **scale, const lf_tensor *w, lf_scale_mode m,
                                int64_t rows)
@@ -30,7 +23,7 @@ static lf_status quantize_impl(const char *fn, lf_tensor **q, lf_tensor **scale,
     if (rows < R)
         return lf_fail(LF_ESHAPE, "%s: %lld rows cannot hold w's %lld", fn, (long long)rows, (long long)R);
     int64_t sshape[2];
-    scale_shape(m, R, C, rows, sshape);
+    lf_scale_shape(m, m == LF_SCALE_ROWS ? rows : R, C, sshape);
     lf_tensor *tq = NULL, *ts = NULL;
     lf_status s = lf_tensor_empty(&ts, LF_DTYPE_F32, 2, sshape, lf_tensor_device(w));
     if (s == LF_OK)
@@ -123,8 +116,8 @@ static lf_status check_scaled(const char *fn, const lf_tensor *a, const lf_tenso
                        (long long)a->shape[1], (long long)b->shape[0]);
     const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
     int64_t ab[2], bb[2];
-    scale_shape(LF_SCALE_1X128, M, K, M, ab);
-    scale_shape(LF_SCALE_128X128, N, K, N, bb);
+    lf_scale_shape(LF_SCALE_1X128, M, K, ab);
+    lf_scale_shape(LF_SCALE_128X128, N, K, bb);
     const int fa = scale_form(as, M, ab), fb = scale_form(bs, N, bb);
     if (fa < 0 || fb < 0 || fa != fb) {
         const int bad_a = fa < 0 || (fb >= 0 && fa != fb);
@@ -280,7 +273,7 @@ static lf_status scaled_mm_gated_fp8_impl(lf_tensor **h, lf_tensor **h_scale, co
     const int64_t M = a->shape[0], H = b->shape[1] / 2;
     const lf_device dev = lf_tensor_device(a);
     int64_t hs_shape[2];
-    scale_shape(LF_SCALE_1X128, M, H, M, hs_shape);
+    lf_scale_shape(LF_SCALE_1X128, M, H, hs_shape);
     lf_tensor *q = NULL, *qs = NULL;
     lf_status s = new_out(&q, a, H, LF_DTYPE_F8E4M3);
     if (s == LF_OK)

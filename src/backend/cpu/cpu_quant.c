@@ -36,38 +36,18 @@ static int64_t min64(int64_t a, int64_t b)
 
 lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
 {
-    const int64_t R = q->rows, C = q->cols, B = LF_SCALE_BLOCK, RB = LF_SCALE_BLOCKS(R), CB = LF_SCALE_BLOCKS(C);
-    switch (q->mode) {
-    case LF_SCALE_ROWS:
-        for (int64_t r = 0; r < R; r++)
-            LF_TRY(span(q, r, r + 1, 0, C, &q->scale[r]));
-        for (int64_t r = R; r < q->pad_rows; r++) { /* padding tokens: zeros, scale 1 */
-            q->scale[r] = 1.f;
-            for (int64_t c = 0; c < C; c++)
-                q->q[r * C + c] = 0;
-        }
-        break;
-    case LF_SCALE_1X128: {
-        const int64_t ld = LF_SCALE_LD(R);
-        for (int64_t b = 0; b < CB; b++) {
-            for (int64_t r = 0; r < R; r++)
-                LF_TRY(span(q, r, r + 1, b * B, min64(b * B + B, C), &q->scale[r + b * ld]));
-            for (int64_t r = R; r < ld; r++)
-                q->scale[r + b * ld] = 1.f;
-        }
-        break;
-    }
-    case LF_SCALE_128X128: {
-        const int64_t ld = LF_SCALE_LD(CB);
-        for (int64_t rb = 0; rb < RB; rb++) {
-            for (int64_t b = 0; b < CB; b++)
-                LF_TRY(span(q, rb * B, min64(rb * B + B, R), b * B, min64(b * B + B, C), &q->scale[rb * ld + b]));
-            for (int64_t b = CB; b < ld; b++)
-                q->scale[rb * ld + b] = 1.f;
-        }
-        break;
-    }
-    }
+    const int64_t R = q->rows, C = q->cols, B = LF_SCALE_BLOCK;
+    for (int64_t i = 0, n = lf_quant_scales(q); i < n; i++) /* padding entries (rows, blocks) keep 1 */
+        q->scale[i] = 1.f;
+    /* the spans one scale covers: a row, 1 x 128 or 128 x 128 */
+    const int64_t span_r = q->mode == LF_SCALE_128X128 ? B : 1, span_c = q->mode == LF_SCALE_ROWS ? C : B;
+    for (int64_t r0 = 0; r0 < R; r0 += span_r)
+        for (int64_t c0 = 0; c0 < C; c0 += span_c)
+            LF_TRY(span(q, r0, min64(r0 + span_r, R), c0, min64(c0 + span_c, C),
+                        &q->scale[lf_scale_index(q->mode, R, C, r0, c0)]));
+    for (int64_t r = R; q->mode == LF_SCALE_ROWS && r < q->pad_rows; r++) /* padding tokens: zero codes */
+        for (int64_t c = 0; c < C; c++)
+            q->q[r * C + c] = 0;
     if (info)
         lf_quant_report(q, LF_KF_CPU_QUANT, info);
     return LF_OK;

@@ -26,9 +26,9 @@ __device__ __forceinline__ float load_any(const void *p, int dtype, long long of
     }
 }
 
-// The block's largest of every thread's amax (part: THREADS / 32 floats of shared memory), and the
-// row's scale by the CPU's rule: amax / 448, 1 for a row of zeros, at least 2^-126.
-__device__ __forceinline__ float row_scale(float amax, float *part)
+// The CTA's largest of every thread's amax (part: THREADS / 32 floats of shared memory), and the
+// scale of the span it covers (a row, or a 128 x 128 block) by the CPU's rule (fp8.cuh).
+__device__ __forceinline__ float cta_scale(float amax, float *part)
 {
     for (int o = 16; o > 0; o /= 2)
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(THREADS) quantize_fp8_rowwise(const void *in, 
     float amax = 0.f;
     for (long long c = threadIdx.x; c < cols; c += THREADS)
         amax = fmaxf(amax, fabsf(load_any(in, dtype, r * rs + c * cs)));
-    const float sc = row_scale(amax, part), inv = __frcp_rn(sc);
+    const float sc = cta_scale(amax, part), inv = __frcp_rn(sc);
     if (threadIdx.x == 0)
         scale[r] = sc;
     unsigned char *out = q + r * cols;
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(THREADS) quantize_fp8_rowwise_bf16x8(const __n
             }
         }
     }
-    const float sc = row_scale(amax, part), inv = __frcp_rn(sc);
+    const float sc = cta_scale(amax, part), inv = __frcp_rn(sc);
     if (threadIdx.x == 0)
         scale[r] = sc;
     uint2 *out = reinterpret_cast<uint2 *>(q + r * cols);
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(THREADS) quantize_fp8_128x128(const void *in, 
     for (long long r = r0 + tr; r < r0 + 128 && r < rows; r += THREADS / 128)
         if (c < cols)
             amax = fmaxf(amax, fabsf(load_any(in, dtype, r * rs + c * cs)));
-    const float sc = row_scale(amax, part), inv = __frcp_rn(sc);
+    const float sc = cta_scale(amax, part), inv = __frcp_rn(sc);
     if (threadIdx.x == 0)
         scale[rb * ld + cb] = sc;
     for (long long r = r0 + tr; r < r0 + 128 && r < rows; r += THREADS / 128)
