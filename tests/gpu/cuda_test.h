@@ -1,5 +1,6 @@
 /* What test_cuda's files share: a tensor copied to the GPU (aborts on failure: a test that
- * cannot even upload has nothing to check), and the gated tests that live in test_cuda_gated.c and the FP8 ones in test_cuda_fp8.c. */
+ * cannot even upload has nothing to check), and the gated tests that live in test_cuda_gated.c and the FP8 ones in test_cuda_fp8.c and
+ * test_cuda_fp8_layer.c. */
 #ifndef LF_TEST_CUDA_H
 #define LF_TEST_CUDA_H
 
@@ -12,5 +13,6 @@ void test_mlp_variants_gpu(void);
 void test_quantize_gpu(void);
 void test_scaled_gemm_gpu(void);
 void test_fp8_mlp_gpu(void);
+void test_fp8_layer_gpu(void);
 
 #endif

@@ -561,6 +561,7 @@ int main(void)
     test_quantize_gpu();
     test_scaled_gemm_gpu();
     test_fp8_mlp_gpu();
+    test_fp8_layer_gpu();
     test_compile_gpu();
     return lf_test_finish("test_cuda");
 }
