@@ -159,24 +159,25 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
                     }
                 }
                 store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 0, 0, 1);
-                continue;
-            }
+            } else {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
-                const int row = mb * BM + half * (BM / 2) + r;
-                const float rs = FP8 && row < M ? sa[row] : 1.f;
+                for (int h = 0; h < 2; h++) {
+                    const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
+                    const int row = mb * BM + half * (BM / 2) + r;
+                    const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    const int q = 4 * i + 2 * h;
-                    const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
-                                                                  gate_row, G, 8 * i + 2 * (lane % 4));
-                    const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
-                    *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
-                                                        (lane % 4) * 4) = v;
+                    for (int i = 0; i < 16; i++) {
+                        const int q = 4 * i + 2 * h;
+                        const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
+                                                                      gate_row, G, 8 * i + 2 * (lane % 4));
+                        const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
+                        *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
+                                                            (lane % 4) * 4) = v;
+                    }
                 }
+                // columns 0-63, then 64-127
+                store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 64, 0);
             }
-            store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 64, 0); // columns 0-63, then 64-127
         }
         if (tid == 0) // the last stores must have read shared memory before the CTA leaves
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
