@@ -203,14 +203,10 @@ static void test_fp8_mlp_accuracy(void)
         /* the float64 forward, and the FP8 one */
         double *g = mm_nt(X, GU, T, 2 * H, D), *Xq = fp8_round_trip(x), *GUq = fp8_round_trip(m.gate_up),
                *WDq = fp8_round_trip(m.down.weight), *gq = mm_nt(Xq, GUq, T, 2 * H, D);
-        double *h = malloc((size_t)(T * H) * sizeof *h), *hq = malloc((size_t)(T * H) * sizeof *hq);
+        double *h = gated_mid(g, T, H, act), *hq = gated_mid(gq, T, H, act);
         float *hf = malloc((size_t)(T * H) * sizeof *hf);
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t j = 0; j < H; j++) {
-                h[t * H + j] = lf_act_ref(act, g[t * 2 * H + j]) * g[t * 2 * H + H + j];
-                hq[t * H + j] = lf_act_ref(act, gq[t * 2 * H + j]) * gq[t * 2 * H + H + j];
-                hf[t * H + j] = (float)hq[t * H + j];
-            }
+        for (int64_t i = 0; i < T * H; i++)
+            hf[i] = (float)hq[i];
         double *ref = mm_nt(h, WD, T, D, H), *hb = malloc((size_t)(T * H) * sizeof *hb);
         for (int64_t i = 0; i < T * H; i++)
             hb[i] = lf_f32_from_bf16(lf_bf16_from_f32(hf[i]));

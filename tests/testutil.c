@@ -168,6 +168,15 @@ double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k)
     return c;
 }
 
+double *gated_mid(const double *gu, int64_t t, int64_t h, lf_act act)
+{
+    double *m = malloc((size_t)(t * h) * sizeof *m);
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t j = 0; j < h; j++)
+            m[i * h + j] = lf_act_ref(act, gu[i * 2 * h + j]) * gu[i * 2 * h + h + j];
+    return m;
+}
+
 /* t quantized per row by lf_quantize_fp8 and decoded back (code x scale), in float64. */
 static double *round_trip(const lf_tensor *t, lf_scale_mode m)
 {

@@ -69,6 +69,9 @@ double gated_mlp_err(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tens
  * per row by lf_quantize_fp8 and decoded back (code x scale) in float64 (t on the CPU); the relative RMS and the
  * largest error over the largest magnitude of y against ref. Callers free what is returned. */
 double *mm_nt(const double *a, const double *b, int64_t n, int64_t m, int64_t k);
+/* act(g) * u in float64 from a (t, 2h) product whose row holds the h gates, then their h ups (the
+ * stacked [Wg; Wu]): (t, h) */
+double *gated_mid(const double *gu, int64_t t, int64_t h, lf_act act);
 double *fp8_round_trip(const lf_tensor *t);
 /* the same with the scales in mode m (lf_quantize_fp8_1x128, lf_quantize_fp8_128x128) */
 double *fp8_round_trip_as(const lf_tensor *t, lf_scale_mode m);

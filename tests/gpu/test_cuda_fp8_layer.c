@@ -98,14 +98,12 @@ void test_fp8_layer_gpu(void)
     /* float64 of the loaded weights, and the per-token recipe on the CPU (x, [Wg; Wu], h and down
      * each quantized per row, h from bf16 as a separate GEMM's output would be) */
     double *X = to_f64(x), *GU = to_f64(m.gate_up), *WD = to_f64(m.down.weight);
-    double *g = mm_nt(X, GU, T, 2 * H, D), *h = malloc((size_t)(T * H) * sizeof *h);
-    double *Xq = fp8_round_trip(x), *GUq = fp8_round_trip(m.gate_up), *gq = mm_nt(Xq, GUq, T, 2 * H, D);
+    double *g = mm_nt(X, GU, T, 2 * H, D), *h = gated_mid(g, T, H, LF_ACT_SILU);
+    double *Xq = fp8_round_trip(x), *GUq = fp8_round_trip(m.gate_up), *gq = mm_nt(Xq, GUq, T, 2 * H, D),
+           *mq = gated_mid(gq, T, H, LF_ACT_SILU);
     float *hf = malloc((size_t)(T * H) * sizeof *hf);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t j = 0; j < H; j++) {
-            h[t * H + j] = lf_act_ref(LF_ACT_SILU, g[t * 2 * H + j]) * g[t * 2 * H + H + j];
-            hf[t * H + j] = (float)(lf_act_ref(LF_ACT_SILU, gq[t * 2 * H + j]) * gq[t * 2 * H + H + j]);
-        }
+    for (int64_t i = 0; i < T * H; i++)
+        hf[i] = (float)mq[i];
     lf_tensor *ht = NULL;
     OK(lf_tensor_from_f32(&ht, LF_DTYPE_BF16, 2, (int64_t[]){T, H}, hf, LF_DEVICE_CPU));
     double *ref = mm_nt(h, WD, T, D, H), *hq = fp8_round_trip(ht), *WDq = fp8_round_trip(m.down.weight),
@@ -136,7 +134,7 @@ void test_fp8_layer_gpu(void)
         CHECK(ab < 5e-3 && wb < 1e-2, "bf16 gated on it: rel RMS %.3g overall, %.3g worst token", ab, wb);
         free(Y8), free(YB);
     }
-    double *list[] = {X, GU, WD, g, h, Xq, GUq, gq, ref, hq, WDq, tok};
+    double *list[] = {X, GU, WD, g, h, Xq, GUq, gq, mq, ref, hq, WDq, tok};
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
         free(list[i]);
     free(hf);
