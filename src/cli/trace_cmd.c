@@ -40,7 +40,7 @@ static void usage(FILE *f)
 {
     fputs("usage: linfuse trace <verb> ...\n", f);
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        fprintf(f, "  %-8s%s\n            %s\n", verbs[i].verb, verbs[i].args, verbs[i].what);
+        fprintf(f, "  %-9s %s\n            %s\n", verbs[i].verb, verbs[i].args, verbs[i].what);
     fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
           "     cpu_time, cuda_time, count (device_* spellings too)\n"
           "Every verb takes --max-bytes N: the largest trace it reads (4 GiB, or $LINFUSE_TRACE_MAX_BYTES).\n"
