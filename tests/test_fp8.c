@@ -204,21 +204,15 @@ static void test_fp8_mlp_accuracy(void)
         double *g = mm_nt(X, GU, T, 2 * H, D), *Xq = fp8_round_trip(x), *GUq = fp8_round_trip(m.gate_up),
                *WDq = fp8_round_trip(m.down.weight), *gq = mm_nt(Xq, GUq, T, 2 * H, D);
         double *h = gated_mid(g, T, H, act), *hq = gated_mid(gq, T, H, act);
-        float *hf = malloc((size_t)(T * H) * sizeof *hf);
-        for (int64_t i = 0; i < T * H; i++)
-            hf[i] = (float)hq[i];
         double *ref = mm_nt(h, WD, T, D, H), *hb = malloc((size_t)(T * H) * sizeof *hb);
         for (int64_t i = 0; i < T * H; i++)
-            hb[i] = lf_f32_from_bf16(lf_bf16_from_f32(hf[i]));
-        lf_tensor *ht = NULL;
-        OK(lf_tensor_from_f32(&ht, LF_DTYPE_F32, 2, (int64_t[]){T, H}, hf, LF_DEVICE_CPU));
-        double *h8 = fp8_round_trip(ht), *y_b = mm_nt(hb, WDq, T, D, H), *y_8 = mm_nt(h8, WDq, T, D, H);
+            hb[i] = lf_f32_from_bf16(lf_bf16_from_f32((float)hq[i]));
+        double *h8 = fp8_round_trip_values(hq, T, H, LF_DTYPE_F32, LF_SCALE_ROWS), *y_b = mm_nt(hb, WDq, T, D, H),
+               *y_8 = mm_nt(h8, WDq, T, D, H);
         /* the fp8 variant's recipe: h rounded to bf16 and quantized in 1 x 128 blocks, the down weight in
          * 128 x 128 ones */
-        lf_tensor *hbt = NULL;
-        OK(lf_tensor_from_f32(&hbt, LF_DTYPE_BF16, 2, (int64_t[]){T, H}, hf, LF_DEVICE_CPU));
-        double *hk = fp8_round_trip_as(hbt, LF_SCALE_1X128), *WDk = fp8_round_trip_as(m.down.weight, LF_SCALE_128X128),
-               *y_k = mm_nt(hk, WDk, T, D, H);
+        double *hk = fp8_round_trip_values(hq, T, H, LF_DTYPE_BF16, LF_SCALE_1X128),
+               *WDk = fp8_round_trip_as(m.down.weight, LF_SCALE_128X128), *y_k = mm_nt(hk, WDk, T, D, H);
         double r_bf, m_bf, r_fb, m_fb, r_f8, m_f8, r_k, m_k;
         rel_errors(YB, ref, T * D, &r_bf, &m_bf);
         rel_errors(y_b, ref, T * D, &r_fb, &m_fb);
@@ -241,8 +235,7 @@ static void test_fp8_mlp_accuracy(void)
         double *list[] = {X, GU, WD, YB, g, Xq, GUq, WDq, gq, h, hq, ref, hb, h8, y_b, y_8, hk, WDk, y_k};
         for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
             free(list[i]);
-        free(hf);
-        lf_tensor_free(x), lf_tensor_free(yb), lf_tensor_free(ht), lf_tensor_free(hbt);
+        lf_tensor_free(x), lf_tensor_free(yb);
         lf_nn_gated_mlp_free(&m);
     }
 }

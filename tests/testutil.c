@@ -207,6 +207,20 @@ double *fp8_round_trip_as(const lf_tensor *t, lf_scale_mode m)
     return round_trip(t, m);
 }
 
+double *fp8_round_trip_values(const double *v, int64_t rows, int64_t cols, lf_dtype dt, lf_scale_mode m)
+{
+    float *f = malloc((size_t)(rows * cols) * sizeof *f);
+    for (int64_t i = 0; i < rows * cols; i++)
+        f[i] = (float)v[i];
+    lf_tensor *t = NULL;
+    const lf_status st = lf_tensor_from_f32(&t, dt, 2, (int64_t[]){rows, cols}, f, LF_DEVICE_CPU);
+    CHECK(st == LF_OK, "fp8_round_trip_values: %s", st == LF_OK ? "" : lf_last_error());
+    free(f);
+    double *d = t ? round_trip(t, m) : NULL;
+    lf_tensor_free(t);
+    return d;
+}
+
 /* relative RMS and largest error (over the largest magnitude) of y against ref */
 void rel_errors(const double *y, const double *ref, int64_t n, double *rms, double *max)
 {

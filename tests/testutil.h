@@ -75,6 +75,9 @@ double *gated_mid(const double *gu, int64_t t, int64_t h, lf_act act);
 double *fp8_round_trip(const lf_tensor *t);
 /* the same with the scales in mode m (lf_quantize_fp8_1x128, lf_quantize_fp8_128x128) */
 double *fp8_round_trip_as(const lf_tensor *t, lf_scale_mode m);
+/* the same for float64 values (rows, cols), first rounded to float and stored as dt (f32 or bf16:
+ * the tensor a kernel would quantize) */
+double *fp8_round_trip_values(const double *v, int64_t rows, int64_t cols, lf_dtype dt, lf_scale_mode m);
 void rel_errors(const double *y, const double *ref, int64_t n, double *rms, double *max);
 
 /* Tolerance for results stored in dt: 1e-5 for f32, 1e-2 for bf16 and f16. */
