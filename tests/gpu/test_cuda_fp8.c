@@ -35,9 +35,17 @@ void test_quantize_gpu(void)
         lf_dtype dt;
         int64_t R, C;
         int transposed;
-    } cases[] = {{LF_DTYPE_BF16, 37, 777, 0}, {LF_DTYPE_F32, 5, 4096, 0}, {LF_DTYPE_F16, 65, 37, 1},
-                 {LF_DTYPE_BF16, 3, 14336, 0}, {LF_DTYPE_BF16, 300, 64, 1},
-                 {LF_DTYPE_BF16, 257, 4096, 0}, {LF_DTYPE_BF16, 2, 16392, 0}};
+    } cases[] = {{LF_DTYPE_BF16, 37, 777, 0},
+                 {LF_DTYPE_F32, 5, 4096, 0},
+                 {LF_DTYPE_F16, 65, 37, 1},
+                 {LF_DTYPE_BF16, 3, 14336, 0},
+                 {LF_DTYPE_BF16, 300, 64, 1},
+                 {LF_DTYPE_BF16, 257, 4096, 0},
+                 {LF_DTYPE_BF16, 2, 16392, 0},
+                 /* per row, a warp a row: 4, 8 and 16 pieces a lane, some lanes without one */
+                 {LF_DTYPE_BF16, 33, 768, 0},
+                 {LF_DTYPE_BF16, 6, 1032, 0},
+                 {LF_DTYPE_BF16, 5, 2056, 0}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int64_t R = cases[ci].R, C = cases[ci].C;
         lf_tensor *w = NULL;

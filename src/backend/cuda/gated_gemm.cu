@@ -342,17 +342,23 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 
 // Which schedule runs g. Forced by lf_gated_schedule_force or LINFUSE_GATED_SCHEDULE (to measure
 // one against the other); otherwise chosen by shape, from `linfuse bench cuda --case sched_` on an
-// H200 (bench/RESULTS.md, "ping-pong against cooperative"; two rounds each, µs cooperative /
-// ping-pong). Ping-pong wins where the cooperative kernel's 128 x 256 tiles fill fewer than four
-// waves of the SMs and a tile has 128 real rows: 1024 x 768 -> 3072 (96 tiles) 22.0 / 16.7,
-// 512 x 4096 -> 14336 (448 tiles) 201.4-202.4 / 191.3-195.5, 128 x 4096 -> 14336 (112 tiles)
-// 66.0-66.5 / 64.9-65.1; 256 tokens was a draw (108.4 / 97.8, then 98.3 / 112.3). It loses once
-// there are many waves, where its third more L2 traffic per FLOP and one warpgroup issuing at a
-// time cost more than the hidden epilogue saves: 1024 x 4096 -> 14336 (896 tiles) 360.1-361.6 /
-// 372.8-375.4, 2048 x 4096 -> 14336 720.7 / 754.5, 8192 x 4096 -> 11008 2207 / 2463 (at
-// 4096 x 768 -> 3072, 768 tiles, it was 1-3% ahead: short K, where the epilogue weighs most; not
-// taken on one shape). Below 128 tokens a tile is mostly padding and the two consumers take
-// turns on the few tiles there are: 64 x 4096 -> 14336 68.5 / 91.8.
+// H200 (bench/RESULTS.md, "ping-pong against cooperative" and later entries; µs cooperative /
+// ping-pong, bf16 unless said). With four waves of cooperative tiles or more, cooperative: there
+// ping-pong's third more L2 traffic per FLOP and one warpgroup issuing at a time cost more than its
+// hidden epilogue saves (8192 x 4096 -> 11008 2207 / 2463, 8192 x 4096 -> 14336 2890 / 3232,
+// 2048 x 4096 -> 14336 721 / 755, 8192 x 768 -> 3072 113.5 / 115.1). Under four waves, the last
+// wave decides. A ping-pong tile is half a cooperative one, so in half-tiles the cooperative kernel
+// ends after 2 * ceil(tiles / SMs) and ping-pong after ceil(2 * tiles / SMs):
+// - ping-pong ends sooner: ping-pong. 512 x 4096 -> 14336 (448 tiles on 132 SMs: 8 against 7)
+//   201-202 / 191-196, then a draw, then 195.0 / 185.0 (FP8 103.7 / 97.2); 1024 x 768 -> 3072
+//   (192 tiles: 4 against 3) 22.0 / 16.7.
+// - both end together: ping-pong where K is short (under 2048), whose hidden epilogue is a large
+//   share of a tile's time there, else cooperative. 256 x 4096 -> 14336 (224 tiles: 4 against 4)
+//   108.4 / 97.8 and 98.3 / 112.3, then 91.0-91.4 / 97.5-98.7 and 105.1 / 112.9 (with ping-pong
+//   the gated SwiGLU MLP was slower than PyTorch eager there); 128 tokens (112 tiles: 2 against 2)
+//   65.2-66.5 / 64.5-65.1, a draw.
+// Below 128 tokens a tile is mostly padding and the two consumers take turns on the few tiles
+// there are: cooperative (64 x 4096 -> 14336 68.5 / 91.8).
 static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
 {
     const lf_gated_schedule forced = lf_gated_schedule_forced();
@@ -362,9 +368,13 @@ static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
         return LF_GATED_COOPERATIVE;
     if (forced != LF_GATED_AUTO)
         return forced;
-    const long long M = g->a.rows, coop_tiles = (M + lf::gated::coop::BM - 1) / lf::gated::coop::BM *
-                                                (g->d.cols / (lf::gated::coop::BN / 2));
-    return M >= 128 && coop_tiles < 4LL * sms ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
+    const long long M = g->a.rows, K = g->a.cols, n = sms > 0 ? sms : 1,
+                    tiles = (M + lf::gated::coop::BM - 1) / lf::gated::coop::BM *
+                            (g->d.cols / (lf::gated::coop::BN / 2));
+    if (M < 128 || tiles >= 4 * n)
+        return LF_GATED_COOPERATIVE;
+    const long long coop_end = 2 * ((tiles + n - 1) / n), pp_end = (2 * tiles + n - 1) / n;
+    return pp_end < coop_end || K < 2048 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
 }
 
 // Row-tiles per band of the tile order: 16 (2048 tokens share each weight tile they read while it
