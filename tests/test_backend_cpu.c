@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "backend/cuda/gated_rule.h"
 #include "backend/plan_file.h"
 #include "testutil.h"
 
@@ -366,6 +367,48 @@ static void test_plan_file(void)
     lf_plan_file_free(&f);
 }
 
+/* The Hopper gated GEMM's schedule rule (backend/cuda/gated_rule.h, host code the CPU can run):
+ * at every shape measured on an H200 (132 SMs) it picks the schedule that was faster there, a draw
+ * being either; what the two kernels compute is test_cuda's. */
+static void test_gated_rule(void)
+{
+    static const struct {
+        long long M, K, H;
+        lf_gated_schedule want;
+    } shapes[] = {
+        {64, 4096, 14336, LF_GATED_COOPERATIVE},   /* under 128 tokens */
+        {128, 4096, 14336, LF_GATED_COOPERATIVE},  /* 2 half-tile steps against 2, K long: a draw */
+        {256, 4096, 14336, LF_GATED_COOPERATIVE},  /* 4 against 4, K long: cooperative 7% faster */
+        {512, 4096, 14336, LF_GATED_PINGPONG},     /* 8 against 7 */
+        {1024, 4096, 14336, LF_GATED_COOPERATIVE}, /* 896 tiles: four waves and more */
+        {2048, 4096, 14336, LF_GATED_COOPERATIVE}, {8192, 4096, 14336, LF_GATED_COOPERATIVE},
+        {8192, 4096, 11008, LF_GATED_COOPERATIVE}, {4096, 2048, 8192, LF_GATED_COOPERATIVE},
+        {1024, 768, 3072, LF_GATED_PINGPONG}, /* 4 against 3 */
+        {4096, 768, 3072, LF_GATED_COOPERATIVE},   {8192, 768, 3072, LF_GATED_COOPERATIVE},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const lf_gated_schedule got =
+            lf_gated_rule(shapes[i].M, shapes[i].K, shapes[i].H, shapes[i].H, 0, 132, LF_GATED_AUTO);
+        CHECK(got == shapes[i].want, "gated schedule at %lld x %lld -> %lld on 132 SMs: %s, expected %s",
+              shapes[i].M, shapes[i].K, shapes[i].H, got == LF_GATED_PINGPONG ? "ping-pong" : "cooperative",
+              shapes[i].want == LF_GATED_PINGPONG ? "ping-pong" : "cooperative");
+    }
+    /* short K and both ending together under four waves: ping-pong (its hidden epilogue) */
+    CHECK(lf_gated_rule(2048, 768, 3072, 3072, 0, 132, LF_GATED_AUTO) == LF_GATED_PINGPONG,
+          "2048 x 768 -> 3072 (384 tiles, 6 against 6, K short) takes ping-pong");
+    /* what decides before the shape: the gate group, the e4m3 output, then a forced schedule */
+    CHECK(lf_gated_rule(8192, 4096, 11008, 64, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_PINGPONG,
+          "a gate group of 64 fits only ping-pong");
+    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 1, 132, LF_GATED_PINGPONG) == LF_GATED_COOPERATIVE,
+          "h in e4m3 takes the cooperative tiles");
+    CHECK(lf_gated_rule(8192, 4096, 11008, 11008, 0, 132, LF_GATED_PINGPONG) == LF_GATED_PINGPONG &&
+              lf_gated_rule(512, 4096, 14336, 14336, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_COOPERATIVE,
+          "a forced schedule is kept");
+    /* no SM count (no device yet): a shape is still decided */
+    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 0, 0, LF_GATED_AUTO) == LF_GATED_COOPERATIVE,
+          "with no SM count every shape is many waves: cooperative");
+}
+
 int main(void)
 {
     lf_cpu_isa best = lf_cpu_isa_detect();
@@ -378,6 +421,7 @@ int main(void)
     test_threads_deterministic();
     test_pointwise();
     test_plan_file();
+    test_gated_rule();
     printf("%d GEMM cases\n", n_cases);
     return lf_test_finish("test_backend_cpu");
 }

@@ -39,6 +39,7 @@
 #include <mutex>
 
 #include "backend/backend_impl.h"
+#include "backend/cuda/gated_rule.h"
 #include "backend/cuda/gated_kernels.cuh"
 
 namespace lf {
@@ -340,41 +341,16 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 #undef NO
 }
 
-// Which schedule runs g. Forced by lf_gated_schedule_force or LINFUSE_GATED_SCHEDULE (to measure
-// one against the other); otherwise chosen by shape, from `linfuse bench cuda --case sched_` on an
-// H200 (bench/RESULTS.md, "ping-pong against cooperative" and later entries; µs cooperative /
-// ping-pong, bf16 unless said). With four waves of cooperative tiles or more, cooperative: there
-// ping-pong's third more L2 traffic per FLOP and one warpgroup issuing at a time cost more than its
-// hidden epilogue saves (8192 x 4096 -> 11008 2207 / 2463, 8192 x 4096 -> 14336 2890 / 3232,
-// 2048 x 4096 -> 14336 721 / 755, 8192 x 768 -> 3072 113.5 / 115.1). Under four waves, the last
-// wave decides. A ping-pong tile is half a cooperative one, so in half-tiles the cooperative kernel
-// ends after 2 * ceil(tiles / SMs) and ping-pong after ceil(2 * tiles / SMs):
-// - ping-pong ends sooner: ping-pong. 512 x 4096 -> 14336 (448 tiles on 132 SMs: 8 against 7)
-//   201-202 / 191-196, then a draw, then 195.0 / 185.0 (FP8 103.7 / 97.2); 1024 x 768 -> 3072
-//   (192 tiles: 4 against 3) 22.0 / 16.7.
-// - both end together: ping-pong where K is short (under 2048), whose hidden epilogue is a large
-//   share of a tile's time there, else cooperative. 256 x 4096 -> 14336 (224 tiles: 4 against 4)
-//   108.4 / 97.8 and 98.3 / 112.3, then 91.0-91.4 / 97.5-98.7 and 105.1 / 112.9 (with ping-pong
-//   the gated SwiGLU MLP was slower than PyTorch eager there); 128 tokens (112 tiles: 2 against 2)
-//   65.2-66.5 / 64.5-65.1, a draw.
-// Below 128 tokens a tile is mostly padding and the two consumers take turns on the few tiles
-// there are: cooperative (64 x 4096 -> 14336 68.5 / 91.8).
+// Which schedule runs g: lf_gated_rule (gated_rule.h, where the measurements behind it are), or
+// the one forced by lf_gated_schedule_force or LINFUSE_GATED_SCHEDULE to measure one against the
+// other.
+static_assert(lf::gated::coop::BM == LF_GATED_COOP_ROWS && lf::gated::coop::BN / 2 == LF_GATED_COOP_COLS &&
+                  lf::gated::pp::BN * 2 == lf::gated::coop::BN,
+              "gated_rule.h's tile sizes are the kernels'");
 static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
 {
-    const lf_gated_schedule forced = lf_gated_schedule_forced();
-    if (g->ep.gate_group % 128) // the cooperative kernel's half tile is 128 columns
-        return LF_GATED_PINGPONG;
-    if (g->d.dtype == LF_DTYPE_F8E4M3) // only its tiles hold whole 128-column scale blocks
-        return LF_GATED_COOPERATIVE;
-    if (forced != LF_GATED_AUTO)
-        return forced;
-    const long long M = g->a.rows, K = g->a.cols, n = sms > 0 ? sms : 1,
-                    tiles = (M + lf::gated::coop::BM - 1) / lf::gated::coop::BM *
-                            (g->d.cols / (lf::gated::coop::BN / 2));
-    if (M < 128 || tiles >= 4 * n)
-        return LF_GATED_COOPERATIVE;
-    const long long coop_end = 2 * ((tiles + n - 1) / n), pp_end = (2 * tiles + n - 1) / n;
-    return pp_end < coop_end || K < 2048 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
+    return lf_gated_rule(g->a.rows, g->a.cols, g->d.cols, g->ep.gate_group, g->d.dtype == LF_DTYPE_F8E4M3, sms,
+                         lf_gated_schedule_forced());
 }
 
 // Row-tiles per band of the tile order: 16 (2048 tokens share each weight tile they read while it
