@@ -28,6 +28,14 @@ static node *new_node(graph *g, node_kind k, lf_device dev)
     return n;
 }
 
+/* A capture hook's node: the launch counted as a kernel, then its node; NULL once capture has
+ * failed (the launch is still counted) or when memory runs out. */
+static node *hook_node(graph *g, node_kind k, lf_device dev)
+{
+    g->kernels++;
+    return g->err == LF_OK ? new_node(g, k, dev) : NULL;
+}
+
 static int new_value(graph *g, uintptr_t lo, uintptr_t hi, lf_device dev, lf_dtype dt)
 {
     if (g->n_values == g->cap_values) {
@@ -136,10 +144,7 @@ static void cap_op_end(void *user, lf_op_id op, int n_args, const lf_op_arg *arg
 static void cap_gemm(void *user, lf_device dev, const lf_gemm *gm)
 {
     graph *g = user;
-    g->kernels++;
-    if (g->err != LF_OK)
-        return;
-    node *n = new_node(g, N_GEMM, dev);
+    node *n = hook_node(g, N_GEMM, dev);
     if (!n)
         return;
     n->g = *gm;
@@ -172,10 +177,7 @@ static void cap_gemm(void *user, lf_device dev, const lf_gemm *gm)
 static void cap_quant(void *user, lf_device dev, const lf_quant *q)
 {
     graph *g = user;
-    g->kernels++;
-    if (g->err != LF_OK)
-        return;
-    node *n = new_node(g, N_QUANT, dev);
+    node *n = hook_node(g, N_QUANT, dev);
     if (!n)
         return;
     n->q = *q;
@@ -191,10 +193,7 @@ static void cap_quant(void *user, lf_device dev, const lf_quant *q)
 static void cap_pointwise(void *user, lf_device dev, const lf_pointwise *p)
 {
     graph *g = user;
-    g->kernels++;
-    if (g->err != LF_OK)
-        return;
-    node *n = new_node(g, N_PW, dev);
+    node *n = hook_node(g, N_PW, dev);
     if (!n)
         return;
     n->p = *p;
@@ -228,10 +227,7 @@ static void cap_pointwise(void *user, lf_device dev, const lf_pointwise *p)
 static void cap_collective(void *user, lf_device dev, const lf_collective *c)
 {
     graph *g = user;
-    g->kernels++;
-    if (g->err != LF_OK)
-        return;
-    node *n = new_node(g, N_COLL, dev);
+    node *n = hook_node(g, N_COLL, dev);
     if (!n)
         return;
     n->coll = *c;
