@@ -262,18 +262,15 @@ extern "C" cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t s
         const __nv_bfloat16 *x = static_cast<const __nv_bfloat16 *>(in->data);
         const unsigned ctas = (unsigned)((grid + ROW_WARPS - 1) / ROW_WARPS);
         const int nv = (int)q->cols / 8, c = (int)q->cols;
-        if (nv <= 32 * 4)
-            quantize_fp8_rowwise_bf16_warp<4>
-                <<<ctas, ROW_WARPS * 32, 0, stream>>>(x, in->stride[0], q->rows, grid, c, q->q, q->scale);
-        else if (nv <= 32 * 8)
-            quantize_fp8_rowwise_bf16_warp<8>
-                <<<ctas, ROW_WARPS * 32, 0, stream>>>(x, in->stride[0], q->rows, grid, c, q->q, q->scale);
-        else if (q->cols <= WARP_MAX_COLS)
-            quantize_fp8_rowwise_bf16_warp<16>
-                <<<ctas, ROW_WARPS * 32, 0, stream>>>(x, in->stride[0], q->rows, grid, c, q->q, q->scale);
-        else
+        if (q->cols <= WARP_MAX_COLS) { // the fewest pieces a lane that hold the row
+            const auto warp_kernel = nv <= 32 * 4   ? quantize_fp8_rowwise_bf16_warp<4>
+                                     : nv <= 32 * 8 ? quantize_fp8_rowwise_bf16_warp<8>
+                                                    : quantize_fp8_rowwise_bf16_warp<16>;
+            warp_kernel<<<ctas, ROW_WARPS * 32, 0, stream>>>(x, in->stride[0], q->rows, grid, c, q->q, q->scale);
+        } else {
             quantize_fp8_rowwise_bf16x8<<<(unsigned)grid, THREADS, 0, stream>>>(x, in->stride[0], q->rows, c, q->q,
                                                                                 q->scale);
+        }
     } else {
         quantize_fp8_rowwise<<<(unsigned)grid, THREADS, 0, stream>>>(in->data, (int)in->dtype, in->stride[0],
                                                                      in->stride[1], q->rows, q->cols, q->q, q->scale);
