@@ -204,9 +204,12 @@ int lf_cpu_threads(void);
  * ~/.cache/linfuse, gemm-plans/), keyed by GPU, driver and cuBLASLt versions. Nothing is timed
  * while a profiler records (the trace would hold the trials) or while a CUDA graph is captured:
  * a plan from the disk cache, else cuBLASLt's first choice, is used then. On by default; off with
- * lf_gemm_autotune_set(0), LINFUSE_GEMM_AUTOTUNE=0 or the CLI's --no-gemm-autotune. */
+ * lf_gemm_autotune_set(0), LINFUSE_GEMM_AUTOTUNE=0 or the CLI's --no-gemm-autotune.
+ * LINFUSE_GEMM_AUTOTUNE=verbose keeps it on and prints each candidate's time and the one kept
+ * to stderr (lf_gemm_autotune_verbose says whether it is set). */
 void lf_gemm_autotune_set(int on);
 int lf_gemm_autotune_enabled(void);
+int lf_gemm_autotune_verbose(void);
 
 #ifdef __cplusplus
 }

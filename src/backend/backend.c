@@ -220,13 +220,14 @@ lf_status lf_gemm_validate(const lf_gemm *g)
         return lf_fail(LF_EINVAL, "lf_gemm: scale vectors are for f8e4m3 operands; a and b are %s",
                        lf_dtype_name(g->a.dtype));
     if (ep->blockwise != 0 && (ep->blockwise != 1 || !fp8))
-        return lf_fail(LF_EINVAL, "lf_gemm: blockwise %d: 0 (row-wise scales) or 1 (1 x 128 and 128 x 128 blocks, "
-                                  "f8e4m3 only)",
+        return lf_fail(LF_EINVAL,
+                       "lf_gemm: blockwise %d: 0 (row-wise scales) or 1 (1 x 128 and 128 x 128 blocks, "
+                       "f8e4m3 only)",
                        ep->blockwise);
     if ((g->d.dtype == LF_DTYPE_F8E4M3) != (ep->d_scale != NULL))
-        return lf_fail(LF_EINVAL, g->d.dtype == LF_DTYPE_F8E4M3
-                                      ? "lf_gemm: an f8e4m3 d needs its block scales (d_scale)"
-                                      : "lf_gemm: d_scale is for an f8e4m3 d; d is %s",
+        return lf_fail(LF_EINVAL,
+                       g->d.dtype == LF_DTYPE_F8E4M3 ? "lf_gemm: an f8e4m3 d needs its block scales (d_scale)"
+                                                     : "lf_gemm: d_scale is for an f8e4m3 d; d is %s",
                        lf_dtype_name(g->d.dtype));
     if (ep->d_scale && !fp8)
         return lf_fail(LF_EINVAL, "lf_gemm: an f8e4m3 d comes from f8e4m3 operands; a and b are %s",
@@ -407,8 +408,9 @@ lf_status lf_backend_quantize_fp8(lf_device dev, const lf_quant *q, lf_kernel_in
         return lf_fail(LF_EINVAL, "lf_quantize_fp8: pad_rows %lld: row-wise only, and at least the %lld rows",
                        (long long)q->pad_rows, (long long)q->rows);
     if (q->rows < 1 || q->cols < 1 || !q->in.data || !q->q || !q->scale || !lf_dtype_computes(q->in.dtype))
-        return lf_fail(LF_EINVAL, "lf_quantize_fp8: %lld x %lld %s: expected both dims >= 1, bf16/f16/f32 input and "
-                                  "every pointer set",
+        return lf_fail(LF_EINVAL,
+                       "lf_quantize_fp8: %lld x %lld %s: expected both dims >= 1, bf16/f16/f32 input and "
+                       "every pointer set",
                        (long long)q->rows, (long long)q->cols,
                        lf_dtype_known(q->in.dtype) ? lf_dtype_name(q->in.dtype) : "unknown dtype");
     const lf_backend_ops *b = lf_backend_for(dev);
@@ -556,4 +558,10 @@ int lf_gemm_autotune_enabled(void)
         return v;
     const char *e = getenv("LINFUSE_GEMM_AUTOTUNE");
     return !(e && !strcmp(e, "0"));
+}
+
+int lf_gemm_autotune_verbose(void)
+{
+    const char *e = getenv("LINFUSE_GEMM_AUTOTUNE");
+    return e && !strcmp(e, "verbose");
 }

@@ -19,9 +19,9 @@ typedef struct gcase {
      * quantized once, outside the timing): 5 the gated GEMM alone, 6 one scaled GEMM over [Wg; Wu] */
     int kind;
     int64_t a, b, c, d;
-    lf_mlp_variant variant; /* kind 2 */
-    unsigned compiled;      /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
-    lf_act act;             /* kind 2: LF_ACT_NONE is GeGLU's gelu_tanh; LF_ACT_SILU the Llama MLP */
+    lf_mlp_variant variant;  /* kind 2 */
+    unsigned compiled;       /* 0: eager; else compile mode with these passes (one CUDA graph per run) */
+    lf_act act;              /* kind 2: LF_ACT_NONE is GeGLU's gelu_tanh; LF_ACT_SILU the Llama MLP */
     lf_gated_schedule sched; /* kind 3: the gated kernel's schedule, forced for this case (0: the backend's choice) */
 } gcase;
 
@@ -105,29 +105,51 @@ static const gcase cases[] = {
     {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
     {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
     {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
-    /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
-#define SCHED(T, D, H)                                                                                                  \
-{"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
-    {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
-    {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
-    SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
-    SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
-    SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
+/* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
+#define SCHED(T, D, H)                                                                               \
+    {"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE}, \
+        {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},   \
+    {                                                                                                \
+        "sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0                        \
+    }
+    SCHED(8192, 768, 3072),
+    SCHED(8192, 4096, 11008),
+    SCHED(4096, 2048, 8192),
+    SCHED(512, 4096, 14336),
+    SCHED(2048, 4096, 14336),
+    SCHED(64, 4096, 14336),
+    SCHED(8192, 4096, 14336),
+    SCHED(1024, 768, 3072),
+    SCHED(128, 4096, 14336),
+    SCHED(256, 4096, 14336),
+    SCHED(1024, 4096, 14336),
+    SCHED(4096, 768, 3072),
 #undef SCHED
-    /* the gated GEMM in FP8 against itself in bf16 and against cuBLASLt's FP8 GEMM over [Wg; Wu] */
-#define FP8(T, D, H)                                                                                                    \
-{"fp8_gated_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                                \
-    {"fp8_bf16_gated_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                      \
-    {"fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
-    FP8(8192, 4096, 11008), FP8(8192, 768, 3072), FP8(512, 4096, 14336),
+/* the gated GEMM in FP8 against itself in bf16 and against cuBLASLt's FP8 GEMM over [Wg; Wu] */
+#define FP8(T, D, H)                                                               \
+    {"fp8_gated_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},          \
+        {"fp8_bf16_gated_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}, \
+    {                                                                              \
+        "fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0        \
+    }
+    FP8(8192, 4096, 11008),
+    FP8(8192, 768, 3072),
+    FP8(512, 4096, 14336),
 #undef FP8
-    /* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
-     * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
-#define SCHED8(T, D, H)                                                                                                 \
-{"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},               \
-    {"fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG}
-    SCHED8(8192, 4096, 11008), SCHED8(8192, 768, 3072), SCHED8(512, 4096, 14336), SCHED8(2048, 4096, 14336),
-    SCHED8(8192, 4096, 14336), SCHED8(1024, 768, 3072), SCHED8(4096, 2048, 8192),
+/* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
+ * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
+#define SCHED8(T, D, H)                                                                                  \
+    {"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE}, \
+    {                                                                                                    \
+        "fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG      \
+    }
+    SCHED8(8192, 4096, 11008),
+    SCHED8(8192, 768, 3072),
+    SCHED8(512, 4096, 14336),
+    SCHED8(2048, 4096, 14336),
+    SCHED8(8192, 4096, 14336),
+    SCHED8(1024, 768, 3072),
+    SCHED8(4096, 2048, 8192),
 #undef SCHED8
     {"mlp_64x128x768x3072_fp8", 2, 64, 128, 768, 3072, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
     {"mlp_8x1024x4096x11008_fp8", 2, 8, 1024, 4096, 11008, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
@@ -154,7 +176,7 @@ static const gcase cases[] = {
     /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
     {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
     {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
-    /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
+/* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
 #define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU, 0
     {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
     {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
@@ -181,72 +203,100 @@ static const gcase cases[] = {
 #undef LLAMA
 };
 
-/* Build case g's inputs, warm it up, time it and print its line; 0 (the error printed) on failure. */
-static int run_case(const gcase *g, int reps)
+/* A case's operands: x, and what the case's kind multiplies it with. */
+typedef struct operands {
+    lf_tensor *x, *w, *b;
+    lf_nn_linear lin;
+    lf_nn_gated_mlp mlp;
+} operands;
+
+static void operands_free(operands *o)
+{
+    lf_tensor_free(o->x), lf_tensor_free(o->w), lf_tensor_free(o->b);
+    lf_nn_linear_free(&o->lin);
+    lf_nn_gated_mlp_free(&o->mlp);
+    memset(o, 0, sizeof *o);
+}
+
+/* Case g's operands on the GPU, drawn from one seed (so every case of a shape gets the same
+ * numbers); the MLP's FP8 weights too where fp8 is set or the case needs them. 0 (the error
+ * printed) on failure, nothing left allocated. */
+static int operands_build(const gcase *g, int fp8, operands *o)
 {
     lf_rng rng;
     lf_rng_seed(&rng, 1);
-    lf_tensor *x = NULL, *w = NULL, *b = NULL;
-    lf_nn_linear lin = {0};
-    lf_nn_gated_mlp mlp = {0};
+    memset(o, 0, sizeof *o);
     lf_status s = LF_OK;
     if (g->kind == 0) {
         int64_t sq[2] = {g->a, g->a};
-        s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+        s = lf_tensor_empty(&o->x, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
         if (s == LF_OK)
-            s = lf_tensor_empty(&w, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+            s = lf_tensor_empty(&o->w, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
         if (s == LF_OK)
-            s = lf_tensor_empty(&b, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
+            s = lf_tensor_empty(&o->b, LF_DTYPE_BF16, 2, sq, LF_DEVICE_CPU);
         if (s == LF_OK)
-            s = lf_tensor_fill_uniform(w, &rng, -1, 1);
+            s = lf_tensor_fill_uniform(o->w, &rng, -1, 1);
         if (s == LF_OK)
-            s = lf_tensor_fill_uniform(b, &rng, -1, 1);
+            s = lf_tensor_fill_uniform(o->b, &rng, -1, 1);
         if (s == LF_OK)
-            s = to_cuda(&w);
+            s = to_cuda(&o->w);
         if (s == LF_OK)
-            s = to_cuda(&b);
+            s = to_cuda(&o->b);
     } else if (g->kind == 1) {
-        lf_nn_linear_opts o = {g->b, g->c, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
+        lf_nn_linear_opts lo = {g->b, g->c, 1, LF_DTYPE_BF16, LF_DEVICE_CPU};
         int64_t xs[2] = {g->a, g->b};
-        s = lf_nn_linear_init(&lin, &o, &rng);
+        s = lf_nn_linear_init(&o->lin, &lo, &rng);
         if (s == LF_OK)
-            s = lf_tensor_empty(&x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
+            s = lf_tensor_empty(&o->x, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CPU);
         if (s == LF_OK)
-            s = to_cuda(&lin.weight);
+            s = to_cuda(&o->lin.weight);
         if (s == LF_OK)
-            s = to_cuda(&lin.bias);
+            s = to_cuda(&o->lin.bias);
     } else { /* the MLP, or its first layer alone as (tokens, dim) x (dim, 2H) */
-        lf_nn_gated_mlp_opts o = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, g->act ? g->act : LF_ACT_GELU_TANH};
+        lf_nn_gated_mlp_opts mo = {g->c, g->d, LF_DTYPE_BF16, LF_DEVICE_CPU, g->act ? g->act : LF_ACT_GELU_TANH};
         int64_t xs[3] = {g->a, g->b, g->c}, x2[2] = {g->a * g->b, g->c};
-        s = lf_nn_gated_mlp_init(&mlp, &o, &rng);
+        s = lf_nn_gated_mlp_init(&o->mlp, &mo, &rng);
         if (s == LF_OK)
-            s = g->kind == 2 ? lf_tensor_empty(&x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
-                             : lf_tensor_empty(&x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
-        if (s == LF_OK && (g->kind >= 5 || g->variant == LF_MLP_FP8))
-            s = lf_nn_gated_mlp_quantize_fp8(&mlp);
+            s = g->kind == 2 ? lf_tensor_empty(&o->x, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU)
+                             : lf_tensor_empty(&o->x, LF_DTYPE_BF16, 2, x2, LF_DEVICE_CPU);
+        if (s == LF_OK && (fp8 || g->kind >= 5 || g->variant == LF_MLP_FP8))
+            s = lf_nn_gated_mlp_quantize_fp8(&o->mlp);
         if (s == LF_OK)
-            s = lf_nn_gated_mlp_to_device(&mlp, LF_DEVICE_CUDA);
+            s = lf_nn_gated_mlp_to_device(&o->mlp, LF_DEVICE_CUDA);
     }
     if (s == LF_OK)
-        s = lf_tensor_fill_uniform(x, &rng, -1, 1);
+        s = lf_tensor_fill_uniform(o->x, &rng, -1, 1);
     if (s == LF_OK)
-        s = to_cuda(&x);
+        s = to_cuda(&o->x);
     if (s == LF_OK && g->kind >= 5) { /* x in FP8 once, its scales in w */
         lf_tensor *xq = NULL;
-        s = lf_quantize_fp8(&xq, &w, x);
+        s = lf_quantize_fp8(&xq, &o->w, o->x);
         if (s == LF_OK) {
-            lf_tensor_free(x);
-            x = xq;
+            lf_tensor_free(o->x);
+            o->x = xq;
         }
     }
+    if (s != LF_OK) {
+        fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
+        operands_free(o);
+        return 0;
+    }
+    return 1;
+}
+
+/* Warm case g up on o, time it and print its line; 0 (the error printed) on failure. */
+static int time_case(const gcase *g, operands *o, int reps)
+{
+    lf_tensor *x = o->x, *w = o->w, *b = o->b;
     lf_compiled *c = NULL;
-    gstate st = {g, w, b, &lin, &mlp};
+    gstate st = {g, w, b, &o->lin, &o->mlp};
+    lf_status s = LF_OK;
     /* a sched_ case forces its schedule; every other case keeps what was chosen before it
      * (LINFUSE_GATED_SCHEDULE or the backend's rule), so the variable works for them too */
     const lf_gated_schedule before = lf_gated_schedule_forced();
     if (g->sched != LF_GATED_AUTO)
         lf_gated_schedule_force(g->sched);
-    if (s == LF_OK && g->compiled) {
+    if (g->compiled) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = g->name;
         co.passes = g->compiled;
@@ -256,13 +306,13 @@ static int run_case(const gcase *g, int reps)
     int n = reps < 64 ? reps : 64;
     const int per = 50;
     for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
-        s = forward(g, x, w, b, &lin, &mlp, c);
+        s = forward(g, x, w, b, &o->lin, &o->mlp, c);
     if (s == LF_OK)
         s = lf_device_synchronize(LF_DEVICE_CUDA);
     for (int r = 0; r < n && s == LF_OK; r++) {
         double t0 = lf_cli_now();
         for (int k = 0; k < per && s == LF_OK; k++)
-            s = forward(g, x, w, b, &lin, &mlp, c);
+            s = forward(g, x, w, b, &o->lin, &o->mlp, c);
         if (s == LF_OK)
             s = lf_device_synchronize(LF_DEVICE_CUDA);
         t[r] = (lf_cli_now() - t0) / per;
@@ -274,7 +324,7 @@ static int run_case(const gcase *g, int reps)
         s = lf_device_synchronize(LF_DEVICE_CUDA);
         double t0 = lf_cli_now();
         if (s == LF_OK)
-            s = forward(g, x, w, b, &lin, &mlp, c);
+            s = forward(g, x, w, b, &o->lin, &o->mlp, c);
         h[r] = lf_cli_now() - t0;
     }
     if (s == LF_OK)
@@ -286,16 +336,25 @@ static int run_case(const gcase *g, int reps)
         printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us,
                lf_cli_median(h, n) * 1e6);
         if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
-            printf(" weights_gb_per_s=%.1f", 3.0 * (double)g->c * (double)g->d * (g->variant == LF_MLP_FP8 ? 1.0 : 2.0) / (us * 1e3));
+            printf(" weights_gb_per_s=%.1f",
+                   3.0 * (double)g->c * (double)g->d * (g->variant == LF_MLP_FP8 ? 1.0 : 2.0) / (us * 1e3));
         printf("\n");
         fflush(stdout); /* each line as it comes, through a pipe too */
     }
     lf_gated_schedule_force(before);
     lf_compiled_free(c);
-    lf_tensor_free(x), lf_tensor_free(w), lf_tensor_free(b);
-    lf_nn_linear_free(&lin);
-    lf_nn_gated_mlp_free(&mlp);
     return s == LF_OK;
+}
+
+/* Build case g's operands, time it, free them; 0 (the error printed) on failure. */
+static int run_case(const gcase *g, int reps)
+{
+    operands o;
+    if (!operands_build(g, 0, &o))
+        return 0;
+    const int ok = time_case(g, &o, reps);
+    operands_free(&o);
+    return ok;
 }
 
 /* "TxDxH[,TxDxH...]" (tokens, model dim, hidden dim) into shapes; at most cap of them. */
@@ -361,15 +420,26 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
                      {"", "_fp8", LF_MLP_FP8, 0},
                      {"compiled_", "", LF_MLP_EAGER, LF_PASSES_DEFAULT},
                      {"compiled_gated_", "", LF_MLP_EAGER, LF_PASSES_ALL}};
-        for (int i = 0; i < nshapes; i++)
+        /* one module per shape (bf16 and FP8 weights), every form timed on it back to back:
+         * drawing and quantizing the weights on the CPU costs seconds at the large shapes, and
+         * a GPU left idle that long between forms would start each form cool */
+        for (int i = 0; i < nshapes; i++) {
+            const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
+            operands o;
+            if (!operands_build(&shape, 1, &o)) {
+                ok = 0;
+                continue;
+            }
             for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
                 char name[96];
                 snprintf(name, sizeof name, "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
-                const gcase g = {name, 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], forms[f].variant,
-                                 forms[f].compiled, act, 0};
-                ok &= run_case(&g, reps);
+                gcase g = shape;
+                g.name = name, g.variant = forms[f].variant, g.compiled = forms[f].compiled;
+                ok &= time_case(&g, &o, reps);
             }
+            operands_free(&o);
+        }
         return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

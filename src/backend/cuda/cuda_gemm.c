@@ -11,7 +11,10 @@
 
 static cudaDataType_t cuda_type(lf_dtype dt)
 {
-    return dt == LF_DTYPE_BF16 ? CUDA_R_16BF : dt == LF_DTYPE_F16 ? CUDA_R_16F : dt == LF_DTYPE_F8E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_32F;
+    return dt == LF_DTYPE_BF16     ? CUDA_R_16BF
+           : dt == LF_DTYPE_F16    ? CUDA_R_16F
+           : dt == LF_DTYPE_F8E4M3 ? CUDA_R_8F_E4M3
+                                   : CUDA_R_32F;
 }
 
 /* Everything that decides a cuBLASLt plan. It is the plan cache's key, compared whole with
@@ -23,7 +26,7 @@ typedef struct lt_call {
     lf_dtype dt, out_dt, c_dt, bias_dt;
     cublasLtEpilogue_t epi;
     int has_c;
-    int scaled; /* FP8: 1 outer-vector scales (cuBLAS's A, our B, per column; its B, our A, per row); 2 blocks */
+    int scaled;        /* FP8: 1 outer-vector scales (cuBLAS's A, our B, per column; its B, our A, per row); 2 blocks */
     uint32_t align[4]; /* bytes each of A', B', C, D is aligned to (pointer and leading dim) */
 } lt_call;
 
@@ -72,8 +75,9 @@ static lf_status operand(const lf_matrix *m, const char *name, cublasOperation_t
         *op = CUBLAS_OP_T;
         *ld = m->cs;
     } else {
-        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s has strides (%lld, %lld); one of them must be 1 (use lf_contiguous)",
-                       name, (long long)m->rs, (long long)m->cs);
+        return lf_fail(LF_EUNSUPPORTED,
+                       "cuda gemm: %s has strides (%lld, %lld); one of them must be 1 (use lf_contiguous)", name,
+                       (long long)m->rs, (long long)m->cs);
     }
     return LF_OK;
 }
@@ -106,8 +110,12 @@ static lf_status describe(const lf_gemm *g, lt_call *c)
     int bias = g->ep.bias != NULL;
     c->bias_dt = bias ? g->ep.bias_dtype : LF_DTYPE_F32;
     switch (g->ep.act) {
-    case LF_ACT_RELU: c->epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU; break;
-    case LF_ACT_GELU_TANH: c->epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU; break;
+    case LF_ACT_RELU:
+        c->epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+        break;
+    case LF_ACT_GELU_TANH:
+        c->epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+        break;
     default: /* gelu_erf and silu have no cuBLASLt epilogue: the GEMM keeps the bias, a kernel follows */
         c->epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
         break;
@@ -126,7 +134,7 @@ static void plan_clear(lt_plan *pl)
     memset(pl, 0, sizeof *pl);
 }
 
-enum { CANDIDATES = 8, TRIAL_WARM = 2, TRIAL_RUNS = 10 };
+enum { CANDIDATES = 8, TRIAL_WARM = 2, TRIAL_ROUNDS = 3, TRIAL_RUNS = 5 };
 
 /* The pointers a plan's descriptor carries for one call: the bias, and an FP8 GEMM's scale
  * vectors (cuBLAS's A is our B, so its A scale is our b_scale). Set per call with the cache's
@@ -151,21 +159,25 @@ static cublasStatus_t lt_run(const lf_cuda_dev *d, const lf_gemm *g, const lt_ca
 {
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
     return cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data, pl->b, &beta,
-                          c->has_c ? g->c.data : out, pl->c, out, pl->d, algo, d->workspace,
-                          LF_CUDA_WORKSPACE_BYTES, d->stream);
+                          c->has_c ? g->c.data : out, pl->c, out, pl->d, algo, d->workspace, LF_CUDA_WORKSPACE_BYTES,
+                          d->stream);
 }
 
 /* Which of cuBLASLt's candidates runs this call fastest, timed on the call's own operands with D
- * written to a scratch buffer (D may be C, or an input of a later op: it is not touched): each
- * warmed twice, then ten launches between two events. A candidate that fails to launch is
- * skipped. -1 when nothing could be timed. */
+ * written to a scratch buffer (D may be C, or an input of a later op: it is not touched). Each is
+ * warmed twice, then timed in TRIAL_ROUNDS rounds of TRIAL_RUNS launches between two events, the
+ * candidates taking turns within a round, and scored by its median round: timed one after the
+ * other, the first candidates ran on a cooler GPU than the last, and at a few hundred tokens the
+ * candidates are within a few percent of each other. A candidate that fails to launch is skipped.
+ * -1 when nothing could be timed. LINFUSE_GEMM_AUTOTUNE=verbose prints the trials. */
 static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_plan *pl,
                    const cublasLtMatmulHeuristicResult_t *res, int found)
 {
     const size_t bytes = (size_t)c->ldc * (size_t)c->n * lf_dtype_size(c->out_dt);
     void *out = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    int best = -1;
+    float ms[CANDIDATES][TRIAL_ROUNDS];
+    int ok[CANDIDATES] = {0}, best = -1;
     float best_ms = 0;
     if (cudaMallocAsync(&out, bytes, d->stream) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
@@ -173,17 +185,47 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
     if (set_call_pointers(g, c, pl) != LF_OK)
         goto done;
     for (int i = 0; i < found; i++) {
-        int ok = 1;
-        for (int r = 0; r < TRIAL_WARM && ok; r++)
-            ok = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(e0, d->stream) == cudaSuccess;
-        for (int r = 0; r < TRIAL_RUNS && ok; r++)
-            ok = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(e1, d->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
-        float ms = 0;
-        if (ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && (best < 0 || ms < best_ms))
-            best = i, best_ms = ms;
+        ok[i] = 1;
+        for (int r = 0; r < TRIAL_WARM && ok[i]; r++)
+            ok[i] = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
     }
+    for (int round = 0; round < TRIAL_ROUNDS; round++)
+        for (int i = 0; i < found; i++) {
+            if (!ok[i])
+                continue;
+            ok[i] = cudaEventRecord(e0, d->stream) == cudaSuccess;
+            for (int r = 0; r < TRIAL_RUNS && ok[i]; r++)
+                ok[i] = lt_run(d, g, c, pl, &res[i].algo, out) == CUBLAS_STATUS_SUCCESS;
+            ok[i] = ok[i] && cudaEventRecord(e1, d->stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+                    cudaEventElapsedTime(&ms[i][round], e0, e1) == cudaSuccess;
+        }
+    const int verbose = lf_gemm_autotune_verbose();
+    for (int i = 0; i < found; i++) {
+        if (!ok[i])
+            continue;
+        float *t = ms[i]; /* sort the rounds: the median is the middle one */
+        for (int x = 1; x < TRIAL_ROUNDS; x++)
+            for (int y = x; y > 0 && t[y] < t[y - 1]; y--) {
+                const float v = t[y];
+                t[y] = t[y - 1], t[y - 1] = v;
+            }
+        const float med = t[TRIAL_ROUNDS / 2];
+        if (best < 0 || med < best_ms)
+            best = i, best_ms = med;
+        if (verbose) {
+            int id = -1, tile = -1;
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, NULL);
+            cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, NULL);
+            fprintf(stderr,
+                    "linfuse: GEMM plan m=%lld n=%lld k=%lld %s: candidate %d (algo %d, tile %d) %.2f us "
+                    "(rounds %.2f..%.2f)\n",
+                    (long long)c->m, (long long)c->n, (long long)c->k, lf_dtype_name(c->dt), i, id, tile,
+                    med * 1e3f / TRIAL_RUNS, t[0] * 1e3f / TRIAL_RUNS, t[TRIAL_ROUNDS - 1] * 1e3f / TRIAL_RUNS);
+        }
+    }
+    if (verbose && best >= 0)
+        fprintf(stderr, "linfuse: GEMM plan m=%lld n=%lld k=%lld: kept candidate %d of %d\n", (long long)c->m,
+                (long long)c->n, (long long)c->k, best, found);
 done:
     if (out)
         cudaFreeAsync(out, d->stream);
@@ -209,30 +251,37 @@ static int may_time(const lf_cuda_dev *d)
  * timed now on g's operands when that may be done (may_time), else cuBLASLt's first choice. */
 static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan *pl)
 {
-    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
+    LF_CU_TRY(CUBLASLT,
+              cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta));
     LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb, sizeof c->tb));
-    LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+    LF_CU_TRY(CUBLASLT,
+              cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
     if (c->epi & CUBLASLT_EPILOGUE_BIAS) {
         cudaDataType_t bt = cuda_type(c->bias_dt);
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        LF_CU_TRY(CUBLASLT,
+                  cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     if (c->scaled) { /* FP8 as torch._scaled_mm's: row-wise (a vector over each operand's outer dim), or
-                        * blockwise: the weight (cuBLAS's A) in 128 x 128 blocks, x (its B) in 1 x 128
-                        * ones (lf_scale_mode's layouts, probed on an H200: docs/gpu_notes.md) */
+                      * blockwise: the weight (cuBLAS's A) in 128 x 128 blocks, x (its B) in 1 x 128
+                      * ones (lf_scale_mode's layouts, probed on an H200: docs/gpu_notes.md) */
         const int32_t amode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                              : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                       bmode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                              : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
-        LF_CU_TRY(CUBLASLT, cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
+        LF_CU_TRY(CUBLASLT,
+                  cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
+        LF_CU_TRY(CUBLASLT,
+                  cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
         /* the heuristic refuses a vector mode whose pointers are unset (CUBLAS_STATUS_INVALID_VALUE,
          * seen on the H200): this call's, replaced at every launch */
         LF_TRY(set_call_pointers(g, c, pl));
     }
     cudaDataType_t in = cuda_type(c->dt), out = cuda_type(c->out_dt);
-    uint64_t arows = (uint64_t)(c->ta == CUBLAS_OP_N ? c->m : c->k), acols = (uint64_t)(c->ta == CUBLAS_OP_N ? c->k : c->m);
-    uint64_t brows = (uint64_t)(c->tb == CUBLAS_OP_N ? c->k : c->n), bcols = (uint64_t)(c->tb == CUBLAS_OP_N ? c->n : c->k);
+    uint64_t arows = (uint64_t)(c->ta == CUBLAS_OP_N ? c->m : c->k),
+             acols = (uint64_t)(c->ta == CUBLAS_OP_N ? c->k : c->m);
+    uint64_t brows = (uint64_t)(c->tb == CUBLAS_OP_N ? c->k : c->n),
+             bcols = (uint64_t)(c->tb == CUBLAS_OP_N ? c->n : c->k);
     LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->a, in, arows, acols, c->lda));
     LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->b, in, brows, bcols, c->ldb));
     LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->c, c->has_c ? cuda_type(c->c_dt) : out, (uint64_t)c->m,
@@ -247,8 +296,8 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
     /* split-K partial sums only in fp32: reducing them in bf16 (the output type) costs bf16
      * results whole bits (seen on the H200 at 257x64x33); PyTorch masks the same schemes */
     uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    lf_status s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                                             &ws, sizeof ws));
+    lf_status s = LF_CU_CHECK(
+        CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     for (int i = 0; i < 4 && s == LF_OK; i++)
         s = LF_CU_CHECK(CUBLASLT,
                         cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &c->align[i], sizeof c->align[i]));
@@ -258,8 +307,8 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
     cublasLtMatmulHeuristicResult_t res[CANDIDATES];
     int found = 0;
     if (s == LF_OK)
-        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b,
-                                                                 pl->c, pl->d, pref, CANDIDATES, res, &found));
+        s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b, pl->c,
+                                                                 pl->d, pref, CANDIDATES, res, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     LF_TRY(s);
     if (!found)
