@@ -17,7 +17,7 @@ own ratio, and a form counts as slower only if that median is over 1.
 usage: bench/mlp_sweep_vs_torch.py build/linfuse [--act gelu_tanh|silu] [--dims 768x3072,...]
                                    [--tokens 1,16,...] [--reps N] [--rounds R]
                                    [--no-compile]"""
-import argparse, time
+import argparse
 
 import torch
 import torch.nn.functional as F
