@@ -284,57 +284,96 @@ static int operands_build(const gcase *g, int fp8, operands *o)
     return 1;
 }
 
-/* Warm case g up on o, time it and print its line; 0 (the error printed) on failure. */
-static int time_case(const gcase *g, operands *o, int reps)
+/* One case being timed on its operands: its compiled forward when it has one, the first error,
+ * and its samples (GPU seconds per forward). */
+typedef struct timing {
+    const gcase *g;
+    operands *o;
+    gstate st; /* the compiled forward's context: lf_compile keeps it for recompiles */
+    lf_compiled *c;
+    lf_status s;
+    int n;
+    double t[64];
+} timing;
+
+enum { PER_SAMPLE = 50 }; /* forwards queued back to back per sample, one synchronize */
+
+/* A sched_ case forces its schedule while it runs (capture, samples, host time); every other case
+ * keeps what was chosen before it (LINFUSE_GATED_SCHEDULE or the backend's rule), so the variable
+ * works for them too. Returns what to restore. */
+static lf_gated_schedule sched_enter(const gcase *g)
 {
-    lf_tensor *x = o->x, *w = o->w, *b = o->b;
-    lf_compiled *c = NULL;
-    gstate st = {g, w, b, &o->lin, &o->mlp};
-    lf_status s = LF_OK;
-    /* a sched_ case forces its schedule; every other case keeps what was chosen before it
-     * (LINFUSE_GATED_SCHEDULE or the backend's rule), so the variable works for them too */
     const lf_gated_schedule before = lf_gated_schedule_forced();
     if (g->sched != LF_GATED_AUTO)
         lf_gated_schedule_force(g->sched);
+    return before;
+}
+
+static lf_status run_forward(timing *tm)
+{
+    operands *o = tm->o;
+    return forward(tm->g, o->x, o->w, o->b, &o->lin, &o->mlp, tm->c);
+}
+
+/* Compile case g when it is a compiled one, and warm it up (plans, allocator). */
+static void timing_begin(timing *tm, const gcase *g, operands *o, int reps)
+{
+    memset(tm, 0, sizeof *tm);
+    tm->g = g, tm->o = o, tm->n = reps < 64 ? reps : 64;
+    const lf_gated_schedule before = sched_enter(g);
+    tm->st = (gstate){g, o->w, o->b, &o->lin, &o->mlp};
     if (g->compiled) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = g->name;
         co.passes = g->compiled;
-        s = lf_compile(&c, captured, &st, 1, &x, &co);
+        tm->s = lf_compile(&tm->c, captured, &tm->st, 1, &o->x, &co);
     }
-    double t[64];
-    int n = reps < 64 ? reps : 64;
-    const int per = 50;
-    for (int k = 0; k < 20 && s == LF_OK; k++) /* warm-up: plans, allocator */
-        s = forward(g, x, w, b, &o->lin, &o->mlp, c);
-    if (s == LF_OK)
-        s = lf_device_synchronize(LF_DEVICE_CUDA);
-    for (int r = 0; r < n && s == LF_OK; r++) {
-        double t0 = lf_cli_now();
-        for (int k = 0; k < per && s == LF_OK; k++)
-            s = forward(g, x, w, b, &o->lin, &o->mlp, c);
-        if (s == LF_OK)
-            s = lf_device_synchronize(LF_DEVICE_CUDA);
-        t[r] = (lf_cli_now() - t0) / per;
-    }
+    for (int k = 0; k < 20 && tm->s == LF_OK; k++)
+        tm->s = run_forward(tm);
+    if (tm->s == LF_OK)
+        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+    lf_gated_schedule_force(before);
+}
+
+/* Sample r: PER_SAMPLE forwards back to back, one synchronize, divided. */
+static void timing_sample(timing *tm, int r)
+{
+    if (tm->s != LF_OK || r >= tm->n)
+        return;
+    const lf_gated_schedule before = sched_enter(tm->g);
+    const double t0 = lf_cli_now();
+    for (int k = 0; k < PER_SAMPLE && tm->s == LF_OK; k++)
+        tm->s = run_forward(tm);
+    if (tm->s == LF_OK)
+        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+    tm->t[r] = (lf_cli_now() - t0) / PER_SAMPLE;
+    lf_gated_schedule_force(before);
+}
+
+/* Host time per call, then the case's line (or its error); frees the compiled forward. 0 on
+ * failure. */
+static int timing_end(timing *tm)
+{
+    const gcase *g = tm->g;
+    const lf_gated_schedule before = sched_enter(g);
     /* host time per call: the queue emptied first, so the call returns as soon as its
      * launches are queued; nothing waits on the GPU inside the timed span */
     double h[64];
-    for (int r = 0; r < n && s == LF_OK; r++) {
-        s = lf_device_synchronize(LF_DEVICE_CUDA);
-        double t0 = lf_cli_now();
-        if (s == LF_OK)
-            s = forward(g, x, w, b, &o->lin, &o->mlp, c);
+    for (int r = 0; r < tm->n && tm->s == LF_OK; r++) {
+        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+        const double t0 = lf_cli_now();
+        if (tm->s == LF_OK)
+            tm->s = run_forward(tm);
         h[r] = lf_cli_now() - t0;
     }
-    if (s == LF_OK)
-        s = lf_device_synchronize(LF_DEVICE_CUDA);
-    if (s != LF_OK) {
+    if (tm->s == LF_OK)
+        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+    if (tm->s != LF_OK) {
         fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
     } else {
-        const double us = lf_cli_median(t, n) * 1e6;
+        const double us = lf_cli_median(tm->t, tm->n) * 1e6;
         printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us,
-               lf_cli_median(h, n) * 1e6);
+               lf_cli_median(h, tm->n) * 1e6);
         if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
             printf(" weights_gb_per_s=%.1f",
                    3.0 * (double)g->c * (double)g->d * (g->variant == LF_MLP_FP8 ? 1.0 : 2.0) / (us * 1e3));
@@ -342,8 +381,9 @@ static int time_case(const gcase *g, operands *o, int reps)
         fflush(stdout); /* each line as it comes, through a pipe too */
     }
     lf_gated_schedule_force(before);
-    lf_compiled_free(c);
-    return s == LF_OK;
+    lf_compiled_free(tm->c);
+    tm->c = NULL;
+    return tm->s == LF_OK;
 }
 
 /* Build case g's operands, time it, free them; 0 (the error printed) on failure. */
@@ -352,7 +392,11 @@ static int run_case(const gcase *g, int reps)
     operands o;
     if (!operands_build(g, 0, &o))
         return 0;
-    const int ok = time_case(g, &o, reps);
+    timing tm;
+    timing_begin(&tm, g, &o, reps);
+    for (int r = 0; r < tm.n; r++)
+        timing_sample(&tm, r);
+    const int ok = timing_end(&tm);
     operands_free(&o);
     return ok;
 }
@@ -420,9 +464,12 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
                      {"", "_fp8", LF_MLP_FP8, 0},
                      {"compiled_", "", LF_MLP_EAGER, LF_PASSES_DEFAULT},
                      {"compiled_gated_", "", LF_MLP_EAGER, LF_PASSES_ALL}};
-        /* one module per shape (bf16 and FP8 weights), every form timed on it back to back:
-         * drawing and quantizing the weights on the CPU costs seconds at the large shapes, and
-         * a GPU left idle that long between forms would start each form cool */
+        /* One module per shape (bf16 and FP8 weights) for all its forms: drawing and quantizing
+         * the weights on the CPU costs seconds at the large shapes. The forms take turns, one
+         * sample each per round: timed one after the other, a form that came later ran on a
+         * hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the eager
+         * one after it, ran 3-7% slower in every round; bench/RESULTS.md, session 4). */
+        enum { FORMS = sizeof forms / sizeof forms[0] };
         for (int i = 0; i < nshapes; i++) {
             const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
             operands o;
@@ -430,14 +477,21 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
                 ok = 0;
                 continue;
             }
-            for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-                char name[96];
-                snprintf(name, sizeof name, "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
+            char names[FORMS][96];
+            gcase g[FORMS];
+            timing tm[FORMS];
+            for (int f = 0; f < FORMS; f++) {
+                snprintf(names[f], sizeof names[f], "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
-                gcase g = shape;
-                g.name = name, g.variant = forms[f].variant, g.compiled = forms[f].compiled;
-                ok &= time_case(&g, &o, reps);
+                g[f] = shape;
+                g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
+                timing_begin(&tm[f], &g[f], &o, reps);
             }
+            for (int r = 0; r < tm[0].n; r++)
+                for (int f = 0; f < FORMS; f++)
+                    timing_sample(&tm[f], r);
+            for (int f = 0; f < FORMS; f++)
+                ok &= timing_end(&tm[f]);
             operands_free(&o);
         }
         return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
