@@ -468,7 +468,7 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
          * the weights on the CPU costs seconds at the large shapes. The forms take turns, one
          * sample each per round: timed one after the other, a form that came later ran on a
          * hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the eager
-         * one after it, ran 3-7% slower in every round; bench/RESULTS.md, session 4). */
+         * one after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). */
         enum { FORMS = sizeof forms / sizeof forms[0] };
         for (int i = 0; i < nshapes; i++) {
             const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
