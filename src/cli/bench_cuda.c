@@ -25,24 +25,26 @@ typedef struct gcase {
     lf_gated_schedule sched; /* kind 3: the gated kernel's schedule, forced for this case (0: the backend's choice) */
 } gcase;
 
-typedef struct gstate {
-    const gcase *g;
-    lf_tensor *w, *b;
-    lf_nn_linear *lin;
-    lf_nn_gated_mlp *mlp;
-} gstate;
+/* A case's operands: x, and what the case's kind multiplies it with. */
+typedef struct operands {
+    lf_tensor *x, *w, *b;
+    lf_nn_linear lin;
+    lf_nn_gated_mlp mlp;
+} operands;
 
-static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
-                       const lf_nn_gated_mlp *mlp, lf_tensor **out)
+/* Case g's forward, eagerly, on x (o's own, or the one compile mode captures with) and o's
+ * weights; the result to *out, or freed when out is NULL. */
+static lf_status eager(const gcase *g, lf_tensor *x, const operands *o, lf_tensor **out)
 {
+    const lf_nn_gated_mlp *mlp = &o->mlp;
     lf_tensor *y = NULL, *t = NULL;
     lf_status s;
     if (g->kind == 0) {
-        s = lf_matmul(&t, x, w);
+        s = lf_matmul(&t, x, o->w);
         if (s == LF_OK)
-            s = lf_add(&y, t, b);
+            s = lf_add(&y, t, o->b);
     } else if (g->kind == 1) {
-        s = lf_nn_linear_forward(lin, x, &y);
+        s = lf_nn_linear_forward(&o->lin, x, &y);
     } else if (g->kind == 2) {
         s = lf_nn_gated_mlp_forward_variant(mlp, g->variant, x, &y);
     } else if (g->kind <= 4) { /* x is (tokens, dim); the gated GEMM against the plain GEMM with the same FLOPs */
@@ -52,33 +54,14 @@ static lf_status eager(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b,
     } else { /* FP8: x is already e4m3 and w holds its per-token scales */
         s = lf_t(&t, mlp->gate_up_q);
         if (s == LF_OK)
-            s = g->kind == 5 ? lf_scaled_mm_gated(&y, x, w, t, mlp->gate_up_scale, LF_ACT_GELU_TANH, mlp->hidden)
-                             : lf_scaled_mm(&y, x, w, t, mlp->gate_up_scale, LF_DTYPE_BF16);
+            s = g->kind == 5 ? lf_scaled_mm_gated(&y, x, o->w, t, mlp->gate_up_scale, LF_ACT_GELU_TANH, mlp->hidden)
+                             : lf_scaled_mm(&y, x, o->w, t, mlp->gate_up_scale, LF_DTYPE_BF16);
     }
     lf_tensor_free(t);
     if (out)
         *out = y;
     else
         lf_tensor_free(y);
-    return s;
-}
-
-/* The same forward as compile mode captures it. */
-static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
-{
-    const gstate *st = ctx;
-    (void)n;
-    return eager(st->g, in[0], st->w, st->b, st->lin, st->mlp, out);
-}
-
-static lf_status forward(const gcase *g, lf_tensor *x, lf_tensor *w, lf_tensor *b, const lf_nn_linear *lin,
-                         const lf_nn_gated_mlp *mlp, lf_compiled *c)
-{
-    if (!c)
-        return eager(g, x, w, b, lin, mlp, NULL);
-    lf_tensor *y = NULL;
-    lf_status s = lf_compiled_run(c, 1, &x, &y);
-    lf_tensor_free(y);
     return s;
 }
 
@@ -93,6 +76,8 @@ static lf_status to_cuda(lf_tensor **t)
     return LF_OK;
 }
 
+/* One row per case, the macros' rows as written. */
+/* clang-format off */
 static const gcase cases[] = {
     {"matmul_add_4096", 0, 4096, 0, 0, 0, 0, 0, LF_ACT_NONE, 0},
     {"mlp_64x128x768x3072", 2, 64, 128, 768, 3072, LF_MLP_EAGER, 0, LF_ACT_NONE, 0},
@@ -105,51 +90,29 @@ static const gcase cases[] = {
     {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
     {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
     {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
-/* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
-#define SCHED(T, D, H)                                                                               \
-    {"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE}, \
-        {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},   \
-    {                                                                                                \
-        "sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0                        \
-    }
-    SCHED(8192, 768, 3072),
-    SCHED(8192, 4096, 11008),
-    SCHED(4096, 2048, 8192),
-    SCHED(512, 4096, 14336),
-    SCHED(2048, 4096, 14336),
-    SCHED(64, 4096, 14336),
-    SCHED(8192, 4096, 14336),
-    SCHED(1024, 768, 3072),
-    SCHED(128, 4096, 14336),
-    SCHED(256, 4096, 14336),
-    SCHED(1024, 4096, 14336),
-    SCHED(4096, 768, 3072),
+    /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
+#define SCHED(T, D, H)                                                                                                  \
+{"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
+    {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
+    {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
+    SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
+    SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
+    SCHED(128, 4096, 14336), SCHED(256, 4096, 14336), SCHED(1024, 4096, 14336), SCHED(4096, 768, 3072),
 #undef SCHED
-/* the gated GEMM in FP8 against itself in bf16 and against cuBLASLt's FP8 GEMM over [Wg; Wu] */
-#define FP8(T, D, H)                                                               \
-    {"fp8_gated_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},          \
-        {"fp8_bf16_gated_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}, \
-    {                                                                              \
-        "fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0        \
-    }
-    FP8(8192, 4096, 11008),
-    FP8(8192, 768, 3072),
-    FP8(512, 4096, 14336),
+    /* the gated GEMM in FP8 against itself in bf16 and against cuBLASLt's FP8 GEMM over [Wg; Wu] */
+#define FP8(T, D, H)                                                                                                    \
+{"fp8_gated_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                                \
+    {"fp8_bf16_gated_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, 0},                                      \
+    {"fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
+    FP8(8192, 4096, 11008), FP8(8192, 768, 3072), FP8(512, 4096, 14336),
 #undef FP8
-/* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
- * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
-#define SCHED8(T, D, H)                                                                                  \
-    {"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE}, \
-    {                                                                                                    \
-        "fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG      \
-    }
-    SCHED8(8192, 4096, 11008),
-    SCHED8(8192, 768, 3072),
-    SCHED8(512, 4096, 14336),
-    SCHED8(2048, 4096, 14336),
-    SCHED8(8192, 4096, 14336),
-    SCHED8(1024, 768, 3072),
-    SCHED8(4096, 2048, 8192),
+    /* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
+     * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
+#define SCHED8(T, D, H)                                                                                                 \
+{"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},               \
+    {"fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG}
+    SCHED8(8192, 4096, 11008), SCHED8(8192, 768, 3072), SCHED8(512, 4096, 14336), SCHED8(2048, 4096, 14336),
+    SCHED8(8192, 4096, 14336), SCHED8(1024, 768, 3072), SCHED8(4096, 2048, 8192),
 #undef SCHED8
     {"mlp_64x128x768x3072_fp8", 2, 64, 128, 768, 3072, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
     {"mlp_8x1024x4096x11008_fp8", 2, 8, 1024, 4096, 11008, LF_MLP_FP8, 0, LF_ACT_NONE, 0},
@@ -176,7 +139,7 @@ static const gcase cases[] = {
     /* where a compiled --gated plan once ran 593 us against 560 us for the eager gated call */
     {"mlp_1x4096x2048x8192_gated", 2, 1, 4096, 2048, 8192, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
     {"compiled_gated_mlp_1x4096x2048x8192", 2, 1, 4096, 2048, 8192, LF_MLP_EAGER, LF_PASSES_ALL, LF_ACT_NONE, 0},
-/* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
+    /* Llama-3-8B's MLP (SwiGLU, 4096 -> 14336) at 1, 16, 512 and 8192 tokens */
 #define LLAMA(T, V, C) 2, 1, T, 4096, 14336, V, C, LF_ACT_SILU, 0
     {"llama_mlp_1", LLAMA(1, LF_MLP_EAGER, 0)},
     {"llama_mlp_1_fused", LLAMA(1, LF_MLP_FUSED, 0)},
@@ -202,13 +165,7 @@ static const gcase cases[] = {
     {"compiled_gated_llama_mlp_8192", LLAMA(8192, LF_MLP_EAGER, LF_PASSES_ALL)},
 #undef LLAMA
 };
-
-/* A case's operands: x, and what the case's kind multiplies it with. */
-typedef struct operands {
-    lf_tensor *x, *w, *b;
-    lf_nn_linear lin;
-    lf_nn_gated_mlp mlp;
-} operands;
+/* clang-format on */
 
 static void operands_free(operands *o)
 {
@@ -289,8 +246,7 @@ static int operands_build(const gcase *g, int fp8, operands *o)
 typedef struct timing {
     const gcase *g;
     operands *o;
-    gstate st; /* the compiled forward's context: lf_compile keeps it for recompiles */
-    lf_compiled *c;
+    lf_compiled *c; /* its context is this struct (lf_compile keeps it for recompiles) */
     lf_status s;
     int n;
     double t[64];
@@ -309,10 +265,23 @@ static lf_gated_schedule sched_enter(const gcase *g)
     return before;
 }
 
+/* The same forward as compile mode captures it: ctx is the case's timing. */
+static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    const timing *tm = ctx;
+    (void)n;
+    return eager(tm->g, in[0], tm->o, out);
+}
+
+/* One forward: the compiled one's graph when the case has one, else eagerly. */
 static lf_status run_forward(timing *tm)
 {
-    operands *o = tm->o;
-    return forward(tm->g, o->x, o->w, o->b, &o->lin, &o->mlp, tm->c);
+    if (!tm->c)
+        return eager(tm->g, tm->o->x, tm->o, NULL);
+    lf_tensor *y = NULL;
+    const lf_status s = lf_compiled_run(tm->c, 1, &tm->o->x, &y);
+    lf_tensor_free(y);
+    return s;
 }
 
 /* Compile case g when it is a compiled one, and warm it up (plans, allocator). */
@@ -321,12 +290,11 @@ static void timing_begin(timing *tm, const gcase *g, operands *o, int reps)
     memset(tm, 0, sizeof *tm);
     tm->g = g, tm->o = o, tm->n = reps < 64 ? reps : 64;
     const lf_gated_schedule before = sched_enter(g);
-    tm->st = (gstate){g, o->w, o->b, &o->lin, &o->mlp};
     if (g->compiled) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = g->name;
         co.passes = g->compiled;
-        tm->s = lf_compile(&tm->c, captured, &tm->st, 1, &o->x, &co);
+        tm->s = lf_compile(&tm->c, captured, tm, 1, &o->x, &co);
     }
     for (int k = 0; k < 20 && tm->s == LF_OK; k++)
         tm->s = run_forward(tm);

@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
@@ -163,6 +164,12 @@ static cublasStatus_t lt_run(const lf_cuda_dev *d, const lf_gemm *g, const lt_ca
                           d->stream);
 }
 
+static int float_order(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 /* Which of cuBLASLt's candidates runs this call fastest, timed on the call's own operands with D
  * written to a scratch buffer (D may be C, or an input of a later op: it is not touched). Each is
  * warmed twice, then timed in TRIAL_ROUNDS rounds of TRIAL_RUNS launches between two events, the
@@ -203,12 +210,8 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
     for (int i = 0; i < found; i++) {
         if (!ok[i])
             continue;
-        float *t = ms[i]; /* sort the rounds: the median is the middle one */
-        for (int x = 1; x < TRIAL_ROUNDS; x++)
-            for (int y = x; y > 0 && t[y] < t[y - 1]; y--) {
-                const float v = t[y];
-                t[y] = t[y - 1], t[y - 1] = v;
-            }
+        float *t = ms[i]; /* the rounds in order: the median is the middle one */
+        qsort(t, TRIAL_ROUNDS, sizeof *t, float_order);
         const float med = t[TRIAL_ROUNDS / 2];
         if (best < 0 || med < best_ms)
             best = i, best_ms = med;
