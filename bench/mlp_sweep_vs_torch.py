@@ -14,10 +14,17 @@ A single pass swings by several percent at the few-hundred-token shapes (the sam
 linfuse form, then PyTorch, at every shape; a ratio is the median over rounds of the round's
 own ratio, and a form counts as slower only if that median is over 1.
 
+Every form, linfuse's and PyTorch's, is timed alone after --settle-ms of idle GPU (500): at the
+large shapes the GPU runs at its power limit, and its clock then depends on what ran just before.
+Timed among the other forms, linfuse's eager and fused forms ran 7-10% slower at 512 x 4096 ->
+14336 than each alone, while PyTorch's eager was timed alone (bench/RESULTS.md, session 5).
+--settle-ms 0 keeps linfuse's forms taking turns sample by sample.
+
 usage: bench/mlp_sweep_vs_torch.py build/linfuse [--act gelu_tanh|silu] [--dims 768x3072,...]
                                    [--tokens 1,16,...] [--reps N] [--rounds R]
-                                   [--no-compile]"""
+                                   [--settle-ms MS] [--no-compile]"""
 import argparse
+import time
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +38,8 @@ ap.add_argument("--dims", default="768x3072,4096x14336", help="DIMxHIDDEN pairs,
 ap.add_argument("--tokens", default="1,16,17,64,128,256,512,1024,2048,4096,8192,16384")
 ap.add_argument("--reps", type=int, default=10, help="samples per linfuse case (PyTorch takes as many)")
 ap.add_argument("--rounds", type=int, default=3, help="linfuse-then-PyTorch passes; ratios are medians over them")
+ap.add_argument("--settle-ms", type=int, default=500, help="idle GPU before each form is timed (0: linfuse's "
+                "forms take turns sample by sample)")
 ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles once per shape)")
 args = ap.parse_args()
 
@@ -66,7 +75,8 @@ theirs = {s: {"eager": [], "compile": []} for s in shapes}
 for r in range(args.rounds):
     for i in range(0, len(shapes), 32):  # linfuse takes up to 32 shapes a call
         chunk = ",".join("%dx%dx%d" % s for s in shapes[i:i + 32])
-        got = linfuse_cases(args.linfuse, None, ["--mlp", chunk, "--act", args.act], args.reps)
+        got = linfuse_cases(args.linfuse, None, ["--mlp", chunk, "--act", args.act, "--settle-ms",
+                                                 str(args.settle_ms)], args.reps)
         for s in shapes[i:i + 32]:
             tag = "%dx%dx%d" % s
             for f, pat in forms:
@@ -74,7 +84,11 @@ for r in range(args.rounds):
     with torch.no_grad():
         for s in shapes:
             eager_fn, comp_fn = mods[s]
+            torch.cuda.synchronize()
+            time.sleep(args.settle_ms / 1000)
             theirs[s]["eager"].append(bench(eager_fn, samples=args.reps))
+            if comp_fn:
+                time.sleep(args.settle_ms / 1000)
             theirs[s]["compile"].append(bench(comp_fn, samples=args.reps) if comp_fn else nan)
     print("round %d of %d done" % (r + 1, args.rounds), flush=True)
 

@@ -77,6 +77,17 @@ check "bench cuda --act without --mlp" 2 "$bin" bench cuda --act silu
 check "bench cuda --act unknown" 2 "$bin" bench cuda --mlp 1x64x64 --act relu
 contains "bench cuda --act unknown" "gelu_tanh (GeGLU) or silu"
 check "bench cuda --mlp with --case" 2 "$bin" bench cuda --mlp 1x64x64 --case mlp
+for bad in eagre "eager," ",gated" "fused,,fp8" compiled-gated ""; do
+    check "bench cuda --forms '$bad'" 2 "$bin" bench cuda --mlp 1x64x64 --forms "$bad"
+    contains "bench cuda --forms '$bad' lists the forms" "compiled_gated"
+done
+check "bench cuda --forms without --mlp" 2 "$bin" bench cuda --forms eager
+contains "bench cuda --forms without --mlp" "--forms and --settle-ms go with --mlp"
+check "bench --forms without cuda" 2 "$bin" bench cpu --forms eager
+check "bench cuda --settle-ms without --mlp" 2 "$bin" bench cuda --settle-ms 100
+for bad in -1 10001 1.5 x; do
+    check "bench cuda --settle-ms '$bad'" 2 "$bin" bench cuda --mlp 1x64x64 --settle-ms "$bad"
+done
 check "bench --help lists --mlp" 0 "$bin" bench --help
 contains "bench --help lists --mlp" "--mlp TOKENSxDIMxHIDDEN"
 check "demo runs" 0 "$bin" demo --batch 1 --seq 8 --dim 64 --hidden 96 --reps 2

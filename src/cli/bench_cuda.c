@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend_impl.h"
 #include "cli/cli.h"
@@ -401,13 +402,67 @@ static int parse_shapes(const char *text, int64_t (*shapes)[3], int cap)
     return n ? n : -1;
 }
 
-int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act act)
+/* The MLP's forms that --mlp times, in the order of its output: each a case name's prefix and
+ * suffix, the module's variant and the compile passes (0: eager), and the word --forms takes. */
+static const struct {
+    const char *prefix, *suffix, *word;
+    lf_mlp_variant variant;
+    unsigned compiled;
+} forms[] = {{"", "", "eager", LF_MLP_EAGER, 0},
+             {"", "_fused", "fused", LF_MLP_FUSED, 0},
+             {"", "_gated", "gated", LF_MLP_GATED, 0},
+             {"", "_fp8", "fp8", LF_MLP_FP8, 0},
+             {"compiled_", "", "compiled", LF_MLP_EAGER, LF_PASSES_DEFAULT},
+             {"compiled_gated_", "", "compiled_gated", LF_MLP_EAGER, LF_PASSES_ALL}};
+enum { FORMS = sizeof forms / sizeof forms[0] };
+
+/* --forms' comma-separated words as a bit per form (NULL: all); 0 after saying what is wrong. */
+static unsigned parse_forms(const char *text)
+{
+    if (!text)
+        return (1u << FORMS) - 1;
+    unsigned mask = 0;
+    for (const char *p = text;;) {
+        const size_t n = strcspn(p, ",");
+        int f = 0;
+        while (f < FORMS && (strlen(forms[f].word) != n || strncmp(p, forms[f].word, n)))
+            f++;
+        if (f == FORMS) {
+            fprintf(stderr,
+                    "linfuse bench cuda: --forms takes a comma-separated list of eager, fused, gated, fp8, compiled "
+                    "and compiled_gated; got '%s'\n",
+                    text);
+            return 0;
+        }
+        mask |= 1u << f;
+        if (!p[n])
+            return mask;
+        p += n + 1;
+    }
+}
+
+/* settle_ms with the GPU idle (the queue drained first). */
+static void settle(int settle_ms)
+{
+    lf_device_synchronize(LF_DEVICE_CUDA);
+    struct timespec ts = {settle_ms / 1000, (long)(settle_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
+                      lf_act act)
 {
     enum { MAX_SHAPES = 32 };
     int64_t shapes[MAX_SHAPES][3];
     int nshapes = mlp_shapes ? parse_shapes(mlp_shapes, shapes, MAX_SHAPES) : 0;
-    if (nshapes < 0)
+    const unsigned mask = parse_forms(form_words);
+    if (nshapes < 0 || !mask)
         return LF_EXIT_USAGE;
+    if ((form_words || settle_ms) && !mlp_shapes) {
+        fprintf(stderr, "linfuse bench cuda: --forms and --settle-ms go with --mlp\n");
+        return LF_EXIT_USAGE;
+    }
     if (mlp_shapes && only) {
         fprintf(stderr, "linfuse bench cuda: --case picks from the built-in cases, --mlp names its own; not both\n");
         return LF_EXIT_USAGE;
@@ -421,23 +476,16 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
            "blocks); median over %d samples of back-to-back forwards\n",
            reps);
     int ok = 1;
-    if (mlp_shapes) { /* every MLP variant, eager and compiled, at each shape asked for */
-        static const struct {
-            const char *prefix, *suffix;
-            lf_mlp_variant variant;
-            unsigned compiled;
-        } forms[] = {{"", "", LF_MLP_EAGER, 0},
-                     {"", "_fused", LF_MLP_FUSED, 0},
-                     {"", "_gated", LF_MLP_GATED, 0},
-                     {"", "_fp8", LF_MLP_FP8, 0},
-                     {"compiled_", "", LF_MLP_EAGER, LF_PASSES_DEFAULT},
-                     {"compiled_gated_", "", LF_MLP_EAGER, LF_PASSES_ALL}};
+    if (mlp_shapes) { /* the MLP forms asked for, eager and compiled, at each shape asked for */
         /* One module per shape (bf16 and FP8 weights) for all its forms: drawing and quantizing
-         * the weights on the CPU costs seconds at the large shapes. The forms take turns, one
-         * sample each per round: timed one after the other, a form that came later ran on a
-         * hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the eager
-         * one after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). */
-        enum { FORMS = sizeof forms / sizeof forms[0] };
+         * the weights on the CPU costs seconds at the large shapes. Without settle_ms the forms
+         * take turns, one sample each per round: timed one after the other, a form that came
+         * later ran on a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work
+         * than the eager one after it, ran 2-7% slower in every round; bench/RESULTS.md, session
+         * 4). Taking turns puts every form on the clock the mix of forms leaves, which is not how
+         * a program runs one of them: at 512 x 4096 -> 14336 the eager and fused forms ran 7-10%
+         * slower among the others than each alone (session 5). With settle_ms each form is timed
+         * alone, after that long with the GPU idle, as bench/mlp_sweep_vs_torch.py times PyTorch. */
         for (int i = 0; i < nshapes; i++) {
             const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
             operands o;
@@ -448,18 +496,31 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act
             char names[FORMS][96];
             gcase g[FORMS];
             timing tm[FORMS];
-            for (int f = 0; f < FORMS; f++) {
+            int run[FORMS], n = 0; /* the forms asked for */
+            for (int f = 0; f < FORMS; f++)
+                if (mask & 1u << f)
+                    run[n++] = f;
+            for (int j = 0; j < n; j++) {
+                const int f = run[j];
                 snprintf(names[f], sizeof names[f], "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
                 g[f] = shape;
                 g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
-                timing_begin(&tm[f], &g[f], &o, reps);
+                if (settle_ms) { /* alone, after the pause: warm-up, samples, host time */
+                    settle(settle_ms);
+                    timing_begin(&tm[f], &g[f], &o, reps);
+                    for (int r = 0; r < tm[f].n; r++)
+                        timing_sample(&tm[f], r);
+                    ok &= timing_end(&tm[f]);
+                } else {
+                    timing_begin(&tm[f], &g[f], &o, reps);
+                }
             }
-            for (int r = 0; r < tm[0].n; r++)
-                for (int f = 0; f < FORMS; f++)
-                    timing_sample(&tm[f], r);
-            for (int f = 0; f < FORMS; f++)
-                ok &= timing_end(&tm[f]);
+            for (int r = 0; !settle_ms && r < tm[run[0]].n; r++)
+                for (int j = 0; j < n; j++)
+                    timing_sample(&tm[run[j]], r);
+            for (int j = 0; !settle_ms && j < n; j++)
+                ok &= timing_end(&tm[run[j]]);
             operands_free(&o);
         }
         return ok ? LF_EXIT_OK : LF_EXIT_FAIL;

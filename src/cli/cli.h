@@ -14,9 +14,12 @@ int lf_cli_demo(int argc, char **argv);
 int lf_cli_mlp(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
-/* only: run the built-in cases whose names contain it (NULL: all); mlp_shapes: instead, every MLP
- * variant at each "TxDxH" of a comma-separated list, in activation act. */
-int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, lf_act act);
+/* only: run the built-in cases whose names contain it (NULL: all); mlp_shapes: instead, the MLP's
+ * forms at each "TxDxH" of a comma-separated list, in activation act: those form_words names
+ * (comma-separated: eager, fused, gated, fp8, compiled, compiled_gated; NULL: all), taking turns
+ * sample by sample, or with settle_ms > 0 each alone after that long with the GPU idle. */
+int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
+                      lf_act act);
 int lf_cli_bench_tp(int reps, const char *only, int tp); /* tp: GPUs (0: all) */
 int lf_cli_trace(int argc, char **argv);
 /* Serve one trace file to ui.perfetto.dev from 127.0.0.1:port (0: any free port), until stopped

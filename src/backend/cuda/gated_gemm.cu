@@ -388,7 +388,7 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
     const bool fp8 = A->dtype == LF_DTYPE_F8E4M3, qout = D->dtype == LF_DTYPE_F8E4M3;
     CUtensorMap xm, wm, om;
-    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, BM, fp8) ||
+    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, lf::gated::x_box_rows((int)A->rows, BM), fp8) ||
         !make_map(&wm, B->data, B->cols, B->rows, B->cs, BN / 2, fp8) ||
         !make_map(&om, D->data, D->rows, D->cols, D->rs, 64, qout))
         return cudaErrorInvalidValue;

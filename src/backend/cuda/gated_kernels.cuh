@@ -44,6 +44,17 @@ template <bool FP8> struct elem {
     static constexpr int BYTES = FP8 ? 1 : 2, BK = 128 / BYTES, KSTEP = FP8 ? 32 : 16;
 };
 
+// Rows of x one TMA copy brings per K step: the tile's BM, or, where all M tokens fit in one
+// row-tile, M rounded up to 16. A box past the tensor's last row is filled with zeros by the copy
+// engine, and that fill was measured slow: at 4096 -> 14336 the cooperative kernel took 74.4 us at
+// 17 tokens against 64.4 at 64 with the same 112 tiles (bench/RESULTS.md, session 5). Rows past
+// the box keep what the stage held before; they meet only output rows past the box, which are
+// never stored (the output map ends at row M) nor scaled (ds ends at M rounded up to 4).
+__host__ __device__ __forceinline__ int x_box_rows(int M, int BM)
+{
+    return M < BM ? (M + 15) / 16 * 16 : BM;
+}
+
 // The kernels, one per schedule, operand type and activation, each named for what it computes
 // and its tile (the names traces show). x: tensor map over (M, K) row-major (bf16 or e4m3); w:
 // over (2H, K), [Wg; Wu] in blocks of G rows; out: over (M, H) bf16; band: row-tiles per band of
@@ -255,6 +266,7 @@ __device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap 
     // BK elements of 128 / BK bytes: 128 bytes of every row per stage
     constexpr int A_BYTES = BM * 128, HALF_B_BYTES = (BN / 2) * 128, STAGE_BYTES = A_BYTES + 2 * HALF_B_BYTES;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles, kb = (K + BK - 1) / BK;
+    const unsigned copy_bytes = x_box_rows(M, BM) * 128 + 2 * HALF_B_BYTES; // what a stage's copies bring
     int stage = 0, phase = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int mb, nb;
@@ -263,7 +275,7 @@ __device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap 
         for (int k = 0; k < kb; k++) {
             mbar_wait(&empty[stage], phase ^ 1);
             unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
-            mbar_expect_tx(&full[stage], STAGE_BYTES);
+            mbar_expect_tx(&full[stage], copy_bytes);
             tma_load(a, &x, &full[stage], k * BK, mb * BM);
             tma_load(b, &w, &full[stage], k * BK, gate_row);
             tma_load(b + HALF_B_BYTES, &w, &full[stage], k * BK, gate_row + G);
