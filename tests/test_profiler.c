@@ -99,6 +99,12 @@ static int load_x(json_t *root, xev *out, int cap)
     return n;
 }
 
+static int by_ts(const void *a, const void *b)
+{
+    const double x = ((const xev *)a)->ts, y = ((const xev *)b)->ts;
+    return (x > y) - (x < y);
+}
+
 static int inside(const xev *a, const xev *outer)
 {
     return a->ts >= outer->ts && a->ts <= outer->ts + outer->dur;
@@ -299,6 +305,16 @@ static void test_other_models(void)
     CHECK(steps == 3 && kernels == 15, "simple-mlp: five kernels per step (%d in %d steps)", kernels, steps);
     per_step(ev, n, "lf_cpu_gemm", NULL, &steps, &kernels, &ops);
     CHECK(kernels == 9, "three GEMMs per step");
+    /* in PyTorch's order, as its traces of the same module show: gate, gelu, up, mul, down */
+    qsort(ev, (size_t)n, sizeof *ev, by_ts);
+    static const char *const order[5] = {"lf_cpu_gemm", "gelu", "lf_cpu_gemm", "mul", "lf_cpu_gemm"};
+    int seen = 0;
+    for (int i = 0; i < n && seen < 5; i++)
+        if (!strcmp(ev[i].cat, "kernel") && strstr(ev[i].name, order[seen]))
+            seen++;
+        else if (!strcmp(ev[i].cat, "kernel"))
+            break;
+    CHECK(seen == 5, "simple-mlp's kernels in PyTorch's order (gate, gelu, up, mul, down): %d matched", seen);
     /* view ops launch nothing: no kernel's External id belongs to t, view or reshape */
     int bad = 0;
     for (int i = 0; i < n; i++)

@@ -62,7 +62,7 @@ typedef struct lf_nn_gated_mlp_opts {
 } lf_nn_gated_mlp_opts;
 
 /* How a forward runs, from most kernels to fewest (all compute down(act(gate(x)) * up(x))):
- *   EAGER  gate, up, act, mul, down: five kernels, as torch eager (simple-mlp);
+ *   EAGER  gate, act, up, mul, down: five kernels in torch eager's order (simple-mlp);
  *   FUSED  gate, up, act_mul (lf_gelu_mul / lf_silu_mul), down: four, the hand-fused middle of
  *          the blog's kernels-mlp;
  *   GATED  mm_gated over gate_up (act(g) * u in the GEMM's epilogue), down: two. Where the

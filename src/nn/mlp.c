@@ -283,15 +283,17 @@ lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, con
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward: variant %d is not eager, fused, gated or fp8", (int)v);
     if (v == LF_MLP_GATED)
         return on_tokens(m, x, m->hidden, gated_2d, 1, h);
+    /* PyTorch's order for down(act(gate(x)) * up(x)): gate, act, up, mul (its traces show it; the
+     * act then reads g while it is still in L2) */
     lf_tensor *g = NULL, *u = NULL, *a = NULL;
-    lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
-    if (s == LF_OK)
-        s = lf_nn_linear_forward(&m->up, x, &u);
     const lf_gelu_approx approx = m->act == LF_ACT_GELU_ERF ? LF_GELU_ERF : LF_GELU_TANH;
-    if (s == LF_OK && v == LF_MLP_FUSED)
-        s = m->act == LF_ACT_SILU ? lf_silu_mul(h, g, u) : lf_gelu_mul(h, g, u, approx);
+    lf_status s = lf_nn_linear_forward(&m->gate, x, &g);
     if (s == LF_OK && v == LF_MLP_EAGER)
         s = m->act == LF_ACT_SILU ? lf_silu(&a, g) : lf_gelu(&a, g, approx);
+    if (s == LF_OK)
+        s = lf_nn_linear_forward(&m->up, x, &u);
+    if (s == LF_OK && v == LF_MLP_FUSED)
+        s = m->act == LF_ACT_SILU ? lf_silu_mul(h, g, u) : lf_gelu_mul(h, g, u, approx);
     if (s == LF_OK && v == LF_MLP_EAGER)
         s = lf_mul(h, a, u);
     lf_tensor_free(g);
