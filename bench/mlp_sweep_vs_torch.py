@@ -93,9 +93,11 @@ for r in range(args.rounds):
     print("round %d of %d done" % (r + 1, args.rounds), flush=True)
 
 slower = []
-print("\n%s MLP, bf16, GPU us per forward (median over %d rounds of the median of %d samples); each linfuse "
-      "form over PyTorch eager (median of the rounds' ratios)"
-      % ("GeGLU" if args.act == "gelu_tanh" else "SwiGLU", args.rounds, args.reps))
+print("\n%s MLP, bf16, GPU us per forward (median over %d rounds of the median of %d samples; %s); each "
+      "linfuse form over PyTorch eager (median of the rounds' ratios)"
+      % ("GeGLU" if args.act == "gelu_tanh" else "SwiGLU", args.rounds, args.reps,
+         "each form alone after %d ms of idle GPU" % args.settle_ms if args.settle_ms
+         else "linfuse's forms taking turns sample by sample"))
 print("%-18s %10s %10s  %s" % ("tokens x dim x H", "torch eager", "compile", "  ".join("%16s" % f for f, _ in forms)))
 for s in shapes:
     tag = "%dx%dx%d" % s
