@@ -42,6 +42,8 @@ ap.add_argument("--settle-ms", type=int, default=500, help="idle GPU before each
                 "forms take turns sample by sample)")
 ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles once per shape)")
 args = ap.parse_args()
+if not 0 <= args.settle_ms <= 10000:
+    ap.error("--settle-ms takes 0 to 10000")
 
 dims = [tuple(int(v) for v in p.split("x")) for p in args.dims.split(",")]
 tokens = [int(t) for t in args.tokens.split(",")]
