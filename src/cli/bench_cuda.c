@@ -285,8 +285,18 @@ static lf_status run_forward(timing *tm)
     return s;
 }
 
-/* Compile case g when it is a compiled one, and warm it up (plans, allocator). */
-static void timing_begin(timing *tm, const gcase *g, operands *o, int reps)
+/* settle_ms with the GPU idle (the queue drained first). */
+static void settle(int settle_ms)
+{
+    lf_device_synchronize(LF_DEVICE_CUDA);
+    struct timespec ts = {settle_ms / 1000, (long)(settle_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+/* Compile case g when it is a compiled one, leave the GPU idle settle_ms (0: not at all), and
+ * warm it up (plans, allocator). */
+static void timing_begin(timing *tm, const gcase *g, operands *o, int reps, int settle_ms)
 {
     memset(tm, 0, sizeof *tm);
     tm->g = g, tm->o = o, tm->n = reps < 64 ? reps : 64;
@@ -297,6 +307,8 @@ static void timing_begin(timing *tm, const gcase *g, operands *o, int reps)
         co.passes = g->compiled;
         tm->s = lf_compile(&tm->c, captured, tm, 1, &o->x, &co);
     }
+    if (settle_ms)
+        settle(settle_ms);
     for (int k = 0; k < 20 && tm->s == LF_OK; k++)
         tm->s = run_forward(tm);
     if (tm->s == LF_OK)
@@ -362,7 +374,7 @@ static int run_case(const gcase *g, int reps)
     if (!operands_build(g, 0, &o))
         return 0;
     timing tm;
-    timing_begin(&tm, g, &o, reps);
+    timing_begin(&tm, g, &o, reps, 0);
     for (int r = 0; r < tm.n; r++)
         timing_sample(&tm, r);
     const int ok = timing_end(&tm);
@@ -441,15 +453,6 @@ static unsigned parse_forms(const char *text)
     }
 }
 
-/* settle_ms with the GPU idle (the queue drained first). */
-static void settle(int settle_ms)
-{
-    lf_device_synchronize(LF_DEVICE_CUDA);
-    struct timespec ts = {settle_ms / 1000, (long)(settle_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) && errno == EINTR) {
-    }
-}
-
 int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
                       lf_act act)
 {
@@ -506,15 +509,11 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const 
                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
                 g[f] = shape;
                 g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
-                if (settle_ms) { /* alone, after the pause: warm-up, samples, host time */
-                    settle(settle_ms);
-                    timing_begin(&tm[f], &g[f], &o, reps);
-                    for (int r = 0; r < tm[f].n; r++)
-                        timing_sample(&tm[f], r);
+                timing_begin(&tm[f], &g[f], &o, reps, settle_ms);
+                for (int r = 0; settle_ms && r < tm[f].n; r++) /* alone: its samples now */
+                    timing_sample(&tm[f], r);
+                if (settle_ms)
                     ok &= timing_end(&tm[f]);
-                } else {
-                    timing_begin(&tm[f], &g[f], &o, reps);
-                }
             }
             for (int r = 0; !settle_ms && r < tm[run[0]].n; r++)
                 for (int j = 0; j < n; j++)
