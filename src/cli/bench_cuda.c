@@ -367,6 +367,15 @@ static int timing_end(timing *tm)
     return tm->s == LF_OK;
 }
 
+/* Time case g on its own from start to end (after settle_ms of idle GPU); 0 on failure. */
+static int time_alone(timing *tm, const gcase *g, operands *o, int reps, int settle_ms)
+{
+    timing_begin(tm, g, o, reps, settle_ms);
+    for (int r = 0; r < tm->n; r++)
+        timing_sample(tm, r);
+    return timing_end(tm);
+}
+
 /* Build case g's operands, time it, free them; 0 (the error printed) on failure. */
 static int run_case(const gcase *g, int reps)
 {
@@ -374,10 +383,7 @@ static int run_case(const gcase *g, int reps)
     if (!operands_build(g, 0, &o))
         return 0;
     timing tm;
-    timing_begin(&tm, g, &o, reps, 0);
-    for (int r = 0; r < tm.n; r++)
-        timing_sample(&tm, r);
-    const int ok = timing_end(&tm);
+    const int ok = time_alone(&tm, g, &o, reps, 0);
     operands_free(&o);
     return ok;
 }
@@ -480,40 +486,38 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const 
            reps);
     int ok = 1;
     if (mlp_shapes) { /* the MLP forms asked for, eager and compiled, at each shape asked for */
-        /* One module per shape (bf16 and FP8 weights) for all its forms: drawing and quantizing
-         * the weights on the CPU costs seconds at the large shapes. Without settle_ms the forms
-         * take turns, one sample each per round: timed one after the other, a form that came
-         * later ran on a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work
-         * than the eager one after it, ran 2-7% slower in every round; bench/RESULTS.md, session
-         * 4). Taking turns puts every form on the clock the mix of forms leaves, which is not how
-         * a program runs one of them: at 512 x 4096 -> 14336 the eager and fused forms ran 7-10%
-         * slower among the others than each alone (session 5). With settle_ms each form is timed
-         * alone, after that long with the GPU idle, as bench/mlp_sweep_vs_torch.py times PyTorch. */
+        /* One module per shape (bf16, and FP8 weights when a form asked for needs them) for all
+         * its forms: drawing and quantizing the weights on the CPU costs seconds at the large
+         * shapes. Without settle_ms the forms take turns, one sample each per round: timed one after the other, a form
+         * that came later ran on a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the
+         * eager one after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). Taking turns puts every
+         * form on the clock the mix of forms leaves, which is not how a program runs one of them: at 512 x 4096 ->
+         * 14336 the eager and fused forms ran 7-10% slower among the others than each alone (session 5). With settle_ms
+         * each form is timed alone, after that long with the GPU idle, as bench/mlp_sweep_vs_torch.py times PyTorch. */
+        int run[FORMS], n = 0, fp8 = 0; /* the forms asked for; whether one needs FP8 weights */
+        for (int f = 0; f < FORMS; f++)
+            if (mask & 1u << f)
+                run[n++] = f, fp8 |= forms[f].variant == LF_MLP_FP8;
         for (int i = 0; i < nshapes; i++) {
             const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
             operands o;
-            if (!operands_build(&shape, 1, &o)) {
+            if (!operands_build(&shape, fp8, &o)) {
                 ok = 0;
                 continue;
             }
             char names[FORMS][96];
             gcase g[FORMS];
             timing tm[FORMS];
-            int run[FORMS], n = 0; /* the forms asked for */
-            for (int f = 0; f < FORMS; f++)
-                if (mask & 1u << f)
-                    run[n++] = f;
             for (int j = 0; j < n; j++) {
                 const int f = run[j];
                 snprintf(names[f], sizeof names[f], "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
                          (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
                 g[f] = shape;
                 g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
-                timing_begin(&tm[f], &g[f], &o, reps, settle_ms);
-                for (int r = 0; settle_ms && r < tm[f].n; r++) /* alone: its samples now */
-                    timing_sample(&tm[f], r);
                 if (settle_ms)
-                    ok &= timing_end(&tm[f]);
+                    ok &= time_alone(&tm[f], &g[f], &o, reps, settle_ms);
+                else
+                    timing_begin(&tm[f], &g[f], &o, reps, 0);
             }
             for (int r = 0; !settle_ms && r < tm[run[0]].n; r++)
                 for (int j = 0; j < n; j++)
