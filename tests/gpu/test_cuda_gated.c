@@ -12,12 +12,13 @@
 #include "linfuse/nn.h"
 
 /* act(x W_g^T) * (x W_u^T) in float64 for rows step apart (large shapes: a sample of rows), W
- * (2H, K) in blocks of G rows; error against got (M, H) by the usual measure. */
+ * (2H, K) in blocks of G rows; error against got (M, H) by the usual measure, and the relative RMS
+ * error over those rows in *rms. */
 static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const lf_tensor *got, int64_t step,
-                        lf_act act)
+                        lf_act act, double *rms)
 {
     const int64_t M = x->shape[0], K = x->shape[1], H = w->shape[0] / 2;
-    double *X = to_f64(x), *W = to_f64(w), *Y = to_f64(got), worst = 0;
+    double *X = to_f64(x), *W = to_f64(w), *Y = to_f64(got), worst = 0, se = 0, sr = 0;
     double *ref = malloc((size_t)H * sizeof *ref), *mag = malloc((size_t)H * sizeof *mag);
     for (int64_t i = 0; i < M; i += step) {
         for (int64_t j = 0; j < H; j++) {
@@ -33,8 +34,11 @@ static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const
         }
         double e = worst_err(Y + i * H, ref, mag, H, got->dtype, NULL);
         worst = e > worst ? e : worst;
+        for (int64_t j = 0; j < H; j++)
+            se += (Y[i * H + j] - ref[j]) * (Y[i * H + j] - ref[j]), sr += ref[j] * ref[j];
     }
     free(X), free(W), free(Y), free(ref), free(mag);
+    *rms = sqrt(se / sr);
     return worst;
 }
 
@@ -110,8 +114,10 @@ void test_gated_gemm(void)
                 pf[i] = (float)packed[i];
             lf_tensor *got = NULL;
             OK(lf_tensor_from_f32(&got, LF_DTYPE_BF16, 2, (int64_t[]){M, H}, pf, LF_DEVICE_CPU));
-            double e = gated_err(x, w, G, got, M > 2000 ? 61 : 1, act);
+            double rms = 0, e = gated_err(x, w, G, got, M > 2000 ? 61 : 1, act, &rms);
             CHECK(e < 1e-2, "%s: err %.3g against float64", what, e);
+            if (getenv("LF_TEST_VERBOSE"))
+                printf("%s: err %.3g, rel RMS %.3g against float64\n", what, e, rms);
             free(D), free(packed), free(pf);
             lf_tensor_free(got);
         }
@@ -147,7 +153,7 @@ void test_gated_gemm(void)
         const lf_act act = ri % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH; /* the fallback, in both activations */
         OK(lf_mm_gated(&m, gx, gwt, act, G));
         if (m) {
-            double e = gated_err(x, w, G, m, 1, act);
+            double rms = 0, e = gated_err(x, w, G, m, 1, act, &rms);
             CHECK(e < 1e-2, "fallback %s G %lld: err %.3g", refused[ri].why, (long long)G, e);
         }
         lf_tensor *list[] = {x, w, gx, gw, gwt, m, out};
