@@ -1,10 +1,21 @@
 /* Tensors: dtype conversions (round to nearest even, NaN/Inf kept), views that never copy
- * (the blog's t() example first), reshape's view-or-copy rule, storage lifetime. */
+ * (the blog's t() example first), reshape's view-or-copy rule, storage lifetime, host memory. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define LF_TEST_ASAN 1
+#else
+#define LF_TEST_ASAN 0
+#endif
 
 /* bf16 rounding done the slow, obvious way: the two neighbours, the nearer wins, ties to even. */
 static uint16_t bf16_slow(float f)
@@ -313,8 +324,51 @@ static void test_fp8(void)
     lf_tensor_free(q), lf_tensor_free(c);
 }
 
+/* Host tensors are 64-byte aligned at every size, writable to their last byte, and (under
+ * AddressSanitizer) poisoned one byte before and one byte past, so an overrun is caught. */
+static void test_host_memory(void)
+{
+    static const int64_t sizes[] = {1, 3, 63, 64, 65, 1000, 4096, 6 * 1024 * 1024 + 7};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        lf_tensor *t = NULL;
+        OK(lf_tensor_empty(&t, LF_DTYPE_F8E4M3, 1, &sizes[i], LF_DEVICE_CPU));
+        if (!t)
+            continue;
+        unsigned char *p = lf_tensor_data(t);
+        CHECK((uintptr_t)p % 64 == 0, "%lld bytes: data at %p is not 64-byte aligned", (long long)sizes[i], (void *)p);
+        memset(p, 0xA5, (size_t)sizes[i]);
+        CHECK(p[0] == 0xA5 && p[sizes[i] - 1] == 0xA5, "%lld bytes: written end to end", (long long)sizes[i]);
+#if LF_TEST_ASAN
+        CHECK(__asan_address_is_poisoned(p + sizes[i]) && __asan_address_is_poisoned(p - 1),
+              "%lld bytes: the bytes around the tensor are poisoned", (long long)sizes[i]);
+#endif
+        lf_tensor_free(t);
+    }
+    /* a large block freed is kept and handed to the next request of its size (rounded to a page),
+     * poisoned while it waits */
+    const int64_t big = (1 << 20) + 10, bigger = (1 << 20) + 20;
+    lf_tensor *a = NULL, *b = NULL;
+    OK(lf_tensor_empty(&a, LF_DTYPE_F8E4M3, 1, &big, LF_DEVICE_CPU));
+    unsigned char *pa = a ? lf_tensor_data(a) : NULL;
+    lf_tensor_free(a);
+#if LF_TEST_ASAN
+    CHECK(pa && __asan_address_is_poisoned(pa), "a cached block is poisoned");
+#endif
+    OK(lf_tensor_empty(&b, LF_DTYPE_F8E4M3, 1, &bigger, LF_DEVICE_CPU));
+    unsigned char *pb = b ? lf_tensor_data(b) : NULL;
+    CHECK(pb && pb == pa, "the block freed is the block taken again (%p, %p)", (void *)pa, (void *)pb);
+    if (pb) {
+        memset(pb, 1, (size_t)bigger);
+#if LF_TEST_ASAN
+        CHECK(__asan_address_is_poisoned(pb + bigger), "a reused block is poisoned past its new size");
+#endif
+    }
+    lf_tensor_free(b);
+}
+
 int main(void)
 {
+    test_host_memory();
     test_conversions();
     test_blog_transpose();
     test_views();

@@ -54,19 +54,7 @@ const char *lf_device_name(lf_device d)
 
 /* --- allocators --- */
 
-static void *cpu_alloc(size_t n, int *index, void *ctx)
-{
-    (void)ctx;
-    *index = 0;
-    /* 64-byte aligned so SIMD loads never split a cache line at the start of a row. */
-    return aligned_alloc(64, (n + 63) & ~(size_t)63);
-}
-static void cpu_free(void *p, size_t n, int index, void *ctx)
-{
-    (void)n, (void)index, (void)ctx, free(p);
-}
-
-static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {cpu_alloc, cpu_free, NULL, NULL, NULL}};
+static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {lf_host_alloc, lf_host_free, NULL, lf_host_reserved, NULL}};
 
 static int (*device_starter)(lf_device dev);
 

@@ -38,6 +38,11 @@ typedef struct lf_allocator {
 
 void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a);
 
+/* The CPU's allocator (host_memory.c): 64-byte aligned blocks, large ones cached for reuse. */
+void *lf_host_alloc(size_t nbytes, int *index, void *ctx);
+void lf_host_free(void *p, size_t nbytes, int index, void *ctx);
+int64_t lf_host_reserved(int index, void *ctx);
+
 /* Called when a tensor is wanted on a device with no allocator yet, so a backend that starts
  * lazily can start (and register its allocator). Set by the backend layer at load time. */
 void lf_tensor_set_device_starter(int (*start)(lf_device dev));

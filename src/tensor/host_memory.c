@@ -1,0 +1,171 @@
+/* Host tensor memory: 64-byte aligned blocks, and a cache of freed large blocks handed out again
+ * at the same size, as the CUDA backend's allocator does for the GPU.
+ *
+ * Why a cache: glibc gives large blocks back to the kernel (blocks over its mmap threshold are
+ * unmapped when freed; the top of its heap is trimmed once it is free beyond its trim threshold),
+ * and the next forward's tensors then land on fresh pages, each faulted in by the kernel that
+ * first writes it. On a 2-core machine the eager MLP's gelu and mul each took 12-13 ms in every
+ * window instead of about 1 (`simple-mlp --batch 8 --repeat 3`), and the first two windows of
+ * `kernels-mlp` paid the same (bench/RESULTS.md, session 6). glibc's tunables are the process's,
+ * not a library's to set. So blocks of CACHE_MIN bytes or more are kept when freed, up to a cap
+ * (an eighth of physical memory, at most 4 GiB; past it a freed block goes back to the system),
+ * and every cached block goes back when an allocation fails. Smaller blocks stay with malloc,
+ * which reuses them on its heap.
+ *
+ * Why not aligned_alloc: glibc's memalign asks its heap for n + the alignment + a header and
+ * gives back the rest, so a block one forward frees is a few bytes too small for the same
+ * request in the next. Blocks are a plain malloc of n + PAD bytes, aligned by hand, the block's
+ * own address kept 16 bytes before the tensor's.
+ *
+ * Under AddressSanitizer everything around a tensor but that address is poisoned (an access a
+ * byte before or past it is caught), and so is a cached block (a use after free is caught as a
+ * use after poison). Layer: tensor/. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tensor/tensor_impl.h"
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define PAD 80                      /* the address (16 before the tensor), up to 63 to reach 64, 1 past */
+#define CACHE_MIN ((size_t)1 << 17) /* glibc's first mmap threshold, 128 KiB */
+#define PAGE ((size_t)4096)
+
+typedef struct block {
+    char *p;
+    size_t size; /* the block's capacity: a request rounded up to a page */
+} block;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static block *cache;         /* reachable, so leak checkers see no leak */
+static size_t n_cached, cap_blocks;
+static size_t cached_bytes;  /* in the cache */
+static int64_t held_bytes;   /* from the system: in use plus cached (the profiler's "Total Reserved") */
+static size_t cache_limit;   /* 0 until first asked */
+
+static size_t limit(void)
+{
+    if (!cache_limit) {
+        const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        const size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
+        cache_limit = phys / 8 < ((size_t)4 << 30) ? phys / 8 : (size_t)4 << 30;
+    }
+    return cache_limit;
+}
+
+/* n usable bytes from the system, 64-byte aligned; everything around them poisoned. */
+static char *take(size_t n)
+{
+    char *raw = malloc(n + PAD);
+    if (!raw)
+        return NULL;
+    char *p = (char *)(((uintptr_t)raw + 16 + 63) & ~(uintptr_t)63);
+    memcpy(p - 16, &raw, sizeof raw);
+    POISON(raw, (size_t)(p - 16 - raw));
+    POISON(p - 16 + sizeof raw, 16 - sizeof raw);
+    POISON(p + n, (size_t)(raw + n + PAD - (p + n)));
+    return p;
+}
+
+static void give_back(char *p)
+{
+    char *raw;
+    memcpy(&raw, p - 16, sizeof raw);
+    free(raw); /* ASan's free takes the whole block back, poisoning and all */
+}
+
+/* Every cached block back to the system (before retrying an allocation that failed). */
+static void release_cache(void)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n_cached; i++) {
+        give_back(cache[i].p);
+        held_bytes -= (int64_t)cache[i].size;
+    }
+    n_cached = 0, cached_bytes = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+void *lf_host_alloc(size_t n, int *index, void *ctx)
+{
+    (void)ctx;
+    *index = 0;
+    if (n > SIZE_MAX - PAD - PAGE)
+        return NULL;
+    const size_t size = n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
+    if (n >= CACHE_MIN) {
+        pthread_mutex_lock(&lock);
+        for (size_t i = n_cached; i-- > 0;) /* the most recently freed first: still warm */
+            if (cache[i].size == size) {
+                char *p = cache[i].p;
+                cache[i] = cache[--n_cached];
+                cached_bytes -= size;
+                pthread_mutex_unlock(&lock);
+                UNPOISON(p, n);
+                return p;
+            }
+        pthread_mutex_unlock(&lock);
+    }
+    char *p = take(size);
+    if (!p && n_cached) {
+        release_cache();
+        p = take(size);
+    }
+    if (!p)
+        return NULL; /* the tensor layer reports LF_ENOMEM with the size */
+    if (size > n)
+        POISON(p + n, size - n);
+    pthread_mutex_lock(&lock);
+    held_bytes += (int64_t)size;
+    pthread_mutex_unlock(&lock);
+    return p;
+}
+
+void lf_host_free(void *p, size_t n, int index, void *ctx)
+{
+    (void)index, (void)ctx;
+    if (!p)
+        return;
+    const size_t size = n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
+    pthread_mutex_lock(&lock);
+    if (n >= CACHE_MIN && cached_bytes + size <= limit()) {
+        if (n_cached == cap_blocks) {
+            const size_t cap = cap_blocks ? 2 * cap_blocks : 64;
+            block *b = realloc(cache, cap * sizeof *b);
+            if (b)
+                cache = b, cap_blocks = cap;
+        }
+        if (n_cached < cap_blocks) {
+            cache[n_cached++] = (block){(char *)p, size};
+            cached_bytes += size;
+            pthread_mutex_unlock(&lock);
+            POISON(p, size);
+            return;
+        }
+    }
+    held_bytes -= (int64_t)size;
+    pthread_mutex_unlock(&lock);
+    give_back(p);
+}
+
+int64_t lf_host_reserved(int index, void *ctx)
+{
+    (void)index, (void)ctx;
+    pthread_mutex_lock(&lock);
+    const int64_t r = held_bytes;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
