@@ -4,9 +4,12 @@
  * (the `tsan` build): no report, every window's trace valid, every thread's events in it, CPU
  * kernels of each thread on a lane of their own, slices nesting on every lane. Also the
  * profiler's misuse answers: re-entering step/stop from on_trace_ready, popping a range that
- * is not open, names that are not UTF-8. */
+ * is not open, names that are not UTF-8. And host memory across threads: large tensors taken
+ * from and given back to the allocator's cache by several threads at once, each block holding
+ * only its owner's bytes. */
 #include <jansson.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "linfuse/profiler.h"
+#include "linfuse/tensor.h"
 #include "testutil.h"
 
 enum { WORKERS = 4, WINDOWS = 3 };
@@ -250,10 +254,45 @@ static void test_misuse(void)
     lf_prof_free(p);
 }
 
+/* Each thread takes tensors of three sizes from 128 KiB up (the cached ones) in turn, fills each
+ * with its own byte, checks every byte, gives it back: a block handed to two threads at once, or
+ * one still poisoned when handed out (ASan), or an unlocked cache (TSan) shows here. */
+static void *churn(void *arg)
+{
+    const unsigned char mark = (unsigned char)(uintptr_t)arg;
+    static const int64_t sizes[3] = {(int64_t)1 << 17, 3 << 17, (int64_t)1 << 18};
+    long bad = 0;
+    for (int i = 0; i < 60; i++) {
+        lf_tensor *t = NULL;
+        if (lf_tensor_empty(&t, LF_DTYPE_F8E4M3, 1, &sizes[i % 3], LF_DEVICE_CPU) != LF_OK)
+            return (void *)1;
+        unsigned char *p = lf_tensor_data(t);
+        memset(p, mark, (size_t)sizes[i % 3]);
+        sched_yield(); /* let another thread take and free blocks meanwhile */
+        for (int64_t j = 0; j < sizes[i % 3]; j++)
+            bad += p[j] != mark;
+        lf_tensor_free(t);
+    }
+    return (void *)(uintptr_t)(bad != 0);
+}
+
+static void test_host_memory_threads(void)
+{
+    pthread_t th[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        CHECK(pthread_create(&th[i], NULL, churn, (void *)(uintptr_t)(0x11 * (i + 1))) == 0, "thread %d started", i);
+    for (int i = 0; i < WORKERS; i++) {
+        void *r = NULL;
+        pthread_join(th[i], &r);
+        CHECK(r == NULL, "thread %d: its blocks held only its bytes", i);
+    }
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir))
         return 1;
+    test_host_memory_threads();
     test_misuse();
     test_threads();
     char cmd[256];

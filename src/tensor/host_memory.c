@@ -120,7 +120,7 @@ void *lf_host_alloc(size_t n, int *index, void *ctx)
         pthread_mutex_unlock(&lock);
     }
     char *p = take(size);
-    if (!p && n_cached) {
+    if (!p) { /* out of memory: give the cache back, try once more */
         release_cache();
         p = take(size);
     }
@@ -140,6 +140,8 @@ void lf_host_free(void *p, size_t n, int index, void *ctx)
     if (!p)
         return;
     const size_t size = n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
+    if (n >= CACHE_MIN) /* before another thread can take it from the cache */
+        POISON(p, size);
     pthread_mutex_lock(&lock);
     if (n >= CACHE_MIN && cached_bytes + size <= limit()) {
         if (n_cached == cap_blocks) {
@@ -152,7 +154,6 @@ void lf_host_free(void *p, size_t n, int index, void *ctx)
             cache[n_cached++] = (block){(char *)p, size};
             cached_bytes += size;
             pthread_mutex_unlock(&lock);
-            POISON(p, size);
             return;
         }
     }
