@@ -4,6 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -366,8 +368,57 @@ static void test_host_memory(void)
     lf_tensor_free(b);
 }
 
+/* What the allocator holds (Total Reserved) and what is in use, as the memory observer last saw. */
+static int64_t seen_reserved, seen_allocated;
+static void seen(void *user, lf_device dev, int index, const void *addr, int64_t bytes, int64_t total_allocated,
+                 int64_t total_reserved)
+{
+    (void)user, (void)dev, (void)index, (void)addr, (void)bytes;
+    seen_reserved = total_reserved, seen_allocated = total_allocated;
+}
+
+/* After a 1 MiB tensor is freed, a small allocation sees the block still held (cached) by
+ * default, and not with LINFUSE_HOST_CACHE_MB=0; "abc" is no number and leaves the default.
+ * 0 if as expected. Run in a child process: the cap is decided once per process. */
+static int cache_holds(const char *env_value, int expect_held)
+{
+    if (env_value)
+        setenv("LINFUSE_HOST_CACHE_MB", env_value, 1);
+    lf_tensor_set_alloc_observer(seen, NULL);
+    const int64_t big = 1 << 20, small = 64;
+    lf_tensor *a = NULL, *b = NULL;
+    if (lf_tensor_empty(&a, LF_DTYPE_F8E4M3, 1, &big, LF_DEVICE_CPU) != LF_OK)
+        return 2;
+    lf_tensor_free(a);
+    if (lf_tensor_empty(&b, LF_DTYPE_F8E4M3, 1, &small, LF_DEVICE_CPU) != LF_OK)
+        return 2;
+    const int held = seen_reserved - seen_allocated >= big;
+    lf_tensor_free(b);
+    lf_tensor_set_alloc_observer(NULL, NULL);
+    return held == expect_held ? 0 : 1;
+}
+
+static void test_host_cache_setting(void)
+{
+    static const struct {
+        const char *value;
+        int held;
+    } cases[] = {{NULL, 1}, {"0", 0}, {"abc", 1}, {"16", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fflush(NULL);
+        const pid_t pid = fork();
+        if (pid == 0)
+            _exit(cache_holds(cases[i].value, cases[i].held));
+        int status = -1;
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "LINFUSE_HOST_CACHE_MB=%s: a freed 1 MiB block %s held (child status %d)",
+              cases[i].value ? cases[i].value : "(unset)", cases[i].held ? "stays" : "is not", status);
+    }
+}
+
 int main(void)
 {
+    test_host_cache_setting();
     test_host_memory();
     test_conversions();
     test_blog_transpose();

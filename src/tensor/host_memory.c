@@ -8,9 +8,10 @@
  * window instead of about 1 (`simple-mlp --batch 8 --repeat 3`), and the first two windows of
  * `kernels-mlp` paid the same (bench/RESULTS.md, session 6). glibc's tunables are the process's,
  * not a library's to set. So blocks of CACHE_MIN bytes or more are kept when freed, up to a cap
- * (an eighth of physical memory, at most 4 GiB; past it a freed block goes back to the system),
- * and every cached block goes back when an allocation fails. Smaller blocks stay with malloc,
- * which reuses them on its heap.
+ * (a sixteenth of physical memory, at most 1 GiB: a forward's intermediates, not every one-off
+ * host copy a GPU program makes; LINFUSE_HOST_CACHE_MB sets it, 0 turns the cache off; past it a
+ * freed block goes back to the system), and every cached block goes back when an allocation
+ * fails. Smaller blocks stay with malloc, which reuses them on its heap.
  *
  * Why not aligned_alloc: glibc's memalign asks its heap for n + the alignment + a header and
  * gives back the rest, so a block one forward frees is a few bytes too small for the same
@@ -54,14 +55,22 @@ static block *cache;         /* reachable, so leak checkers see no leak */
 static size_t n_cached, cap_blocks;
 static size_t cached_bytes;  /* in the cache */
 static int64_t held_bytes;   /* from the system: in use plus cached (the profiler's "Total Reserved") */
-static size_t cache_limit;   /* 0 until first asked */
+static size_t cache_limit;   /* limit()'s answer */
 
+/* The cache's cap in bytes, decided on first use (under the lock). */
 static size_t limit(void)
 {
-    if (!cache_limit) {
+    static int decided;
+    if (!decided) {
         const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         const size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
-        cache_limit = phys / 8 < ((size_t)4 << 30) ? phys / 8 : (size_t)4 << 30;
+        cache_limit = phys / 16 < ((size_t)1 << 30) ? phys / 16 : (size_t)1 << 30;
+        const char *e = getenv("LINFUSE_HOST_CACHE_MB");
+        char *end = NULL;
+        const unsigned long long mb = e ? strtoull(e, &end, 10) : 0;
+        if (e && *e && !*end && mb <= ((size_t)1 << 40) / (1 << 20))
+            cache_limit = (size_t)mb << 20;
+        decided = 1;
     }
     return cache_limit;
 }
