@@ -35,16 +35,16 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
 #include <sanitizer/asan_interface.h>
-#define POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
 #else
-#define POISON(p, n) ((void)(p), (void)(n))
+#define POISON(p, n)   ((void)(p), (void)(n))
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define PAD 80                      /* the address (16 before the tensor), up to 63 to reach 64, 1 past */
+#define PAD       80                /* the address (16 before the tensor), up to 63 to reach 64, 1 past */
 #define CACHE_MIN ((size_t)1 << 17) /* glibc's first mmap threshold, 128 KiB */
-#define PAGE ((size_t)4096)
+#define PAGE      ((size_t)4096)
 
 typedef struct block {
     char *p;
@@ -52,11 +52,11 @@ typedef struct block {
 } block;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static block *cache;         /* reachable, so leak checkers see no leak */
+static block *cache; /* reachable, so leak checkers see no leak */
 static size_t n_cached, cap_blocks;
-static size_t cached_bytes;  /* in the cache */
-static int64_t held_bytes;   /* from the system: in use plus cached (the profiler's "Total Reserved") */
-static size_t cache_limit;   /* limit()'s answer */
+static size_t cached_bytes; /* in the cache */
+static int64_t held_bytes;  /* from the system: in use plus cached (the profiler's "Total Reserved") */
+static size_t cache_limit;  /* limit()'s answer */
 
 /* The cache's cap in bytes, decided on first use (under the lock). */
 static size_t limit(void)
