@@ -23,6 +23,7 @@
  * byte before or past it is caught), and so is a cached block (a use after free is caught as a
  * use after poison). Layer: tensor/. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,8 +56,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static block *cache; /* reachable, so leak checkers see no leak */
 static size_t n_cached, cap_blocks;
 static size_t cached_bytes; /* in the cache */
-static int64_t held_bytes;  /* from the system: in use plus cached (the profiler's "Total Reserved") */
-static size_t cache_limit;  /* limit()'s answer */
+/* from the system: in use plus cached (the profiler's "Total Reserved"); atomic, so that a block
+ * too small to cache is taken and given back without the lock */
+static atomic_llong held_bytes;
+static size_t cache_limit; /* limit()'s answer */
 
 /* The cache's cap in bytes, decided on first use (under the lock). */
 static size_t limit(void)
@@ -74,6 +77,13 @@ static size_t limit(void)
         decided = 1;
     }
     return cache_limit;
+}
+
+/* What a request of n bytes holds: a cached size is rounded up to a page, so that requests a few
+ * bytes apart share blocks. */
+static size_t block_size(size_t n)
+{
+    return n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
 }
 
 /* n usable bytes from the system, 64-byte aligned; everything around them poisoned. */
@@ -103,7 +113,7 @@ static void release_cache(void)
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < n_cached; i++) {
         give_back(cache[i].p);
-        held_bytes -= (int64_t)cache[i].size;
+        atomic_fetch_sub(&held_bytes, (long long)cache[i].size);
     }
     n_cached = 0, cached_bytes = 0;
     pthread_mutex_unlock(&lock);
@@ -115,7 +125,7 @@ void *lf_host_alloc(size_t n, int *index, void *ctx)
     *index = 0;
     if (n > SIZE_MAX - PAD - PAGE)
         return NULL;
-    const size_t size = n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
+    const size_t size = block_size(n);
     if (n >= CACHE_MIN) {
         pthread_mutex_lock(&lock);
         for (size_t i = n_cached; i-- > 0;) /* the most recently freed first: still warm */
@@ -138,9 +148,7 @@ void *lf_host_alloc(size_t n, int *index, void *ctx)
         return NULL; /* the tensor layer reports LF_ENOMEM with the size */
     if (size > n)
         POISON(p + n, size - n);
-    pthread_mutex_lock(&lock);
-    held_bytes += (int64_t)size;
-    pthread_mutex_unlock(&lock);
+    atomic_fetch_add(&held_bytes, (long long)size);
     return p;
 }
 
@@ -149,34 +157,29 @@ void lf_host_free(void *p, size_t n, int index, void *ctx)
     (void)index, (void)ctx;
     if (!p)
         return;
-    const size_t size = n >= CACHE_MIN ? (n + PAGE - 1) & ~(PAGE - 1) : n;
-    if (n >= CACHE_MIN) /* before another thread can take it from the cache */
-        POISON(p, size);
-    pthread_mutex_lock(&lock);
-    if (n >= CACHE_MIN && cached_bytes + size <= limit()) {
-        if (n_cached == cap_blocks) {
+    const size_t size = block_size(n);
+    if (n >= CACHE_MIN) {
+        POISON(p, size); /* before another thread can take it from the cache */
+        pthread_mutex_lock(&lock);
+        if (cached_bytes + size <= limit() && n_cached == cap_blocks) {
             const size_t cap = cap_blocks ? 2 * cap_blocks : 64;
             block *b = realloc(cache, cap * sizeof *b);
             if (b)
                 cache = b, cap_blocks = cap;
         }
-        if (n_cached < cap_blocks) {
-            cache[n_cached++] = (block){(char *)p, size};
-            cached_bytes += size;
-            pthread_mutex_unlock(&lock);
+        const int keep = cached_bytes + size <= limit() && n_cached < cap_blocks;
+        if (keep)
+            cache[n_cached++] = (block){(char *)p, size}, cached_bytes += size;
+        pthread_mutex_unlock(&lock);
+        if (keep)
             return;
-        }
     }
-    held_bytes -= (int64_t)size;
-    pthread_mutex_unlock(&lock);
+    atomic_fetch_sub(&held_bytes, (long long)size);
     give_back(p);
 }
 
 int64_t lf_host_reserved(int index, void *ctx)
 {
     (void)index, (void)ctx;
-    pthread_mutex_lock(&lock);
-    const int64_t r = held_bytes;
-    pthread_mutex_unlock(&lock);
-    return r;
+    return (int64_t)atomic_load(&held_bytes);
 }

@@ -54,7 +54,8 @@ const char *lf_device_name(lf_device d)
 
 /* --- allocators --- */
 
-static lf_allocator allocators[LF_DEVICE_COUNT] = {[LF_DEVICE_CPU] = {lf_host_alloc, lf_host_free, NULL, lf_host_reserved, NULL}};
+static lf_allocator allocators[LF_DEVICE_COUNT] = {
+    [LF_DEVICE_CPU] = {lf_host_alloc, lf_host_free, NULL, lf_host_reserved, NULL}};
 
 static int (*device_starter)(lf_device dev);
 
