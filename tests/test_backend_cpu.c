@@ -376,37 +376,56 @@ static void test_gated_rule(void)
         long long M, K, H;
         lf_gated_schedule want;
     } shapes[] = {
-        {64, 4096, 14336, LF_GATED_COOPERATIVE},   /* under 128 tokens */
-        {128, 4096, 14336, LF_GATED_COOPERATIVE},  /* 2 half-tile steps against 2, K long: a draw */
-        {256, 4096, 14336, LF_GATED_COOPERATIVE},  /* 4 against 4, K long: cooperative 7% faster */
-        {512, 4096, 14336, LF_GATED_PINGPONG},     /* 8 against 7 */
-        {1024, 4096, 14336, LF_GATED_COOPERATIVE}, /* 896 tiles: four waves and more */
-        {2048, 4096, 14336, LF_GATED_COOPERATIVE}, {8192, 4096, 14336, LF_GATED_COOPERATIVE},
-        {8192, 4096, 11008, LF_GATED_COOPERATIVE}, {4096, 2048, 8192, LF_GATED_COOPERATIVE},
+        {64, 4096, 14336, LF_GATED_COOPERATIVE},  /* under 128 tokens */
+        {128, 4096, 14336, LF_GATED_COOPERATIVE}, /* 2 half-tile steps against 2, K long: a draw */
+        {256, 4096, 14336, LF_GATED_COOPERATIVE}, /* 4 against 4, K long: cooperative 7% faster */
+        {512, 4096, 14336, LF_GATED_PINGPONG},    /* 8 against 7 */
+        {1024, 4096, 14336, LF_GATED_OFFLOAD},    /* 896 tiles: four waves and more, bf16 */
+        {2048, 4096, 14336, LF_GATED_OFFLOAD},    {8192, 4096, 14336, LF_GATED_OFFLOAD},
+        {8192, 4096, 11008, LF_GATED_OFFLOAD},    {4096, 2048, 8192, LF_GATED_OFFLOAD},
         {1024, 768, 3072, LF_GATED_PINGPONG}, /* 4 against 3 */
-        {4096, 768, 3072, LF_GATED_COOPERATIVE},   {8192, 768, 3072, LF_GATED_COOPERATIVE},
+        {4096, 768, 3072, LF_GATED_OFFLOAD},      {8192, 768, 3072, LF_GATED_OFFLOAD},
     };
+    static const char *const sched_names[] = {"auto", "cooperative", "ping-pong", "offload"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const lf_gated_schedule got =
-            lf_gated_rule(shapes[i].M, shapes[i].K, shapes[i].H, shapes[i].H, 0, 132, LF_GATED_AUTO);
-        CHECK(got == shapes[i].want, "gated schedule at %lld x %lld -> %lld on 132 SMs: %s, expected %s",
-              shapes[i].M, shapes[i].K, shapes[i].H, got == LF_GATED_PINGPONG ? "ping-pong" : "cooperative",
-              shapes[i].want == LF_GATED_PINGPONG ? "ping-pong" : "cooperative");
+            lf_gated_rule(shapes[i].M, shapes[i].K, shapes[i].H, shapes[i].H, 0, 0, 132, LF_GATED_AUTO);
+        CHECK(got == shapes[i].want, "gated schedule at %lld x %lld -> %lld on 132 SMs: %s, expected %s", shapes[i].M,
+              shapes[i].K, shapes[i].H, sched_names[got], sched_names[shapes[i].want]);
+        /* in FP8 the offload kernel's activation falls behind the MMAs: cooperative there */
+        const lf_gated_schedule got8 =
+            lf_gated_rule(shapes[i].M, shapes[i].K, shapes[i].H, shapes[i].H, 1, 0, 132, LF_GATED_AUTO);
+        CHECK(got8 == (shapes[i].want == LF_GATED_OFFLOAD ? LF_GATED_COOPERATIVE : shapes[i].want),
+              "fp8 gated schedule at %lld x %lld -> %lld on 132 SMs: %s", shapes[i].M, shapes[i].K, shapes[i].H,
+              sched_names[got8]);
     }
     /* short K and both ending together under four waves: ping-pong (its hidden epilogue) */
-    CHECK(lf_gated_rule(2048, 768, 3072, 3072, 0, 132, LF_GATED_AUTO) == LF_GATED_PINGPONG,
+    CHECK(lf_gated_rule(2048, 768, 3072, 3072, 0, 0, 132, LF_GATED_AUTO) == LF_GATED_PINGPONG,
           "2048 x 768 -> 3072 (384 tiles, 6 against 6, K short) takes ping-pong");
     /* what decides before the shape: the gate group, the e4m3 output, then a forced schedule */
-    CHECK(lf_gated_rule(8192, 4096, 11008, 64, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_PINGPONG,
+    CHECK(lf_gated_rule(8192, 4096, 11008, 64, 0, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_PINGPONG,
           "a gate group of 64 fits only ping-pong");
-    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 1, 132, LF_GATED_PINGPONG) == LF_GATED_COOPERATIVE,
+    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 0, 1, 132, LF_GATED_PINGPONG) == LF_GATED_COOPERATIVE,
           "h in e4m3 takes the cooperative tiles");
-    CHECK(lf_gated_rule(8192, 4096, 11008, 11008, 0, 132, LF_GATED_PINGPONG) == LF_GATED_PINGPONG &&
-              lf_gated_rule(512, 4096, 14336, 14336, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_COOPERATIVE,
+    CHECK(lf_gated_rule(8192, 4096, 11008, 11008, 0, 0, 132, LF_GATED_PINGPONG) == LF_GATED_PINGPONG &&
+              lf_gated_rule(512, 4096, 14336, 14336, 0, 0, 132, LF_GATED_COOPERATIVE) == LF_GATED_COOPERATIVE,
           "a forced schedule is kept");
+    CHECK(lf_gated_rule(8192, 768, 3072, 3072, 0, 0, 132, LF_GATED_OFFLOAD) == LF_GATED_OFFLOAD &&
+              lf_gated_rule(8192, 768, 3072, 3072, 0, 1, 132, LF_GATED_OFFLOAD) == LF_GATED_COOPERATIVE &&
+              lf_gated_rule(8192, 768, 3072, 64, 0, 0, 132, LF_GATED_OFFLOAD) == LF_GATED_PINGPONG,
+          "a forced offload is kept where its tile fits: bf16 h, gate groups of 128");
+    /* offload exactly where there are four waves of tiles or more (768 -> 3072: 24 column-tiles, so
+     * 22 row-tiles on 132 SMs), in bf16 */
+    for (long long M = 1; M <= 16384; M *= 2) {
+        const int four_waves = (M + 127) / 128 * 24 >= 4 * 132;
+        CHECK((lf_gated_rule(M, 768, 3072, 3072, 0, 0, 132, LF_GATED_AUTO) == LF_GATED_OFFLOAD) == four_waves &&
+                  lf_gated_rule(M, 768, 3072, 3072, 1, 0, 132, LF_GATED_AUTO) != LF_GATED_OFFLOAD,
+              "offload at %lld tokens of 768 -> 3072: only in bf16 and with four waves (%d)", M, four_waves);
+    }
     /* no SM count (no device yet): a shape is still decided */
-    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 0, 0, LF_GATED_AUTO) == LF_GATED_COOPERATIVE,
-          "with no SM count every shape is many waves: cooperative");
+    CHECK(lf_gated_rule(512, 4096, 14336, 14336, 0, 0, 0, LF_GATED_AUTO) == LF_GATED_OFFLOAD &&
+              lf_gated_rule(512, 4096, 14336, 14336, 1, 0, 0, LF_GATED_AUTO) == LF_GATED_COOPERATIVE,
+          "with no SM count every shape is many waves: the 128 x 256 tile, offload in bf16");
 }
 
 int main(void)

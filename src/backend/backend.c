@@ -537,6 +537,7 @@ lf_gated_schedule lf_gated_schedule_forced(void)
     const lf_gated_schedule s = !e                          ? LF_GATED_AUTO
                                 : !strcmp(e, "cooperative") ? LF_GATED_COOPERATIVE
                                 : !strcmp(e, "pingpong")    ? LF_GATED_PINGPONG
+                                : !strcmp(e, "offload")     ? LF_GATED_OFFLOAD
                                                             : LF_GATED_AUTO;
     int unset = -1; /* a force made meanwhile wins */
     atomic_compare_exchange_strong(&gated_schedule, &unset, (int)s);

@@ -248,16 +248,17 @@ const lf_backend_ops *lf_backend_module_load(lf_device dev, const char **why);
 
 /* The kernel families; each names its kernels one way (report.c has the formats). */
 typedef enum lf_kernel_family {
-    LF_KF_NAMED,          /* a name given whole (fused kernels) */
-    LF_KF_CPU_GEMM,       /* lf_cpu_gemm_<dtype>_<mr>x<nr>_<layout and epilogue> */
-    LF_KF_CPU_POINTWISE,  /* lf_cpu_<op>_<dtype>[_strided] */
-    LF_KF_CUBLASLT_GEMM,  /* lf_cublaslt_gemm_<dtype>_<layout and epilogue> */
-    LF_KF_CUDA_POINTWISE, /* lf_cuda_<op>_<dtype>[_strided] */
-    LF_KF_CUDA_GATED,     /* lf::gated::gated_gemm_<dtype>_<act>_<tile>: the Hopper kernel's own name */
+    LF_KF_NAMED,               /* a name given whole (fused kernels) */
+    LF_KF_CPU_GEMM,            /* lf_cpu_gemm_<dtype>_<mr>x<nr>_<layout and epilogue> */
+    LF_KF_CPU_POINTWISE,       /* lf_cpu_<op>_<dtype>[_strided] */
+    LF_KF_CUBLASLT_GEMM,       /* lf_cublaslt_gemm_<dtype>_<layout and epilogue> */
+    LF_KF_CUDA_POINTWISE,      /* lf_cuda_<op>_<dtype>[_strided] */
+    LF_KF_CUDA_GATED,          /* lf::gated::gated_gemm_<dtype>_<act>_<tile>: the Hopper kernel's own name */
     LF_KF_CUDA_GATED_PINGPONG, /* lf::gated::gated_gemm_<dtype>_<act>_<tile>_pingpong: its ping-pong schedule */
-    LF_KF_CUDA_GEMV,      /* lf::gemv::gated_gemv_<dtype>_<act>: the few-token gated kernel */
-    LF_KF_CPU_QUANT,      /* lf_cpu_quantize_fp8_<dtype>_rowwise */
-    LF_KF_CUDA_QUANT,     /* lf_cuda_quantize_fp8_<dtype>_rowwise */
+    LF_KF_CUDA_GATED_OFFLOAD,  /* lf::gated::gated_gemm_<dtype>_<act>_<tile>_offload: its offload schedule */
+    LF_KF_CUDA_GEMV,           /* lf::gemv::gated_gemv_<dtype>_<act>: the few-token gated kernel */
+    LF_KF_CPU_QUANT,           /* lf_cpu_quantize_fp8_<dtype>_rowwise */
+    LF_KF_CUDA_QUANT,          /* lf_cuda_quantize_fp8_<dtype>_rowwise */
     LF_KF_COUNT
 } lf_kernel_family;
 
@@ -296,11 +297,16 @@ const char *lf_cpu_isa_name(lf_cpu_isa isa);
 /* --- the CUDA backend's knob: the Hopper gated GEMM's schedule (tests run both, benches time
  * one against the other) --- */
 
-typedef enum lf_gated_schedule { LF_GATED_AUTO, LF_GATED_COOPERATIVE, LF_GATED_PINGPONG } lf_gated_schedule;
+typedef enum lf_gated_schedule {
+    LF_GATED_AUTO,
+    LF_GATED_COOPERATIVE,
+    LF_GATED_PINGPONG,
+    LF_GATED_OFFLOAD /* the cooperative tile, its activation on the producer warpgroup's spare warps */
+} lf_gated_schedule;
 
 /* Force a schedule (LF_GATED_AUTO: the backend chooses by shape, its default). Until forced, the
- * environment decides, read once: LINFUSE_GATED_SCHEDULE=cooperative|pingpong|auto; anything else
- * is auto.
+ * environment decides, read once: LINFUSE_GATED_SCHEDULE=cooperative|pingpong|offload|auto;
+ * anything else is auto. An e4m3 h always takes the cooperative kernel.
  * A gate_group that is not a multiple of 128 always takes ping-pong (the cooperative kernel's
  * half tile is 128 columns). */
 void lf_gated_schedule_force(lf_gated_schedule s);

@@ -45,8 +45,9 @@ static void format_name(const lf_kernel_key *k, char *buf, size_t cap)
                  k->out_dtype == LF_DTYPE_F8E4M3 ? "_to_f8e4m3" : "");
         break;
     case LF_KF_CUDA_GATED_PINGPONG:
-        snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u_pingpong", dt, lf_act_name((lf_act)k->act), k->tile_m,
-                 k->tile_n);
+    case LF_KF_CUDA_GATED_OFFLOAD:
+        snprintf(buf, cap, "lf::gated::gated_gemm_%s_%s_%ux%u_%s", dt, lf_act_name((lf_act)k->act), k->tile_m,
+                 k->tile_n, k->family == LF_KF_CUDA_GATED_PINGPONG ? "pingpong" : "offload");
         break;
     case LF_KF_CUDA_GEMV:
         snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, lf_act_name((lf_act)k->act));

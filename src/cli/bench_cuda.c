@@ -91,10 +91,11 @@ static const gcase cases[] = {
     {"mlp_8x1024x4096x11008_gated", 2, 8, 1024, 4096, 11008, LF_MLP_GATED, 0, LF_ACT_NONE, 0},
     {"gemm_gated_8192x4096x11008", 3, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
     {"gemm_concat_8192x4096x22016", 4, 1, 8192, 4096, 11008, 0, 0, LF_ACT_NONE, 0},
-    /* the gated kernel's two schedules side by side, each against one GEMM over [Wg; Wu] */
+    /* the gated kernel's three schedules side by side, each against one GEMM over [Wg; Wu] */
 #define SCHED(T, D, H)                                                                                                  \
 {"sched_cooperative_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},                   \
     {"sched_pingpong_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                      \
+    {"sched_offload_" #T "x" #D "x" #H, 3, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_OFFLOAD},                        \
     {"sched_concat_" #T "x" #D "x" #H, 4, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
     SCHED(8192, 768, 3072), SCHED(8192, 4096, 11008), SCHED(4096, 2048, 8192), SCHED(512, 4096, 14336),
     SCHED(2048, 4096, 14336), SCHED(64, 4096, 14336), SCHED(8192, 4096, 14336), SCHED(1024, 768, 3072),
@@ -107,11 +108,12 @@ static const gcase cases[] = {
     {"fp8_concat_" #T "x" #D "x" #H, 6, 1, T, D, H, 0, 0, LF_ACT_NONE, 0}
     FP8(8192, 4096, 11008), FP8(8192, 768, 3072), FP8(512, 4096, 14336),
 #undef FP8
-    /* the FP8 gated kernel's two schedules side by side (an MMA takes half the time it does in
-     * bf16, so the epilogue the ping-pong schedule hides weighs twice as much) */
+    /* the FP8 gated kernel's three schedules side by side (an MMA takes half the time it does in
+     * bf16, so the epilogue the ping-pong and offload schedules hide weighs twice as much) */
 #define SCHED8(T, D, H)                                                                                                 \
 {"fp8_sched_cooperative_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_COOPERATIVE},               \
-    {"fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG}
+    {"fp8_sched_pingpong_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_PINGPONG},                  \
+    {"fp8_sched_offload_" #T "x" #D "x" #H, 5, 1, T, D, H, 0, 0, LF_ACT_NONE, LF_GATED_OFFLOAD}
     SCHED8(8192, 4096, 11008), SCHED8(8192, 768, 3072), SCHED8(512, 4096, 14336), SCHED8(2048, 4096, 14336),
     SCHED8(8192, 4096, 14336), SCHED8(1024, 768, 3072), SCHED8(4096, 2048, 8192),
 #undef SCHED8

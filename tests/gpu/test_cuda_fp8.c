@@ -276,7 +276,7 @@ static void test_gated_fp8_out(lf_rng *rng)
     }
 }
 
-/* cuBLASLt's scaled GEMM (lf_scaled_mm) and the gated kernel's FP8 form (both schedules, both
+/* cuBLASLt's scaled GEMM (lf_scaled_mm) and the gated kernel's FP8 form (all three schedules, both
  * activations; NaN-poisoned padded outputs through the backend) against the decoded operands in
  * float64; the shapes and layouts they refuse, by name. */
 void test_scaled_gemm_gpu(void)
@@ -301,12 +301,13 @@ void test_scaled_gemm_gpu(void)
                                        {5, 784, 384, 128},   {129, 4096, 128, 128}, {300, 144, 256, 128},
                                        {1000, 256, 512, 256}, {200, 192, 320, 64},  {1100, 704, 1152, 384},
                                        {8192, 768, 3072, 3072}};
-    for (size_t cj = 0; cj < 4 * sizeof gated / sizeof gated[0]; cj++) {
-        const size_t ci = cj / 4;
+    static const lf_gated_schedule scheds[] = {LF_GATED_COOPERATIVE, LF_GATED_PINGPONG, LF_GATED_OFFLOAD};
+    for (size_t cj = 0; cj < 6 * sizeof gated / sizeof gated[0]; cj++) {
+        const size_t ci = cj / 6;
         const lf_act act = cj % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH;
-        const lf_gated_schedule sched = cj / 2 % 2 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
+        const lf_gated_schedule sched = scheds[cj / 2 % 3];
         const int64_t M = gated[ci][0], K = gated[ci][1], H = gated[ci][2], G = gated[ci][3], pad = 24;
-        const int pingpong = sched == LF_GATED_PINGPONG || G % 128;
+        const int pingpong = sched == LF_GATED_PINGPONG || G % 128, offload = !pingpong && sched == LF_GATED_OFFLOAD;
         lf_gated_schedule_force(sched);
         fp8_mat x = fp8_rand(&rng, M, K), w = fp8_rand(&rng, 2 * H, K);
         lf_tensor *poison = NULL;
@@ -321,16 +322,21 @@ void test_scaled_gemm_gpu(void)
         g.d = (lf_matrix){lf_tensor_data(gd), LF_DTYPE_BF16, M, H, H + pad, 1};
         char what[112];
         snprintf(what, sizeof what, "fp8 gated %s %lldx%lldx%lld G %lld %s", lf_act_name(act), (long long)M,
-                 (long long)K, (long long)H, (long long)G, pingpong ? "ping-pong" : "cooperative");
+                 (long long)K, (long long)H, (long long)G,
+                 pingpong  ? "ping-pong"
+                 : offload ? "offload"
+                           : "cooperative");
         lf_kernel_info info = {0};
         lf_status s = lf_backend_gemm(LF_DEVICE_CUDA, &g, &info);
         CHECK(s == LF_OK, "%s: %s", what, s == LF_OK ? "" : lf_last_error());
         lf_device_synchronize(LF_DEVICE_CUDA);
         if (s == LF_OK) {
-            const char *tile = pingpong ? "_128x128_pingpong" : "_128x256";
-            CHECK(info.name && strstr(info.name, act == LF_ACT_SILU ? "gated_gemm_f8e4m3_silu" : "gated_gemm_f8e4m3_gelu_tanh") &&
-                      strstr(info.name, tile),
-                  "%s: kernel name %s", what, info.name ? info.name : "(none)");
+            const char *tile = pingpong ? "_128x128_pingpong" : offload ? "_128x256_offload" : "_128x256";
+            CHECK(
+                info.name &&
+                    strstr(info.name, act == LF_ACT_SILU ? "gated_gemm_f8e4m3_silu" : "gated_gemm_f8e4m3_gelu_tanh") &&
+                    strstr(info.name, tile) && (offload || !strstr(info.name, "_offload")),
+                "%s: kernel name %s", what, info.name ? info.name : "(none)");
             if (info.timing)
                 info.resolve(info.timing, &(int64_t){0}, &(int64_t){0});
             double *D = to_f64(gd);

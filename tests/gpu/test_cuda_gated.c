@@ -43,7 +43,7 @@ static double gated_err(const lf_tensor *x, const lf_tensor *w, int64_t G, const
 }
 
 /* The gated GEMM against float64 (the few-token GEMV up to 16 tokens, the Hopper kernel beyond,
- * in both its schedules): odd token counts, K not a multiple of its 64-step, gate/up stacked
+ * in each of its three schedules): odd token counts, K not a multiple of its 64-step, gate/up stacked
  * (G = H) and interleaved in 128- and 64-row blocks (64: ping-pong only), a tile count that
  * leaves one ping-pong consumer idle, an output that is a padded view of a NaN-poisoned buffer
  * (nothing written outside it); then the shapes it refuses, which mm_gated computes through the
@@ -57,15 +57,16 @@ void test_gated_gemm(void)
                                        {9, 520, 100, 100},    {77, 768, 384, 384},   {300, 136, 256, 128},
                                        {1000, 256, 512, 256}, {129, 4096, 128, 128}, {8192, 768, 3072, 3072},
                                        {200, 192, 320, 64},   {100, 64, 192, 64},    {1100, 704, 1152, 384}};
-    for (size_t cj = 0; cj < 4 * sizeof cases / sizeof cases[0]; cj++) {
-        const size_t ci = cj / 4; /* each case in GeGLU's act, then SwiGLU's, in each schedule */
+    static const lf_gated_schedule scheds[] = {LF_GATED_COOPERATIVE, LF_GATED_PINGPONG, LF_GATED_OFFLOAD};
+    for (size_t cj = 0; cj < 6 * sizeof cases / sizeof cases[0]; cj++) {
+        const size_t ci = cj / 6; /* each case in GeGLU's act, then SwiGLU's, in each schedule */
         const lf_act act = cj % 2 ? LF_ACT_SILU : LF_ACT_GELU_TANH;
-        const lf_gated_schedule sched = cj / 2 % 2 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
+        const lf_gated_schedule sched = scheds[cj / 2 % 3];
         const int64_t M = cases[ci][0], K = cases[ci][1], H = cases[ci][2], G = cases[ci][3], pad = 24;
-        if (M <= 16 && sched == LF_GATED_PINGPONG) /* the GEMV has one schedule */
+        if (M <= 16 && sched != LF_GATED_COOPERATIVE) /* the GEMV has one schedule */
             continue;
         lf_gated_schedule_force(sched);
-        const int pingpong = sched == LF_GATED_PINGPONG || G % 128;
+        const int pingpong = sched == LF_GATED_PINGPONG || G % 128, offload = !pingpong && sched == LF_GATED_OFFLOAD;
         int64_t xs[2] = {M, K}, ws[2] = {2 * H, K}, ds[2] = {M, H + pad};
         lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws);
         lf_tensor *poison = NULL;
@@ -79,7 +80,10 @@ void test_gated_gemm(void)
         g.d = (lf_matrix){lf_tensor_data(gd), LF_DTYPE_BF16, M, H, H + pad, 1};
         char what[112];
         snprintf(what, sizeof what, "gated %s %lldx%lldx%lld G %lld %s", lf_act_name(act), (long long)M, (long long)K,
-                 (long long)H, (long long)G, pingpong ? "ping-pong" : "cooperative");
+                 (long long)H, (long long)G,
+                 pingpong  ? "ping-pong"
+                 : offload ? "offload"
+                           : "cooperative");
         lf_status s = lf_backend_gemm_supported(LF_DEVICE_CUDA, &g);
         CHECK(s == LF_OK, "%s: the Hopper kernel takes it: %s", what, s == LF_OK ? "" : lf_last_error());
         lf_kernel_info info = {0};
@@ -91,9 +95,13 @@ void test_gated_gemm(void)
             const char *want = M <= 16 ? (act == LF_ACT_SILU ? "gated_gemv_bf16_silu" : "gated_gemv_bf16_gelu_tanh")
                                : act == LF_ACT_SILU ? "gated_gemm_bf16_silu"
                                                     : "gated_gemm_bf16_gelu_tanh";
-            const char *tile = M <= 16 ? "" : pingpong ? "_128x128_pingpong" : "_128x256";
-            CHECK(info.name && strstr(info.name, want) && strstr(info.name, tile), "%s: kernel name %s", what,
-                  info.name ? info.name : "(none)");
+            const char *tile = M <= 16    ? ""
+                               : pingpong ? "_128x128_pingpong"
+                               : offload  ? "_128x256_offload"
+                                          : "_128x256";
+            CHECK(info.name && strstr(info.name, want) && strstr(info.name, tile) &&
+                      (offload || !strstr(info.name, "_offload")),
+                  "%s: kernel name %s", what, info.name ? info.name : "(none)");
             if (info.timing)
                 info.resolve(info.timing, &(int64_t){0}, &(int64_t){0});
             double *D = to_f64(gd), *packed = malloc((size_t)(M * H) * sizeof *packed);

@@ -414,8 +414,13 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
     LF_TRY(timed_launch(d, g, info, lf_cuda_gated_launch, "lf_cuda_gated_launch"));
     if (info) {
-        int tm, tn, pingpong = lf_cuda_gated_tile(g, &tm, &tn);
-        lf_gemm_report(g, pingpong ? LF_KF_CUDA_GATED_PINGPONG : LF_KF_CUDA_GATED, tm, tn, info);
+        int tm, tn;
+        const lf_gated_schedule s = lf_cuda_gated_tile(g, &tm, &tn);
+        lf_gemm_report(g,
+                       s == LF_GATED_PINGPONG  ? LF_KF_CUDA_GATED_PINGPONG
+                       : s == LF_GATED_OFFLOAD ? LF_KF_CUDA_GATED_OFFLOAD
+                                               : LF_KF_CUDA_GATED,
+                       tm, tn, info);
     }
     return LF_OK;
 }

@@ -102,10 +102,9 @@ cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t stream);
 
 /* The Hopper gated GEMM: whether it can run g (1), else 0 with why filled; its launch; and the
- * kernel that runs g: 1 for the ping-pong schedule, 0 the cooperative one, and its tile (for its
- * name). */
+ * kernel that runs g: its schedule and its tile (for its name). */
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
-int lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n);
+lf_gated_schedule lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n);
 /* The gated GEMM for 1 to 16 tokens (gemv.cu): a memory-bound pass over the weights. */
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);

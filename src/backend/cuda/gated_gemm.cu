@@ -15,9 +15,10 @@
 //   - persistent: one CTA per SM walks tiles in bands of row-tiles so the weights a band
 //     reads stay in L2.
 // That is the cooperative schedule (this file): both consumers finish a tile together, so the
-// tensor cores wait while they run its epilogue. gated_pingpong.cu is the other schedule: each
-// consumer on a tile of its own, one's epilogue under the other's MMAs. The host code below
-// picks one per shape (gated_schedule: the rule and the measurements behind it).
+// tensor cores wait while they run its epilogue. gated_offload.cu keeps the tile and moves the
+// epilogue's math to the producer warpgroup's idle warps; gated_pingpong.cu puts each consumer on
+// a tile of its own, one's epilogue under the other's MMAs. The host code below picks one per
+// shape (gated_schedule: the rule and the measurements behind it).
 // The weight is the module's [Wg; Wu] in blocks of `gate_group` rows (lf_gate, LF_GATE_PAIRED):
 // gate rows j of block b at 2*G*b + j, their partners G rows later. A tile's gate half and up
 // half are two TMA copies from those rows, so any G that is a multiple of the half tile (128
@@ -56,7 +57,7 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
                                           int G, int band)
 {
     static_assert(FP8 || !QOUT, "an e4m3 h comes from e4m3 operands");
-    constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
+    constexpr int BK = elem<FP8>::BK;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -89,30 +90,7 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
         for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
             int mb, nb;
             tile_of(t, m_tiles, n_tiles, band, mb, nb);
-            int prev = -1;
-            for (int k = 0; k < kb; k++) {
-                mbar_wait(&full[stage], phase);
-                const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
-                const uint64_t da = smem_desc(a + half * (BM / 2) * ROW_BYTES), db = smem_desc(b);
-                fence_acc(d);
-                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < BK / KSTEP; kk++) // one k step = 32 bytes = 2 descriptor units
-                    wgmma_256<FP8>(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
-                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                // keep this step's group in flight; the previous step's is done, so its
-                // stage goes back to the producer
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                if (prev >= 0 && tid == 0)
-                    mbar_arrive(&empty[prev]);
-                prev = stage;
-                if (++stage == STAGES)
-                    stage = 0, phase ^= 1;
-            }
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            fence_acc(d);
-            if (prev >= 0 && tid == 0)
-                mbar_arrive(&empty[prev]);
+            mainloop_256<FP8, STAGES, STAGE_BYTES, A_BYTES>(d, ring, full, empty, kb, half, tid, stage, phase);
             // Epilogue. wgmma's D fragment: register 4i + 2h + e holds row 16*warp + lane/4 + 8h,
             // column 8i + 2*(lane%4) + e; columns 0-127 are gates, 128-255 their ups, so gate
             // register r pairs with up register r + 64 in the same thread. The results go to
@@ -207,14 +185,29 @@ std::mutex init_lock;
 typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *,
                              float *, int, int, int, int, int, int);
 // [fp8 * 4 + schedule * 2 + (act == silu)]: bf16 then e4m3; cooperative, then ping-pong; then the
-// two cooperative kernels writing e4m3 h, [8 + (act == silu)]
-constexpr int KERNELS = 10;
-const gated_kernel kernels[KERNELS] = {
-    lf::gated::gated_gemm_bf16_gelu_tanh_128x256,           lf::gated::gated_gemm_bf16_silu_128x256,
-    lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong,  lf::gated::gated_gemm_bf16_silu_128x128_pingpong,
-    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256,         lf::gated::gated_gemm_f8e4m3_silu_128x256,
-    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong, lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong,
-    lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3, lf::gated::gated_gemm_f8e4m3_silu_128x256_to_f8e4m3};
+// two cooperative kernels writing e4m3 h, [8 + (act == silu)]; then offload, [10 + fp8 * 2 + (act == silu)]
+constexpr int KERNELS = 14;
+const gated_kernel kernels[KERNELS] = {lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
+                                       lf::gated::gated_gemm_bf16_silu_128x256,
+                                       lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong,
+                                       lf::gated::gated_gemm_bf16_silu_128x128_pingpong,
+                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256,
+                                       lf::gated::gated_gemm_f8e4m3_silu_128x256,
+                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong,
+                                       lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong,
+                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3,
+                                       lf::gated::gated_gemm_f8e4m3_silu_128x256_to_f8e4m3,
+                                       lf::gated::gated_gemm_bf16_gelu_tanh_128x256_offload,
+                                       lf::gated::gated_gemm_bf16_silu_128x256_offload,
+                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_offload,
+                                       lf::gated::gated_gemm_f8e4m3_silu_128x256_offload};
+
+int kernel_smem(int i)
+{
+    return i >= 10               ? lf::gated::offload::SMEM_BYTES
+           : i < 8 && i % 4 >= 2 ? lf::gated::pp::SMEM_BYTES
+                                 : lf::gated::coop::SMEM_BYTES;
+}
 
 // Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
 // tensor-map encoder is found (once per process).
@@ -234,8 +227,8 @@ bool init_device(int dev)
     cudaFuncAttributes fa;
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
     for (int i = 0; loads && i < KERNELS; i++)
-        loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     i % 4 < 2 ? lf::gated::coop::SMEM_BYTES : lf::gated::pp::SMEM_BYTES) == cudaSuccess;
+        loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, kernel_smem(i)) ==
+                cudaSuccess;
     if (!loads) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
@@ -345,12 +338,13 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 // the one forced by lf_gated_schedule_force or LINFUSE_GATED_SCHEDULE to measure one against the
 // other.
 static_assert(lf::gated::coop::BM == LF_GATED_COOP_ROWS && lf::gated::coop::BN / 2 == LF_GATED_COOP_COLS &&
-                  lf::gated::pp::BN * 2 == lf::gated::coop::BN,
+                  lf::gated::pp::BN * 2 == lf::gated::coop::BN && lf::gated::offload::BM == lf::gated::coop::BM &&
+                  lf::gated::offload::BN == lf::gated::coop::BN,
               "gated_rule.h's tile sizes are the kernels'");
 static lf_gated_schedule gated_schedule(const lf_gemm *g, int sms)
 {
-    return lf_gated_rule(g->a.rows, g->a.cols, g->d.cols, g->ep.gate_group, g->d.dtype == LF_DTYPE_F8E4M3, sms,
-                         lf_gated_schedule_forced());
+    return lf_gated_rule(g->a.rows, g->a.cols, g->d.cols, g->ep.gate_group, g->a.dtype == LF_DTYPE_F8E4M3,
+                         g->d.dtype == LF_DTYPE_F8E4M3, sms, lf_gated_schedule_forced());
 }
 
 // Row-tiles per band of the tile order: 16 (2048 tokens share each weight tile they read while it
@@ -369,13 +363,14 @@ static int gated_band()
     return b;
 }
 
-extern "C" int lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n)
+extern "C" lf_gated_schedule lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n)
 {
     const int dev = ready_device();
-    const bool pp = gated_schedule(g, dev < 0 ? 0 : sm_count[dev]) == LF_GATED_PINGPONG;
+    const lf_gated_schedule s = gated_schedule(g, dev < 0 ? 0 : sm_count[dev]);
+    const bool pp = s == LF_GATED_PINGPONG;
     *tile_m = pp ? lf::gated::pp::BM : lf::gated::coop::BM;
     *tile_n = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
-    return pp;
+    return s;
 }
 
 extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream)
@@ -384,7 +379,8 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const int dev = ready_device();
     if (dev < 0)
         return cudaErrorInvalidDevice;
-    const bool pp = gated_schedule(g, sm_count[dev]) == LF_GATED_PINGPONG;
+    const lf_gated_schedule sched = gated_schedule(g, sm_count[dev]);
+    const bool pp = sched == LF_GATED_PINGPONG, off = sched == LF_GATED_OFFLOAD;
     const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
     const bool fp8 = A->dtype == LF_DTYPE_F8E4M3, qout = D->dtype == LF_DTYPE_F8E4M3;
     CUtensorMap xm, wm, om;
@@ -398,8 +394,8 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const long long busy = pp ? (tiles + 1) / 2 : tiles;
     const int grid = (int)(busy < sm_count[dev] ? busy : sm_count[dev]);
     const int band = gated_band();
-    kernels[(qout ? 8 : 4 * fp8 + 2 * pp) + (g->ep.act == LF_ACT_SILU)]<<<
-        grid, 384, pp ? lf::gated::pp::SMEM_BYTES : lf::gated::coop::SMEM_BYTES, stream>>>(
-        xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale, (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
+    const int kernel = (qout ? 8 : off ? 10 + 2 * fp8 : 4 * fp8 + 2 * pp) + (g->ep.act == LF_ACT_SILU);
+    kernels[kernel]<<<grid, 384, kernel_smem(kernel), stream>>>(xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale,
+                                                                (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
     return cudaGetLastError();
 }

@@ -1,7 +1,8 @@
-// What the two Hopper gated GEMM kernels share (gated_gemm.cu: cooperative, gated_pingpong.cu:
-// ping-pong): their tile sizes, their declarations for the host code, and the PTX they are built
-// from (mbarriers, TMA copies, wgmma, the activations, the tile order). Device code here is for
-// sm_90a only; see gated_gemm.cu for the design. Layer: backend/cuda.
+// What the Hopper gated GEMM kernels share (gated_gemm.cu: cooperative, gated_pingpong.cu:
+// ping-pong, gated_offload.cu: offload): their tile sizes, their declarations for the host code,
+// and the PTX they are built from (mbarriers, TMA copies, wgmma, the activations, the tile order,
+// the 128 x 256 tile's consumer mainloop). Device code here is for sm_90a only; see gated_gemm.cu
+// for the design. Layer: backend/cuda.
 #ifndef LF_BACKEND_CUDA_GATED_KERNELS_CUH
 #define LF_BACKEND_CUDA_GATED_KERNELS_CUH
 
@@ -36,6 +37,17 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;          // 32 KiB
 constexpr int OUT_BYTES = BM * (BN / 2) * 2;             // one consumer's staged output: 16 KiB
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * OUT_BYTES + 1024; // 225 KiB of the 227
 } // namespace pp
+
+// Offload: the cooperative tile and mainloop, the activation done by the producer warpgroup's
+// spare warps from g and u the consumers leave in two bf16 tiles (gated_offload.cu); the tiles
+// take the ring's fourth stage and the cooperative kernel's 32 KiB staging tile.
+namespace offload {
+constexpr int BM = 128, BN = 256, ROW_BYTES = 128, STAGES = 3;
+constexpr int A_BYTES = BM * ROW_BYTES, HALF_B_BYTES = (BN / 2) * ROW_BYTES, B_BYTES = 2 * HALF_B_BYTES;
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;                         // 48 KiB
+constexpr int GU_BYTES = BM * (BN / 2) * 2;                            // g's tile, then u's: 32 KiB each
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * GU_BYTES + 1024; // 209 KiB
+} // namespace offload
 
 // FP8 (e4m3) operands take the same tiles and the same 128-byte rows of shared memory: a K step
 // of 128 elements instead of 64, wgmma's k32 form instead of k16, so each stage feeds twice the
@@ -84,6 +96,7 @@ __host__ __device__ __forceinline__ int x_box_rows(int M, int BM)
     LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_##tile);
 LF_GATED_DECLS(128x256)
 LF_GATED_DECLS(128x128_pingpong)
+LF_GATED_DECLS(128x256_offload)
 LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3);
 LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256_to_f8e4m3);
 
@@ -283,6 +296,40 @@ __device__ __forceinline__ void produce(const CUtensorMap &x, const CUtensorMap 
                 stage = 0, phase ^= 1;
         }
     }
+}
+
+// One consumer warpgroup's share of a 128 x 256 tile (the cooperative and offload kernels): its 64
+// rows (half 0 or 1) of every K step in the ring, multiplied into d, each stage handed back to
+// the producer once the MMAs of the step after it are issued (one group stays in flight). stage
+// and phase carry from tile to tile; on return d holds the tile's products, every MMA done.
+template <bool FP8, int STAGES, int STAGE_BYTES, int A_BYTES>
+__device__ __forceinline__ void mainloop_256(float (&d)[128], const unsigned char *ring, uint64_t *full,
+                                             uint64_t *empty, int kb, int half, int tid, int &stage, int &phase)
+{
+    constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
+    int prev = -1;
+    for (int k = 0; k < kb; k++) {
+        mbar_wait(&full[stage], phase);
+        const unsigned char *a = ring + stage * STAGE_BYTES, *b = a + A_BYTES;
+        const uint64_t da = smem_desc(a + half * 64 * 128), db = smem_desc(b);
+        fence_acc(d);
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / KSTEP; kk++) // one k step = 32 bytes = 2 descriptor units
+            wgmma_256<FP8>(d, da + 2 * kk, db + 2 * kk, k > 0 || kk > 0);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // keep this step's group in flight; the previous step's is done, so its stage goes back
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (prev >= 0 && tid == 0)
+            mbar_arrive(&empty[prev]);
+        prev = stage;
+        if (++stage == STAGES)
+            stage = 0, phase ^= 1;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    fence_acc(d);
+    if (prev >= 0 && tid == 0)
+        mbar_arrive(&empty[prev]);
 }
 
 // A consumer warpgroup's staged output boxes of 64 rows x 128 bytes (8 KiB apart) out: the first
