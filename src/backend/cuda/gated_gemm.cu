@@ -61,19 +61,11 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
-    unsigned char *ring = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *ring = ring_start<STAGES>(smem_raw, full, empty, 2, [] {}); // both consumers read a stage
     unsigned char *out_tile = ring + STAGES * STAGE_BYTES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles;
     const int kb = (K + BK - 1) / BK;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 1);  // the producer's expect_tx arrival (+ the copies' bytes)
-            mbar_init(&empty[s], 2); // one arrival per consumer warpgroup
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
 
     if (wg == 0) { // producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
@@ -95,7 +87,7 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
             // column 8i + 2*(lane%4) + e; columns 0-127 are gates, 128-255 their ups, so gate
             // register r pairs with up register r + 64 in the same thread. The results go to
             // this warpgroup's 64 x 128 staging tile (two 64 x 64 boxes in the 128-byte swizzle,
-            // so the 8 rows a warp writes at once fall in 8 different bank groups), and one
+            // so the 8 rows of each 8 x 8 block fall in 8 different bank groups; stage_rows16), and one
             // thread hands them to the TMA engine: the consumers go back to their tensor cores
             // without waiting for global memory.
             // FP8: each product times its row's and its column's scales first (gate column c of
@@ -139,21 +131,19 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
                 }
                 store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 0, 0, 1);
             } else {
+                uint32_t v[32];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int r = warp * 16 + lane / 4 + 8 * h; // row within this warpgroup's 64
-                    const int row = mb * BM + half * (BM / 2) + r;
+                    const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
                     const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                     for (int i = 0; i < 16; i++) {
                         const int q = 4 * i + 2 * h;
-                        const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
-                                                                      gate_row, G, 8 * i + 2 * (lane % 4));
-                        const int box = i / 8, chunk = (i % 8) ^ (r % 8); // 16-byte chunk after the swizzle
-                        *reinterpret_cast<__nv_bfloat162 *>(stage_out + box * 8192 + r * 128 + chunk * 16 +
-                                                            (lane % 4) * 4) = v;
+                        v[2 * i + h] = bf16x2_bits(gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
+                                                                        gate_row, G, 8 * i + 2 * (lane % 4)));
                     }
                 }
+                stage_rows16<16>(stage_out, warp * 16, v, lane);
                 // columns 0-63, then 64-127
                 store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 64, 0);
             }

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/fp8.cuh"
@@ -330,6 +331,55 @@ __device__ __forceinline__ void mainloop_256(float (&d)[128], const unsigned cha
     fence_acc(d);
     if (prev >= 0 && tid == 0)
         mbar_arrive(&empty[prev]);
+}
+
+// The start every gated kernel shares: thread 0 sets up the ring's barriers (full[s]: the
+// producer's one expect_tx arrival, then the copies' bytes; empty[s]: one arrival per consumer
+// warpgroup that reads the stage, `readers`) and whatever more the schedule needs (`more`), and
+// fences their initialization; then all threads meet. Returns the ring: dynamic shared memory
+// rounded up to 1024 bytes, the alignment the 128-byte swizzle wants of every box.
+template <int STAGES, class More>
+__device__ __forceinline__ unsigned char *ring_start(unsigned char *smem_raw, uint64_t *full, uint64_t *empty,
+                                                     unsigned readers, More more)
+{
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], readers);
+        }
+        more();
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    return (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+}
+
+// One warp's 16 rows of a wgmma D fragment, as bf16 pairs, into staging boxes of 64 rows x 64
+// columns (128 bytes a row, 8 KiB a box, the 128-byte swizzle): v[2i + h] is the pair at row
+// r0 + lane / 4 + 8h of the box, columns 8i + 2 * (lane % 4) of the 8 NI. An 8 x 8 block of the
+// fragment is stmatrix's m8n8 layout, so one stmatrix.x4 stores four of them, 16 bytes a thread,
+// where 4-byte stores take four instructions (CUTLASS's SM90 epilogues stage the same way); lane
+// L gives the address of row L % 8 of block L / 8: blocks (i, h 0), (i, h 1), (i + 1, h 0),
+// (i + 1, h 1). r0 is a multiple of 16, so a row's swizzle is its lane's L % 8.
+template <int NI>
+__device__ __forceinline__ void stage_rows16(unsigned char *boxes, int r0, const uint32_t (&v)[2 * NI], int lane)
+{
+    const int blk = lane / 8, r = r0 + lane % 8 + 8 * (blk % 2);
+#pragma unroll
+    for (int i = 0; i < NI; i += 2) {
+        const int c = i + blk / 2; // the block's 16-byte chunk before the swizzle (i even: same box)
+        const uint32_t a = smem_addr(boxes + c / 8 * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v[2 * i]),
+                     "r"(v[2 * i + 1]), "r"(v[2 * i + 2]), "r"(v[2 * i + 3])
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
 }
 
 // A consumer warpgroup's staged output boxes of 64 rows x 128 bytes (8 KiB apart) out: the first

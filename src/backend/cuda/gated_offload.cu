@@ -55,21 +55,14 @@ __device__ __forceinline__ void offload_body(const CUtensorMap &x, const CUtenso
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES], gu_full, gu_empty;
-    unsigned char *ring = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *ring = ring_start<STAGES>(smem_raw, full, empty, 2, [&] {
+        mbar_init(&gu_full, 2);  // one per consumer warpgroup, after its writes
+        mbar_init(&gu_empty, 1); // the thread that issued the stores, once they have read
+    });
     unsigned char *g_tile = ring + STAGES * STAGE_BYTES, *u_tile = g_tile + GU_BYTES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles;
     const int kb = (K + BK - 1) / BK;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 1);  // the producer's expect_tx arrival (+ the copies' bytes)
-            mbar_init(&empty[s], 2); // one arrival per consumer warpgroup
-        }
-        mbar_init(&gu_full, 2);  // one per consumer warpgroup, after its writes
-        mbar_init(&gu_empty, 1); // the thread that issued the stores, once they have read
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;");
@@ -119,10 +112,10 @@ __device__ __forceinline__ void offload_body(const CUtensorMap &x, const CUtenso
             // 4i + 2h + e holds row 16 * warp + lane / 4 + 8h, column 8i + 2 * (lane % 4) + e;
             // gate register r pairs with up register r + 64 (gated_gemm.cu).
             const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
-            mbar_wait(&gu_empty, gu_phase ^ 1); // the previous tile's stores have read the tiles
+            uint32_t gp[32], up[32];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int r = warp * 16 + lane / 4 + 8 * h, row = mb * BM + half * (BM / 2) + r;
+                const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
                 const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
@@ -133,12 +126,13 @@ __device__ __forceinline__ void offload_body(const CUtensorMap &x, const CUtenso
                                      us = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + G + c));
                         g0 *= rs * gs.x, g1 *= rs * gs.y, u0 *= rs * us.x, u1 *= rs * us.y;
                     }
-                    const int off =
-                        half * (GU_BYTES / 2) + i / 8 * 8192 + r * 128 + ((i % 8) ^ (r % 8)) * 16 + (lane % 4) * 4;
-                    *reinterpret_cast<__nv_bfloat162 *>(g_tile + off) = __floats2bfloat162_rn(g0, g1);
-                    *reinterpret_cast<__nv_bfloat162 *>(u_tile + off) = __floats2bfloat162_rn(u0, u1);
+                    gp[2 * i + h] = bf16x2_bits(__floats2bfloat162_rn(g0, g1));
+                    up[2 * i + h] = bf16x2_bits(__floats2bfloat162_rn(u0, u1));
                 }
             }
+            mbar_wait(&gu_empty, gu_phase ^ 1); // the previous tile's stores have read the tiles
+            stage_rows16<16>(g_tile + half * (GU_BYTES / 2), warp * 16, gp, lane);
+            stage_rows16<16>(u_tile + half * (GU_BYTES / 2), warp * 16, up, lane);
             wg_barrier(1 + half); // the warpgroup's writes, then one arrival for them
             if (tid == 0)
                 mbar_arrive(&gu_full);

@@ -39,21 +39,14 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES], turn[2];
-    unsigned char *ring = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *ring = ring_start<STAGES>(smem_raw, full, empty, 1, [&] { // one consumer reads a stage
+        for (int c = 0; c < 2; c++)
+            mbar_init(&turn[c], 1); // the other consumer's mainloop has seen its last stage
+    });
     unsigned char *out_tiles = ring + STAGES * STAGE_BYTES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int m_tiles = (M + BM - 1) / BM, n_tiles = H / (BN / 2), tiles = m_tiles * n_tiles;
     const int kb = (K + BK - 1) / BK;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 1);  // the producer's expect_tx arrival (+ the copies' bytes)
-            mbar_init(&empty[s], 1); // the one consumer that read the stage
-        }
-        for (int c = 0; c < 2; c++)
-            mbar_init(&turn[c], 1); // the other consumer's mainloop has seen its last stage
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
 
     if (wg == 0) { // producer: every tile of this CTA, in order, whichever consumer takes it
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
@@ -116,20 +109,19 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const float(&d)[64] = half ? d1 : d0;
+                uint32_t v[16];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int r = warp * 16 + lane / 4 + 8 * h, row = mb * BM + half * (BM / 2) + r;
+                    const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
                     const float rs = FP8 && row < M ? sa[row] : 1.f;
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
                         const int q = 4 * j + 2 * h;
-                        const __nv_bfloat162 v = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 32], d[q + 33], rs, sb,
-                                                                      gate_row, G, 8 * j + 2 * (lane % 4));
-                        const int chunk = j ^ (r % 8); // 16-byte chunk after the swizzle
-                        *reinterpret_cast<__nv_bfloat162 *>(stage_out + half * 8192 + r * 128 + chunk * 16 +
-                                                            (lane % 4) * 4) = v;
+                        v[2 * j + h] = bf16x2_bits(gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 32], d[q + 33], rs, sb,
+                                                                        gate_row, G, 8 * j + 2 * (lane % 4)));
                     }
                 }
+                stage_rows16<8>(stage_out + half * 8192, warp * 16, v, lane);
             }
             store_out(out, stage_out, tid, 1 + c, nb * (BN / 2), mb * BM, 0, BM / 2); // rows 0-63, then 64-127
         }
