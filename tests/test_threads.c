@@ -10,6 +10,8 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +136,8 @@ static void check_window(const char *path, int window)
                 json_integer_value(json_object_get(a, "pid")) != json_integer_value(json_object_get(b, "pid")) ||
                 json_integer_value(json_object_get(a, "tid")) != json_integer_value(json_object_get(b, "tid")))
                 continue;
-            double b0 = json_number_value(json_object_get(b, "ts")), b1 = b0 + json_number_value(json_object_get(b, "dur"));
+            double b0 = json_number_value(json_object_get(b, "ts")),
+                   b1 = b0 + json_number_value(json_object_get(b, "dur"));
             /* times of ~5e12 us read as doubles are exact to about 1 ns, not 0.001 us: a 2 ns slack */
             const double e = 0.002;
             int overlap = a0 < b1 - e && b0 < a1 - e,
@@ -205,6 +208,132 @@ static void test_threads(void)
     lf_nn_linear_free(&lin);
 }
 
+/* Stepping while threads record (issue: a range's name copied into one window's buffer while its
+ * record went into the next one's, read after that window was saved and freed; and without
+ * ranges, windows that grew without end because threads recorded during each save). Workers
+ * push ranges with names of their own and run ops; the main thread steps as fast as it can,
+ * then with a slow on_trace_ready. Every window must hold intact names, and recording pauses
+ * while a window is saved and handed out, as torch.profiler's step does: no event of the next
+ * window starts before on_trace_ready returned. */
+static atomic_int stepping_quit;
+
+static void *ranger(void *arg)
+{
+    const int id = (int)(intptr_t)arg;
+    lf_rng rng;
+    lf_rng_seed(&rng, 300 + (uint64_t)id);
+    lf_nn_linear lin;
+    lf_nn_linear_opts lo = {16, 16, 1, LF_DTYPE_F32, LF_DEVICE_CPU};
+    int64_t xs[2] = {4, 16};
+    if (lf_nn_linear_init(&lin, &lo, &rng))
+        abort();
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 2, xs);
+    char name[48];
+    for (long i = 0; !atomic_load(&stepping_quit); i++) {
+        snprintf(name, sizeof name, "ranger_%d_%ld", id, i % 97);
+        lf_prof_range_push(name);
+        lf_tensor *y = NULL;
+        if (lf_nn_linear_forward(&lin, x, &y))
+            abort();
+        lf_tensor_free(y);
+        lf_prof_range_pop();
+    }
+    lf_tensor_free(x);
+    lf_nn_linear_free(&lin);
+    return NULL;
+}
+
+typedef struct stepping {
+    int windows, bad_names, slow;
+    int64_t events, max_events;
+    int64_t ready_end_ns; /* when the last on_trace_ready returned (CLOCK_MONOTONIC) */
+    int64_t mono_to_real; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
+    int early;            /* windows with an event that began before the previous callback returned */
+} stepping;
+
+static void stepped(lf_profiler *p, void *user)
+{
+    stepping *s = user;
+    const lf_trace *t = NULL;
+    if (lf_prof_trace(p, &t) != LF_OK)
+        return;
+    const lf_trace_meta *m = lf_trace_meta_get(t);
+    int64_t first = INT64_MAX;
+    const int64_t n = lf_trace_count(t);
+    for (int64_t i = 0; i < n; i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        if (e->cat != LF_TC_USER_ANNOTATION && e->cat != LF_TC_CPU_OP)
+            continue;
+        int ok = !strncmp(e->name, "lf::", 4) || !strncmp(e->name, "ProfilerStep#", 13);
+        int id = -1, k = -1, used = 0;
+        if (!ok && sscanf(e->name, "ranger_%d_%d%n", &id, &k, &used) == 2)
+            ok = id >= 0 && id < WORKERS && k >= 0 && k < 97 && e->name[used] == 0;
+        if (!ok && s->bad_names++ < 3)
+            fprintf(stderr, "window %d: an event named \"%.40s\"\n", s->windows, e->name);
+        if (e->cat == LF_TC_USER_ANNOTATION && strncmp(e->name, "ProfilerStep#", 13) && e->ts_ns < first)
+            first = e->ts_ns;
+    }
+    /* the trace's times are ns since base_ns on the real-time clock */
+    if (s->ready_end_ns && first != INT64_MAX &&
+        m->base_ns + first - s->mono_to_real < s->ready_end_ns - 1000000) /* 1 ms for the clocks' mapping */
+        s->early++;
+    s->windows++;
+    s->events += n;
+    s->max_events = n > s->max_events ? n : s->max_events;
+    if (s->slow) { /* an export that takes a while, with the workers still running */
+        struct timespec nap = {0, 20000000};
+        nanosleep(&nap, NULL);
+    }
+    s->ready_end_ns = lf_prof_now_ns();
+}
+
+static void test_step_while_recording(int active)
+{
+    atomic_store(&stepping_quit, 0);
+    pthread_t th[WORKERS];
+    for (int i = 0; i < WORKERS; i++)
+        CHECK(pthread_create(&th[i], NULL, ranger, (void *)(intptr_t)i) == 0, "worker %d started", i);
+    stepping s = {0};
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    s.mono_to_real = (int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - lf_prof_now_ns();
+    lf_prof_opts o = {.use_schedule = 1,
+                      .schedule = {.active = active, .repeat = 0},
+                      .record_shapes = 1,
+                      .on_trace_ready = stepped,
+                      .user = &s};
+    lf_profiler *p = NULL;
+    OK(lf_prof_start(&p, &o));
+    /* as fast as the main thread can step, for a second: before the fix, a use after free under
+     * ASan within the first few hundred windows, or a window that never ends */
+    const int64_t t0 = lf_prof_now_ns();
+    int steps = 0;
+    while (lf_prof_now_ns() - t0 < 1000000000 && steps < 200000) {
+        CHECK(lf_prof_step(p) == LF_OK, "step %d: %s", steps, lf_last_error());
+        steps++;
+    }
+    /* then with an on_trace_ready that takes 20 ms: the next window must not hold those 20 ms */
+    s.slow = 1;
+    s.ready_end_ns = 0;
+    for (int i = 0; i < 6 * active; i++) {
+        struct timespec nap = {0, 2000000};
+        nanosleep(&nap, NULL);
+        CHECK(lf_prof_step(p) == LF_OK, "slow step %d: %s", i, lf_last_error());
+    }
+    OK(lf_prof_stop(p));
+    lf_prof_free(p);
+    atomic_store(&stepping_quit, 1);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(th[i], NULL);
+    CHECK(s.windows >= 6, "active=%d: %d windows saved in %d steps", active, s.windows, steps);
+    CHECK(s.bad_names == 0, "active=%d: %d events with a name that is not one the program gave", active, s.bad_names);
+    CHECK(s.early == 0, "active=%d: %d windows hold events from before the previous on_trace_ready returned", active,
+          s.early);
+    if (getenv("LF_TEST_VERBOSE"))
+        fprintf(stderr, "active=%d: %d steps, %d windows, %lld events, at most %lld in one\n", active, steps, s.windows,
+                (long long)s.events, (long long)s.max_events);
+}
+
 /* on_trace_ready may not step or stop the profiler it is called from */
 static int reentry_seen;
 static lf_status reentry_step, reentry_stop;
@@ -219,9 +348,8 @@ static void reenter(lf_profiler *p, void *user)
 
 static void test_misuse(void)
 {
-    lf_prof_opts o = {.use_schedule = 1,
-                      .schedule = {.wait = 0, .warmup = 0, .active = 1, .repeat = 1},
-                      .on_trace_ready = reenter};
+    lf_prof_opts o = {
+        .use_schedule = 1, .schedule = {.wait = 0, .warmup = 0, .active = 1, .repeat = 1}, .on_trace_ready = reenter};
     lf_profiler *p = NULL;
     OK(lf_prof_start(&p, &o));
     /* a pop with no range open is an error, and the step's range stays open */
@@ -295,6 +423,8 @@ int main(void)
     test_host_memory_threads();
     test_misuse();
     test_threads();
+    test_step_while_recording(1);
+    test_step_while_recording(2);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

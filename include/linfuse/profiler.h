@@ -31,7 +31,9 @@ typedef struct lf_prof_opts {
     int profile_memory; /* [memory] events and the memory columns */
     int with_flops;     /* FLOPs of the kernels an op launched, on the op */
     /* Called when a scheduled window completes (after its last active step); the trace is
-     * then available through lf_prof_trace until the next window completes. May be NULL. */
+     * then available through lf_prof_trace until the next window completes. Nothing is recorded
+     * while the window is built and this runs (as in torch.profiler); the next window begins
+     * when it returns. May be NULL. */
     void (*on_trace_ready)(lf_profiler *p, void *user);
     void *user;
     /* A rank's identity, written into every trace as Kineto's distributedInfo (lf_comm_describe

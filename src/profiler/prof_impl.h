@@ -91,14 +91,14 @@ enum { ST_NONE, ST_WARMUP, ST_RECORD, ST_RECORD_AND_SAVE };
 
 struct lf_profiler {
     lf_prof_opts o;
-    uint64_t serial;          /* this session among all sessions of the process */
-    _Atomic uint64_t gen;     /* the buffers' generation: changes when a window is saved */
-    _Atomic int state;        /* ST_*, read by every hook */
-    pthread_mutex_t mu;       /* guards the buffer list (taken once per thread per generation) */
-    lf_tbuf *bufs;            /* the current generation's buffers */
+    uint64_t serial;      /* this session among all sessions of the process */
+    _Atomic uint64_t gen; /* the buffers' generation: changes when a window is saved */
+    _Atomic int state;    /* ST_*, read by every hook */
+    pthread_mutex_t mu;   /* guards the buffer list (taken once per thread per generation) */
+    lf_tbuf *bufs;        /* the current generation's buffers */
     int64_t step;
     int stopped;
-    int in_callback;          /* on_trace_ready is running: step and stop refuse */
+    int in_callback; /* on_trace_ready is running: step and stop refuse */
     /* the device whose own events (CUPTI) this session collects, and its source; NULL when none */
     const lf_device_events *source;
     int64_t window_start;
@@ -216,9 +216,11 @@ uint64_t lf_prof_new_generation(void);
 /* --- record.c --- */
 
 /* Push an entry on this thread's stack (inside a hook): a record of kind REC_OP or REC_RANGE
- * named name (kept by pointer) opened now when the session records and name is not NULL, else an
- * entry that records nothing. NULL when deeper than the stack (counted as lost). */
-lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op);
+ * named name opened now when the session records and name is not NULL, else an entry that
+ * records nothing. The name is kept by pointer (a static op name), or with copy_name copied into
+ * the arena of the very buffer the record goes into (a buffer of another generation may be freed
+ * by a window's save at any time). NULL when deeper than the stack (counted as lost). */
+lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op, int copy_name);
 /* Install (on) or remove the profiler's hooks in the dispatcher and the allocator. */
 void lf_prof_set_hooks(const lf_profiler *p, int on);
 /* Whether the schedule records events now (warm-up included). */

@@ -9,7 +9,6 @@
 
 #include "profiler/prof_impl.h"
 
-
 static int sched_state(const lf_prof_opts *o, int64_t step)
 {
     if (!o->use_schedule)
@@ -38,9 +37,7 @@ static void begin_step_range(lf_profiler *p)
     snprintf(name, sizeof name, "ProfilerStep#%lld", (long long)p->step);
     if (lf_prof_enter() != p)
         return;
-    lf_tbuf *b = lf_prof_thread_buf(p);
-    const char *copy = b ? lf_prof_arena_str(b, name) : NULL;
-    lf_prof_push(p, OPEN_STEP, copy, -1);
+    lf_prof_push(p, OPEN_STEP, name, -1, 1);
     lf_prof_leave();
 }
 
@@ -63,27 +60,26 @@ static void end_step_range(lf_profiler *p)
     lf_prof_leave();
 }
 
-/* Saving a window, in two halves. The swap: the current buffers are taken and a new generation
- * begins (threads go on recording into new buffers at once); *swapped is its instant, where the
- * next window begins, so no event falls between two windows. */
-static lf_tbuf *swap_buffers(lf_profiler *p, int64_t *swapped)
+/* Saving a window, as torch.profiler's step does it (stop the trace, hand it to on_trace_ready,
+ * then start the next): recording pauses first, so the threads that go on running ops while the
+ * window is built and handed out record nothing. The next window begins when that is done. Were
+ * they to record meanwhile, the next window would hold everything they did during this save, and
+ * with threads that record faster than one thread builds, each save would be longer than the
+ * last. The buffers are taken (a new generation begins: a thread's next event goes to a new
+ * buffer), every thread that may still be writing an old one is waited for, and the old buffers
+ * become the trace over [start, now]. */
+static lf_status save_window(lf_profiler *p, int64_t start)
 {
+    atomic_store(&p->state, ST_NONE);
     pthread_mutex_lock(&p->mu);
     lf_tbuf *old = p->bufs;
     p->bufs = NULL;
-    *swapped = lf_prof_ticks();
     atomic_store(&p->gen, lf_prof_new_generation());
     pthread_mutex_unlock(&p->mu);
-    return old;
-}
-
-/* Then the build: every thread that may still write an old buffer is waited for, and the old
- * buffers become the trace over [start, now]. */
-static lf_status save_window(lf_profiler *p, lf_tbuf *old, int64_t start)
-{
+    int64_t end = lf_prof_ticks();
     lf_prof_quiesce();
     lf_trace *t = NULL;
-    lf_status st = lf_prof_build_trace(p, old, start, lf_prof_ticks(), &t);
+    lf_status st = lf_prof_build_trace(p, old, start, end, &t);
     lf_prof_free_bufs(old);
     if (st != LF_OK)
         return st;
@@ -102,13 +98,12 @@ static void trace_ready(lf_profiler *p)
     p->in_callback = 0;
 }
 
-static void enter_state(lf_profiler *p, int prev, int cur, int64_t swapped)
+/* prev is the state the last step ran in; after a save it is ST_NONE (nothing is carried on). */
+static void enter_state(lf_profiler *p, int prev, int cur)
 {
     int rec_prev = prev == ST_RECORD || prev == ST_RECORD_AND_SAVE;
     int rec_cur = cur == ST_RECORD || cur == ST_RECORD_AND_SAVE;
-    if (rec_cur && prev == ST_RECORD_AND_SAVE)
-        p->window_start = swapped; /* the next window picks up where the saved one ended */
-    else if (rec_cur && !rec_prev)
+    if (rec_cur && !rec_prev)
         p->window_start = lf_prof_ticks(); /* warm-up events before this are dropped */
     atomic_store(&p->state, cur);
 }
@@ -190,7 +185,7 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
     }
     if (p->o.activities & LF_PROF_DEVICE)
         p->source = start_device_source();
-    enter_state(p, ST_NONE, sched_state(&p->o, 0), 0);
+    enter_state(p, ST_NONE, sched_state(&p->o, 0));
     lf_prof_set_hooks(p, 1); /* for the whole session: every op's end meets its begin */
     begin_step_range(p);
     *out = p;
@@ -210,15 +205,12 @@ lf_status lf_prof_step(lf_profiler *p)
     int cur = sched_state(&p->o, p->step);
     lf_status st = LF_OK;
     if (prev == ST_RECORD_AND_SAVE) {
-        int64_t swapped, start = p->window_start;
-        lf_tbuf *old = swap_buffers(p, &swapped);
-        enter_state(p, prev, cur, swapped); /* the next step records while this window is built */
-        st = save_window(p, old, start);
+        st = save_window(p, p->window_start);
         if (st == LF_OK)
             trace_ready(p);
-    } else {
-        enter_state(p, prev, cur, 0);
+        prev = ST_NONE; /* the next window, if this step begins one, starts now */
     }
+    enter_state(p, prev, cur);
     begin_step_range(p);
     return st;
 }
@@ -235,8 +227,7 @@ lf_status lf_prof_stop(lf_profiler *p)
     atomic_store(&p->state, ST_NONE);
     lf_status st = LF_OK;
     if (prev == ST_RECORD || prev == ST_RECORD_AND_SAVE) {
-        int64_t swapped;
-        st = save_window(p, swap_buffers(p, &swapped), p->window_start);
+        st = save_window(p, p->window_start);
         if (st == LF_OK && p->o.use_schedule)
             trace_ready(p);
     }

@@ -10,7 +10,7 @@
 
 _Atomic(lf_profiler *) lf_prof_active;
 
-lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op)
+lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op, int copy_name)
 {
     lf_tls *t = &lf_prof_tls;
     if (t->depth >= LF_MAX_DEPTH) { /* deeper than we track: counted, and kept balanced */
@@ -24,6 +24,10 @@ lf_open *lf_prof_push(lf_profiler *p, uint8_t kind, const char *name, int op)
         return e;
     lf_tbuf *b = lf_prof_thread_buf(p);
     lf_rec *r = b ? lf_prof_rec_new(b) : NULL;
+    if (r && copy_name && !(name = lf_prof_arena_str(b, name))) {
+        b->lost++;
+        r = NULL;
+    }
     if (!r)
         return e;
     r->kind = kind == OPEN_OP ? REC_OP : REC_RANGE; /* every field an op or range uses, set once */
@@ -79,7 +83,7 @@ static void on_op_begin(void *user, lf_op_id op, int n_args, const lf_op_arg *ar
     lf_profiler *p = lf_prof_enter();
     if (!p)
         return;
-    lf_open *e = lf_prof_push(p, OPEN_OP, lf_op_name(op), (int)op);
+    lf_open *e = lf_prof_push(p, OPEN_OP, lf_op_name(op), (int)op, 0);
     if (e && e->rec && p->source) { /* device records will carry this op's id */
         p->source->push(e->ext_id);
         e->pushed = 1;
@@ -213,8 +217,8 @@ static void on_note_end(void *user)
 
 /* One observer for every session: it never changes, so a thread holding it can always call it;
  * the hooks find the session through lf_prof_active, inside lf_prof_enter. */
-static const lf_op_observer observer = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, NULL,
-                                        on_note_begin, on_note_end};
+static const lf_op_observer observer = {on_op_begin, on_op_end,     on_kernel_begin, on_kernel_end,
+                                        NULL,        on_note_begin, on_note_end};
 
 void lf_prof_set_hooks(const lf_profiler *p, int on)
 {
@@ -230,14 +234,9 @@ lf_status lf_prof_range_push(const char *name)
     lf_profiler *p = lf_prof_enter();
     if (!p)
         return LF_OK;
-    const char *copy = NULL;
-    if (lf_prof_recording(p)) {
-        lf_tbuf *b = lf_prof_thread_buf(p);
-        copy = b ? lf_prof_arena_str(b, name) : NULL;
-        if (b && !copy)
-            b->lost++;
-    }
-    lf_prof_push(p, OPEN_RANGE, copy, -1); /* no copy: the stack is kept, the event not recorded */
+    /* the name is copied into the arena of the buffer its record goes into: a window's save
+     * frees both together, whichever generation the record lands in */
+    lf_prof_push(p, OPEN_RANGE, name, -1, 1);
     lf_prof_leave();
     return LF_OK;
 }
@@ -255,9 +254,8 @@ lf_status lf_prof_range_pop(void)
     if (t->depth == 0)
         s = lf_fail(LF_EINVAL, "lf_prof_range_pop: no range is open on this thread");
     else if (top && top->kind == OPEN_STEP)
-        s = lf_fail(LF_EINVAL,
-                    "lf_prof_range_pop: no range is open on this thread (the innermost is the step's range, "
-                    "which lf_prof_step closes)");
+        s = lf_fail(LF_EINVAL, "lf_prof_range_pop: no range is open on this thread (the innermost is the step's range, "
+                               "which lf_prof_step closes)");
     else if (top && top->kind == OPEN_OP)
         s = lf_fail(LF_EINVAL, "lf_prof_range_pop: the innermost open event is an op, not a range");
     else
