@@ -6,21 +6,31 @@ TEST_BUILD ?= build-test
 PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
+# The tour needs the library and the tool, and the CUDA module only where a GPU can run it.
+RUN_CUDA := $(shell test -e /proc/driver/nvidia/version && echo AUTO || echo OFF)
+
 .PHONY: all run build test test-gpu install bench format clean
 
 all: build
 
-run: build
+# Only what the tour needs: no tests, no benches.
+run:
+	@scripts/deps.sh build
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF -DLINFUSE_CUDA=$(RUN_CUDA)
+	cmake --build $(BUILD) -j $(JOBS) --target linfuse_cli
 	./$(BUILD)/linfuse tour
 
+# Everything: the library, the CUDA module where nvcc is, the tool, the tests.
 build:
 	@scripts/deps.sh build
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON -DLINFUSE_CUDA=AUTO
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Both compilers, each with ASan + UBSan and warnings as errors; the clang build skips the
 # tests that do not depend on the compiler (the fuzzer is clang's already, the install test
-# builds a release of its own). Then ThreadSanitizer on the tests that run threads.
+# builds a release of its own) and the CUDA module (nvcc compiles the same kernels with the same
+# host compiler either way: the gcc build has compiled them once). Then ThreadSanitizer on the
+# tests that run threads.
 space := $(subst ,, )
 TSAN_TESTS := test_threads test_profiler test_ops test_compile
 test:
@@ -28,7 +38,7 @@ test:
 	CC=gcc cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
 	cmake --build $(TEST_BUILD) -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD) --output-on-failure -j $(JOBS)
-	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
+	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON -DLINFUSE_CUDA=OFF
 	cmake --build $(TEST_BUILD)-clang -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs)$$'
 	CC=clang cmake -S . -B $(TEST_BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=thread -DLINFUSE_CUDA=OFF
@@ -39,7 +49,7 @@ test:
 # experiment's trace on the GPU.
 test-gpu:
 	@scripts/deps.sh test-gpu
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON -DLINFUSE_CUDA=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cuda
 	./$(BUILD)/tests/test_tp_gpu

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The commands in README.md and docs/walkthrough.md, run for real.
+"""The commands and C snippets of README.md and docs/*.md, run and compiled for real.
 
 Markdown marks each excerpt with the command that made it:
 
@@ -11,8 +11,19 @@ Markdown marks each excerpt with the command that made it:
 
 `<!-- run gpu: CMD -->` marks an excerpt made on a GPU machine, and `exit=N` after `run` one
 whose command exits N (`<!-- run exit=1: CMD -->`, e.g. a `trace expect` whose guess is wrong).
-Commands run from the repository root through `bash -o pipefail -c` (a pipeline fails when its
-first command does), with `build/linfuse` standing for the binary given.
+`exact` after `run` marks an excerpt whose text must match the command's output byte for byte
+(`<!-- run exact: build/linfuse tour --help -->`: docs/cli.md's reference); the others only
+have to run, as timings change. Commands run from the repository root through
+`bash -o pipefail -c` (a pipeline fails when its first command does), with `build/linfuse`
+standing for the binary given.
+
+Every ```c block is compiled (`cc -std=c11 -Wall -Wextra -Werror -fsyntax-only` against
+include/): lines from a column-0 function definition to its closing `}` at file scope, the rest
+as the body of a function. A snippet that continues an earlier one names what it uses in a
+`<!-- c: DECLARATIONS -->` line just above it.
+
+`check` also fails when a command that `linfuse --help` lists (or a trace verb `linfuse trace
+--help` lists) has no `--help` excerpt in docs/cli.md.
 
 usage:
   scripts/docs.py update BIN [--gpu] [FILE...]  rerun each excerpt's command (CPU ones; with
@@ -22,16 +33,19 @@ usage:
                                                 `build/linfuse` line of the ```sh blocks;
                                                 fail if one exits other than it should
 
-FILE defaults to README.md and docs/walkthrough.md.
+FILE defaults to README.md and every docs/*.md.
 """
+import glob
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILES = ["README.md", "docs/walkthrough.md"]
-MARK = re.compile(r"^<!-- run( gpu)?(?: exit=(\d+))?: (.*) -->$")
+FILES = ["README.md"] + sorted(os.path.relpath(f, ROOT) for f in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+MARK = re.compile(r"^<!-- run( gpu)?( exact)?(?: exit=(\d+))?: (.*) -->$")
+CMARK = re.compile(r"^<!-- c: (.*) -->$")
 # what a command may leave behind or print that would change between runs of a document
 NO_COLOR = {"NO_COLOR": "1", "LC_ALL": "C"}
 
@@ -49,7 +63,15 @@ def excerpts(lines):
     for i, line in enumerate(lines):
         m = MARK.match(line.rstrip("\n"))
         if m:
-            yield i, bool(m.group(1)), int(m.group(2) or 0), m.group(3)
+            yield i, bool(m.group(1)), int(m.group(3) or 0), m.group(4)
+
+
+def exact_marks(lines):
+    """(index of the marker, command) for each `run exact` marker."""
+    for i, line in enumerate(lines):
+        m = MARK.match(line.rstrip("\n"))
+        if m and m.group(2):
+            yield i, m.group(4)
 
 
 def block_end(lines, start):
@@ -97,6 +119,62 @@ def sh_lines(lines):
             yield cmd
 
 
+def c_blocks(lines):
+    """(line number, prelude, code) for each ```c block."""
+    prelude = ""
+    for i, line in enumerate(lines):
+        m = CMARK.match(line.rstrip("\n"))
+        if m:
+            prelude = m.group(1)
+        elif line.strip() == "```c":
+            end = block_end(lines, i)
+            yield i + 1, prelude, lines[i + 1:end - 1]
+            prelude = ""
+        elif line.strip():
+            prelude = "" if not line.startswith("<!--") else prelude
+
+
+def compile_snippet(prelude, code):
+    """None when the snippet compiles warning-free, else the compiler's complaint."""
+    top, body, inside = [], [], False
+    for line in code:
+        if line.startswith("#include"):
+            top.append(line)
+        elif inside or re.match(r"^(static\s+)?[a-z_][\w\s\*]*\b\w+\(.*\)\s*$", line):
+            top.append(line)
+            inside = line != "}"
+        else:
+            body.append(line)
+    src = "\n".join(["#include <stdio.h>", "#include <stdlib.h>"] + top +
+                    ["int main(void)", "{", prelude] + body + ["return 0;", "}", ""])
+    with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
+        f.write(src)
+    try:
+        p = subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused",
+                            "-Wno-unused-parameter", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), f.name],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finally:
+        os.unlink(f.name)
+    return None if p.returncode == 0 else p.stdout[-1500:]
+
+
+def listed_commands(binary):
+    """The commands `linfuse --help` lists and the verbs of `linfuse trace --help`, as the
+    words that follow `linfuse` ("tour", "bench cpu", "trace table")."""
+    cmds = []
+    _, top = run("build/linfuse --help", binary)
+    for line in top.split("\n"):
+        m = re.match(r"^  ([a-z][a-z-]*(?: [a-z]+)?)\s{2,}", line)
+        if m and m.group(1) != "help":
+            cmds.append(m.group(1))
+    _, tr = run("build/linfuse trace --help", binary)
+    for line in tr.split("\n"):
+        m = re.match(r"^  (?:linfuse trace )?([a-z]+)\b", line)
+        if m and m.group(1) not in ("linfuse", "help"):
+            cmds.append("trace " + m.group(1))
+    return sorted(set(cmds))
+
+
 def check(binary, files):
     bad = n = 0
     for f in files:
@@ -108,6 +186,28 @@ def check(binary, files):
             if code != want:
                 bad += 1
                 print("FAIL: %s: '%s' exited %d, expected %d:\n%s" % (f, cmd, code, want, text[-1500:]))
+        for i, cmd in exact_marks(lines):
+            n += 1
+            end = block_end(lines, i + 1)
+            shown = "\n".join(lines[i + 3:end - 1])
+            _, text = run(cmd, binary)
+            if shown != text.rstrip("\n"):
+                bad += 1
+                print("FAIL: %s:%d: the excerpt of '%s' is not what it prints now (scripts/docs.py update)" %
+                      (f, i + 1, cmd))
+        for line_no, prelude, code in c_blocks(lines):
+            n += 1
+            why = compile_snippet(prelude, code)
+            if why:
+                bad += 1
+                print("FAIL: %s:%d: the C snippet does not compile warning-free:\n%s" % (f, line_no, why))
+    if "docs/cli.md" in files:
+        shown = set(c for _, c in exact_marks(open(os.path.join(ROOT, "docs/cli.md")).read().split("\n")))
+        for cmd in listed_commands(binary):
+            n += 1
+            if "build/linfuse %s --help" % cmd not in shown:
+                bad += 1
+                print("FAIL: docs/cli.md has no reference for 'linfuse %s' (a `run exact` excerpt of its --help)" % cmd)
     print("%d passed, %d failed" % (n - bad, bad))
     return bad
 
