@@ -4,10 +4,10 @@
 set -eu
 
 case "${1:-build}" in
-build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev" ;;
-test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev clang libclang-rt-14-dev chromium fonts-dejavu-core python3 curl" ;;
-test-gpu) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev python3" ;; # python3 reads the GPU traces
-bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libopenblas0-pthread" ;;
+build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev" ;;
+test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev python3-numpy clang libclang-rt-14-dev chromium fonts-dejavu-core python3 curl" ;;
+test-gpu) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev python3" ;; # python3 reads the GPU traces
+bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev libopenblas0-pthread" ;;
 *) echo "deps.sh: unknown set '$1' (build, test, test-gpu or bench)" >&2; exit 2 ;;
 esac
 

@@ -4,6 +4,14 @@
 #ifndef LINFUSE_STATUS_H
 #define LINFUSE_STATUS_H
 
+/* Every function of the public headers carries LF_API: the library is built with hidden
+ * visibility, so what is exported is exactly what these headers declare. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LF_API __attribute__((visibility("default")))
+#else
+#define LF_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
