@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend_impl.h"
+#include "linfuse/settings.h"
 #include "tensor/tensor_impl.h"
 
 lf_epilogue lf_epilogue_default(void)
@@ -533,12 +534,8 @@ lf_gated_schedule lf_gated_schedule_forced(void)
     int v = atomic_load(&gated_schedule);
     if (v >= 0)
         return (lf_gated_schedule)v;
-    const char *e = getenv("LINFUSE_GATED_SCHEDULE");
-    const lf_gated_schedule s = !e                          ? LF_GATED_AUTO
-                                : !strcmp(e, "cooperative") ? LF_GATED_COOPERATIVE
-                                : !strcmp(e, "pingpong")    ? LF_GATED_PINGPONG
-                                : !strcmp(e, "offload")     ? LF_GATED_OFFLOAD
-                                                            : LF_GATED_AUTO;
+    /* settings.def lists the choices in lf_gated_schedule's order */
+    const lf_gated_schedule s = (lf_gated_schedule)lf_setting_choice_or(LF_SET_GATED_SCHEDULE, LF_GATED_AUTO);
     int unset = -1; /* a force made meanwhile wins */
     atomic_compare_exchange_strong(&gated_schedule, &unset, (int)s);
     return (lf_gated_schedule)atomic_load(&gated_schedule);
@@ -552,17 +549,17 @@ void lf_gemm_autotune_set(int on)
     atomic_store(&gemm_autotune, on ? 1 : 0);
 }
 
+enum { AUTOTUNE_ON, AUTOTUNE_OFF, AUTOTUNE_VERBOSE }; /* settings.def's order: 1|0|verbose */
+
 int lf_gemm_autotune_enabled(void)
 {
     int v = atomic_load(&gemm_autotune);
     if (v >= 0)
         return v;
-    const char *e = getenv("LINFUSE_GEMM_AUTOTUNE");
-    return !(e && !strcmp(e, "0"));
+    return lf_setting_choice_or(LF_SET_GEMM_AUTOTUNE, AUTOTUNE_ON) != AUTOTUNE_OFF;
 }
 
 int lf_gemm_autotune_verbose(void)
 {
-    const char *e = getenv("LINFUSE_GEMM_AUTOTUNE");
-    return e && !strcmp(e, "verbose");
+    return lf_setting_choice_or(LF_SET_GEMM_AUTOTUNE, AUTOTUNE_ON) == AUTOTUNE_VERBOSE;
 }

@@ -14,15 +14,16 @@
 #include <unistd.h>
 
 #include "backend/backend_impl.h"
+#include "linfuse/settings.h"
 
 typedef struct module_spec {
-    const char *file; /* the shared object's name */
-    const char *env;  /* a variable that names it by path instead */
+    const char *file;   /* the shared object's name */
+    lf_setting env;     /* a variable that names it by path instead */
     const char *driver; /* a library the device's driver provides, checked before loading */
 } module_spec;
 
 static const module_spec specs[LF_DEVICE_COUNT] = {
-    [LF_DEVICE_CUDA] = {"liblinfuse_cuda.so", "LINFUSE_CUDA_MODULE", "libcuda.so.1"},
+    [LF_DEVICE_CUDA] = {"liblinfuse_cuda.so", LF_SET_CUDA_MODULE, "libcuda.so.1"},
 };
 
 static char why_buf[LF_DEVICE_COUNT][1024];
@@ -53,11 +54,12 @@ const lf_backend_ops *lf_backend_module_load(lf_device dev, const char **why)
     }
     /* 1. which file */
     char path[4096];
-    const char *given = getenv(m->env);
-    if (given && *given) {
+    const char *given = lf_setting_get(m->env);
+    if (given) {
         snprintf(path, sizeof path, "%s", given);
         if (access(path, R_OK) != 0) {
-            snprintf(w, sizeof why_buf[0], "%s=%.900s: no such readable file", m->env, given);
+            snprintf(w, sizeof why_buf[0], "%s=%.900s: no such readable file", lf_setting_describe(m->env)->name,
+                     given);
             return NULL;
         }
     } else {

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "linfuse/settings.h"
 #include "tensor/tensor_impl.h"
 
 #ifndef __has_feature
@@ -69,11 +70,7 @@ static size_t limit(void)
         const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         const size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)8 << 30;
         cache_limit = phys / 16 < ((size_t)1 << 30) ? phys / 16 : (size_t)1 << 30;
-        const char *e = getenv("LINFUSE_HOST_CACHE_MB");
-        char *end = NULL;
-        const unsigned long long mb = e ? strtoull(e, &end, 10) : 0;
-        if (e && *e && !*end && mb <= ((size_t)1 << 40) / (1 << 20))
-            cache_limit = (size_t)mb << 20;
+        cache_limit = (size_t)lf_setting_int_or(LF_SET_HOST_CACHE_MB, (int64_t)(cache_limit >> 20)) << 20;
         decided = 1;
     }
     return cache_limit;

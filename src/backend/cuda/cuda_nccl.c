@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
+#include "linfuse/settings.h"
 
 /* NCCL's entry points, as its header declares them */
 static struct {
@@ -30,8 +31,8 @@ static char nccl_version[32];
 
 static void load_nccl(void)
 {
-    const char *path = getenv("LINFUSE_NCCL_LIBRARY");
-    if (!path || !*path)
+    const char *path = lf_setting_get(LF_SET_NCCL_LIBRARY);
+    if (!path)
         path = "libnccl.so.2";
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -42,9 +43,9 @@ static void load_nccl(void)
     struct {
         void **slot;
         const char *name;
-    } syms[] = {{(void **)&nccl.get_version, "ncclGetVersion"},   {(void **)&nccl.get_unique_id, "ncclGetUniqueId"},
-                {(void **)&nccl.init_rank, "ncclCommInitRank"},   {(void **)&nccl.init_all, "ncclCommInitAll"},
-                {(void **)&nccl.all_reduce, "ncclAllReduce"},     {(void **)&nccl.destroy, "ncclCommDestroy"},
+    } syms[] = {{(void **)&nccl.get_version, "ncclGetVersion"},      {(void **)&nccl.get_unique_id, "ncclGetUniqueId"},
+                {(void **)&nccl.init_rank, "ncclCommInitRank"},      {(void **)&nccl.init_all, "ncclCommInitAll"},
+                {(void **)&nccl.all_reduce, "ncclAllReduce"},        {(void **)&nccl.destroy, "ncclCommDestroy"},
                 {(void **)&nccl.error_string, "ncclGetErrorString"}, {(void **)&nccl.last_error, "ncclGetLastError"}};
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
         if (!(*syms[i].slot = dlsym(h, syms[i].name))) {
@@ -195,9 +196,9 @@ lf_status lf_cuda_all_reduce(const lf_collective *x, lf_kernel_info *info)
     /* the collective's stream first waits for what the GPU's stream has queued (x's producers) */
     LF_CU_TRY(RUNTIME, cudaEventRecord(c->ready, d->stream));
     LF_CU_TRY(RUNTIME, cudaStreamWaitEvent(c->stream, c->ready, 0));
-    lf_status s = nccl_status(
-        nccl.all_reduce(x->data, x->data, (size_t)x->count, nccl_type(x->dtype), ncclSum, c->nc, c->stream),
-        "ncclAllReduce", c->nc);
+    lf_status s =
+        nccl_status(nccl.all_reduce(x->data, x->data, (size_t)x->count, nccl_type(x->dtype), ncclSum, c->nc, c->stream),
+                    "ncclAllReduce", c->nc);
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaEventRecord(c->done, c->stream));
     if (s == LF_OK && !x->async)
@@ -205,7 +206,8 @@ lf_status lf_cuda_all_reduce(const lf_collective *x, lf_kernel_info *info)
     else if (s == LF_OK)
         c->pending = 1;
     if (s == LF_OK && info) {
-        static const char *names[LF_DTYPE_COUNT] = {"nccl:all_reduce f32", "nccl:all_reduce bf16", "nccl:all_reduce f16"};
+        static const char *names[LF_DTYPE_COUNT] = {"nccl:all_reduce f32", "nccl:all_reduce bf16",
+                                                    "nccl:all_reduce f16"};
         info->name = names[x->dtype]; /* CUPTI reports NCCL's own kernel and its name */
         info->bytes = 2.0 * (double)x->count * (double)lf_dtype_size(x->dtype);
         info->device_index = d->ordinal;

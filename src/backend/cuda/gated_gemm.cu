@@ -42,6 +42,7 @@
 #include "backend/backend_impl.h"
 #include "backend/cuda/gated_rule.h"
 #include "backend/cuda/gated_kernels.cuh"
+#include "linfuse/settings.h"
 
 namespace lf {
 namespace gated {
@@ -344,10 +345,7 @@ static int gated_band()
     static std::atomic<int> band{0};
     int b = band.load(std::memory_order_relaxed);
     if (b == 0) {
-        const char *e = getenv("LINFUSE_GATED_BAND");
-        char *end = NULL;
-        long v = e ? strtol(e, &end, 10) : 0;
-        b = e && *e && !*end && v >= 1 && v <= 1024 ? (int)v : 16;
+        b = (int)lf_setting_int_or(LF_SET_GATED_BAND, 16);
         band.store(b, std::memory_order_relaxed);
     }
     return b;
