@@ -148,7 +148,7 @@ def main():
                      "table is UTF-8" if ok else "a name cut inside a character"))
         print("%-8s %-46s %-9s" % rows[-1][:3])
         svg = w("names.svg")
-        st = run([bin_, "trace", "svg", names, "--step", "0", "-o", svg])
+        st = run([bin_, "trace", "svg", names, "--step", "1", "-o", svg])
         try:
             ET.parse(svg)
             kind, why = ("handled", "the SVG parses as XML") if st[0] == 0 else verdict(st, 0)
@@ -171,6 +171,70 @@ def main():
         steps = write(w("steps.json"), json.dumps(trace([op("ProfilerStep#%d" % i, i * 10.0, 5, cat="user_annotation")
                                                          for i in reversed(range(100000))])))
         attack("trace", "svg of 100k steps in reverse order", [bin_, "trace", "svg", steps, "-o", w("s.svg")], 0)
+
+    if fam("text"):
+        # names that would drive the terminal (retitle it, clear it, ring it, split a row): every
+        # text output writes them escaped, \x1b as Python's repr would; JSON keeps them exact
+        evil = "op\x1b]0;pwned\x07\x1b[2J\x1b[31mred\nsplit\rback\tx\x7f\x9b31m\x85end"
+        kern = evil + "<" + "at::native::Functor<float>, " * 14 + "int>"  # 440 characters
+        ev = [op("ProfilerStep#2", 0, 200, cat="user_annotation"),
+              dict(op(evil, 1, 100), args={"External id": 1}),
+              dict(op("cudaLaunchKernel", 2, 5, cat="cuda_runtime"), args={"correlation": 7, "External id": 1}),
+              dict(op(kern, 10, 20, tid=7, cat="kernel"), pid=0, args={"correlation": 7, "device": 0, "External id": 1}),
+              {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": evil}}]
+        f = write(w("evil.json"), json.dumps(trace(ev)))
+        g = write(w("evil2.json"), json.dumps(trace(ev[:3])))
+
+        def safe(o, e, wide=False, named=True):
+            bad = sorted({c for c in o + e if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f})
+            if bad:
+                return "wrong: raw control characters %r reach the terminal" % "".join(bad)
+            long = [l for l in o.splitlines() if len(l) > 160 and not l.startswith(("In summary", "launches"))]
+            if long and not wide:
+                return "wrong: a %d-character line: names not cut" % len(long[0])
+            return None if not named or "\\x1b]0;pwned\\x07" in o + e else "wrong: the name is not shown escaped"
+
+        def rows_whole(o, e):  # every row as wide as the separator lines: none split by a newline
+            lines = o.splitlines()
+            split = [l for l in lines[3: lines.index(lines[0], 3)] if len(l) != len(lines[0])]
+            return safe(o, e, wide=True) or ("wrong: a row split: %r" % split[0][:60] if split else None)
+
+        def text_attack(name, args, want, check):  # expect says "differs" with exit 1, on stdout
+            res = run(args)
+            kind, why = ("handled", "ok") if res[0] == want else verdict(res, want)
+            bad = check(res[1], res[2]) if kind == "handled" else None
+            if bad:
+                kind, _, why = bad.partition(": ")
+            rows.append(("text", name, kind, res[3], why))
+            print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1], flush=True)
+        text_attack("escapes in names: table", [bin_, "trace", "table", f], 0, rows_whole)
+        text_attack("escapes in names: table by input shape", [bin_, "trace", "table", f, "--group-by-input-shape"],
+                    0, rows_whole)
+        text_attack("escapes in names: summary", [bin_, "trace", "summary", f], 0, lambda o, e: safe(o, e, named=False))
+        text_attack("escapes in names: breakdown", [bin_, "trace", "breakdown", f], 0, safe)
+        text_attack("escapes in names: diff", [bin_, "trace", "diff", f, g], 0, safe)
+        text_attack("escapes in names: expect, no match", [bin_, "trace", "expect", f, "--kernel", "^nomatch"], 1, safe)
+        text_attack("escapes in names: expect, a forbidden kernel",
+                    [bin_, "trace", "expect", f, "--no-kernel", "pwned"], 1, safe)
+        attack("text", "escapes in names: table --format json", [bin_, "trace", "table", f, "--format", "json"], 0,
+               lambda o, e: None if any(r["name"] == evil for r in json.loads(o)["rows"]) else "wrong: name not exact")
+        attack("text", "escapes in names: breakdown --json", [bin_, "trace", "breakdown", f, "--json"], 0,
+               lambda o, e: None if any(k["name"] == kern for k in json.loads(o)["ranks"][0]["kernels"])
+               else "wrong: name not whole and exact")
+        attack("text", "escapes in names: diff --json", [bin_, "trace", "diff", f, g, "--json"], 0,
+               lambda o, e: None if any(k["name"] == kern for k in json.loads(o)["kernels"])
+               else "wrong: name not whole and exact")
+        svg = w("evil.svg")
+        attack("text", "escapes in names: svg", [bin_, "trace", "svg", f, "-o", svg], 0,
+               lambda o, e: ET.parse(svg) and (None if "\\x1b]0;pwned" in open(svg).read()
+                                               else "wrong: the name is not shown escaped"))
+        html = w("evil.html")
+        attack("text", "escapes in names: report", [bin_, "trace", "report", f, g, "-o", html], 0,
+               lambda o, e: safe(open(html).read().replace("\n", " "), "", wide=True))
+        bad = write(w("evil_ts.json"), json.dumps(trace([{"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1,
+                                                          "ts": 1e300, "dur": 1}])))
+        attack("text", "escapes in a name an error quotes", [bin_, "trace", "table", bad], 2,
+               lambda o, e: safe("", e, named=False))
 
     if fam("output"):
         small = ["--batch", "4"]

@@ -214,10 +214,26 @@ static void test_overhead_written(void)
     }
     lf_trace *t = NULL;
     OK(lf_trace_create(&t));
-    lf_trace_event ov = {.name = "Activity Buffer Request", .cat = LF_TC_OVERHEAD, .pid = -1, .tid = 41,
-                         .ts_ns = 1000, .dur_ns = 2500, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
-    lf_trace_event op = {.name = "lf::addmm", .cat = LF_TC_CPU_OP, .pid = 7, .tid = 41, .ts_ns = 5000,
-                         .dur_ns = 3000, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1};
+    lf_trace_event ov = {.name = "Activity Buffer Request",
+                         .cat = LF_TC_OVERHEAD,
+                         .pid = -1,
+                         .tid = 41,
+                         .ts_ns = 1000,
+                         .dur_ns = 2500,
+                         .device = -1,
+                         .flow_ts = -1,
+                         .flow_pid = -1,
+                         .flow_tid = -1};
+    lf_trace_event op = {.name = "lf::addmm",
+                         .cat = LF_TC_CPU_OP,
+                         .pid = 7,
+                         .tid = 41,
+                         .ts_ns = 5000,
+                         .dur_ns = 3000,
+                         .device = -1,
+                         .flow_ts = -1,
+                         .flow_pid = -1,
+                         .flow_tid = -1};
     OK(lf_trace_add(t, &ov));
     OK(lf_trace_add(t, &op));
     snprintf(path, sizeof path, "%s/ov.json", dir);
@@ -280,16 +296,18 @@ static void test_hostile(void)
         return;
     }
     /* two [memory] events of 2^63 - 1 bytes inside one op: the sum saturates and says so */
-    const char *mem = "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
-                      " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 1,"
-                      "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}},"
-                      " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 2,"
-                      "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}}]";
+    const char *mem =
+        "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"op\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
+        " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 1,"
+        "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}},"
+        " {\"ph\": \"i\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, \"ts\": 2,"
+        "  \"args\": {\"Bytes\": 9223372036854775807, \"Device Type\": 0}}]";
     lf_trace *t = read_text(dir, "mem.json", mem);
     CHECK(t != NULL, "memory trace: %s", lf_last_error());
     lf_table tab;
     char *text = t ? table_of(t, &tab) : NULL;
-    CHECK(text && strstr(text, "a memory total passed the 64-bit range"), "saturated memory said: %s", text ? text : "");
+    CHECK(text && strstr(text, "a memory total passed the 64-bit range"), "saturated memory said: %s",
+          text ? text : "");
     CHECK(t && tab.n_rows == 1 && tab.rows[0].cpu_mem == INT64_MAX, "memory total stops at INT64_MAX");
     free(text);
     if (t)
@@ -328,13 +346,14 @@ static void test_hostile(void)
     FAILS(LF_EINVAL, "not valid JSON", lf_trace_read_json(&t, path));
     unlink(path);
     /* siblings that overlap inside their parent: a negative self time, said with the names */
-    t = read_text(dir, "overlap.json",
-                  "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"parent\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 12},"
-                  " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"first\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
-                  " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"second\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 7}]");
+    t = read_text(
+        dir, "overlap.json",
+        "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"parent\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 12},"
+        " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"first\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10},"
+        " {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"second\", \"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 7}]");
     text = t ? table_of(t, &tab) : NULL;
-    CHECK(text && strstr(text, "self CPU time is negative; first: \"parent\" holding \"second\""),
-          "overlap warned: %s", text ? text : "");
+    CHECK(text && strstr(text, "self CPU time is negative; first: \"parent\" holding \"second\""), "overlap warned: %s",
+          text ? text : "");
     free(text);
     if (t)
         lf_table_free(&tab);
@@ -343,8 +362,10 @@ static void test_hostile(void)
     char name[256] = "", doc[512];
     for (int i = 0; i < 60; i++)
         strcat(name, "\xe5\x87\xa6"); /* U+51E6 */
-    snprintf(doc, sizeof doc, "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"%s\", \"pid\": 1, \"tid\": 1, \"ts\": 0, "
-             "\"dur\": 1}]", name);
+    snprintf(doc, sizeof doc,
+             "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"%s\", \"pid\": 1, \"tid\": 1, \"ts\": 0, "
+             "\"dur\": 1}]",
+             name);
     t = read_text(dir, "wide.json", doc);
     text = t ? table_of(t, &tab) : NULL;
     char want[256];
@@ -377,6 +398,67 @@ static void test_hostile(void)
     rmdir(dir);
 }
 
+/* Names that would drive a terminal (retitle it, clear it, split a row) are printed escaped in
+ * every text output, cut as PyTorch's table cuts names, and never cut into two alike. */
+static void test_terminal_text(void)
+{
+    char buf[256];
+    /* C0, DEL and C1 as Python's repr writes them; a byte that is not UTF-8 as U+FFFD */
+    lf_term_cut(buf, sizeof buf, "a\x1b]0;t\x07\n\r\tb\x7f\xc2\x9b\xc2\x85\xff\xc3\xa9", 0);
+    CHECK(!strcmp(buf, "a\\x1b]0;t\\x07\\n\\r\\tb\\x7f\\x9b\\x85\xef\xbf\xbd\xc3\xa9"), "escaped: %s", buf);
+    CHECK(lf_term_width("a\x1b"
+                        "b",
+                        SIZE_MAX) == 6 &&
+              lf_term_width("\xc3\xa9\xc3\xa9", 3) == 1,
+          "widths");
+    /* cut at 5 characters: "..." after them, never inside an escape */
+    lf_term_cut(buf, sizeof buf, "abcdefgh", 5);
+    CHECK(!strcmp(buf, "abcde..."), "cut: %s", buf);
+    lf_term_cut(buf, sizeof buf,
+                "abc\x1b"
+                "defgh",
+                5);
+    CHECK(!strcmp(buf, "abc..."), "an escape is not split: %s", buf);
+    lf_term_cut(buf, sizeof buf, "abcde", 5);
+    CHECK(!strcmp(buf, "abcde"), "no cut at the width: %s", buf);
+    /* two names alike for their first 60 characters keep 16 past them; the others the width */
+    char a[128], b[128];
+    memset(a, 'x', 60), memset(b, 'x', 60);
+    snprintf(a + 60, sizeof a - 60, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+    snprintf(b + 60, sizeof b - 60, "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB");
+    const char *names[] = {a, "short", b};
+    size_t keep[3];
+    CHECK(lf_term_keeps(names, 3, LF_TERM_NAME_KEEP, keep), "keeps");
+    CHECK(keep[0] == 76 && keep[1] == LF_TERM_NAME_KEEP && keep[2] == 76, "keeps %zu %zu %zu", keep[0], keep[1],
+          keep[2]);
+    /* the table: an escaped name, its row whole (one line), as wide as the separator */
+    char dir[] = "/tmp/lf_trace_termXXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lf_trace *t =
+        read_text(dir, "esc.json",
+                  "[{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"x\\u001b]0;pwned\\u0007\\u001b[2Jy\\nz\\u009b\","
+                  " \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 10}]");
+    lf_table tab;
+    char *text = t ? table_of(t, &tab) : NULL;
+    CHECK(text && strstr(text, "x\\x1b]0;pwned\\x07\\x1b[2Jy\\nz\\x9b  "), "escaped row: %s", text ? text : "");
+    int lines = 0, raw = 0;
+    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++) {
+        lines += *p == '\n';
+        raw += (*p < 0x20 && *p != '\n') || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0);
+    }
+    CHECK(text && lines == 6 && raw == 0, "the row is one line (%d lines), no raw control (%d)", lines, raw);
+    const char *row = text ? strchr(strchr(strchr(text, '\n') + 1, '\n') + 1, '\n') + 1 : NULL;
+    CHECK(row && strchr(row, '\n') - row == strchr(text, '\n') - text, "the row as wide as the separator");
+    free(text);
+    if (t)
+        lf_table_free(&tab);
+    lf_trace_free(t);
+    rmdir(dir);
+}
+
 /* FLOPs from input shapes under with_flops, PyTorch's formulas, one op of each kind; none
  * without the flag, and a trace's own FLOPs win over the shapes. */
 static void test_shape_flops(void)
@@ -405,7 +487,8 @@ static void test_shape_flops(void)
             char doc[1024];
             snprintf(doc, sizeof doc,
                      "{\"with_flops\": %d, \"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"%s\", "
-                     "\"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"Input Dims\": %s, \"Input type\": %s%s%s}}]}",
+                     "\"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": 5, \"args\": {\"Input Dims\": %s, \"Input type\": "
+                     "%s%s%s}}]}",
                      with, ops[i].name, ops[i].dims, ops[i].types, ops[i].concrete ? ", \"Concrete Inputs\": " : "",
                      ops[i].concrete ? ops[i].concrete : "");
             lf_trace *t = NULL;
@@ -482,8 +565,10 @@ static void test_file_shrinks_while_read(void)
         return;
     fputs("{\"traceEvents\": [\n", f);
     for (int i = 0; i < 120000; i++) /* ~12 MB */
-        fprintf(f, "  {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": %d, "
-                   "\"dur\": 1, \"args\": {\"External id\": %d}},\n", 2 * i, i + 1);
+        fprintf(f,
+                "  {\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": %d, "
+                "\"dur\": 1, \"args\": {\"External id\": %d}},\n",
+                2 * i, i + 1);
     fputs("  {\"ph\": \"i\", \"name\": \"end\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"s\": \"t\"}\n]}\n", f);
     fclose(f);
     lf_trace *t = NULL;
@@ -512,6 +597,7 @@ int main(int argc, char **argv)
     test_bad_files();
     test_overhead_written();
     test_hostile();
+    test_terminal_text();
     test_shape_flops();
     test_gzip_round_trip(argv[1]);
     test_file_shrinks_while_read();

@@ -50,12 +50,36 @@ contains "bad sort key" "unknown sort key 'speed'"
 check "diff mlp" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref/mlp_64x128x768x3072_compile.json"
 contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared); 3 pieces of device work kept their exact names"
 contains "diff fused" "0 -> 1          0.000us -> 37.440us     triton_poi_fused__unsafe_view_gelu_mul_0"
-# names in full: the two vanished elementwise kernels share their first 60 characters
-contains "diff full names: gelu" "GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
-contains "diff full names: mul" "binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
 contains "diff units" "CPU time (step wall time)           322.279us      456.563us"
 contains "diff same work" "(same name: same work)"
 contains "diff ops" "removed       1 -> 0     aten::gelu"
+# names cut as PyTorch's table cuts them (55 characters), but never into two alike: the vanished
+# elementwise kernels share their first 62 characters, so each keeps 16 past them; --json has
+# them whole. Every line of the text stays short (the 345- and 451-character names are gone)
+contains "diff cut names: gelu" "0.000us      void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelIm...
+"
+contains "diff cut names: mul" "0.000us      void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c1...
+"
+contains "diff cut names: short ones whole" "    triton_poi_fused__unsafe_view_gelu_mul_0
+"
+checks=$((checks + 1))
+long=$(printf '%s\n' "$LAST" | grep -v '^In summary' | awk 'length > 160' | head -1)
+[ -z "$long" ] || { fails=$((fails + 1)); echo "FAIL: diff: a line past 160 characters: $long"; }
+check "breakdown: names cut" 0 "$bin" trace breakdown "$ref/mlp_64x128x768x3072_eager.json"
+contains "breakdown cut names" "  void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelIm...
+"
+checks=$((checks + 1))
+long=$(printf '%s\n' "$LAST" | grep -v '^launches' | awk 'length > 160' | head -1)
+[ -z "$long" ] || { fails=$((fails + 1)); echo "FAIL: breakdown: a line past 160 characters: $long"; }
+check "expect: names cut" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --kernel zzz --no-kernel Gelu
+contains "expect cut names: the list" "  void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c1... (1 per step)"
+contains "expect cut names: the hit" "kernel 'void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelIm...' matches"
+check "diff --json: names whole" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref/mlp_64x128x768x3072_compile.json" --json
+contains "diff json full names" "binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
+check "expect --json: names whole" 1 "$bin" trace expect "$ref/mlp_64x128x768x3072_eager.json" --no-kernel Gelu --json
+contains "expect json full names" "at::native::GeluType)::{lambda()#1}::operator()() const::{lambda()#4}"
+check "breakdown --json: names whole" 0 "$bin" trace breakdown "$ref/mlp_64x128x768x3072_eager.json" --json
+contains "breakdown json full names" "std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16"
 check "diff json" 0 "$bin" trace diff "$ref/linear_1024x32x64_eager.json" "$ref/linear_1024x32x64_compile.json" --json
 contains "diff json same work" '"change": "stayed", "per_step": [1, 1]'
 contains "diff json same work flag" '"same_work": true'
@@ -97,8 +121,16 @@ check "unknown verb" 2 "$bin" trace frob
 
 # svg: draw a step, render it with Chromium, find the first kernel where the SVG put it
 svg="$work/step.svg" png="$work/step.png"
-check "svg" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 1 -o "$svg"
+# steps by their ProfilerStep number, as breakdown and report name them (this trace has #2 to #4)
+check "svg" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 3 -o "$svg"
+check "svg draws the step asked for" 0 grep -q 'font-weight="bold">ProfilerStep#3 ' "$svg"
+check "svg --step 2" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 2 -o "$work/s2.svg"
+check "svg --step 2 is ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerStep#2 ' "$work/s2.svg"
+check "svg: the first step by default" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" -o "$work/s0.svg"
+check "svg: the default is ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerStep#2 ' "$work/s0.svg"
 check "svg bad step" 2 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 9 -o "$work/x.svg"
+contains "svg bad step: the range" "no ProfilerStep#9; its steps are ProfilerStep#2 to #4"
+check "svg: a step index is no step number" 2 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 0 -o "$work/x.svg"
 [ ! -e "$work/x.svg" ] || { fails=$((fails + 1)); echo "FAIL: a failed svg left a file"; }
 checks=$((checks + 1))
 chrome=$(command -v chromium || command -v chromium-browser || true)
@@ -409,9 +441,25 @@ check "serve: bad port" 2 "$bin" trace serve "$work/r0.json.gz" --port 70000
 # roofline's dots where the HTML puts them
 check "report" 0 "$bin" trace report "$sm.json.gz" -o "$work/report.html"
 check "report with a diff" 0 "$bin" trace report "$ref/mlp_64x128x768x3072_compile.json" "$ref/mlp_64x128x768x3072_eager.json" -o "$work/report2.html"
-check "report: the diff is in it" 0 grep -q "What changed from" "$work/report2.html"
+check "report: the diff is in it" 0 grep -q "What changed from this trace (A) to .*mlp_64x128x768x3072_eager.json (B)" "$work/report2.html"
+# report A B shows what trace diff A B shows: A the baseline, B the new one
+"$bin" trace diff "$ref/mlp_64x128x768x3072_compile.json" "$ref/mlp_64x128x768x3072_eager.json" >"$work/d.txt"
+checks=$((checks + 1))
+python3 - "$work/report2.html" "$work/d.txt" <<'PY' || { fails=$((fails + 1)); echo "FAIL: report A B differs from diff A B"; }
+import html, re, sys
+page = open(sys.argv[1]).read()
+got = html.unescape(re.search(r"<h2>What changed[^<]*</h2>\n<pre>(.*?)</pre>", page, re.S).group(1))
+want = open(sys.argv[2]).read().split("\n\n", 1)[1]  # less its "A: ..., B: ..." lines
+assert got == want, (got[-300:], want[-300:])
+assert "B runs 5 kernels per step where A ran 4" in got
+print("report A B: the diff of trace diff A B")
+PY
+check "report: steps by number" 0 "$bin" trace report "$ref/mlp_64x128x768x3072_eager.json" --step 4 -o "$work/r4.html"
+check "report: the step's heading" 0 grep -q "One step on the timeline: ProfilerStep#4<" "$work/r4.html"
+check "report: the breakdown by the same numbers" 0 grep -q "<tr><td>#4</td>" "$work/r4.html"
 check "report: nothing from the network" 1 sh -c "grep -o 'https\?://[^\"<> ]*' '$work/report.html' | grep -v '^http://www.w3.org/2000/svg\$'"
 check "report: a step that is not there" 2 "$bin" trace report "$sm.json.gz" --step 9 -o "$work/none.html"
+contains "report: the steps it has" "its steps are ProfilerStep#2 to #4"
 [ ! -e "$work/none.html" ] || { fails=$((fails + 1)); echo "FAIL: a failed report left a file"; }
 check "report: bad peak" 2 "$bin" trace report "$sm.json.gz" --peak-tflops -1 -o "$work/none.html"
 # a trace recorded without with_flops: each GEMM's TFLOP/s from its op's sizes, checked against
@@ -470,6 +518,19 @@ check "bad stack depth" 2 "$bin" trace table "$sm.json.gz" --group-by-stack 0
 check "breakdown of a linfuse CPU trace" 0 "$bin" trace breakdown "$(ls "$work"/lt/simple-mlp/*.json | head -1)"
 contains "CPU kernels per step" "lf_cpu_gemm_bf16"
 contains "no launch statistics for CPU kernels" "no kernel here has a launch call of its own"
+# its report shows what a CPU trace has: no GPU roofline, columns or TFLOP/s, the device named CPU
+check "report of a linfuse CPU trace" 0 "$bin" trace report "$(ls "$work"/lt/simple-mlp/*.json | head -1)" -o "$work/cpu.html"
+checks=$((checks + 1))
+python3 - "$work/cpu.html" <<'PY' || { fails=$((fails + 1)); echo "FAIL: the report of a CPU trace"; }
+import re, sys
+page = open(sys.argv[1]).read()
+body = re.sub(r"<pre>.*?</pre>", "", page, flags=re.S)  # PyTorch's table keeps its own column names
+for bad in ("<th>GPU</th>", "TFLOP/s", "class=\"roofline\"", "CUDA graphs", "device: CPU-dev", "Launches:"):
+    assert bad not in body, bad
+for good in ("device: CPU (linfuse's CPU kernels", "<th>GFLOP/s</th>", "lf_cpu_gemm_bf16", "ProfilerStep#2"):
+    assert good in body, good
+print("CPU report: no GPU columns or roofline, GFLOP/s, device CPU")
+PY
 # a large trace (52 MB, past the 50 MB progress line and the 32 MB pages the reader gives back):
 # read whole and right, silent through a pipe, a progress line on a terminal (script(1) gives one),
 # and an error on its last line still placed at its line and column, plain and gzip

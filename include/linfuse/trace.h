@@ -298,17 +298,23 @@ void lf_breakdown_free(lf_breakdown *b);
 lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text);
 
 /* --- a report to look at: one self-contained HTML file --- */
+/* Steps are named by their ProfilerStep#N number everywhere (the timeline, the breakdown, the
+ * report); this asks for the trace's first step, whatever its number. */
+enum { LF_TRACE_FIRST_STEP = -1 };
+
 typedef struct lf_report_opts {
-    int step; /* the step drawn on the timeline (from 0) */
+    int step; /* the ProfilerStep#N drawn on the timeline, or LF_TRACE_FIRST_STEP */
     /* The device's peaks for the roofline: dense bf16 TFLOP/s and memory GB/s; 0 takes the
      * datasheet's for a GPU deviceProperties names (H200, H100, A100), else draws no roof. */
     double peak_tflops, peak_gbps;
 } lf_report_opts;
 
 /* A step's timeline, the summary and breakdown, each kernel's achieved TFLOP/s and GB/s against
- * the peaks (a roofline plot), PyTorch's table, and with other (may be NULL) what changed from it:
+ * the peaks (a roofline plot; on a trace of CPU kernels GFLOP/s, and no GPU columns), PyTorch's
+ * table, and with other (may be NULL) what changed from t to other, as lf_trace_diff(t, other):
  * HTML with its styles and drawings inline, no script, nothing loaded from the network. o may be
- * NULL (step 0, datasheet peaks). Written atomically to path, or returned in *text (caller frees). */
+ * NULL (the first step, datasheet peaks). Written atomically to path, or returned in *text (caller
+ * frees). */
 lf_status lf_trace_report(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, const char *path);
 lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text);
 
@@ -339,9 +345,10 @@ void lf_step_profile_free(lf_step_profile *p);
 /* What changed from a to b, per step, as text (with a plain-language paragraph) or JSON. */
 lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text);
 
-/* Draw one step (the step-th ProfilerStep, from 0; the whole trace when it has none) as an
- * SVG timeline: host lanes with nested ops, device lanes with kernels, flow arrows, a time
- * axis. Written atomically to path. */
+/* Draw one step (ProfilerStep#step, or LF_TRACE_FIRST_STEP; the whole trace when it has no steps
+ * and step is LF_TRACE_FIRST_STEP) as an SVG timeline: host lanes with nested ops, device lanes
+ * with kernels, flow arrows, a time axis. Written atomically to path; LF_EINVAL naming the steps
+ * the trace has when it has no such step. */
 lf_status lf_trace_svg(const lf_trace *t, int step, const char *path);
 
 /* Read a trace held in memory, plain or gzip (name is used in messages): the fuzzer's entry point. */

@@ -19,18 +19,24 @@
 static const struct verb_help {
     const char *verb, *args, *what;
 } verbs[] = {
-    {"table", "FILE.json [--sort-by KEY] [--row-limit N] [--group-by-input-shape] [--group-by-stack N] [--format text|csv|json]",
+    {"table",
+     "FILE.json [--sort-by KEY] [--row-limit N] [--group-by-input-shape] [--group-by-stack N] [--format text|csv|json]",
      "key_averages().table() of the trace"},
-    {"diff", "A.json B.json [--json]", "what changed per step from A to B"},
+    {"diff", "A.json B.json [--json]", "what changed per step from A (the baseline) to B"},
     {"expect", "FILE.json [--kernels-per-step N] [--kernel REGEX]... [--no-kernel REGEX]... [--json]",
      "exit 0 if the trace matches the guess, 1 if not"},
-    {"svg", "FILE.json [--step N] -o OUT.svg", "one step drawn as a timeline"},
-    {"summary", "FILE.json [--json]", "kernels per step, device busy, communication, verdict (one line per rank of a merged trace)"},
+    {"svg", "FILE.json [--step N] -o OUT.svg",
+     "one step drawn as a timeline: ProfilerStep#N (the trace's first step by default)"},
+    {"summary", "FILE.json [--json]",
+     "kernels per step, device busy, communication, verdict (one line per rank of a merged trace)"},
     {"breakdown", "FILE.json [--json]",
-     "per step and GPU: compute, communication, memory, idle (waiting on the host or other); kernel durations; launches; CUDA graph replays"},
-    {"merge", "RANK0.json RANK1.json ... -o MERGED.json", "the ranks' traces as one Perfetto file, one process per rank"},
+     "per step and GPU: compute, communication, memory, idle (waiting on the host or other); kernel durations; "
+     "launches; CUDA graph replays"},
+    {"merge", "RANK0.json RANK1.json ... -o MERGED.json",
+     "the ranks' traces as one Perfetto file, one process per rank"},
     {"report", "FILE.json [OTHER.json] -o REPORT.html [--step N] [--peak-tflops X --peak-gbps Y]",
-     "one self-contained HTML file: timeline, breakdown, roofline, table (and the diff from OTHER)"},
+     "one self-contained HTML file: ProfilerStep#N's timeline, breakdown, roofline, table (and what changed from "
+     "FILE to OTHER, as trace diff FILE OTHER)"},
     {"serve", "FILE.json|- [--port N] [--once]",
      "serve the trace (- : standard input, e.g. piped from another machine) on 127.0.0.1 (port 9001) to "
      "ui.perfetto.dev and print the link that opens it; nothing is uploaded"},
@@ -64,7 +70,7 @@ static void verb_usage(FILE *f, const char *verb)
               f);
 }
 
-/* The verb's flags through getopt_long; LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
+/* The verb's flags (args.h); LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
  * printed its message. */
 int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v)
 {
@@ -91,6 +97,14 @@ static void show_progress(void *ctx, const char *name, int64_t done, int64_t tot
     *last = done == total ? -1 : pct;
 }
 
+void lf_tcmd_error(const char *cmd)
+{
+    lf_sbuf m = {0};
+    lf_sbuf_term_str(&m, lf_last_error(), 0);
+    fprintf(stderr, "%s: %s\n", cmd, m.p ? m.p : "out of memory");
+    free(m.p);
+}
+
 lf_trace *lf_tcmd_load(const char *path)
 {
     static int last = -1;
@@ -103,7 +117,7 @@ lf_trace *lf_tcmd_load(const char *path)
     }
     lf_trace_set_progress(NULL, NULL);
     if (st != LF_OK) {
-        fprintf(stderr, "linfuse trace: %s\n", lf_last_error());
+        lf_tcmd_error("linfuse trace");
         return NULL;
     }
     return t;
@@ -140,9 +154,12 @@ static int verb_table(int argc, char **argv)
     int nf = 0, rc;
     lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 100};
     enum { SORT, LIMIT, BY_SHAPE, BY_STACK, FORMAT };
-    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0},           {"row-limit", 1, LIMIT, 0},
-                               {"group-by-input-shape", 0, BY_SHAPE, 0}, {"group-by-stack", 1, BY_STACK, 0},
-                               {"format", 1, FORMAT, 0},          MAX_BYTES_OPT};
+    const lf_cli_opt opts[] = {{"sort-by", 1, SORT, 0},
+                               {"row-limit", 1, LIMIT, 0},
+                               {"group-by-input-shape", 0, BY_SHAPE, 0},
+                               {"group-by-stack", 1, BY_STACK, 0},
+                               {"format", 1, FORMAT, 0},
+                               MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 6);
     for (int id; (id = lf_tcmd_next_arg(&a, "table", &v)) != LF_CLI_END;) {
@@ -192,7 +209,7 @@ static int verb_table(int argc, char **argv)
     if (s == LF_OK)
         fputs(text, stdout);
     else
-        fprintf(stderr, "linfuse trace table: %s\n", lf_last_error());
+        lf_tcmd_error(cmd);
     free(text);
     lf_trace_free(t);
     return s == LF_OK ? LF_EXIT_OK : LF_EXIT_FAIL;
@@ -238,7 +255,7 @@ static int verb_diff(int argc, char **argv)
             printf("A: %s\nB: %s\n\n", files[0], files[1]);
         fputs(text, stdout);
     } else {
-        fprintf(stderr, "linfuse trace diff: %s\n", lf_last_error());
+        lf_tcmd_error(cmd);
     }
     free(text);
     lf_trace_free(a), lf_trace_free(b);
@@ -246,6 +263,32 @@ static int verb_diff(int argc, char **argv)
 }
 
 enum { MAX_PATTERNS = 32 };
+
+/* A name in a difference: whole for JSON (keep 0, escaped by the JSON writer), else cut at keep
+ * and safe for a terminal. */
+static void put_name(lf_sbuf *m, const char *name, size_t keep)
+{
+    if (keep)
+        lf_sbuf_term_str(m, name, keep);
+    else
+        lf_sbuf_printf(m, "%s", name);
+}
+
+/* One difference from the guess (m, freed here): a line of out, or a string of the JSON's
+ * "differences" list in diffs. */
+static void put_difference(lf_sbuf *out, lf_sbuf *diffs, int json, int *bad, lf_sbuf *m)
+{
+    if (m->oom)
+        out->oom = 1;
+    if (json) {
+        lf_sbuf_printf(diffs, "%s", *bad ? ", " : "");
+        lf_sbuf_json_str(diffs, m->p ? m->p : "");
+    } else {
+        lf_sbuf_printf(out, "%s\n", m->p ? m->p : "");
+    }
+    (*bad)++;
+    free(m->p);
+}
 
 static int verb_expect(int argc, char **argv)
 {
@@ -255,8 +298,11 @@ static int verb_expect(int argc, char **argv)
     const char *pat[MAX_PATTERNS];
     int neg[MAX_PATTERNS], np = 0;
     enum { KPS, KERNEL, NO_KERNEL, JSON };
-    const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0}, {"kernel", 1, KERNEL, 0}, {"no-kernel", 1, NO_KERNEL, 0},
-                               {"json", 0, JSON, 0}, MAX_BYTES_OPT};
+    const lf_cli_opt opts[] = {{"kernels-per-step", 1, KPS, 0},
+                               {"kernel", 1, KERNEL, 0},
+                               {"no-kernel", 1, NO_KERNEL, 0},
+                               {"json", 0, JSON, 0},
+                               MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
     for (int id; (id = lf_tcmd_next_arg(&a, "expect", &v)) != LF_CLI_END;) {
@@ -302,45 +348,67 @@ static int verb_expect(int argc, char **argv)
     rc = LF_EXIT_OK;
     if (!t || lf_step_profile_build(t, &p) != LF_OK) {
         if (t)
-            fprintf(stderr, "linfuse trace expect: %s\n", lf_last_error());
+            lf_tcmd_error(cmd);
         rc = LF_EXIT_USAGE;
     } else {
-        /* each difference as a line of text, or a string of the JSON's "differences" */
+        /* each difference as a line of text, or a string of the JSON's "differences"; names in
+         * text cut as PyTorch's table cuts them (wider where two would look alike) and safe for
+         * a terminal, whole in JSON */
         lf_sbuf out = {0}, diffs = {0};
         int bad = 0;
-#define DIFF(...)                                                                                                      \
-    do {                                                                                                               \
-        char msg_[1200];                                                                                               \
-        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                                      \
-        if (json) {                                                                                                    \
-            lf_sbuf_printf(&diffs, "%s", bad ? ", " : "");                                                             \
-            lf_sbuf_json_str(&diffs, msg_);                                                                            \
-        } else {                                                                                                       \
-            lf_sbuf_printf(&out, "%s\n", msg_);                                                                        \
-        }                                                                                                              \
-        bad++;                                                                                                         \
-    } while (0)
-        if (want_kernels >= 0 && p.kernels_per_step != want_kernels)
-            DIFF("kernels per step: expected %g, the trace has %g over %lld steps", want_kernels, p.kernels_per_step,
-                 (long long)p.steps);
-        for (int k = 0; k < np; k++) {
+        size_t *keep = malloc((size_t)(p.n_kernels + 1) * sizeof *keep);
+        const char **names = malloc((size_t)(p.n_kernels + 1) * sizeof *names);
+        for (int64_t i = 0; names && i < p.n_kernels; i++)
+            names[i] = p.kernels[i].name;
+        if (!keep || !names || !lf_term_keeps(names, p.n_kernels, LF_TERM_NAME_KEEP, keep))
+            out.oom = 1;
+        if (want_kernels >= 0 && p.kernels_per_step != want_kernels) {
+            lf_sbuf m = {0};
+            lf_sbuf_printf(&m, "kernels per step: expected %g, the trace has %g over %lld steps", want_kernels,
+                           p.kernels_per_step, (long long)p.steps);
+            put_difference(&out, &diffs, json, &bad, &m);
+        }
+        for (int k = 0; k < np && !out.oom; k++) {
             int hits = 0;
             for (int64_t i = 0; i < p.n_kernels; i++)
                 if (regexec(&re[k], p.kernels[i].name, 0, NULL, 0) == 0) {
                     hits++;
-                    if (neg[k])
-                        DIFF("kernel '%.900s' matches --no-kernel '%.200s'", p.kernels[i].name, pat[k]);
+                    if (neg[k]) {
+                        lf_sbuf m = {0};
+                        lf_sbuf_printf(&m, "kernel '");
+                        put_name(&m, p.kernels[i].name, json ? 0 : keep[i]);
+                        lf_sbuf_printf(&m, "' matches --no-kernel '");
+                        put_name(&m, pat[k], json ? 0 : LF_TERM_NAME_KEEP);
+                        lf_sbuf_printf(&m, "'");
+                        put_difference(&out, &diffs, json, &bad, &m);
+                    }
                 }
             if (!neg[k] && !hits) {
-                DIFF("no kernel matches --kernel '%.200s'", pat[k]);
+                lf_sbuf m = {0};
+                lf_sbuf_printf(&m, "no kernel matches --kernel '");
+                put_name(&m, pat[k], json ? 0 : LF_TERM_NAME_KEEP);
+                lf_sbuf_printf(&m, "'");
+                put_difference(&out, &diffs, json, &bad, &m);
                 if (!json) {
                     lf_sbuf_printf(&out, "the kernels are:\n");
-                    for (int64_t i = 0; i < p.n_kernels; i++)
-                        lf_sbuf_printf(&out, "  %s (%g per step)\n", p.kernels[i].name, p.kernels[i].per_step);
+                    for (int64_t i = 0; i < p.n_kernels; i++) {
+                        lf_sbuf_printf(&out, "  ");
+                        lf_sbuf_term_str(&out, p.kernels[i].name, keep[i]);
+                        lf_sbuf_printf(&out, " (%g per step)\n", p.kernels[i].per_step);
+                    }
                 }
             }
         }
-#undef DIFF
+        free(keep), free(names);
+        if (out.oom || diffs.oom) {
+            fprintf(stderr, "linfuse trace expect: out of memory\n");
+            free(out.p), free(diffs.p);
+            lf_step_profile_free(&p);
+            for (int k = 0; k < np; k++)
+                regfree(&re[k]);
+            lf_trace_free(t);
+            return LF_EXIT_FAIL;
+        }
         if (json) {
             printf("{\"matched\": %s, \"steps\": %lld, \"kernels_per_step\": %g, \"differences\": [%s], \"kernels\": [",
                    bad ? "false" : "true", (long long)p.steps, p.kernels_per_step, diffs.p ? diffs.p : "");
@@ -408,7 +476,9 @@ static lf_status summary_one(const lf_trace *t, int64_t rank, void *ctx)
             lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
                            s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);
         lf_sbuf_printf(&b, ", \"verdict\": \"%s\"}",
-                       s.has_comm && s.comm_bound ? "comm-bound" : s.compute_bound ? "compute-bound" : "overhead-bound");
+                       s.has_comm && s.comm_bound ? "comm-bound"
+                       : s.compute_bound          ? "compute-bound"
+                                                  : "overhead-bound");
         if (b.oom)
             return lf_fail(LF_ENOMEM, "out of memory");
         fputs(b.p, stdout);
@@ -470,7 +540,7 @@ static int verb_per_rank(int argc, char **argv, const char *verb, lf_status (*on
     if (o.json && st == LF_OK)
         printf("\n]}\n");
     if (st != LF_OK)
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        lf_tcmd_error(cmd);
     lf_trace_free(t);
     return st == LF_OK ? LF_EXIT_OK : LF_EXIT_FAIL;
 }
@@ -500,11 +570,11 @@ static int verb_merge(int argc, char **argv)
         if (!(in[i] = lf_tcmd_load(files[i])))
             rc = LF_EXIT_USAGE;
     if (rc == LF_EXIT_OK && lf_trace_merge((const lf_trace *const *)in, nf, &m) != LF_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        lf_tcmd_error(cmd);
         rc = LF_EXIT_USAGE;
     }
     if (rc == LF_EXIT_OK && lf_trace_write_json(m, out) != LF_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        lf_tcmd_error(cmd);
         rc = LF_EXIT_FAIL;
     }
     if (rc == LF_EXIT_OK)

@@ -9,9 +9,12 @@
 enum { MAX_BYTES = 100 }; /* every verb's --max-bytes */
 #define MAX_BYTES_OPT {"max-bytes", 1, MAX_BYTES, 0}
 
-/* The verb's flags through getopt_long; LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
+/* The verb's flags (args.h); LF_CLI_HELP prints the verb's usage, LF_CLI_BAD has
  * printed its message. */
 int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v);
+/* "cmd: " and lf_last_error() on standard error, made safe for a terminal (a message may quote a
+ * name from the trace). */
+void lf_tcmd_error(const char *cmd);
 /* A trace read (a progress line on a terminal for a large one); NULL with the message printed. */
 lf_trace *lf_tcmd_load(const char *path);
 /* What every verb does with the arguments that are not its own flags: a word fills the next of

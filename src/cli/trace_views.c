@@ -1,5 +1,6 @@
 /* `linfuse trace svg|report|serve`: a trace to look at, as a timeline, as a page, or in Perfetto.
  * Layer: cli/. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@ int lf_tcmd_svg(int argc, char **argv)
 {
     const char *file = NULL, *out = NULL, *v, *cmd = "linfuse trace svg";
     int nf = 0, rc;
-    int64_t step = 0;
+    int64_t step = LF_TRACE_FIRST_STEP;
     enum { OUT, STEP };
     const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'}, {"step", 1, STEP, 0}, MAX_BYTES_OPT};
     lf_cli_args a;
@@ -22,7 +23,7 @@ int lf_tcmd_svg(int argc, char **argv)
         if (id == OUT) {
             out = v;
         } else if (id == STEP) {
-            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
+            if (!lf_cli_int(cmd, "--step", v, 0, INT_MAX, &step))
                 return LF_EXIT_USAGE;
         } else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
@@ -38,30 +39,32 @@ int lf_tcmd_svg(int argc, char **argv)
     lf_status s = lf_trace_svg(t, (int)step, out);
     lf_trace_free(t);
     if (s != LF_OK) {
-        fprintf(stderr, "linfuse trace svg: %s\n", lf_last_error());
+        lf_tcmd_error(cmd);
         return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
     printf("wrote %s\n", out);
     return LF_EXIT_OK;
 }
 
-/* Each rank of a (merged) trace in turn, as a trace of its own: one(t, rank or -1, ctx). */
 int lf_tcmd_report(int argc, char **argv)
 {
     const char *files[2] = {NULL, NULL}, *out = NULL, *v, *cmd = "linfuse trace report";
     int nf = 0, rc;
-    int64_t step = 0;
-    lf_report_opts o = {0};
+    int64_t step = LF_TRACE_FIRST_STEP;
+    lf_report_opts o = {.step = LF_TRACE_FIRST_STEP};
     enum { OUT, STEP, PEAK_TF, PEAK_GB };
-    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'},       {"step", 1, STEP, 0},      {"peak-tflops", 1, PEAK_TF, 0},
-                               {"peak-gbps", 1, PEAK_GB, 0}, MAX_BYTES_OPT};
+    const lf_cli_opt opts[] = {{"output", 1, OUT, 'o'},
+                               {"step", 1, STEP, 0},
+                               {"peak-tflops", 1, PEAK_TF, 0},
+                               {"peak-gbps", 1, PEAK_GB, 0},
+                               MAX_BYTES_OPT};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, 5);
     for (int id; (id = lf_tcmd_next_arg(&a, "report", &v)) != LF_CLI_END;) {
         if (id == OUT) {
             out = v;
         } else if (id == STEP) {
-            if (!lf_cli_int(cmd, "--step", v, 0, 1000000, &step))
+            if (!lf_cli_int(cmd, "--step", v, 0, INT_MAX, &step))
                 return LF_EXIT_USAGE;
         } else if (id == PEAK_TF || id == PEAK_GB) {
             char *end;
@@ -89,7 +92,7 @@ int lf_tcmd_report(int argc, char **argv)
     lf_status s = lf_trace_report(t, other, &o, out);
     lf_trace_free(t), lf_trace_free(other);
     if (s != LF_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
+        lf_tcmd_error(cmd);
         return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
     printf("wrote %s\n", out);

@@ -87,6 +87,27 @@ int lf_utf8_char(const char *s);
  * cut between characters, never inside one; *chars (may be NULL) gets how many there were. */
 size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars);
 
+/* Text from a file (a trace's names) made safe for a terminal: each control character -- C0
+ * (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F) -- written as Python's repr writes it
+ * (\t, \n, \r, else \x1b), each byte that is not well-formed UTF-8 as U+FFFD, the rest as it
+ * is; so a name can neither move the cursor, retitle or clear the terminal, nor split a line.
+ * Widths count characters as printed (an escape counts its four). */
+/* The printed width of s's first n bytes (SIZE_MAX: all of s); a character cut by n is left out. */
+size_t lf_term_width(const char *s, size_t n);
+/* s as printed, appended to b; with keep > 0, s wider than keep is cut to its first keep
+ * characters (never inside a character or an escape) and "..." follows, as PyTorch's table cuts
+ * names. */
+void lf_sbuf_term_str(lf_sbuf *b, const char *s, size_t keep);
+/* The same into buf (cap >= 4 bytes, always terminated; what does not fit is left out between
+ * characters). Returns buf. */
+char *lf_term_cut(char *buf, size_t cap, const char *s, size_t keep);
+/* For n names listed together, how wide each is kept (keeps[i] for names[i]) so that no two
+ * different names look alike once cut: keep, or 16 characters past the start a name shares with
+ * another where that is wider. 0 when memory ran out. */
+int lf_term_keeps(const char *const *names, int64_t n, size_t keep, size_t *keeps);
+/* The keep for names in text outputs: PyTorch's table's name column, 55 characters with the "...". */
+enum { LF_TERM_NAME_KEEP = 52 };
+
 /* Files written so that each appears complete or not at all, and a set of them all or none:
  * every file goes to a temporary beside its target (symbolic links followed to the file they
  * name, so a link stays a link), all are written and flushed, and only then are they renamed

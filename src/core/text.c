@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +71,132 @@ size_t lf_utf8_prefix(const char *s, size_t max_chars, size_t *chars)
     if (chars)
         *chars = n;
     return bytes;
+}
+
+/* The next character of s as a terminal is shown it: its bytes into out (not terminated), their
+ * count in *out_n and its printed width in *width; returns the bytes of s it took (0 at the end). */
+static size_t term_char(const char *s, char out[4], size_t *out_n, size_t *width)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char c = (unsigned char)s[0];
+    const int k = lf_utf8_char(s);
+    unsigned code = c; /* a control character's code point, or 0 when it is none */
+    if (!c)
+        return 0;
+    if (k == 0) { /* not UTF-8: U+FFFD, one byte taken */
+        memcpy(out, "\xef\xbf\xbd", 3);
+        *out_n = 3, *width = 1;
+        return 1;
+    }
+    if (k == 2 && c == 0xc2 && (unsigned char)s[1] < 0xa0)
+        code = (unsigned char)s[1]; /* C1: U+0080-U+009F */
+    else if (k > 1 || (c >= 0x20 && c != 0x7f))
+        code = 0;
+    if (!code) {
+        memcpy(out, s, (size_t)k);
+        *out_n = (size_t)k, *width = 1;
+        return (size_t)k;
+    }
+    out[0] = '\\';
+    if (code == '\t' || code == '\n' || code == '\r') {
+        out[1] = code == '\t' ? 't' : code == '\n' ? 'n' : 'r';
+        *out_n = *width = 2;
+    } else {
+        out[1] = 'x', out[2] = hex[code >> 4], out[3] = hex[code & 15];
+        *out_n = *width = 4;
+    }
+    return (size_t)k;
+}
+
+size_t lf_term_width(const char *s, size_t n)
+{
+    size_t used = 0, w = 0, on, cw;
+    char out[4];
+    for (size_t k; s && used < n && (k = term_char(s + used, out, &on, &cw)) && k <= n - used; used += k)
+        w += cw;
+    return w;
+}
+
+/* s as printed (cut at keep as lf_sbuf_term_str says) into dst, at most cap - 1 bytes, not
+ * terminated; returns the bytes written. */
+static size_t term_write(char *dst, size_t cap, const char *s, size_t keep)
+{
+    const int cut = keep > 0 && lf_term_width(s, SIZE_MAX) > keep;
+    const size_t room = cap - 1 - (cut ? 3 : 0);
+    size_t o = 0, w = 0, on, cw;
+    char out[4];
+    for (size_t k; s && (k = term_char(s, out, &on, &cw)); s += k) {
+        if ((cut && w + cw > keep) || o + on > room)
+            break;
+        memcpy(dst + o, out, on);
+        o += on, w += cw;
+    }
+    if (cut) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    return o;
+}
+
+void lf_sbuf_term_str(lf_sbuf *b, const char *s, size_t keep)
+{
+    const size_t need = 4 * (s ? strlen(s) : 0) + 4; /* an escape is at most four bytes a byte */
+    if (b->oom)
+        return;
+    if (!b->p || b->cap - b->n < need + 1) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n < need + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q, b->cap = cap;
+    }
+    b->n += term_write(b->p + b->n, need + 1, s, keep);
+    b->p[b->n] = '\0';
+}
+
+char *lf_term_cut(char *buf, size_t cap, const char *s, size_t keep)
+{
+    LF_ASSERT(buf && cap >= 4);
+    buf[term_write(buf, cap, s, keep)] = '\0';
+    return buf;
+}
+
+static int by_str(const void *a, const void *b)
+{
+    return strcmp(**(const char *const *const *)a, **(const char *const *const *)b);
+}
+
+/* The printed width of the start a and b share, in whole characters. */
+static size_t shared_width(const char *a, const char *b)
+{
+    size_t n = 0;
+    while (a[n] && a[n] == b[n])
+        n++;
+    return lf_term_width(a, n);
+}
+
+int lf_term_keeps(const char *const *names, int64_t n, size_t keep, size_t *keeps)
+{
+    const char *const **order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    if (!order)
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        order[i] = &names[i], keeps[i] = keep;
+    if (keep == 0) /* nothing is cut */
+        n = 0;
+    qsort(order, (size_t)n, sizeof *order, by_str);
+    for (int64_t i = 0; i + 1 < n; i++) { /* sorted, a name shares its longest start with a neighbour */
+        const size_t w = shared_width(*order[i], *order[i + 1]) + 16;
+        size_t *ka = &keeps[order[i] - names], *kb = &keeps[order[i + 1] - names];
+        *ka = w > *ka ? w : *ka;
+        *kb = w > *kb ? w : *kb;
+    }
+    free(order);
+    return 1;
 }
 
 void lf_sbuf_json_str(lf_sbuf *b, const char *s)

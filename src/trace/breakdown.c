@@ -265,8 +265,8 @@ lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
         }
         const int64_t c = find_corr(calls, n_calls, ev->correlation);
         const int graph = c >= 0 && is_graph_launch(&t->ev[c]);
-        w[nw++] = (work){s, ev->device >= 0 ? ev->device : ev->pid, ev->ts_ns, ev->ts_ns + ev->dur_ns, when[i],
-                         kind_of(ev), graph};
+        w[nw++] = (work){
+            s, ev->device >= 0 ? ev->device : ev->pid, ev->ts_ns, ev->ts_ns + ev->dur_ns, when[i], kind_of(ev), graph};
         lf_strmap_entry *k = lf_strmap_get(&names, ev->name, 0);
         if (!k) {
             st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
@@ -381,7 +381,8 @@ lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, cha
         for (int64_t i = 0; i < b->n_steps; i++) {
             const lf_breakdown_step *s = &b->steps[i];
             put(&o,
-                "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": %.3f, "
+                "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": "
+                "%.3f, "
                 "\"memory_us\": %.3f, \"idle_us\": %.3f, \"idle_host_us\": %.3f, \"idle_other_us\": %.3f, "
                 "\"comm_total_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
                 i ? "," : "", (long long)s->step, (long long)s->device, s->window_us, s->compute_us, s->comm_us,
@@ -424,18 +425,29 @@ lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, cha
             const lf_breakdown_step *s = &b->steps[i];
             char step[24];
             snprintf(step, sizeof step, s->step >= 0 ? "#%lld" : "all", (long long)s->step);
-            put(&o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step, (long long)s->device,
-                s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us,
-                (long long)s->kernels, (long long)s->graph_kernels);
+            put(&o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step,
+                (long long)s->device, s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us,
+                s->idle_host_us, s->idle_other_us, (long long)s->kernels, (long long)s->graph_kernels);
         }
         if (!b->n_steps)
             put(&o, "  (no device work)\n");
+        /* names cut as PyTorch's table cuts them, wider where two would look alike, safe for a
+         * terminal; --json has them whole */
+        const int64_t nn = b->n_kernels > b->n_graphs ? b->n_kernels : b->n_graphs;
+        const char **names = malloc((size_t)(nn + 1) * sizeof *names);
+        size_t *keep = malloc((size_t)(nn + 1) * sizeof *keep);
+        for (int64_t i = 0; names && i < b->n_kernels; i++)
+            names[i] = b->kernels[i].name;
+        if (!names || !keep || !lf_term_keeps(names, b->n_kernels, LF_TERM_NAME_KEEP, keep))
+            o.oom = 1;
         put(&o, "\nkernels by total time (us):\n%12s %8s %10s %10s %10s %10s  %s\n", "total", "count", "min", "median",
             "p90", "max", "name");
-        for (int64_t i = 0; i < b->n_kernels; i++) {
+        for (int64_t i = 0; i < b->n_kernels && !o.oom; i++) {
             const lf_kernel_stats *k = &b->kernels[i];
-            put(&o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  %s\n", k->total_us, (long long)k->count, k->min_us,
-                k->median_us, k->p90_us, k->max_us, k->name);
+            put(&o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  ", k->total_us, (long long)k->count, k->min_us,
+                k->median_us, k->p90_us, k->max_us);
+            lf_sbuf_term_str(&o, k->name, keep[i]);
+            put(&o, "\n");
         }
         if (b->launched)
             put(&o,
@@ -448,15 +460,22 @@ lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, cha
         else /* linfuse's CPU kernels, or a trace of a graph alone: nothing to say about launches */
             put(&o, "\nlaunches: no kernel here has a launch call of its own (CPU kernels run where they are called; "
                     "a graph's kernels are listed under its replays)\n");
-        if (b->n_graphs) {
+        for (int64_t i = 0; names && i < b->n_graphs; i++)
+            names[i] = b->graphs[i].op;
+        if (b->n_graphs && !o.oom && !lf_term_keeps(names, b->n_graphs, LF_TERM_NAME_KEEP, keep))
+            o.oom = 1;
+        if (b->n_graphs && !o.oom) {
             put(&o, "\nCUDA graph replays, by the op that launched them:\n%10s %16s %18s  %s\n", "launches",
                 "kernels/launch", "device us/launch", "op");
             for (int64_t i = 0; i < b->n_graphs; i++) {
                 const lf_graph_stats *g = &b->graphs[i];
-                put(&o, "%10lld %16.1f %18.3f  %s\n", (long long)g->launches,
-                    (double)g->kernels / (double)g->launches, g->device_us / (double)g->launches, g->op);
+                put(&o, "%10lld %16.1f %18.3f  ", (long long)g->launches, (double)g->kernels / (double)g->launches,
+                    g->device_us / (double)g->launches);
+                lf_sbuf_term_str(&o, g->op, keep[i]);
+                put(&o, "\n");
             }
         }
+        free(names), free(keep);
     }
 #undef put
     if (o.oom) {

@@ -150,20 +150,20 @@ typedef enum { GONE, NEW, SAME } change;
 
 /* Call f for each name of a not in b (GONE), of b not in a (NEW), in both (SAME); ia and ib
  * index a's and b's names. */
-#define EACH_CHANGE(la, na, ia, lb, nb, ib, BODY)                                      \
-    do {                                                                              \
-        for (int64_t i_ = 0; i_ < (na); i_++) {                                       \
-            const lf_name_count *x = &(la)[i_], *y = find((ib), (lb), x->name);       \
-            change ch = y ? SAME : GONE;                                              \
-            BODY;                                                                     \
-        }                                                                             \
-        for (int64_t i_ = 0; i_ < (nb); i_++) {                                       \
-            const lf_name_count *y = &(lb)[i_], *x = NULL;                            \
-            if (find((ia), (la), y->name))                                            \
-                continue;                                                             \
-            change ch = NEW;                                                          \
-            BODY;                                                                     \
-        }                                                                             \
+#define EACH_CHANGE(la, na, ia, lb, nb, ib, BODY)                               \
+    do {                                                                        \
+        for (int64_t i_ = 0; i_ < (na); i_++) {                                 \
+            const lf_name_count *x = &(la)[i_], *y = find((ib), (lb), x->name); \
+            change ch = y ? SAME : GONE;                                        \
+            BODY;                                                               \
+        }                                                                       \
+        for (int64_t i_ = 0; i_ < (nb); i_++) {                                 \
+            const lf_name_count *y = &(lb)[i_], *x = NULL;                      \
+            if (find((ia), (la), y->name))                                      \
+                continue;                                                       \
+            change ch = NEW;                                                    \
+            BODY;                                                               \
+        }                                                                       \
     } while (0)
 
 static const char *const change_names[] = {"vanished", "appeared", "stayed"};
@@ -184,7 +184,8 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
     int k_gone = 0, k_new = 0, k_same = 0, o_gone = 0, o_new = 0;
     EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, (void)x; (void)y; k_gone += ch == GONE;
                 k_new += ch == NEW; k_same += ch == SAME);
-    EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)x; (void)y; o_gone += ch == GONE; o_new += ch == NEW);
+    EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)x; (void)y; o_gone += ch == GONE;
+                o_new += ch == NEW);
     if (as_json) {
         put(&o, "{\"steps\": [%lld, %lld], \"kernels_per_step\": [%g, %g], \"cpu_ops_per_step\": [%g, %g], ",
             (long long)a->steps, (long long)b->steps, a->kernels_per_step, b->kernels_per_step, a->ops_per_step,
@@ -219,6 +220,22 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
         });
         put(&o, "]}\n");
     } else {
+        /* names as PyTorch's table cuts them (55 characters), wider where two would look alike,
+         * made safe for a terminal; --json has them whole */
+        const char **kn = malloc((size_t)(a->n_kernels + b->n_kernels + a->n_ops + b->n_ops + 1) * sizeof *kn);
+        size_t *keep = malloc((size_t)(a->n_kernels + b->n_kernels + a->n_ops + b->n_ops + 1) * sizeof *keep);
+        int64_t nkn = 0, non = 0, at = 0;
+        if (!kn || !keep) {
+            free(kn), free(keep);
+            lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
+            return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
+        }
+        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, (void)ch;
+                    kn[nkn++] = (x ? x : y)->name);
+        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)ch; kn[nkn + non++] = (x ? x : y)->name);
+        if (!lf_term_keeps(kn, nkn, LF_TERM_NAME_KEEP, keep) ||
+            !lf_term_keeps(kn + nkn, non, LF_TERM_NAME_KEEP, keep + nkn))
+            o.oom = 1;
         char t1[32], t2[32];
         put(&o, "%-30s %14s %14s\n", "per step", "A", "B");
         put(&o, "%-30s %14g %14g\n", "kernels", a->kernels_per_step, b->kernels_per_step);
@@ -229,24 +246,28 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             lf_fmt_time(t2, sizeof t2, b->cpu_ns_per_step));
         put(&o, "%-30s %14s %14s\n", "device time", lf_fmt_time(t1, sizeof t1, a->device_ns_per_step),
             lf_fmt_time(t2, sizeof t2, b->device_ns_per_step));
-        /* names last and whole: two kernels that differ late in a long name stay apart */
+        /* names last: two kernels that differ late in a long name are cut apart */
         put(&o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
         EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
             const lf_name_count *any = x ? x : y;
-            put(&o, "  %-9s %5g -> %-5g %12s -> %-12s %s%s\n", change_names[ch], x ? x->per_step : 0,
-                y ? y->per_step : 0, lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0),
-                lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0), any->name,
-                ch == SAME ? "  (same name: same work)" : "");
+            put(&o, "  %-9s %5g -> %-5g %12s -> %-12s ", change_names[ch], x ? x->per_step : 0, y ? y->per_step : 0,
+                lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0), lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0));
+            lf_sbuf_term_str(&o, any->name, keep[at++]);
+            put(&o, "%s\n", ch == SAME ? "  (same name: same work)" : "");
         });
         put(&o, "CPU ops per step: count A -> B, name\n");
         EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
             const lf_name_count *any = x ? x : y;
-            if (ch != SAME || x->per_step != y->per_step)
-                put(&o, "  %-9s %5g -> %-5g %s\n",
+            const size_t k = keep[at++];
+            if (ch != SAME || x->per_step != y->per_step) {
+                put(&o, "  %-9s %5g -> %-5g ",
                     ch == GONE  ? "removed"
                     : ch == NEW ? "added"
                                 : "changed",
-                    x ? x->per_step : 0, y ? y->per_step : 0, any->name);
+                    x ? x->per_step : 0, y ? y->per_step : 0);
+                lf_sbuf_term_str(&o, any->name, k);
+                put(&o, "\n");
+            }
         });
         /* the paragraph a person would write */
         put(&o, "\nIn summary: B runs %g kernel%s per step where A ran %g", b->kernels_per_step,
@@ -267,6 +288,7 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             lf_fmt_time(d2, sizeof d2, a->device_ns_per_step), lf_fmt_time(d3, sizeof d3, b->device_ns_per_step),
             dc <= 0 ? "fell" : "rose", lf_fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
             lf_fmt_time(c2, sizeof c2, a->cpu_ns_per_step), lf_fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
+        free(kn), free(keep);
     }
     lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
     if (o.oom) {

@@ -39,11 +39,15 @@ static int step_by_start(const void *a, const void *b, void *ctx)
     return (x > y) - (x < y);
 }
 
-/* XML text: markup characters escaped, control characters dropped, bytes that are not UTF-8
- * written as U+FFFD (an XML parser rejects them), at most max_chars characters with an ellipsis
- * in place of the rest; cut between characters, never inside one. */
-static void xml_text(FILE *f, const char *s, int max_chars)
+/* XML text: control characters and bytes that are not UTF-8 written as the text outputs write
+ * them (lf_sbuf_term_str: "\x1b", U+FFFD; an XML parser rejects both raw), markup characters
+ * escaped, at most max_chars characters with an ellipsis in place of the rest; cut between
+ * characters, never inside one. */
+static void xml_text(FILE *f, const char *raw, int max_chars)
 {
+    lf_sbuf safe = {0};
+    lf_sbuf_term_str(&safe, raw, 0);
+    const char *s = safe.p ? safe.p : "";
     size_t total = 0;
     lf_utf8_prefix(s, (size_t)-1, &total);
     for (int n = 0; *s && n < max_chars; n++) {
@@ -51,22 +55,26 @@ static void xml_text(FILE *f, const char *s, int max_chars)
             fputs("\xe2\x80\xa6", f); /* an ellipsis */
             break;
         }
-        int k = lf_utf8_char(s);
+        const int k = lf_utf8_char(s);
         switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
         default:
-            if (k > 1)
-                fwrite(s, 1, (size_t)k, f);
-            else if (k == 0)
-                fputs("\xef\xbf\xbd", f);
-            else if ((unsigned char)*s >= 0x20)
-                fputc(*s, f);
+            fwrite(s, 1, (size_t)(k > 0 ? k : 1), f);
         }
         s += k > 1 ? k : 1;
     }
+    free(safe.p);
 }
 
 static const char *fill_for(const lf_trace_event *e)
@@ -107,24 +115,53 @@ static void put_time(FILE *f, double ns)
         fprintf(f, "%.3g us", ns / 1e3);
 }
 
+int64_t lf_trace_step_number(const lf_trace_event *e)
+{
+    if (e->cat != LF_TC_USER_ANNOTATION || strncmp(e->name, "ProfilerStep#", 13))
+        return -1;
+    char *end;
+    const long long n = strtoll(e->name + 13, &end, 10);
+    return end != e->name + 13 && !*end && n >= 0 ? n : -1;
+}
+
+lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn)
+{
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int64_t i = 0; i < t->n; i++) {
+        const int64_t n = lf_trace_step_number(&t->ev[i]);
+        if (n >= 0)
+            lo = n < lo ? n : lo, hi = n > hi ? n : hi;
+    }
+    if (hi < 0)
+        return lf_fail(LF_EINVAL,
+                       "%s: step %d: the trace has no ProfilerStep#N ranges (without a step, the whole "
+                       "trace is drawn)",
+                       fn, step);
+    return lf_fail(LF_EINVAL, "%s: the trace has no ProfilerStep#%d; its steps are ProfilerStep#%lld to #%lld%s", fn,
+                   step, (long long)lo, (long long)hi, step >= lo && step <= hi ? " (not every number between)" : "");
+}
+
 int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone)
 {
-    /* the window */
+    /* the window: the step's range, the first at its number (a merged trace has one per rank) */
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     const char *title = "whole trace";
-    int64_t *steps = malloc((size_t)(t->n + 1) * sizeof *steps), ns = 0;
+    int64_t *steps = malloc((size_t)(t->n + 1) * sizeof *steps), ns = 0, pick = -1;
     if (!steps)
         return -1;
     for (int64_t i = 0; i < t->n; i++)
-        if (t->ev[i].cat == LF_TC_USER_ANNOTATION && !strncmp(t->ev[i].name, "ProfilerStep#", 13))
+        if (lf_trace_step_number(&t->ev[i]) >= 0)
             steps[ns++] = i;
     qsort_r(steps, (size_t)ns, sizeof *steps, step_by_start, (void *)t);
-    if (ns) {
-        if (step < 0 || step >= ns) {
-            free(steps);
-            return -2;
-        }
-        const lf_trace_event *s = &t->ev[steps[step]];
+    for (int64_t k = 0; k < ns && pick < 0; k++)
+        if (step < 0 || lf_trace_step_number(&t->ev[steps[k]]) == step)
+            pick = steps[k];
+    if (pick < 0 && step >= 0) {
+        free(steps);
+        return -2;
+    }
+    if (pick >= 0) {
+        const lf_trace_event *s = &t->ev[pick];
         lo = s->ts_ns, hi = s->ts_ns + s->dur_ns, title = s->name;
         /* device work launched in the step often runs after the host has moved on: widen the
          * window so the step's kernels are drawn whole */
@@ -308,6 +345,6 @@ lf_status lf_trace_svg(const lf_trace *t, int step, const char *path)
     svg_ctx c = {t, step, path, 0};
     lf_status s = lf_write_file_atomic(path, svg_cb, &c);
     if (s != LF_OK && c.rc == -2)
-        return lf_fail(LF_EINVAL, "lf_trace_svg: step %d does not exist in this trace", step);
+        return lf_trace_step_missing(t, step, "lf_trace_svg");
     return s;
 }

@@ -121,9 +121,9 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
     const int frames_n = opts->group_by_stack, by_shape = opts->group_by_input_shape != 0;
     const int64_t n = t->n;
     int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx);
-    double *us = calloc((size_t)(n + 1), sizeof *us);          /* each event's time, PyTorch's way */
+    double *us = calloc((size_t)(n + 1), sizeof *us);               /* each event's time, PyTorch's way */
     double *child_cpu = calloc((size_t)(n + 1), sizeof *child_cpu); /* its direct children's times */
-    double *kern = calloc((size_t)(n + 1), sizeof *kern);       /* an op's own device work */
+    double *kern = calloc((size_t)(n + 1), sizeof *kern);           /* an op's own device work */
     double *child_dev = calloc((size_t)(n + 1), sizeof *child_dev); /* its children's device totals */
     int64_t *parent = malloc((size_t)(n + 1) * sizeof *parent);
     int64_t *stack = malloc((size_t)(n + 1) * sizeof *stack);
@@ -245,12 +245,12 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
         st = lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
         goto done;
     }
-#define CLOSE(x)                                                     \
-    do {                                                             \
-        int64_t x_ = (x);                                            \
-        own_total[x_] = kern[x_] + child_dev[x_];                    \
-        if (parent[x_] >= 0)                                         \
-            child_dev[parent[x_]] += own_total[x_];                  \
+#define CLOSE(x)                                    \
+    do {                                            \
+        int64_t x_ = (x);                           \
+        own_total[x_] = kern[x_] + child_dev[x_];   \
+        if (parent[x_] >= 0)                        \
+            child_dev[parent[x_]] += own_total[x_]; \
     } while (0)
     depth = 0;
     for (int64_t k = 0; k < m; k++) {
@@ -399,13 +399,16 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
         if (rows[k].is_device && !rows[k].is_annotation)
             out->self_device_total_us += rows[k].self_device_us;
     }
-    if (negative)
+    if (negative) { /* the names cut and made safe for a terminal, as the table's are */
+        char outer[4 * 32 + 8], inner[4 * 32 + 8];
         snprintf(out->warning, sizeof out->warning,
                  "warning: %lld host event%s last%s less than the events inside them (events on one thread "
-                 "that overlap without nesting), so their self CPU time is negative; first: \"%.120s\" holding "
-                 "\"%.120s\"\n",
-                 (long long)negative, negative == 1 ? "" : "s", negative == 1 ? "s" : "", t->ev[neg_parent].name,
-                 t->ev[neg_child].name);
+                 "that overlap without nesting), so their self CPU time is negative; first: \"%s\" holding "
+                 "\"%s\"\n",
+                 (long long)negative, negative == 1 ? "" : "s", negative == 1 ? "s" : "",
+                 lf_term_cut(outer, sizeof outer, t->ev[neg_parent].name, 32),
+                 lf_term_cut(inner, sizeof inner, t->ev[neg_child].name, 32));
+    }
     /* a double holds every nanosecond up to 2^53 ns (104 days); past that, times are rounded */
     int rounded = out->self_cpu_total_us > 9.007e12 || out->self_device_total_us > 9.007e12;
     for (int64_t k = 0; k < n_rows && !rounded; k++)

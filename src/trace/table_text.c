@@ -28,32 +28,9 @@ const char *lf_fmt_time(char *buf, size_t cap, double ns)
 }
 
 /* A name as PyTorch's table prints it: cut to MAX_NAME - 3 characters plus "..." when it has
- * that many or more (characters, never bytes: a cut never splits one), each byte that is not
- * UTF-8 written as U+FFFD. Returns its length in characters. */
+ * more (characters, never bytes: a cut never splits one), and safe for a terminal (control
+ * characters escaped, bytes that are not UTF-8 as U+FFFD: lf_term_cut). */
 enum { MAX_NAME = 55 };
-static int fmt_name(char *dst, size_t cap, const char *name)
-{
-    size_t chars = 0, o = 0;
-    lf_utf8_prefix(name, (size_t)-1, &chars);
-    const size_t keep = chars >= MAX_NAME - 3 ? MAX_NAME - 3 : chars;
-    const char *s = name;
-    for (size_t c = 0; c < keep && o + 4 < cap; c++) {
-        int k = lf_utf8_char(s);
-        if (k > 0) {
-            memcpy(dst + o, s, (size_t)k);
-            o += (size_t)k, s += k;
-        } else {
-            memcpy(dst + o, "\xef\xbf\xbd", 3);
-            o += 3, s++;
-        }
-    }
-    if (keep < chars && o + 4 <= cap) {
-        memcpy(dst + o, "...", 3);
-        o += 3;
-    }
-    dst[o] = '\0';
-    return (int)(keep < chars ? keep + 3 : keep);
-}
 
 /* s right-aligned in width characters, then two spaces, as PyTorch's row format does. */
 static void put_cell(lf_sbuf *b, const char *s, int width)
@@ -76,13 +53,18 @@ static void put_cell_aligned(lf_sbuf *b, const char *s, int width, int left)
     lf_sbuf_printf(b, "%s%*s  ", s, width > (int)chars ? width - (int)chars : 0, "");
 }
 
-/* PyTorch's trim_path: a frame longer than the column keeps its end, "..." in front. */
-static void trim_path(char *dst, size_t cap, const char *path, int width)
+/* PyTorch's trim_path: a frame longer than the column keeps its end, "..." in front; the frame
+ * made safe for a terminal first. */
+static void trim_path(char *dst, size_t cap, const char *raw, int width)
 {
+    lf_sbuf safe = {0};
+    lf_sbuf_term_str(&safe, raw, 0);
+    const char *path = safe.p ? safe.p : "";
     size_t chars = 0;
     lf_utf8_prefix(path, (size_t)-1, &chars);
     if ((int)chars <= width) {
         snprintf(dst, cap, "%s", path);
+        free(safe.p);
         return;
     }
     const char *s = path;
@@ -91,6 +73,7 @@ static void trim_path(char *dst, size_t cap, const char *path, int width)
     for (int c = 0; c < 3 && *s; c++) /* then three more, for the "..." */
         s += lf_utf8_char(s) > 0 ? lf_utf8_char(s) : 1;
     snprintf(dst, cap, "...%s", s);
+    free(safe.p);
 }
 
 /* Memory, 1024-based: "1.50 MB", "12 B". */
@@ -128,9 +111,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         limit = tab->n_rows;
     int name_w = 0;
     for (int64_t i = 0; i < tab->n_rows; i++) {
-        size_t l = 0;
-        lf_utf8_prefix(tab->rows[i].name, (size_t)-1, &l);
-        name_w = (int)l > name_w ? (int)l : name_w;
+        const size_t l = lf_term_width(tab->rows[i].name, SIZE_MAX);
+        name_w = l > (size_t)name_w ? (l > MAX_NAME ? MAX_NAME : (int)l) : name_w;
     }
     name_w += 4;
     if (name_w > MAX_NAME)
@@ -165,9 +147,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     int shapes_w = 0, src_w = 0, shapes_col = -1, src_col = -1;
     if (tab->has_input_shapes) {
         for (int64_t i = 0; i < tab->n_rows; i++) {
-            size_t l = 0;
-            lf_utf8_prefix(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", (size_t)-1, &l);
-            shapes_w = (int)l + 4 > shapes_w ? (int)l + 4 : shapes_w;
+            const size_t l = lf_term_width(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", SIZE_MAX);
+            shapes_w = l + 4 > (size_t)shapes_w ? (l > MAX_SHAPES ? MAX_SHAPES : (int)l + 4) : shapes_w;
         }
         shapes_w = shapes_w > MAX_SHAPES ? MAX_SHAPES : shapes_w;
         shapes_col = ncol;
@@ -180,9 +161,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     if (tab->stack_depth) {
         for (int64_t i = 0; i < tab->n_rows; i++)
             for (int f = 0; f < tab->rows[i].n_stack; f++) {
-                size_t l = 0;
-                lf_utf8_prefix(tab->rows[i].stack[f], (size_t)-1, &l);
-                src_w = (int)l + 4 > src_w ? (int)l + 4 : src_w;
+                const size_t l = lf_term_width(tab->rows[i].stack[f], SIZE_MAX);
+                src_w = l + 4 > (size_t)src_w ? (l > MAX_SRC ? MAX_SRC : (int)l + 4) : src_w;
             }
         src_w = src_w > MAX_SRC ? MAX_SRC : src_w < 19 ? 19 : src_w;
         src_col = ncol;
@@ -216,8 +196,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     SEP_LINE();
     for (int64_t i = 0; i < limit; i++) {
         const lf_table_row *r = &tab->rows[i];
-        char name[256], cells[10][32];
-        fmt_name(name, sizeof name, r->name);
+        char name[4 * MAX_NAME + 8], cells[10][32];
+        lf_term_cut(name, sizeof name, r->name, MAX_NAME - 3);
         fmt_pct(cells[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
         fmt_us(cells[1], 32, r->self_cpu_us);
         if (r->is_async) /* PyTorch prints the integer 0 for an async event's share */
@@ -250,10 +230,8 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
         cell[nc++] = count;
         char shapes[4 * MAX_SHAPES + 1], flops[64], src[4 * MAX_SRC + 8];
         if (tab->has_input_shapes) { /* Python's str(shapes)[:width] */
-            const char *sh = r->input_shapes ? r->input_shapes : "[]";
-            size_t bytes = lf_utf8_prefix(sh, (size_t)shapes_w, NULL);
-            memcpy(shapes, sh, bytes);
-            shapes[bytes] = '\0';
+            lf_term_cut(shapes, sizeof shapes, r->input_shapes ? r->input_shapes : "[]", 0);
+            shapes[lf_utf8_prefix(shapes, (size_t)shapes_w, NULL)] = '\0';
             cell[nc++] = shapes;
         }
         if (tab->has_flops) {

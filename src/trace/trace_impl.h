@@ -67,9 +67,14 @@ lf_strmap_entry *lf_strmap_get(lf_strmap *m, const char *key, int64_t kind);
 /* The entry for (key, kind), or NULL. */
 const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64_t kind);
 
-/* Draw step (from 0) as SVG to f (svg.c): 0, -1 on a write error, -2 when there is no such step;
- * standalone adds the XML declaration a file needs (an SVG inside HTML has none). */
+/* Draw ProfilerStep#step (LF_TRACE_FIRST_STEP: the first) as SVG to f (svg.c): 0, -1 on a write
+ * error, -2 when there is no such step; standalone adds the XML declaration a file needs (an SVG
+ * inside HTML has none). */
 int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone);
+/* N of a ProfilerStep#N range, or -1 for any other event. */
+int64_t lf_trace_step_number(const lf_trace_event *e);
+/* The failure for a step t does not have, naming the steps it has (fn begins the message). */
+lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn);
 
 /* A table as CSV or JSON (table_export.c). */
 lf_status lf_table_format_data(const lf_table *tab, const lf_table_opts *o, char **text);
