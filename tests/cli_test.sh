@@ -163,8 +163,41 @@ before=$(find "$dir" | wc -l)
 check "simple-mlp --compile --fp8 on the cpu" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --fp8 --compile-verbose
 contains "--fp8 on the cpu: the plan says why it stays bf16" "fp8: not here (cpu gemm: no FP8"
 contains "--fp8 on the cpu: still the gated GEMM" "gated: gelu_tanh(g) * u in the epilogue"
-check "compile flags need --compile" 2 "$bin" linear --out "$dir" --gated
+check "compile flags need --compile" 2 "$bin" simple-mlp --out "$dir" --gated
 contains "compile flags need --compile" "need --compile"
+# a command takes and lists only its own flags: --gated and --fp8 fuse an MLP's two GEMMs
+check "linear takes no --gated" 2 "$bin" linear --out "$dir" --compile --gated
+contains "linear takes no --gated" "unknown flag '--gated'"
+contains "linear takes no --gated: whose it is" "--gated is for simple-mlp"
+check "matmul-add takes no --fp8" 2 "$bin" matmul-add --out "$dir" --compile --fp8
+for c in linear matmul-add; do
+    check "$c --help" 0 "$bin" $c --help
+    case "$LAST" in *--gated* | *--fp8*) fails=$((fails + 1)); echo "FAIL: $c --help lists --gated or --fp8" ;; esac
+    checks=$((checks + 1))
+done
+check "simple-mlp --help" 0 "$bin" simple-mlp --help
+contains "simple-mlp --help lists --gated" "--gated"
+# whole flag names only (a prefix would change meaning when a flag is added), with a suggestion;
+# underscores still spell dashes
+check "a prefix is no flag" 2 "$bin" linear --out "$dir" --in 8
+contains "a prefix is no flag" "unknown flag '--in'; did you mean --in-dim?"
+check "a prefix is no flag: trace" 2 "$bin" trace table x.json --sort cpu_time_total
+contains "did you mean --sort-by" "unknown flag '--sort'; did you mean --sort-by?"
+check "a typo: did you mean" 2 "$bin" demo --bacth 2
+contains "a typo: did you mean" "unknown flag '--bacth'; did you mean --batch?"
+check "a prefix with =" 2 "$bin" trace svg x.json --out=y.svg
+contains "a prefix with =" "unknown flag '--out'; did you mean --output?"
+check "nothing near: no guess" 2 "$bin" demo --frobnicate
+case "$LAST" in *"did you mean"*) fails=$((fails + 1)); echo "FAIL: a guess for --frobnicate" ;; esac
+checks=$((checks + 1))
+check "a command typo" 2 "$bin" simpel-mlp
+contains "a command typo" "unknown command 'simpel-mlp'; did you mean simple-mlp?"
+check "a verb typo" 2 "$bin" trace tabel x.json
+contains "a verb typo" "unknown verb 'tabel'; did you mean table?"
+check "underscores for dashes" 2 "$bin" linear --out "$dir" --out_dim=8 --in_dim 0
+contains "underscores for dashes" "--in-dim must be an integer from 1"
+check "--=value on a flag without one" 2 "$bin" linear --no-bias=1
+contains "takes no value" "'--no-bias' takes no value"
 check "kernels-mlp takes no --compile" 2 "$bin" kernels-mlp --out "$dir" --compile
 check "cuda without a GPU" 2 "$bin" linear --out "$dir" --device cuda
 contains "cuda refused: says why" "--device cuda: no cuda device: "

@@ -1,11 +1,12 @@
-/* Command-line flags for every linfuse command, through getopt_long: `--flag value` and
- * `--flag=value`, a dashed name also accepted with underscores (`--in_dim`, as the blog's
- * scripts spell it), `-h`/`--help`, and positional words in their place. Messages name the
- * command and end with a newline. Layer: cli/. */
+/* Command-line flags for every linfuse command: `--flag value` and `--flag=value`, a dashed name
+ * also accepted with underscores (`--in_dim`, as the blog's scripts spell it), one-letter
+ * spellings (`-o FILE`, `-oFILE`), `-h`/`--help`, positional words in their place and every word
+ * after `--`. Only whole names are flags: a prefix (`--sort` for `--sort-by`) is refused, with the
+ * closest name offered, so adding a flag never changes what an existing command line means.
+ * Messages name the command and end with a newline. Layer: cli/. */
 #ifndef LF_CLI_ARGS_H
 #define LF_CLI_ARGS_H
 
-#include <getopt.h>
 #include <stdint.h>
 
 typedef struct lf_cli_opt {
@@ -28,10 +29,11 @@ typedef struct lf_cli_args {
     const char *cmd; /* "linfuse simple-mlp", for messages */
     int argc;
     char **argv;
-    struct option longopts[2 * LF_CLI_MAX_OPTS + 2];
-    char shortopts[3 * LF_CLI_MAX_OPTS + 8];
     const lf_cli_opt *opts;
     int n;
+    int next;        /* the next argv index to read */
+    int words_only;  /* past "--" */
+    const char *bad; /* after LF_CLI_BAD for an unknown flag: the flag as given ("--gated"), else NULL */
 } lf_cli_args;
 
 /* Begin parsing argv[1..] (argv[0] is the command's name) against opts (n of them). */
@@ -42,5 +44,10 @@ int lf_cli_next(lf_cli_args *a, const char **value);
 /* Parse an integer flag value in [lo, hi]; on error print a message naming the command and the
  * flag (and what it accepts) and return 0. */
 int lf_cli_int(const char *cmd, const char *flag, const char *val, int64_t lo, int64_t hi, int64_t *out);
+
+/* Of n names, the one a mistyped word most likely meant: the name it begins (a prefix), or the
+ * nearest by edit distance within about a third of its length; NULL when none is near. Dashes and
+ * underscores count alike. */
+const char *lf_cli_closest(const char *word, const char *const *names, int n);
 
 #endif

@@ -26,6 +26,7 @@ enum {
     T_MLP = 1 << 2,     /* --batch --seq --dim --hidden */
     T_VARIANT = 1 << 3, /* --variant fused|gated|fp8 */
     T_COMPILE = 1 << 4, /* --compile and its flags */
+    T_GATE = 1 << 5,    /* --compile's --gated and --fp8: two GEMMs meeting in act(a)*b, an MLP's */
 };
 
 enum opt_id {
@@ -69,8 +70,8 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0}, T_COMPILE, "--no-pointwise-fusion",
      "one kernel per pointwise op"},
     {{"no-act-epilogue", 0, O_NO_ACT_EPILOGUE, 0}, T_COMPILE, "--no-act-epilogue", "activations not folded into GEMMs"},
-    {{"gated", 0, O_GATED, 0}, T_COMPILE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
-    {{"fp8", 0, O_FP8, 0}, T_COMPILE, "--fp8",
+    {{"gated", 0, O_GATED, 0}, T_GATE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
+    {{"fp8", 0, O_FP8, 0}, T_GATE, "--fp8",
      "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
      "compile time; down stays bf16); elsewhere the plan says why"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
@@ -118,7 +119,8 @@ static const exp_def exps[EXP_COUNT] = {
                         0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add, exp_forward_matmul_add},
     [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
                     exp_shape_linear, exp_memory_linear, exp_build_linear, exp_forward_linear},
-    [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled", T_MLP | T_COMPILE, 64,
+    [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled",
+                        T_MLP | T_COMPILE | T_GATE, 64,
                         exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
     /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
     [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
@@ -205,6 +207,27 @@ static void usage(FILE *f, exp_kind k)
     fprintf(f, "Flags take `--flag value` or `--flag=value`; underscores may replace dashes (--in_dim).\n");
 }
 
+/* After an unknown flag (bad, as typed): the experiments that take it, when some do. */
+static void other_commands(exp_kind k, const char *bad)
+{
+    if (!bad || strncmp(bad, "--", 2))
+        return;
+    const size_t len = strcspn(bad + 2, "=");
+    for (int i = 0; i < O_COUNT; i++) {
+        const char *name = flag_defs[i].opt.name;
+        int same = strlen(name) == len;
+        for (size_t c = 0; c < len && same; c++)
+            same = bad[2 + c] == name[c] || (bad[2 + c] == '_' && name[c] == '-');
+        if (!same)
+            continue;
+        fprintf(stderr, "linfuse %s: --%s is for", exps[k].name, name);
+        for (int e = 0, first = 1; e < EXP_COUNT; e++)
+            if (takes((exp_kind)e, &flag_defs[i]))
+                fprintf(stderr, "%s %s", first ? "" : ",", exps[e].name), first = 0;
+        fprintf(stderr, "\n");
+    }
+}
+
 /* Parse argv (argv[0] is the experiment's name) into c. Returns LF_EXIT_OK, LF_EXIT_USAGE, or
  * -1 when --help was printed. */
 static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
@@ -227,7 +250,10 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         int ok = 1;
         switch (id) {
         case LF_CLI_HELP: usage(stdout, k); return -1;
-        case LF_CLI_BAD: usage(stderr, k); return LF_EXIT_USAGE;
+        case LF_CLI_BAD:
+            other_commands(k, a.bad);
+            usage(stderr, k);
+            return LF_EXIT_USAGE;
         case LF_CLI_WORD:
             fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;

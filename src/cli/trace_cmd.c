@@ -610,7 +610,14 @@ int lf_cli_trace(int argc, char **argv)
         return lf_tcmd_report(argc - 1, argv + 1);
     if (!strcmp(v, "serve"))
         return lf_tcmd_serve(argc - 1, argv + 1);
-    fprintf(stderr, "linfuse trace: unknown verb '%s'\n", v);
+    const char *names[sizeof verbs / sizeof verbs[0]];
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        names[i] = verbs[i].verb;
+    const char *near = lf_cli_closest(v, names, (int)(sizeof names / sizeof names[0]));
+    fprintf(stderr, "linfuse trace: unknown verb '%s'", v);
+    if (near)
+        fprintf(stderr, "; did you mean %s?", near);
+    fprintf(stderr, "\n");
     usage(stderr);
     return LF_EXIT_USAGE;
 }
