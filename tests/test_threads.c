@@ -84,6 +84,24 @@ static const char *str(json_t *o, const char *key)
     return v ? v : "";
 }
 
+typedef struct slice {
+    int64_t pid, tid;
+    double t0, t1;
+    const char *name;
+} slice;
+
+static int slice_cmp(const void *pa, const void *pb)
+{
+    const slice *a = pa, *b = pb;
+    if (a->pid != b->pid)
+        return a->pid < b->pid ? -1 : 1;
+    if (a->tid != b->tid)
+        return a->tid < b->tid ? -1 : 1;
+    if (a->t0 != b->t0)
+        return a->t0 < b->t0 ? -1 : 1;
+    return a->t1 > b->t1 ? -1 : a->t1 < b->t1;
+}
+
 /* One window's trace: valid JSON (jansson), read back by linfuse, every thread present with
  * ops, CPU kernels one lane per thread, slices on each lane nesting. */
 static void check_window(const char *path, int window)
@@ -123,31 +141,36 @@ static void check_window(const char *path, int window)
     CHECK(nlane == ntid, "window %d: CPU kernels on %d lanes for %d threads (one lane per thread)", window, nlane,
           ntid);
     CHECK(kernels > 0, "window %d: no kernels", window);
-    /* complete events on one (pid, tid) nest: no partial overlap */
-    int bad = 0;
-    for (size_t i = 0; i < n && bad < 5; i++) {
+    /* complete events on one (pid, tid) nest: no partial overlap. Sorted by lane, then start
+     * (the longer first), each event must end inside the innermost still open before it. */
+    slice *sl = calloc(n ? n : 1, sizeof *sl);
+    size_t ns = 0;
+    for (size_t i = 0; sl && i < n; i++) {
         json_t *a = json_array_get(ev, i);
         if (strcmp(str(a, "ph"), "X"))
             continue;
-        double a0 = json_number_value(json_object_get(a, "ts")), a1 = a0 + json_number_value(json_object_get(a, "dur"));
-        for (size_t j = i + 1; j < n; j++) {
-            json_t *b = json_array_get(ev, j);
-            if (strcmp(str(b, "ph"), "X") ||
-                json_integer_value(json_object_get(a, "pid")) != json_integer_value(json_object_get(b, "pid")) ||
-                json_integer_value(json_object_get(a, "tid")) != json_integer_value(json_object_get(b, "tid")))
-                continue;
-            double b0 = json_number_value(json_object_get(b, "ts")),
-                   b1 = b0 + json_number_value(json_object_get(b, "dur"));
-            /* times of ~5e12 us read as doubles are exact to about 1 ns, not 0.001 us: a 2 ns slack */
-            const double e = 0.002;
-            int overlap = a0 < b1 - e && b0 < a1 - e,
-                nested = (a0 <= b0 + e && b1 <= a1 + e) || (b0 <= a0 + e && a1 <= b1 + e);
-            if (overlap && !nested && bad++ < 3)
-                fprintf(stderr, "window %d: %s [%.3f, %.3f] and %s [%.3f, %.3f] overlap on one lane\n", window,
-                        json_string_value(json_object_get(a, "name")), a0, a1,
-                        json_string_value(json_object_get(b, "name")), b0, b1);
-        }
+        double t0 = json_number_value(json_object_get(a, "ts"));
+        sl[ns++] = (slice){json_integer_value(json_object_get(a, "pid")), json_integer_value(json_object_get(a, "tid")),
+                           t0, t0 + json_number_value(json_object_get(a, "dur")), str(a, "name")};
     }
+    qsort(sl, ns, sizeof *sl, slice_cmp);
+    int bad = 0;
+    size_t *open = calloc(ns ? ns : 1, sizeof *open), depth = 0;
+    /* times of ~5e12 us read as doubles are exact to about 1 ns, not 0.001 us: a 2 ns slack */
+    const double e = 0.002;
+    for (size_t k = 0; open && k < ns; k++) {
+        while (depth && (sl[open[depth - 1]].pid != sl[k].pid || sl[open[depth - 1]].tid != sl[k].tid ||
+                         sl[open[depth - 1]].t1 <= sl[k].t0 + e))
+            depth--;
+        if (depth && sl[k].t1 > sl[open[depth - 1]].t1 + e && bad++ < 3) {
+            const slice *o = &sl[open[depth - 1]];
+            fprintf(stderr, "window %d: %s [%.3f, %.3f] and %s [%.3f, %.3f] overlap on one lane\n", window, o->name,
+                    o->t0, o->t1, sl[k].name, sl[k].t0, sl[k].t1);
+        }
+        open[depth++] = k;
+    }
+    free(open);
+    free(sl);
     CHECK(bad == 0, "window %d: %d partial overlaps on a lane", window, bad);
     lf_trace_free(t);
     json_decref(root);

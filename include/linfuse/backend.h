@@ -8,6 +8,8 @@
 #ifndef LINFUSE_BACKEND_H
 #define LINFUSE_BACKEND_H
 
+#include "linfuse/cpu.h"
+#include "linfuse/cuda.h"
 #include "linfuse/tensor.h"
 
 #ifdef __cplusplus
@@ -94,7 +96,7 @@ static inline int64_t lf_scale_index(lf_scale_mode m, int64_t rows, int64_t cols
 }
 
 /* alpha 1, beta 0, no bias, no activation, no gate. */
-lf_epilogue lf_epilogue_default(void);
+LF_API lf_epilogue lf_epilogue_default(void);
 
 /* A strided 2-D view: element (i, j) is at data + (i*rs + j*cs) elements. */
 typedef struct lf_matrix {
@@ -135,81 +137,88 @@ typedef struct lf_kernel_info {
 /* The layout letters of a GEMM in cuBLAS's column-major reading (docs/gpu_notes.md, "Layouts"): first
  * the letter of B, then of A; 'n' when the operand's rows are contiguous (cs == 1), 't' when
  * its columns are (rs == 1), 's' otherwise. An nn.Linear (A = x, B = W^T) is "tn". */
-void lf_gemm_layout(const lf_gemm *g, char out[3]);
+LF_API void lf_gemm_layout(const lf_gemm *g, char out[3]);
 
 /* Check a GEMM description: shapes agree, dtypes are known, no overlap of D with the inputs,
  * gate mode is consistent. */
-lf_status lf_gemm_validate(const lf_gemm *g);
+LF_API lf_status lf_gemm_validate(const lf_gemm *g);
 
 /* Whether this build and machine can run work on dev: the CPU always; CUDA when the CUDA
  * module (liblinfuse_cuda.so, loaded at run time) is installed beside the library, the
  * machine has an NVIDIA driver and a GPU. The first ask loads and starts the device. */
-int lf_device_available(lf_device dev);
+LF_API int lf_device_available(lf_device dev);
 
 /* LF_OK when dev is available, else LF_EDEVICE with a message saying why (no module in this
  * build, no driver, a CUDA library that did not load, no GPU). */
-lf_status lf_device_require(lf_device dev);
+LF_API lf_status lf_device_require(lf_device dev);
 
 /* Wait until the device has finished all work queued so far (timing, before reading results
  * through raw pointers). A no-op on the CPU, whose kernels finish before they return. */
-lf_status lf_device_synchronize(lf_device dev);
+LF_API lf_status lf_device_synchronize(lf_device dev);
 
 /* Units of dev this machine has (GPUs: what the driver sees; the CPU: 1), 0 when dev is not
  * available. */
-int lf_device_count(lf_device dev);
+LF_API int lf_device_count(lf_device dev);
 
 /* Make unit index of dev this thread's, as cudaSetDevice does: the tensors this thread creates
  * on dev live there and its ops run there (a thread starts on unit 0). The unit is started on
  * first use. One thread per GPU is how one process drives several (lf_comm_init_local).
  * LF_EDEVICE when there is no such unit or it cannot start. */
-lf_status lf_device_select(lf_device dev, int index);
+LF_API lf_status lf_device_select(lf_device dev, int index);
 /* This thread's unit of dev (0 until it selects another). */
-int lf_device_current(lf_device dev);
+LF_API int lf_device_current(lf_device dev);
 
 /* Bytes dev can still give (*available) and its size (*total). The CPU: MemAvailable plus free
  * swap, lowered by the process's cgroup memory limits and RLIMIT_AS; a GPU: its free and total
  * memory. LF_EDEVICE when dev is not available, LF_EUNSUPPORTED when the system does not say. */
-lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *total);
+LF_API lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *total);
 
 /* LF_OK when dev's backend runs g as described, else LF_EUNSUPPORTED with a message saying
  * why (a layout, dtype or shape the kernel does not take): callers that have another way to
  * compute g ask first. Invalid descriptions fail as lf_backend_gemm would. */
-lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g);
+LF_API lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g);
+
+/* --- the gated GEMM: one decision, asked by every caller ---
+ * Which kernel runs a paired-gate GEMM (act(x Wg^T) * (x Wu^T), lf_gate) is decided in one place:
+ * the op (lf_mm_gated and the scaled forms), the MLP's forwards, compile mode's passes and the
+ * backends themselves all ask lf_gated_choose. */
+typedef enum lf_gated_kernel {
+    LF_GATED_KERNEL_EPILOGUE,    /* the device's GEMM with the gate in its epilogue (the CPU) */
+    LF_GATED_KERNEL_GEMV,        /* 1 to 16 tokens: one pass over the weights on the tensor cores (CUDA) */
+    LF_GATED_KERNEL_COOPERATIVE, /* Hopper: 128 x 256 tiles, two consumer warpgroups on one tile */
+    LF_GATED_KERNEL_PINGPONG,    /* Hopper: 128 x 128 tiles, the consumers on alternate tiles */
+    LF_GATED_KERNEL_OFFLOAD,     /* Hopper: the cooperative tile, its activation on the producer's spare warps */
+    LF_GATED_KERNEL_FALLBACK,    /* no gated kernel for it here (why says why): a GEMM into g and u, then act_mul */
+    LF_GATED_KERNEL_COUNT
+} lf_gated_kernel;
+
+typedef struct lf_gated_choice {
+    lf_gated_kernel kernel;
+    int tile_m, tile_n; /* the kernel's output tile in pre-gate columns; 0 x 0 where it has none */
+    char why[256];      /* LF_GATED_KERNEL_FALLBACK: the reason; "" otherwise */
+} lf_gated_choice;
+
+/* Which kernel dev runs the paired-gate GEMM g with: its shape, dtypes (bf16, or scaled e4m3 in
+ * and bf16 or e4m3 out) and strides, the device, and a forced schedule (linfuse/cuda.h) decide.
+ * LF_OK with *out filled, LF_GATED_KERNEL_FALLBACK among the answers; an error when g is not a
+ * valid paired-gate GEMM or dev is not available. */
+LF_API lf_status lf_gated_choose(lf_device dev, const lf_gemm *g, lf_gated_choice *out);
+/* "epilogue", "gemv", "cooperative", "pingpong", "offload", "fallback" */
+LF_API const char *lf_gated_kernel_name(lf_gated_kernel k);
 
 /* Run a GEMM on the device that holds its memory. info may be NULL. */
-lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info);
+LF_API lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info);
 
 /* The plain reference: float64 accumulation, exact libm activations, one element at a time.
  * Host memory only. Tests and debugging compare the fast paths against it. */
-lf_status lf_gemm_reference(const lf_gemm *g);
+LF_API lf_status lf_gemm_reference(const lf_gemm *g);
 
 /* Scalar activations in float64, the reference for every fast path. */
-double lf_act_ref(lf_act act, double x);
-const char *lf_act_name(lf_act act); /* "none", "relu", "gelu_tanh", "gelu_erf" */
+LF_API double lf_act_ref(lf_act act, double x);
+LF_API const char *lf_act_name(lf_act act); /* "none", "relu", "gelu_tanh", "gelu_erf" */
 
-/* --- the CPU backend --- */
-
-/* Threads the CPU backend uses: n when set, else OpenMP's count (OMP_NUM_THREADS when the
- * environment sets it, else one per core the process may run on). n <= 0 restores the default.
- * Small GEMMs and pointwise kernels use one thread whatever the count (waking workers would
- * cost more than they give). */
-void lf_cpu_set_threads(int n);
-int lf_cpu_threads(void);
-
-/* --- GEMM plans chosen by measurement (the CUDA backend) --- */
-
-/* On a GPU, the first call of each GEMM shape times cuBLASLt's top heuristic candidates on the
- * call's own operands and keeps the fastest, as torch.compile's max-autotune does for its GEMMs;
- * the choice is cached on disk beside the compiled kernels ($XDG_CACHE_HOME/linfuse or
- * ~/.cache/linfuse, gemm-plans/), keyed by GPU, driver and cuBLASLt versions. Nothing is timed
- * while a profiler records (the trace would hold the trials) or while a CUDA graph is captured:
- * a plan from the disk cache, else cuBLASLt's first choice, is used then. On by default; off with
- * lf_gemm_autotune_set(0), LINFUSE_GEMM_AUTOTUNE=0 or the CLI's --no-gemm-autotune.
- * LINFUSE_GEMM_AUTOTUNE=verbose keeps it on and prints each candidate's time and the one kept
- * to stderr (lf_gemm_autotune_verbose says whether it is set). */
-void lf_gemm_autotune_set(int on);
-int lf_gemm_autotune_enabled(void);
-int lf_gemm_autotune_verbose(void);
+/* The CPU backend's settings (threads, instruction set) are in linfuse/cpu.h; the CUDA backend's
+ * (its stream, the gated GEMM's schedule, GEMM plans by measurement) in linfuse/cuda.h. */
 
 #ifdef __cplusplus
 }

@@ -46,20 +46,20 @@ typedef struct lf_compile_opts {
 } lf_compile_opts;
 
 /* name "forward", LF_PASSES_DEFAULT, graphs on, recompile_limit 0. */
-lf_compile_opts lf_compile_opts_default(void);
+LF_API lf_compile_opts lf_compile_opts_default(void);
 
 typedef struct lf_compiled lf_compiled;
 
 /* Capture fn on the example inputs (it runs once, eagerly), run the passes, build the plan.
  * o may be NULL (the defaults). fn and ctx are kept for recompiles. */
-lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, lf_tensor *const *example,
+LF_API lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, lf_tensor *const *example,
                      const lf_compile_opts *o);
 
 /* Run the plan on in (guards first). *out views the plan's output buffer: the next run
  * overwrites it (as PyTorch's CUDA-graph outputs are); copy it to keep it. Free the handle.
  * One compiled forward runs one call at a time (its plan holds the inputs' addresses while it
  * runs); compile once per thread to run from several. */
-lf_status lf_compiled_run(lf_compiled *c, int n_in, lf_tensor *const *in, lf_tensor **out);
+LF_API lf_status lf_compiled_run(lf_compiled *c, int n_in, lf_tensor *const *in, lf_tensor **out);
 
 typedef struct lf_compiled_stats {
     int kernels;       /* kernels one run launches (the current plan) */
@@ -68,13 +68,13 @@ typedef struct lf_compiled_stats {
     int plans;         /* plans held: 1 + recompiles */
     double compile_ms; /* capture + passes + kernel builds, all plans */
 } lf_compiled_stats;
-lf_compiled_stats lf_compiled_get_stats(const lf_compiled *c);
+LF_API lf_compiled_stats lf_compiled_get_stats(const lf_compiled *c);
 
 /* The current plan in words: each step, what it reads and writes, what each pass did.
  * The caller frees *text. */
-lf_status lf_compiled_describe(const lf_compiled *c, char **text);
+LF_API lf_status lf_compiled_describe(const lf_compiled *c, char **text);
 
-void lf_compiled_free(lf_compiled *c);
+LF_API void lf_compiled_free(lf_compiled *c);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,7 @@ typedef struct lf_dist_env {
 /* Read them from the environment; LF_EINVAL naming the variable that is missing or wrong.
  * present (may be NULL) is set to whether RANK is set at all, so a program can tell "not under
  * torchrun" from "under torchrun, set wrong". */
-lf_status lf_dist_env_read(lf_dist_env *env, int *present);
+LF_API lf_status lf_dist_env_read(lf_dist_env *env, int *present);
 
 typedef struct lf_dist_opts {
     lf_device device; /* LF_DEVICE_CUDA (the only device with collectives) */
@@ -41,24 +41,24 @@ typedef struct lf_dist_opts {
 
 /* This process's rank from torchrun's variables (see above). Blocks until every rank has joined,
  * or fails with what went wrong (a rank that never came, a different WORLD_SIZE, ...). */
-lf_status lf_comm_init_env(lf_comm **out, const lf_dist_opts *o);
+LF_API lf_status lf_comm_init_env(lf_comm **out, const lf_dist_opts *o);
 /* n ranks in this process: comms[i] on cuda:i. */
-lf_status lf_comm_init_local(lf_comm **comms, int n, lf_device dev);
-void lf_comm_free(lf_comm *c); /* NULL is fine */
+LF_API lf_status lf_comm_init_local(lf_comm **comms, int n, lf_device dev);
+LF_API void lf_comm_free(lf_comm *c); /* NULL is fine */
 
-int lf_comm_rank(const lf_comm *c);
-int lf_comm_size(const lf_comm *c);
-int lf_comm_device_index(const lf_comm *c); /* the GPU it runs on */
+LF_API int lf_comm_rank(const lf_comm *c);
+LF_API int lf_comm_size(const lf_comm *c);
+LF_API int lf_comm_device_index(const lf_comm *c); /* the GPU it runs on */
 /* The library that moves the bytes: "nccl 2.28.9". */
-const char *lf_comm_library(const lf_comm *c);
+LF_API const char *lf_comm_library(const lf_comm *c);
 /* This rank as Kineto's distributedInfo (backend, rank, world_size, pg_count, pg_config,
  * nccl_version), JSON text for lf_prof_opts.distributed_info. */
-lf_status lf_comm_describe(const lf_comm *c, char *buf, size_t cap);
+LF_API lf_status lf_comm_describe(const lf_comm *c, char *buf, size_t cap);
 
 /* The rendezvous alone: rank 0 (listening on port) hands the n bytes of blob to every other
  * rank (which reach it at addr:port). Returns when all have them, or after timeout_ms with an
  * error. lf_comm_init_env uses it; it is public so other programs (and the tests) can too. */
-lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, void *blob, size_t n, int timeout_ms);
+LF_API lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, void *blob, size_t n, int timeout_ms);
 
 #ifdef __cplusplus
 }

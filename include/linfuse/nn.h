@@ -28,10 +28,10 @@ typedef struct lf_nn_linear_opts {
     lf_device device;
 } lf_nn_linear_opts;
 
-lf_status lf_nn_linear_init(lf_nn_linear *m, const lf_nn_linear_opts *o, lf_rng *rng);
+LF_API lf_status lf_nn_linear_init(lf_nn_linear *m, const lf_nn_linear_opts *o, lf_rng *rng);
 /* y (..., out) for x (..., in) */
-lf_status lf_nn_linear_forward(const lf_nn_linear *m, const lf_tensor *x, lf_tensor **y);
-void lf_nn_linear_free(lf_nn_linear *m);
+LF_API lf_status lf_nn_linear_forward(const lf_nn_linear *m, const lf_tensor *x, lf_tensor **y);
+LF_API void lf_nn_linear_free(lf_nn_linear *m);
 
 /* The gated MLP of Gemma (GeGLU: gelu_tanh) and of Llama, Mistral, Qwen (SwiGLU: silu):
  * y = down(act(gate(x)) * up(x)), act one setting of the module. */
@@ -83,21 +83,21 @@ typedef enum lf_mlp_variant {
      *      says so in a note and GATED runs. */
     LF_MLP_FP8 = LF_MLP_VARIANT_COUNT
 } lf_mlp_variant;
-const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated", "fp8" */
+LF_API const char *lf_mlp_variant_name(lf_mlp_variant v); /* "eager", "fused", "gated", "fp8" */
 /* The variant named s ("eager", "fused", "gated", "fp8"), or -1. */
-int lf_mlp_variant_parse(const char *s);
+LF_API int lf_mlp_variant_parse(const char *s);
 
-lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o, lf_rng *rng);
+LF_API lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o, lf_rng *rng);
 /* y (..., dim) for x (..., dim), eagerly: five kernels. */
-lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y);
-lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+LF_API lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y);
+LF_API lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y);
 /* The middle alone: h (..., hidden) = act(gate(x)) * up(x), by the variant's kernels. */
-lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
+LF_API lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
 /* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H), act
  * GELU_TANH, SILU or GELU_ERF; m owns both tensors from now on (lf_nn_gated_mlp_free frees them),
  * also when this fails. */
-lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act);
+LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act);
 /* A Hugging Face MLP (Llama's, Mistral's, Qwen's, Gemma's): <prefix>.gate_proj.weight (H, D),
  * .up_proj.weight (H, D), .down_proj.weight (D, H) from st, their sizes checked against each
  * other, gate and up copied into the stacked gate_up, down read in place where dtype is the
@@ -105,15 +105,15 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
  * (F8_E4M3/F8_E5M2 weights with "<name>_scale" or "_scale_inv" beside them) are dequantized as
  * lf_st_get_as does, to bf16 under LF_DTYPE_COUNT. On the CPU; move it with
  * lf_nn_gated_mlp_to_device. */
-lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
+LF_API lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype);
 /* The fp8 variant's weights: gate_up quantized per output channel (lf_quantize_fp8) and
  * down.weight per 128 x 128 block (lf_quantize_fp8_128x128), on the module's device, replacing any
  * made before. On failure m is unchanged. */
-lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m);
+LF_API lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
-lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
-void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);
+LF_API lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
+LF_API void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);
 
 /* --- tensor parallel: Megatron-LM's split of the MLP over N ranks ---
  * gate and up column-parallel (rank r holds rows r*H/N .. (r+1)*H/N of each, stacked as its own
@@ -134,15 +134,15 @@ typedef struct lf_nn_tp_mlp {
 /* Rank `rank` of `world`'s shard of full (on the CPU, contiguous), moved to dev (on this
  * thread's unit). world must divide hidden. comm may be NULL, else its rank and size must be
  * rank and world. */
-lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_gated_mlp *full, int rank, int world, lf_comm *comm,
+LF_API lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_gated_mlp *full, int rank, int world, lf_comm *comm,
                              lf_device dev);
 /* This rank's partial output: summed over every rank it is the full MLP's. */
-lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
+LF_API lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
 /* The full MLP's output on every rank: the partial, all-reduced over the group, in chunks. */
-lf_status lf_nn_tp_mlp_forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
+LF_API lf_status lf_nn_tp_mlp_forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
 /* The chunk count chosen for a forward of `tokens` rows (bench/RESULTS.md says why it is 1). */
-int lf_nn_tp_chunks(int64_t tokens);
-void lf_nn_tp_mlp_free(lf_nn_tp_mlp *m);
+LF_API int lf_nn_tp_chunks(int64_t tokens);
+LF_API void lf_nn_tp_mlp_free(lf_nn_tp_mlp *m);
 
 #ifdef __cplusplus
 }

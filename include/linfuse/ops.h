@@ -31,58 +31,58 @@ typedef enum lf_op_kind {
     LF_OPK_COMM /* collectives, and record_param_comms, the span PyTorch gives their arguments */
 } lf_op_kind;
 
-const char *lf_op_name(lf_op_id op); /* "lf::addmm" */
-lf_op_kind lf_op_kind_of(lf_op_id op);
+LF_API const char *lf_op_name(lf_op_id op); /* "lf::addmm" */
+LF_API lf_op_kind lf_op_kind_of(lf_op_id op);
 
 /* --- views as ops (recorded, launch nothing) --- */
-lf_status lf_t(lf_tensor **out, const lf_tensor *x);
-lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1);
-lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
+LF_API lf_status lf_t(lf_tensor **out, const lf_tensor *x);
+LF_API lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d1);
+LF_API lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
 /* A view when strides allow, else a contiguous copy (as torch.reshape). */
-lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
+LF_API lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
 /* x itself (a new handle) when already contiguous, else a contiguous copy. */
-lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x);
+LF_API lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x);
 
 /* --- GEMMs --- */
 /* out (M, N) = a (M, K) . b (K, N) */
-lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+LF_API lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 /* out = beta * bias + alpha * a . b; bias broadcasts to (M, N): (N), (1, N), (M, 1) or (M, N).
  * A (N) bias with beta == 1 rides in the GEMM's epilogue; any other bias is read as the GEMM's
  * C input with beta. Never a separate add, never a copy of the bias. */
-lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, float beta,
+LF_API lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, float beta,
                    float alpha);
 /* out = act(a . b + bias): one GEMM with bias and activation in its epilogue (bias may be NULL;
  * when given it is (N)). torch calls this _addmm_activation. */
-lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act);
+LF_API lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act);
 /* out (M, N/2) = act(g) * u, where a . b (M, N) holds gates and partners in blocks of
  * 2 x group columns (lf_gate, LF_GATE_PAIRED). One GEMM; g and u never reach memory. */
-lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
+LF_API lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
 /* out = a . b written into out, an existing (M, N) tensor of a's dtype and device: a view is
  * fine (a block of rows of a larger tensor, as torch.mm(a, b, out=...)); its columns must be
  * contiguous on CUDA. out must not overlap a or b. */
-lf_status lf_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b);
+LF_API lf_status lf_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b);
 /* 2-D x 2-D is mm; (B, S, K) x (K, N) flattens the first operand to (B*S, K), runs mm and views
  * the result as (B, S, N), as torch.matmul does. */
-lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+LF_API lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 /* y = x . w^T + b for x (..., in), w (out, in), b (out) or NULL: lf::t on the weight, then
  * addmm (or mm without bias); inputs with more than 2 dims go through matmul (no bias) or
  * a flattened addmm (bias), as torch's linear does. */
-lf_status lf_linear(lf_tensor **out, const lf_tensor *x, const lf_tensor *w, const lf_tensor *b);
+LF_API lf_status lf_linear(lf_tensor **out, const lf_tensor *x, const lf_tensor *w, const lf_tensor *b);
 
 /* --- pointwise (numpy broadcasting; both operands of one dtype) --- */
-lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
-lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+LF_API lf_status lf_add(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
+LF_API lf_status lf_mul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
 typedef enum lf_gelu_approx { LF_GELU_ERF, LF_GELU_TANH } lf_gelu_approx;
-lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
+LF_API lf_status lf_gelu(lf_tensor **out, const lf_tensor *x, lf_gelu_approx approx);
 /* out = gelu(g) * u in one pass (GeGLU's middle): g and u of one shape and dtype, any strides.
  * gelu(g) is rounded to the dtype before the product, so the result equals
  * lf_mul(lf_gelu(g), u) bit for bit while reading g and u once and writing out once. On CUDA
  * one block per row, its width chosen from the row length as Liger's kernel does. */
-lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx);
+LF_API lf_status lf_gelu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u, lf_gelu_approx approx);
 /* silu(x) = x sigmoid(x), torch's F.silu; and SwiGLU's middle silu(g) * u in one pass (silu(g)
  * rounded to the dtype first, so it equals lf_mul(lf_silu(g), u) bit for bit). */
-lf_status lf_silu(lf_tensor **out, const lf_tensor *x);
-lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
+LF_API lf_status lf_silu(lf_tensor **out, const lf_tensor *x);
+LF_API lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
 
 /* --- FP8 ---
  * w (rows, cols), bf16, f16 or f32, any strides, quantized per row (per output channel of an
@@ -95,18 +95,18 @@ lf_status lf_silu_mul(lf_tensor **out, const lf_tensor *g, const lf_tensor *u);
  * step of the plan. On the CPU a non-finite element is an error; on a GPU it is not checked (that would
  * cost a read back): a NaN becomes a NaN code, an infinity an infinite row scale, and the GEMM
  * they feed gives NaN. */
-lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
+LF_API lf_status lf_quantize_fp8(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
 /* lf_quantize_fp8 of x into q (rows, cols) and scale (rows, 1), rows >= x's: the rows past x's are
  * zero codes with scale 1. Tokens padded for a GEMM that takes whole groups of rows (cuBLASLt's
  * block-scaled FP8 GEMM takes multiples of 4); the padding's results are dropped after. */
-lf_status lf_quantize_fp8_rows(lf_tensor **q, lf_tensor **scale, const lf_tensor *x, int64_t rows);
+LF_API lf_status lf_quantize_fp8_rows(lf_tensor **q, lf_tensor **scale, const lf_tensor *x, int64_t rows);
 /* Block scales (DeepSeek-V3's recipe; torch's ScalingType.BlockWise1x128 and BlockWise128x128):
  * lf_quantize_fp8 with one scale per 1 x 128 block of each row (activations: finer than per row,
  * one outlier costs its 128 neighbours precision, not its whole row), or per 128 x 128 block
  * (weights). scale is f32 in lf_scale_mode's layouts: (ceil(cols / 128), rows rounded up to 4)
  * for 1 x 128, (ceil(rows / 128), ceil(cols / 128) rounded up to 4) for 128 x 128; padding 1. */
-lf_status lf_quantize_fp8_1x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *x);
-lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
+LF_API lf_status lf_quantize_fp8_1x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *x);
+LF_API lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const lf_tensor *w);
 /* out = a . b with scales, for f8e4m3 a (M, K) and b (K, N), fp32 accumulation, out (M, N) of
  * out_dtype: torch._scaled_mm. Row-wise scales, (M, 1) and (N, 1): element (i, j) times
  * a_scale[i] * b_scale[j]. Block scales (lf_quantize_fp8_1x128 of a, lf_quantize_fp8_128x128 of
@@ -114,29 +114,29 @@ lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const lf_ten
  * cuBLASLt's FP8 GEMM; it takes the "tn" layout only (a row-major, b a weight seen transposed), K
  * a multiple of 16, and with block scales M a multiple of 4. LF_EUNSUPPORTED where the device has
  * no FP8 GEMM (the CPU). */
-lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+LF_API lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                        const lf_tensor *b_scale, lf_dtype out_dtype);
 /* lf_mm_gated in FP8: the scales are applied to the 2H pre-gate columns before the activation,
  * out (M, H) bf16. On Hopper the gated kernel's FP8 form (wgmma e4m3); elsewhere a scaled GEMM
  * then act(g) * u, with a note in the trace; LF_EUNSUPPORTED where neither runs (the CPU). */
-lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+LF_API lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                              const lf_tensor *b_scale, lf_act act, int64_t group);
 /* lf_scaled_mm_gated with h leaving in FP8 for the next FP8 GEMM: h (M, H) f8e4m3 and its 1 x 128
  * block scales, exactly lf_quantize_fp8_1x128 of the bf16 h. On Hopper the gated kernel's
  * epilogue quantizes each tile as it writes it (row-wise scales on a and b, group a multiple of
  * 128), so h is written once in half the bytes and never read back to be quantized; elsewhere the
  * two steps run, with a note in the trace. */
-lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a, const lf_tensor *a_scale,
+LF_API lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a, const lf_tensor *a_scale,
                                  const lf_tensor *b, const lf_tensor *b_scale, lf_act act, int64_t group);
 
 /* LF_OK when dev runs FP8 GEMMs (lf_scaled_mm and, on Hopper, the gated kernel's FP8 form), else
  * LF_EUNSUPPORTED saying why: callers with a bf16 path ask first. */
-lf_status lf_fp8_supported(lf_device dev);
+LF_API lf_status lf_fp8_supported(lf_device dev);
 
 /* A note span for the observer, which a trace shows beside the ops (a fallback and why, a
  * compiled region): ops and modules say why they took another path. text is copied. */
-void lf_ops_note_begin(const char *text);
-void lf_ops_note_end(void);
+LF_API void lf_ops_note_begin(const char *text);
+LF_API void lf_ops_note_end(void);
 
 /* --- collectives ---
  * A communicator is one rank of a group of devices (GPUs) that sum together; linfuse/dist.h
@@ -148,9 +148,9 @@ typedef struct lf_comm lf_comm;
  * async 0: ops after it on this rank see the sum. async 1: it runs on the communicator's own
  * stream beside the work that follows (overlap), and t must not be read, written or freed until
  * lf_comm_wait(comm). */
-lf_status lf_all_reduce(lf_tensor *t, lf_comm *comm, int async);
+LF_API lf_status lf_all_reduce(lf_tensor *t, lf_comm *comm, int async);
 /* This rank's later work waits for every async collective queued on comm. */
-lf_status lf_comm_wait(lf_comm *comm);
+LF_API lf_status lf_comm_wait(lf_comm *comm);
 
 /* --- the observer: how the profiler (or a test) sees the dispatcher --- */
 
@@ -176,7 +176,7 @@ typedef struct lf_op_observer {
 
 /* Install (or with NULL remove) the process-wide observer. The struct must outlive its use. While
  * none is installed, the dispatcher pays one predictable branch per op. */
-void lf_ops_set_observer(const lf_op_observer *obs);
+LF_API void lf_ops_set_observer(const lf_op_observer *obs);
 
 #ifdef __cplusplus
 }

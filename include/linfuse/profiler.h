@@ -42,28 +42,28 @@ typedef struct lf_prof_opts {
 } lf_prof_opts;
 
 /* One profiler runs at a time in a process (it owns the dispatcher's observer). */
-lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o);
+LF_API lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o);
 /* End the current step and begin the next (advances the schedule). */
-lf_status lf_prof_step(lf_profiler *p);
+LF_API lf_status lf_prof_step(lf_profiler *p);
 /* Stop recording; a window in progress is kept as the trace. */
-lf_status lf_prof_stop(lf_profiler *p);
-void lf_prof_free(lf_profiler *p);
+LF_API lf_status lf_prof_stop(lf_profiler *p);
+LF_API void lf_prof_free(lf_profiler *p);
 
 /* The last completed window as a trace (owned by the profiler; valid until the next window
  * completes or lf_prof_free). LF_EINVAL when no window was recorded. */
-lf_status lf_prof_trace(lf_profiler *p, const lf_trace **out);
+LF_API lf_status lf_prof_trace(lf_profiler *p, const lf_trace **out);
 /* Write that trace as Chrome trace JSON (atomically). */
-lf_status lf_prof_export(lf_profiler *p, const char *path);
+LF_API lf_status lf_prof_export(lf_profiler *p, const char *path);
 /* Its key_averages() table; caller frees *text. */
-lf_status lf_prof_table(lf_profiler *p, const lf_table_opts *o, char **text);
+LF_API lf_status lf_prof_table(lf_profiler *p, const lf_table_opts *o, char **text);
 
 /* Events the profiler could not keep (out of memory, or ranges nested deeper than 64). */
-int64_t lf_prof_dropped(const lf_profiler *p);
+LF_API int64_t lf_prof_dropped(const lf_profiler *p);
 
 /* record_function: a named range on this thread ("user_annotation"). Cheap and a no-op while
  * no profiler records. name is copied. */
-lf_status lf_prof_range_push(const char *name);
-lf_status lf_prof_range_pop(void);
+LF_API lf_status lf_prof_range_push(const char *name);
+LF_API lf_status lf_prof_range_pop(void);
 
 /* A range that ends at the end of the enclosing block (GCC/Clang cleanup attribute). */
 static inline void lf_prof_scope_end_(int *unused)
@@ -77,7 +77,7 @@ static inline void lf_prof_scope_end_(int *unused)
         (lf_prof_range_push(name), 0)
 
 /* Nanoseconds on the profiler's clock (CLOCK_MONOTONIC): every event uses it. */
-int64_t lf_prof_now_ns(void);
+LF_API int64_t lf_prof_now_ns(void);
 
 #ifdef __cplusplus
 }

@@ -26,25 +26,25 @@ typedef struct lf_safetensors lf_safetensors;
 
 /* Open a checkpoint: a .safetensors file, a model.safetensors.index.json (its shards beside it),
  * or a directory holding either. */
-lf_status lf_st_open(lf_safetensors **out, const char *path);
+LF_API lf_status lf_st_open(lf_safetensors **out, const char *path);
 /* The same checks on a file already in memory (name for messages); the bytes are copied. */
-lf_status lf_st_open_buffer(lf_safetensors **out, const void *data, size_t size, const char *name);
-void lf_st_close(lf_safetensors *st); /* tensors handed out stay valid: they hold the file */
+LF_API lf_status lf_st_open_buffer(lf_safetensors **out, const void *data, size_t size, const char *name);
+LF_API void lf_st_close(lf_safetensors *st); /* tensors handed out stay valid: they hold the file */
 
-int64_t lf_st_count(const lf_safetensors *st);
+LF_API int64_t lf_st_count(const lf_safetensors *st);
 /* Tensor i's name, dtype string ("BF16") and shape; NULL past the end. */
-const char *lf_st_name(const lf_safetensors *st, int64_t i);
+LF_API const char *lf_st_name(const lf_safetensors *st, int64_t i);
 /* Whether the checkpoint has a tensor of this name. */
-int lf_st_has(const lf_safetensors *st, const char *name);
+LF_API int lf_st_has(const lf_safetensors *st, const char *name);
 /* The file's dtype for tensor `name`, as the format spells it ("BF16", "F8_E4M3"), or NULL; its
  * shape into shape[0..7] and its number of dims (0 for a scalar), or -1 when there is no such
  * tensor. Neither reads the data. */
-const char *lf_st_dtype(const lf_safetensors *st, const char *name);
-int lf_st_shape(const lf_safetensors *st, const char *name, int64_t shape[8]);
+LF_API const char *lf_st_dtype(const lf_safetensors *st, const char *name);
+LF_API int lf_st_shape(const lf_safetensors *st, const char *name, int64_t shape[8]);
 /* Tensor `name` as a CPU tensor viewing the file (BF16, F16, F32, or F8_E4M3 as stored, without
  * its scale; 1 to 4 dims). Writing it changes only this process's copy of the page, never the
  * file. */
-lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);
+LF_API lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out);
 /* Tensor `name` as a CPU tensor of dtype dt, converted or dequantized: BF16, F16 and F32 tensors
  * are converted (viewed without a copy when dt is theirs); FP8 ones (F8_E4M3, F8_E5M2, as
  * llm-compressor, FBGEMM and DeepSeek write them) are decoded exactly, multiplied in fp32 by the
@@ -53,13 +53,13 @@ lf_status lf_st_get(const lf_safetensors *st, const char *name, lf_tensor **out)
  * tensor, one per row (shape [rows] or [rows, 1]) or one per block of a 2-D weight (shape
  * [ceil(rows/br), ceil(cols/bc)], such as DeepSeek-V3's 128 x 128). dt LF_DTYPE_COUNT keeps a
  * BF16, F16 or F32 tensor's own dtype and gives BF16 for FP8. */
-lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out);
+LF_API lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out);
 /* One FP8 E5M2 value (IEEE-like: infinities and NaNs; largest 57344), exactly; E4M3 is a dtype
  * of its own (lf_f32_from_f8e4m3 in tensor.h). */
-float lf_f32_from_f8e5m2(uint8_t b);
+LF_API float lf_f32_from_f8e5m2(uint8_t b);
 
 /* __metadata__'s value for key, or NULL (the first file's, for a sharded checkpoint). */
-const char *lf_st_metadata(const lf_safetensors *st, const char *key);
+LF_API const char *lf_st_metadata(const lf_safetensors *st, const char *key);
 
 /* Write tensors (any device, any layout: each is written contiguous) to path as one safetensors
  * file, whole or not at all; names must be distinct. */
@@ -67,12 +67,12 @@ typedef struct lf_st_entry {
     const char *name;
     const lf_tensor *t;
 } lf_st_entry;
-lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n);
+LF_API lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n);
 
 /* The activation a Hugging Face config.json names (hidden_activation, else hidden_act): silu,
  * gelu_pytorch_tanh (gelu_tanh), gelu (gelu_erf). path: config.json, or the directory or file
  * beside it. LF_EINVAL when there is none or it names another. */
-lf_status lf_hf_config_act(const char *path, lf_act *act);
+LF_API lf_status lf_hf_config_act(const char *path, lf_act *act);
 
 #ifdef __cplusplus
 }

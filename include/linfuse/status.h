@@ -6,7 +6,9 @@
 
 /* Every function of the public headers carries LF_API: the library is built with hidden
  * visibility, so what is exported is exactly what these headers declare. */
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(LF_BUILDING_MODULE) /* a device module (liblinfuse_cuda.so) exports its entry alone */
+#define LF_API
+#elif defined(__GNUC__) || defined(__clang__)
 #define LF_API __attribute__((visibility("default")))
 #else
 #define LF_API
@@ -31,17 +33,17 @@ typedef enum lf_status {
 } lf_status;
 
 /* "LF_ESHAPE" and so on; "LF_E?" for values outside the enum. */
-const char *lf_status_name(lf_status s);
+LF_API const char *lf_status_name(lf_status s);
 
 /* The message of the last failing call on this thread ("" if none). Valid until the next
  * failing call on the same thread. */
-const char *lf_last_error(void);
+LF_API const char *lf_last_error(void);
 
 /* Forget the last message of this thread. */
-void lf_clear_error(void);
+LF_API void lf_clear_error(void);
 
-/* The library's version, "MAJOR.MINOR.PATCH". */
-const char *lf_version(void);
+/* The loaded library's version, "MAJOR.MINOR.PATCH" (linfuse/version.h has the headers'). */
+LF_API const char *lf_version(void);
 
 #ifdef __cplusplus
 }

@@ -55,15 +55,15 @@ static inline int lf_dtype_known(lf_dtype dt)
     return lf_dtype_computes(dt) || dt == LF_DTYPE_F8E4M3;
 }
 /* "f32", "bf16", "f16", "f8e4m3" */
-const char *lf_dtype_name(lf_dtype dt);
+LF_API const char *lf_dtype_name(lf_dtype dt);
 /* PyTorch's spelling as profiler traces write it: "float", "c10::BFloat16", "c10::Half",
  * "c10::Float8_e4m3fn" */
-const char *lf_dtype_torch_name(lf_dtype dt);
-size_t lf_dtype_size(lf_dtype dt);
+LF_API const char *lf_dtype_torch_name(lf_dtype dt);
+LF_API size_t lf_dtype_size(lf_dtype dt);
 /* Parse "f32"/"float32", "bf16"/"bfloat16", "f16"/"float16"/"half". */
-lf_status lf_dtype_parse(const char *s, lf_dtype *out);
+LF_API lf_status lf_dtype_parse(const char *s, lf_dtype *out);
 /* "cpu", "cuda" */
-const char *lf_device_name(lf_device d);
+LF_API const char *lf_device_name(lf_device d);
 
 /* --- element conversions: round to nearest even; NaN stays NaN (quieted), Inf stays Inf --- */
 
@@ -209,76 +209,76 @@ typedef struct lf_rng {
     uint64_t s[4];
 } lf_rng;
 
-void lf_rng_seed(lf_rng *rng, uint64_t seed);
-uint64_t lf_rng_next(lf_rng *rng);
+LF_API void lf_rng_seed(lf_rng *rng, uint64_t seed);
+LF_API uint64_t lf_rng_next(lf_rng *rng);
 /* uniform in [0, 1) with 53 random bits */
-double lf_rng_uniform(lf_rng *rng);
+LF_API double lf_rng_uniform(lf_rng *rng);
 
 /* --- lifetime --- */
 
 /* A new contiguous (row-major) tensor; contents are uninitialised. */
-lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev);
+LF_API lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev);
 /* A new contiguous tensor holding src (numel floats, row-major), rounded to dt. */
-lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
+LF_API lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
                              lf_device dev);
 /* A contiguous CPU tensor over memory linfuse did not allocate (a mapped file, a caller's
  * buffer): nbytes must be exactly shape x dtype. No copy; when its last view goes, release(ctx)
  * is called (NULL: the memory is the caller's to keep alive and free). */
-lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
+LF_API lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
                                 void (*release)(void *ctx), void *ctx);
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
-void lf_tensor_free(lf_tensor *t);
+LF_API void lf_tensor_free(lf_tensor *t);
 
 /* Told of every storage allocation (bytes > 0) and release (bytes < 0), with the unit's (cuda:1's)
  * running total of allocated bytes: the profiler's memory events. NULL removes it. */
 typedef void (*lf_alloc_observer)(void *user, lf_device dev, int index, const void *addr, int64_t bytes,
                                   int64_t total_allocated, int64_t total_reserved);
-void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
+LF_API void lf_tensor_set_alloc_observer(lf_alloc_observer fn, void *user);
 
 /* --- facts ---
  * These return a value, not a status, so their argument is a precondition: a NULL tensor is the
  * caller's bug, stopped with a message naming the function (in every build), never a crash
  * somewhere later. Functions that return lf_status check their pointers and return LF_EINVAL. */
 
-int64_t lf_tensor_numel(const lf_tensor *t);
-int lf_tensor_is_contiguous(const lf_tensor *t); /* row-major, no gaps (size-1 dims ignored) */
-lf_device lf_tensor_device(const lf_tensor *t);
+LF_API int64_t lf_tensor_numel(const lf_tensor *t);
+LF_API int lf_tensor_is_contiguous(const lf_tensor *t); /* row-major, no gaps (size-1 dims ignored) */
+LF_API lf_device lf_tensor_device(const lf_tensor *t);
 /* Which unit of its device t lives on: a GPU's ordinal (cuda:1 is 1), 0 on the CPU. */
-int lf_tensor_device_index(const lf_tensor *t);
+LF_API int lf_tensor_device_index(const lf_tensor *t);
 /* Address of element [0,...,0] (a device address for device tensors). */
-void *lf_tensor_data(const lf_tensor *t);
+LF_API void *lf_tensor_data(const lf_tensor *t);
 /* Same storage, so possibly overlapping memory. */
-int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b);
+LF_API int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b);
 
 /* --- host data in and out --- */
 
 /* A contiguous copy of t on device dev (same dtype): how data moves between host and GPU. */
-lf_status lf_tensor_to_device(lf_tensor **out, const lf_tensor *t, lf_device dev);
+LF_API lf_status lf_tensor_to_device(lf_tensor **out, const lf_tensor *t, lf_device dev);
 
 /* Copy every element, in row-major order of the logical shape, into dst as float (device
  * tensors are copied to the host first). cap is dst's capacity in elements, >= numel. */
-lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap);
+LF_API lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap);
 /* Fill every element (through strides) with uniform values in [lo, hi), rounded to dtype. */
-lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi);
+LF_API lf_status lf_tensor_fill_uniform(lf_tensor *t, lf_rng *rng, double lo, double hi);
 /* Fill every element with v (rounded to dtype). */
-lf_status lf_tensor_fill(lf_tensor *t, float v);
+LF_API lf_status lf_tensor_fill(lf_tensor *t, float v);
 
 /* --- views: new handles over the same storage; no data moves --- */
 
 /* 2-D: swap the dims; 1-D: the same shape (as torch.t). */
-lf_status lf_tensor_t(lf_tensor **out, const lf_tensor *t);
+LF_API lf_status lf_tensor_t(lf_tensor **out, const lf_tensor *t);
 /* Dims may be negative (counted from the end). */
-lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d1);
-lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const int *perm);
+LF_API lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d1);
+LF_API lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const int *perm);
 /* The new shape must be expressible with strides over the same memory (one dim may be -1);
  * otherwise LF_ESHAPE (use lf_reshape, which copies). */
-lf_status lf_tensor_view(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape);
+LF_API lf_status lf_tensor_view(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape);
 /* Arbitrary shape/strides/offset; every reachable element must lie inside the storage. */
-lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
+LF_API lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
                                const int64_t *stride, int64_t offset);
-lf_status lf_tensor_unsqueeze(lf_tensor **out, const lf_tensor *t, int dim);
+LF_API lf_status lf_tensor_unsqueeze(lf_tensor **out, const lf_tensor *t, int dim);
 /* Merge dims start..end into one; LF_ESHAPE when their strides do not allow a view. */
-lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int end);
+LF_API lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int end);
 #ifdef __cplusplus
 }
 #endif

@@ -32,9 +32,9 @@ typedef enum lf_trace_cat {
     LF_TC_COUNT
 } lf_trace_cat;
 
-const char *lf_trace_cat_name(lf_trace_cat c);
+LF_API const char *lf_trace_cat_name(lf_trace_cat c);
 /* Host-side categories (a CPU lane) versus device-side ones (a device lane). */
-int lf_trace_cat_is_device(lf_trace_cat c);
+LF_API int lf_trace_cat_is_device(lf_trace_cat c);
 
 typedef struct lf_trace_event {
     lf_trace_cat cat;
@@ -62,15 +62,15 @@ typedef struct lf_trace_event {
 
 typedef struct lf_trace lf_trace;
 
-lf_status lf_trace_create(lf_trace **out);
-void lf_trace_free(lf_trace *t);
+LF_API lf_status lf_trace_create(lf_trace **out);
+LF_API void lf_trace_free(lf_trace *t);
 
 /* Append an event; strings are copied into the trace. */
-lf_status lf_trace_add(lf_trace *t, const lf_trace_event *e);
-int64_t lf_trace_count(const lf_trace *t);
-const lf_trace_event *lf_trace_get(const lf_trace *t, int64_t i);
+LF_API lf_status lf_trace_add(lf_trace *t, const lf_trace_event *e);
+LF_API int64_t lf_trace_count(const lf_trace *t);
+LF_API const lf_trace_event *lf_trace_get(const lf_trace *t, int64_t i);
 /* A copy of s owned by the trace (NULL stays NULL). */
-const char *lf_trace_intern(lf_trace *t, const char *s);
+LF_API const char *lf_trace_intern(lf_trace *t, const char *s);
 
 /* Facts about the whole trace (the header and M events). */
 typedef struct lf_trace_meta {
@@ -91,55 +91,55 @@ typedef struct lf_trace_meta {
     int64_t merged_ranks;
 } lf_trace_meta;
 
-lf_trace_meta *lf_trace_meta_of(lf_trace *t);
-const lf_trace_meta *lf_trace_meta_get(const lf_trace *t);
+LF_API lf_trace_meta *lf_trace_meta_of(lf_trace *t);
+LF_API const lf_trace_meta *lf_trace_meta_get(const lf_trace *t);
 /* Set distributedInfo from JSON text (an object with Kineto's keys: at least "rank" and
  * "world_size"), and the rank and world size from it; LF_EINVAL when it is not such an object. */
-lf_status lf_trace_set_distributed_info(lf_trace *t, const char *json);
+LF_API lf_status lf_trace_set_distributed_info(lf_trace *t, const char *json);
 /* Name a (pid, tid) track for the M events ("thread 12 (linfuse)", "stream 7 "). */
-lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name);
+LF_API lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 
 /* --- the traces of a group of ranks (tensor parallel) --- */
 
 /* One rank's part of a trace of a process that drove several GPUs, one thread each: the host
  * events of thread host_tid of process host_pid, the stepping thread's ProfilerStep ranges
  * (step_tid) placed on it when that is another thread, and the work of GPU device. */
-lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
+LF_API lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
                                lf_trace **out);
 /* One trace of n ranks' traces, for Perfetto: one process per rank (pid = rank, named "rank R"),
  * each rank's GPU streams as threads of it, times aligned on the ranks' own clocks (their
  * baseTimeNanoseconds: one machine's clock, or NTP's across machines), External ids and flow
  * ids kept apart per rank, every event kept. A rank is its distributedInfo's, else its place. */
-lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
+LF_API lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
 /* Rank `rank` of a merged trace, as a trace of its own. */
-lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
+LF_API lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
 
 /* Write Kineto-schema Chrome trace JSON to path, atomically: a temporary file in the same
  * directory, flushed, then renamed over path. On error nothing is left behind. A path ending in
  * ".gz" is written gzip-compressed (what tensorboard_trace_handler(use_gzip=True) writes; Perfetto
  * and chrome://tracing open it as it is). */
-lf_status lf_trace_write_json(const lf_trace *t, const char *path);
+LF_API lf_status lf_trace_write_json(const lf_trace *t, const char *path);
 
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
  * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard
  * input. Errors name the file and, for malformed JSON, the line and column. A file that starts
  * like neither JSON nor gzip is refused before it is read, and so is one larger than the read
  * limit, compressed or inflated. */
-lf_status lf_trace_read_json(lf_trace **out, const char *path);
+LF_API lf_status lf_trace_read_json(lf_trace **out, const char *path);
 
 /* The largest trace file lf_trace_read_json reads: bytes > 0 sets it for the process, 0 restores
  * the default ($LINFUSE_TRACE_MAX_BYTES, else LF_TRACE_DEFAULT_MAX_BYTES: Perfetto's browser UI
  * stops at about 2 GB, and reading takes about the JSON's size in memory, bench/RESULTS.md). */
 #define LF_TRACE_DEFAULT_MAX_BYTES ((int64_t)4 << 30)
-void lf_trace_set_read_limit(int64_t bytes);
-int64_t lf_trace_read_limit(void);
+LF_API void lf_trace_set_read_limit(int64_t bytes);
+LF_API int64_t lf_trace_read_limit(void);
 
 /* Told how far a read has come: done of total bytes of the (inflated) JSON, about every 4 MB and
  * once more at the end (done == total). name is the file's. linfuse's CLI draws a line on a
  * terminal from it for files over 50 MB. fn NULL stops it. Set it before reading, from one thread:
  * it is the process's, not a session's. */
 typedef void (*lf_trace_progress_fn)(void *ctx, const char *name, int64_t done, int64_t total);
-void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx);
+LF_API void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx);
 
 /* --- the key_averages() table (docs/trace_format.md, "The table") --- */
 
@@ -156,7 +156,7 @@ typedef enum lf_sort_key {
 } lf_sort_key;
 
 /* PyTorch's spellings: "self_cpu_time_total", "cuda_time_total" (= "device_time_total"), ... */
-lf_status lf_sort_key_parse(const char *s, lf_sort_key *out);
+LF_API lf_status lf_sort_key_parse(const char *s, lf_sort_key *out);
 
 /* How lf_table_format writes a table: PyTorch's text, or every column with full names and
  * plain numbers (microseconds, bytes, FLOPs) as CSV (one header line) or JSON. */
@@ -216,13 +216,13 @@ typedef struct lf_table {
     char warning[512];
 } lf_table;
 
-lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
+LF_API lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
 /* The same with every option (sort_by and the groupings; row_limit is the format's). */
-lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *o, lf_table *out);
-void lf_table_free(lf_table *tab);
+LF_API lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *o, lf_table *out);
+LF_API void lf_table_free(lf_table *tab);
 /* The text PyTorch's table() prints, ending with the footers, or CSV or JSON (o->style); caller
  * frees *text. */
-lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text);
+LF_API lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text);
 
 /* --- the one-line reading of a trace: what the blog reads off a timeline --- */
 
@@ -243,10 +243,10 @@ typedef struct lf_trace_summary {
     int comm_bound; /* exposed communication outweighs the compute kernels */
 } lf_trace_summary;
 
-lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
+LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
  * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound" */
-void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
+LF_API void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
 
 /* --- HTA's questions: where each step's device time went, kernel by kernel ---
  * Device work (kernels, copies, sets) belongs to the step whose ProfilerStep range holds its
@@ -292,10 +292,10 @@ typedef struct lf_breakdown {
     int64_t n_graphs;
 } lf_breakdown;
 
-lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out);
-void lf_breakdown_free(lf_breakdown *b);
+LF_API lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out);
+LF_API void lf_breakdown_free(lf_breakdown *b);
 /* As text or JSON (one object); rank >= 0 names the rank it is. Caller frees *text. */
-lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text);
+LF_API lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text);
 
 /* --- a report to look at: one self-contained HTML file --- */
 /* Steps are named by their ProfilerStep#N number everywhere (the timeline, the breakdown, the
@@ -315,8 +315,8 @@ typedef struct lf_report_opts {
  * HTML with its styles and drawings inline, no script, nothing loaded from the network. o may be
  * NULL (the first step, datasheet peaks). Written atomically to path, or returned in *text (caller
  * frees). */
-lf_status lf_trace_report(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, const char *path);
-lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text);
+LF_API lf_status lf_trace_report(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, const char *path);
+LF_API lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text);
 
 /* --- per-step profile and the eager-versus-compiled diff --- */
 
@@ -339,20 +339,20 @@ typedef struct lf_step_profile {
     double kernels_per_step, ops_per_step;
 } lf_step_profile;
 
-lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out);
-void lf_step_profile_free(lf_step_profile *p);
+LF_API lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out);
+LF_API void lf_step_profile_free(lf_step_profile *p);
 
 /* What changed from a to b, per step, as text (with a plain-language paragraph) or JSON. */
-lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text);
+LF_API lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text);
 
 /* Draw one step (ProfilerStep#step, or LF_TRACE_FIRST_STEP; the whole trace when it has no steps
  * and step is LF_TRACE_FIRST_STEP) as an SVG timeline: host lanes with nested ops, device lanes
  * with kernels, flow arrows, a time axis. Written atomically to path; LF_EINVAL naming the steps
  * the trace has when it has no such step. */
-lf_status lf_trace_svg(const lf_trace *t, int step, const char *path);
+LF_API lf_status lf_trace_svg(const lf_trace *t, int step, const char *path);
 
 /* Read a trace held in memory, plain or gzip (name is used in messages): the fuzzer's entry point. */
-lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name);
+LF_API lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t size, const char *name);
 
 #ifdef __cplusplus
 }

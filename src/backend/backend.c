@@ -284,6 +284,33 @@ lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g)
     return LF_OK;
 }
 
+static const char *const gated_kernel_names[LF_GATED_KERNEL_COUNT] = {"epilogue", "gemv",     "cooperative",
+                                                                      "pingpong", "offload", "fallback"};
+
+const char *lf_gated_kernel_name(lf_gated_kernel k)
+{
+    return (unsigned)k < LF_GATED_KERNEL_COUNT ? gated_kernel_names[k] : "?";
+}
+
+lf_status lf_gated_choose(lf_device dev, const lf_gemm *g, lf_gated_choice *out)
+{
+    LF_CHECK_PTR(out, "lf_gated_choose", "out");
+    memset(out, 0, sizeof *out);
+    LF_TRY(lf_gemm_validate(g));
+    if (g->ep.gate != LF_GATE_PAIRED)
+        return lf_fail(LF_EINVAL, "lf_gated_choose: g is not a paired-gate GEMM (ep.gate %d)", (int)g->ep.gate);
+    const lf_backend_ops *b = lf_backend_for(dev);
+    if (!b)
+        return LF_EDEVICE;
+    if (b->gated_choose) {
+        b->gated_choose(g, out);
+    } else {
+        out->kernel = LF_GATED_KERNEL_FALLBACK;
+        snprintf(out->why, sizeof out->why, "%s has no gated kernel", b->name);
+    }
+    return LF_OK;
+}
+
 lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info)
 {
     LF_TRY(lf_gemm_validate(g));

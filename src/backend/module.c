@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backend/backend_impl.h"
+#include "tensor/tensor_impl.h"
 #include "linfuse/settings.h"
 
 typedef struct module_spec {
@@ -27,6 +28,28 @@ static const module_spec specs[LF_DEVICE_COUNT] = {
 };
 
 static char why_buf[LF_DEVICE_COUNT][1024];
+
+/* What a module may use of the core (backend_impl.h, lf_backend_host). */
+static const lf_backend_host host = {.failv = lf_failv,
+                                     .last_error = lf_last_error,
+                                     .act_name = lf_act_name,
+                                     .dtype_name = lf_dtype_name,
+                                     .dtype_size = lf_dtype_size,
+                                     .fnv1a = lf_fnv1a,
+                                     .set_allocator = lf_tensor_set_allocator,
+                                     .kernel_name = lf_kernel_name,
+                                     .kernel_gemm_suffix = lf_kernel_gemm_suffix,
+                                     .kernel_pw_op_name = lf_kernel_pw_op_name,
+                                     .gemm_report = lf_gemm_report,
+                                     .pointwise_report = lf_pointwise_report,
+                                     .quant_report = lf_quant_report,
+                                     .fused_report = lf_fused_report,
+                                     .setting_get = lf_setting_get,
+                                     .setting_int_or = lf_setting_int_or,
+                                     .setting_choice_or = lf_setting_choice_or,
+                                     .gated_schedule_forced = lf_gated_schedule_forced,
+                                     .gemm_autotune_enabled = lf_gemm_autotune_enabled,
+                                     .gemm_autotune_verbose = lf_gemm_autotune_verbose};
 
 /* The directory of the file that holds this function (liblinfuse.so), with a trailing '/', or
  * "" when it cannot be told. */
@@ -91,7 +114,7 @@ const lf_backend_ops *lf_backend_module_load(lf_device dev, const char **why)
         return NULL;
     }
     lf_backend_module_init_fn init = (lf_backend_module_init_fn)(uintptr_t)dlsym(h, LF_BACKEND_MODULE_ENTRY);
-    const lf_backend_ops *ops = init ? init(LF_BACKEND_ABI) : NULL;
+    const lf_backend_ops *ops = init ? init(LF_BACKEND_ABI, &host) : NULL;
     if (!ops) {
         snprintf(w, sizeof why_buf[0], "%.300s is not a linfuse %s module of this version (ABI %d)", path,
                  lf_device_name(dev), LF_BACKEND_ABI);

@@ -1,5 +1,5 @@
-/* What a kernel reports, one helper per kind and the same on every device: its name (a key for
- * names.c), its FLOPs and its bytes. Layer: backend/. */
+/* What a kernel reports, one helper per kind and the same on every device: its name (a key that
+ * the backend's namer spells, names.c), its FLOPs and its bytes. Layer: backend/. */
 #include "backend/backend_impl.h"
 #include "backend/names.h"
 
@@ -10,7 +10,7 @@ static double bytes_of(int64_t rows, int64_t cols, lf_dtype dt)
     return (double)rows * (double)cols * (double)lf_dtype_size(dt);
 }
 
-void lf_gemm_report(const lf_gemm *g, lf_kernel_family fam, int tile_m, int tile_n, lf_kernel_info *info)
+void lf_gemm_report(const lf_gemm *g, lf_kernel_namer namer, int fam, int tile_m, int tile_n, lf_kernel_info *info)
 {
     char lay[3];
     lf_gemm_layout(g, lay);
@@ -25,7 +25,7 @@ void lf_gemm_report(const lf_gemm *g, lf_kernel_family fam, int tile_m, int tile
                       .lay_a = (uint8_t)lay[1],
                       .tile_m = (uint16_t)tile_m,
                       .tile_n = (uint16_t)tile_n};
-    info->name = lf_kernel_name(&key);
+    info->name = lf_kernel_name(namer, &key);
     const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
     info->flops = 2.0 * (double)M * (double)N * (double)K;
     info->bytes = bytes_of(M, K, g->a.dtype) + bytes_of(K, N, g->b.dtype) + bytes_of(g->d.rows, g->d.cols, g->d.dtype) +
@@ -37,11 +37,11 @@ void lf_gemm_report(const lf_gemm *g, lf_kernel_family fam, int tile_m, int tile
                   (g->ep.d_scale ? bytes_of(lf_scale_count(LF_SCALE_1X128, g->d.rows, g->d.cols), 1, LF_DTYPE_F32) : 0.0);
 }
 
-void lf_quant_report(const lf_quant *q, lf_kernel_family fam, lf_kernel_info *info)
+void lf_quant_report(const lf_quant *q, lf_kernel_namer namer, int fam, lf_kernel_info *info)
 {
     lf_kernel_key key = {.family = (uint8_t)fam, .dtype = (uint8_t)q->in.dtype, .out_dtype = (uint8_t)LF_DTYPE_F8E4M3,
                          .op = (uint8_t)q->mode};
-    info->name = lf_kernel_name(&key);
+    info->name = lf_kernel_name(namer, &key);
     info->flops = (double)q->rows * (double)q->cols;
     info->bytes = bytes_of(q->rows, q->cols, q->in.dtype) + bytes_of(q->rows, q->cols, LF_DTYPE_F8E4M3) +
                   bytes_of(lf_quant_scales(q), 1, LF_DTYPE_F32);
@@ -61,7 +61,7 @@ static int pointwise_contiguous(const lf_pointwise *p)
     return ok;
 }
 
-void lf_pointwise_report(const lf_pointwise *p, lf_kernel_family fam, lf_kernel_info *info)
+void lf_pointwise_report(const lf_pointwise *p, lf_kernel_namer namer, int fam, lf_kernel_info *info)
 {
     const int nin = lf_pw_arity(p->op);
     const int act = p->op == LF_PW_ACT || p->op == LF_PW_ACT_MUL;
@@ -71,7 +71,7 @@ void lf_pointwise_report(const lf_pointwise *p, lf_kernel_family fam, lf_kernel_
                       .op = (uint8_t)p->op,
                       .act = (uint8_t)(act ? p->act : LF_ACT_NONE),
                       .flags = (uint8_t)(pointwise_contiguous(p) ? 0 : LF_KEY_STRIDED)};
-    info->name = lf_kernel_name(&key);
+    info->name = lf_kernel_name(namer, &key);
     double n = 1;
     for (int d = 0; d < p->ndim; d++)
         n *= (double)p->shape[d];

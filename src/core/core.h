@@ -3,6 +3,7 @@
 #ifndef LF_CORE_H
 #define LF_CORE_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@ extern "C" {
 /* Record a message for lf_last_error() and return s, so callers can write
  * `return lf_fail(LF_ESHAPE, "lf_mm: ...", ...);`. */
 lf_status lf_fail(lf_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+lf_status lf_failv(lf_status s, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Broken invariants are bugs, not user errors: report expression, file and line, then abort. */
 void lf_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));

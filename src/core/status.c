@@ -34,11 +34,17 @@ void lf_clear_error(void)
     lf_err_msg[0] = '\0';
 }
 
+lf_status lf_failv(lf_status s, const char *fmt, va_list ap)
+{
+    vsnprintf(lf_err_msg, sizeof lf_err_msg, fmt, ap);
+    return s;
+}
+
 lf_status lf_fail(lf_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(lf_err_msg, sizeof lf_err_msg, fmt, ap);
+    lf_failv(s, fmt, ap);
     va_end(ap);
     return s;
 }

@@ -128,7 +128,7 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
                        "lf_tensor_from_dlpack: device type %d (%s): linfuse takes kDLCPU, kDLCUDAHost and kDLCUDA",
                        (int)d->device.device_type, dl_device_name((int)d->device.device_type));
     }
-    lf_dtype dt;
+    lf_dtype dt = LF_DTYPE_F32;
     LF_TRY(dtype_from_dl(d->dtype, &dt));
     if (d->ndim < 1 || d->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "lf_tensor_from_dlpack: %d dims: linfuse takes 1 to %d (a scalar is a [1] tensor)",

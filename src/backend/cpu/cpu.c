@@ -17,6 +17,7 @@ const lf_backend_ops lf_cpu_backend_ops = {.name = "cpu",
                                            .memory = lf_cpu_memory,
                                            .gemm = lf_cpu_gemm,
                                            .gemm_supports = lf_cpu_gemm_supports,
+                                           .gated_choose = lf_cpu_gated_choose,
                                            .pointwise = lf_cpu_pointwise,
                                            .quantize_fp8 = lf_cpu_quantize_fp8,
                                            .fused = lf_cpu_fused};

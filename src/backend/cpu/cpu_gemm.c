@@ -292,6 +292,18 @@ int lf_cpu_gemm_supports(const lf_gemm *g, char *why, size_t cap)
     return 1;
 }
 
+void lf_cpu_gated_choose(const lf_gemm *g, lf_gated_choice *c)
+{
+    if (lf_cpu_gemm_supports(g, c->why, sizeof c->why)) {
+        const lf_cpu_kernels *k = lf_cpu_kernels_active();
+        c->kernel = LF_GATED_KERNEL_EPILOGUE;
+        c->tile_m = k->mr, c->tile_n = k->nr;
+        c->why[0] = 0;
+    } else {
+        c->kernel = LF_GATED_KERNEL_FALLBACK;
+    }
+}
+
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
 {
     char why[128];
@@ -345,6 +357,6 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     lf_cpu_ws_release(ws);
 
     if (info)
-        lf_gemm_report(g, LF_KF_CPU_GEMM, pl.k->mr, pl.k->nr, info);
+        lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, pl.k->mr, pl.k->nr, info);
     return LF_OK;
 }

@@ -57,10 +57,16 @@ lf_status lf_cpu_ws_acquire(lf_cpu_ws **out, int n_threads, size_t bytes);
 void *lf_cpu_ws_slot(lf_cpu_ws *ws, int thread);
 void lf_cpu_ws_release(lf_cpu_ws *ws);
 
+/* The CPU's kernel families and their names (cpu_names.c). */
+typedef enum lf_cpu_family { LF_CPU_KF_GEMM, LF_CPU_KF_POINTWISE, LF_CPU_KF_QUANT } lf_cpu_family;
+void lf_cpu_kernel_namer(const lf_kernel_key *key, char *buf, size_t cap);
+
 lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info);
 /* Every valid GEMM but a scaled (FP8) one, which is refused by name: the fp8 MLP runs its bf16
  * form here. */
 int lf_cpu_gemm_supports(const lf_gemm *g, char *why, size_t cap);
+/* The paired gate rides in the GEMM's epilogue, in every dtype the CPU computes in. */
+void lf_cpu_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 lf_status lf_cpu_pointwise(const lf_pointwise *p, lf_kernel_info *info);
 lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info);
 lf_status lf_cpu_fused(const lf_fused *f, lf_kernel_info *info);

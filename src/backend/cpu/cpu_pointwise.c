@@ -137,7 +137,7 @@ lf_status lf_cpu_pointwise(const lf_pointwise *pw, lf_kernel_info *info)
         run_row(pw, k, off, n);
     }
     if (info)
-        lf_pointwise_report(pw, LF_KF_CPU_POINTWISE, info);
+        lf_pointwise_report(pw, lf_cpu_kernel_namer, LF_CPU_KF_POINTWISE, info);
     return LF_OK;
 }
 

@@ -49,6 +49,6 @@ lf_status lf_cpu_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
         for (int64_t c = 0; c < C; c++)
             q->q[r * C + c] = 0;
     if (info)
-        lf_quant_report(q, LF_KF_CPU_QUANT, info);
+        lf_quant_report(q, lf_cpu_kernel_namer, LF_CPU_KF_QUANT, info);
     return LF_OK;
 }

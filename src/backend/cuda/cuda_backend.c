@@ -215,7 +215,7 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, d->stream))));
     if (info)
-        lf_pointwise_report(p, LF_KF_CUDA_POINTWISE, info);
+        lf_pointwise_report(p, lf_cuda_kernel_namer, LF_CUDA_KF_POINTWISE, info);
     return LF_OK;
 }
 
@@ -225,7 +225,7 @@ static lf_status cuda_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, d->stream))));
     if (info)
-        lf_quant_report(q, LF_KF_CUDA_QUANT, info);
+        lf_quant_report(q, lf_cuda_kernel_namer, LF_CUDA_KF_QUANT, info);
     return LF_OK;
 }
 
@@ -284,6 +284,7 @@ static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .pointwise = cuda_pointwise,
                                         .quantize_fp8 = cuda_quantize_fp8,
                                         .gemm_supports = lf_cuda_gemm_supports,
+                                        .gated_choose = lf_cuda_gated_choose,
                                         .fused_prepare = lf_cuda_fused_prepare,
                                         .fused = cuda_fused,
                                         .fused_release = lf_cuda_fused_release,
@@ -300,8 +301,13 @@ static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .comm_library = lf_cuda_comm_library,
                                         .events = &lf_cupti_events};
 
-/* What the core library finds by name when it loads this module (backend/module.c). */
-__attribute__((visibility("default"))) const lf_backend_ops *lf_backend_module_init(int abi)
+/* What the core library finds by name when it loads this module (backend/module.c): the host's
+ * table in, this backend's out. */
+__attribute__((visibility("default"))) const lf_backend_ops *lf_backend_module_init(int abi,
+                                                                                    const lf_backend_host *host)
 {
-    return abi == LF_BACKEND_ABI ? &cuda_ops : NULL;
+    if (abi != LF_BACKEND_ABI || !host)
+        return NULL;
+    lf_cuda_host_set(host);
+    return &cuda_ops;
 }

@@ -387,48 +387,41 @@ static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call
 
 /* One of our own GEMM kernels launched on d's stream, timed when info asks; name is the launch
  * function's, for the error message. */
-static lf_status timed_launch(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info,
-                              cudaError_t (*launch)(const lf_gemm *, cudaStream_t), const char *name)
+/* The paired-gate epilogue has no cuBLASLt form: our kernels run it, the one lf_gated_choose
+ * names. */
+static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
 {
+    lf_gated_choice c;
+    lf_cuda_gated_choose(g, &c);
+    if (c.kernel == LF_GATED_KERNEL_FALLBACK)
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", c.why);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    lf_status s = lf_cu_status(LF_CU_RUNTIME, (int)launch(g, d->stream), name);
+    const int gemv = c.kernel == LF_GATED_KERNEL_GEMV;
+    lf_status s = gemv ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, d->stream))
+                       : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, d->stream));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
     }
     lf_cuda_time_end(d, info, tm);
-    return LF_OK;
-}
-
-/* The paired-gate epilogue has no cuBLASLt form: our Hopper kernel runs it. */
-static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
-{
-    if (lf_cuda_gemv_supported(g)) { /* a few tokens: read the weights once, at memory speed */
-        LF_TRY(timed_launch(d, g, info, lf_cuda_gemv_launch, "lf_cuda_gemv_launch"));
-        if (info)
-            lf_gemm_report(g, LF_KF_CUDA_GEMV, 0, 0, info);
-        return LF_OK;
-    }
-    char why[256];
-    if (!lf_cuda_gated_supported(g, why, sizeof why))
-        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
-    LF_TRY(timed_launch(d, g, info, lf_cuda_gated_launch, "lf_cuda_gated_launch"));
     if (info) {
-        int tm, tn;
-        const lf_gated_schedule s = lf_cuda_gated_tile(g, &tm, &tn);
-        lf_gemm_report(g,
-                       s == LF_GATED_PINGPONG  ? LF_KF_CUDA_GATED_PINGPONG
-                       : s == LF_GATED_OFFLOAD ? LF_KF_CUDA_GATED_OFFLOAD
-                                               : LF_KF_CUDA_GATED,
-                       tm, tn, info);
+        const lf_cuda_family fam = gemv                                       ? LF_CUDA_KF_GEMV
+                                   : c.kernel == LF_GATED_KERNEL_PINGPONG ? LF_CUDA_KF_GATED_PINGPONG
+                                   : c.kernel == LF_GATED_KERNEL_OFFLOAD  ? LF_CUDA_KF_GATED_OFFLOAD
+                                                                          : LF_CUDA_KF_GATED_COOPERATIVE;
+        lf_gemm_report(g, lf_cuda_kernel_namer, fam, c.tile_m, c.tile_n, info);
     }
     return LF_OK;
 }
 
 int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
-    if (g->ep.gate != LF_GATE_NONE)
-        return lf_cuda_gemv_supported(g) || lf_cuda_gated_supported(g, why, cap);
+    if (g->ep.gate != LF_GATE_NONE) {
+        lf_gated_choice c;
+        lf_cuda_gated_choose(g, &c);
+        snprintf(why, cap, "%s", c.why);
+        return c.kernel != LF_GATED_KERNEL_FALLBACK;
+    }
     if (g->ep.a_scale) { /* cuBLASLt's FP8 GEMM: the "tn" layout only, rows of 16-byte multiples */
         const lf_matrix *A = &g->a, *B = &g->b;
         const lf_cuda_dev *d = lf_cuda_cur();
@@ -491,6 +484,6 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     }
     lf_cuda_time_end(d, info, tm);
     if (info)
-        lf_gemm_report(g, LF_KF_CUBLASLT_GEMM, 0, 0, info);
+        lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_CUBLASLT, 0, 0, info);
     return LF_OK;
 }

@@ -90,6 +90,21 @@ lf_status lf_cuda_comm_wait(void *comm);
 void lf_cuda_comm_free(void *comm);
 const char *lf_cuda_comm_library(void);
 
+/* --- the core library's services, handed over at load (cuda_host.c) --- */
+void lf_cuda_host_set(const lf_backend_host *host);
+
+/* --- the kernel families and their names (cuda_names.c) --- */
+typedef enum lf_cuda_family {
+    LF_CUDA_KF_CUBLASLT,
+    LF_CUDA_KF_POINTWISE,
+    LF_CUDA_KF_GATED_COOPERATIVE,
+    LF_CUDA_KF_GATED_PINGPONG,
+    LF_CUDA_KF_GATED_OFFLOAD,
+    LF_CUDA_KF_GEMV,
+    LF_CUDA_KF_QUANT
+} lf_cuda_family;
+void lf_cuda_kernel_namer(const lf_kernel_key *key, char *buf, size_t cap);
+
 /* --- GEMMs (cuda_gemm.c) --- */
 lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info);
 int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap);
@@ -101,14 +116,15 @@ cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 /* Row-wise FP8 quantization (quant.cu). */
 cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t stream);
 
-/* The Hopper gated GEMM: whether it can run g (1), else 0 with why filled; its launch; and the
- * kernel that runs g: its schedule and its tile (for its name). */
+/* The gated GEMM's kernels: for 1 to 16 tokens the GEMV (gemv.cu: a memory-bound pass over the
+ * weights), else the Hopper kernel in the schedule lf_gated_rule picks (gated_gemm.cu).
+ * lf_cuda_gated_choose is the backend's answer to lf_gated_choose; the launches run the kernel
+ * it chose. */
+void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
-lf_gated_schedule lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n);
-/* The gated GEMM for 1 to 16 tokens (gemv.cu): a memory-bound pass over the weights. */
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
-cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream);
+cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
 
 /* --- fused pointwise kernels built with NVRTC (fused_nvrtc.c) --- */
 lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose);

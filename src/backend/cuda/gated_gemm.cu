@@ -175,29 +175,45 @@ std::mutex init_lock;
 
 typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *,
                              float *, int, int, int, int, int, int);
-// [fp8 * 4 + schedule * 2 + (act == silu)]: bf16 then e4m3; cooperative, then ping-pong; then the
-// two cooperative kernels writing e4m3 h, [8 + (act == silu)]; then offload, [10 + fp8 * 2 + (act == silu)]
-constexpr int KERNELS = 14;
-const gated_kernel kernels[KERNELS] = {lf::gated::gated_gemm_bf16_gelu_tanh_128x256,
-                                       lf::gated::gated_gemm_bf16_silu_128x256,
-                                       lf::gated::gated_gemm_bf16_gelu_tanh_128x128_pingpong,
-                                       lf::gated::gated_gemm_bf16_silu_128x128_pingpong,
-                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256,
-                                       lf::gated::gated_gemm_f8e4m3_silu_128x256,
-                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong,
-                                       lf::gated::gated_gemm_f8e4m3_silu_128x128_pingpong,
-                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3,
-                                       lf::gated::gated_gemm_f8e4m3_silu_128x256_to_f8e4m3,
-                                       lf::gated::gated_gemm_bf16_gelu_tanh_128x256_offload,
-                                       lf::gated::gated_gemm_bf16_silu_128x256_offload,
-                                       lf::gated::gated_gemm_f8e4m3_gelu_tanh_128x256_offload,
-                                       lf::gated::gated_gemm_f8e4m3_silu_128x256_offload};
 
-int kernel_smem(int i)
+// Every gated kernel built, by what it is: its schedule, its operands (bf16, or e4m3 with row-wise
+// scales), its output (bf16, or e4m3 in 1 x 128 blocks) and its activation. A launch finds its
+// kernel by that tuple; the instantiations (LF_GATED_KERNELS) are the same tuples.
+struct gated_entry {
+    lf_gated_kernel sched;
+    bool fp8_in, fp8_out;
+    lf_act act;
+    gated_kernel fn;
+    int smem;
+};
+#define LF_GATED_ENTRY(sched, in, out, act, name, space)                                                               \
+    {LF_GATED_KERNEL_##sched, in, out, LF_ACT_##act, lf::gated::name, lf::gated::space::SMEM_BYTES}
+const gated_entry kernels[] = {
+    LF_GATED_ENTRY(COOPERATIVE, false, false, GELU_TANH, gated_gemm_bf16_gelu_tanh_128x256, coop),
+    LF_GATED_ENTRY(COOPERATIVE, false, false, SILU, gated_gemm_bf16_silu_128x256, coop),
+    LF_GATED_ENTRY(COOPERATIVE, true, false, GELU_TANH, gated_gemm_f8e4m3_gelu_tanh_128x256, coop),
+    LF_GATED_ENTRY(COOPERATIVE, true, false, SILU, gated_gemm_f8e4m3_silu_128x256, coop),
+    LF_GATED_ENTRY(COOPERATIVE, true, true, GELU_TANH, gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3, coop),
+    LF_GATED_ENTRY(COOPERATIVE, true, true, SILU, gated_gemm_f8e4m3_silu_128x256_to_f8e4m3, coop),
+    LF_GATED_ENTRY(PINGPONG, false, false, GELU_TANH, gated_gemm_bf16_gelu_tanh_128x128_pingpong, pp),
+    LF_GATED_ENTRY(PINGPONG, false, false, SILU, gated_gemm_bf16_silu_128x128_pingpong, pp),
+    LF_GATED_ENTRY(PINGPONG, true, false, GELU_TANH, gated_gemm_f8e4m3_gelu_tanh_128x128_pingpong, pp),
+    LF_GATED_ENTRY(PINGPONG, true, false, SILU, gated_gemm_f8e4m3_silu_128x128_pingpong, pp),
+    LF_GATED_ENTRY(OFFLOAD, false, false, GELU_TANH, gated_gemm_bf16_gelu_tanh_128x256_offload, offload),
+    LF_GATED_ENTRY(OFFLOAD, false, false, SILU, gated_gemm_bf16_silu_128x256_offload, offload),
+    LF_GATED_ENTRY(OFFLOAD, true, false, GELU_TANH, gated_gemm_f8e4m3_gelu_tanh_128x256_offload, offload),
+    LF_GATED_ENTRY(OFFLOAD, true, false, SILU, gated_gemm_f8e4m3_silu_128x256_offload, offload),
+};
+#undef LF_GATED_ENTRY
+
+// The kernel for a tuple, or NULL where none was built (lf_cuda_gated_supported and the rule keep
+// launches away from those: an e4m3 output is cooperative only).
+const gated_entry *find_kernel(lf_gated_kernel sched, bool fp8_in, bool fp8_out, lf_act act)
 {
-    return i >= 10               ? lf::gated::offload::SMEM_BYTES
-           : i < 8 && i % 4 >= 2 ? lf::gated::pp::SMEM_BYTES
-                                 : lf::gated::coop::SMEM_BYTES;
+    for (const gated_entry &e : kernels)
+        if (e.sched == sched && e.fp8_in == fp8_in && e.fp8_out == fp8_out && e.act == act)
+            return &e;
+    return nullptr;
 }
 
 // Once per GPU: the device can run the kernel, its shared-memory limit is raised, the driver's
@@ -217,9 +233,8 @@ bool init_device(int dev)
     }
     cudaFuncAttributes fa;
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
-    for (int i = 0; loads && i < KERNELS; i++)
-        loads = cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, kernel_smem(i)) ==
-                cudaSuccess;
+    for (const gated_entry &e : kernels)
+        loads = loads && cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem) == cudaSuccess;
     if (!loads) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
@@ -351,24 +366,36 @@ static int gated_band()
     return b;
 }
 
-extern "C" lf_gated_schedule lf_cuda_gated_tile(const lf_gemm *g, int *tile_m, int *tile_n)
+// The one decision (lf_gated_choose): the GEMV for a few tokens, else the Hopper kernel in the
+// schedule the rule picks, else the reason neither can run g.
+extern "C" void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c)
 {
+    memset(c, 0, sizeof *c);
+    if (lf_cuda_gemv_supported(g)) {
+        c->kernel = LF_GATED_KERNEL_GEMV;
+        return;
+    }
+    if (!lf_cuda_gated_supported(g, c->why, sizeof c->why)) {
+        c->kernel = LF_GATED_KERNEL_FALLBACK;
+        return;
+    }
     const int dev = ready_device();
     const lf_gated_schedule s = gated_schedule(g, dev < 0 ? 0 : sm_count[dev]);
     const bool pp = s == LF_GATED_PINGPONG;
-    *tile_m = pp ? lf::gated::pp::BM : lf::gated::coop::BM;
-    *tile_n = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
-    return s;
+    c->kernel = pp                        ? LF_GATED_KERNEL_PINGPONG
+                : s == LF_GATED_OFFLOAD ? LF_GATED_KERNEL_OFFLOAD
+                                        : LF_GATED_KERNEL_COOPERATIVE;
+    c->tile_m = pp ? lf::gated::pp::BM : lf::gated::coop::BM;
+    c->tile_n = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
 }
 
-extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t stream)
+extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel sched, cudaStream_t stream)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
     const int dev = ready_device();
     if (dev < 0)
         return cudaErrorInvalidDevice;
-    const lf_gated_schedule sched = gated_schedule(g, sm_count[dev]);
-    const bool pp = sched == LF_GATED_PINGPONG, off = sched == LF_GATED_OFFLOAD;
+    const bool pp = sched == LF_GATED_KERNEL_PINGPONG;
     const int BM = pp ? lf::gated::pp::BM : lf::gated::coop::BM, BN = pp ? lf::gated::pp::BN : lf::gated::coop::BN;
     const bool fp8 = A->dtype == LF_DTYPE_F8E4M3, qout = D->dtype == LF_DTYPE_F8E4M3;
     CUtensorMap xm, wm, om;
@@ -382,8 +409,10 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, cudaStream_t strea
     const long long busy = pp ? (tiles + 1) / 2 : tiles;
     const int grid = (int)(busy < sm_count[dev] ? busy : sm_count[dev]);
     const int band = gated_band();
-    const int kernel = (qout ? 8 : off ? 10 + 2 * fp8 : 4 * fp8 + 2 * pp) + (g->ep.act == LF_ACT_SILU);
-    kernels[kernel]<<<grid, 384, kernel_smem(kernel), stream>>>(xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale,
-                                                                (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
+    const gated_entry *k = find_kernel(sched, fp8, qout, g->ep.act);
+    if (!k)
+        return cudaErrorInvalidValue;
+    k->fn<<<grid, 384, k->smem, stream>>>(xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale,
+                                          (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
     return cudaGetLastError();
 }

@@ -1,0 +1,47 @@
+/* The CUDA backend's settings, for programs that run linfuse beside their own CUDA work and for
+ * benches that compare one kernel choice with another: the GEMM plans measured on this GPU and
+ * the Hopper gated GEMM's schedule. Each function is callable on any machine; where there is no
+ * GPU the settings are kept for when one is used. GPUs themselves are chosen with
+ * lf_device_select (linfuse/backend.h). Layer: backend/cuda, seen from above. */
+#ifndef LINFUSE_CUDA_H
+#define LINFUSE_CUDA_H
+
+#include "linfuse/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- GEMM plans chosen by measurement ---
+ * On a GPU, the first call of each GEMM shape times cuBLASLt's top heuristic candidates on the
+ * call's own operands and keeps the fastest, as torch.compile's max-autotune does for its GEMMs;
+ * the choice is cached on disk beside the compiled kernels ($XDG_CACHE_HOME/linfuse or
+ * ~/.cache/linfuse, gemm-plans/), keyed by GPU, driver and cuBLASLt versions. Nothing is timed
+ * while a profiler records (the trace would hold the trials) or while a CUDA graph is captured:
+ * a plan from the disk cache, else cuBLASLt's first choice, is used then. On by default; off with
+ * lf_gemm_autotune_set(0), LINFUSE_GEMM_AUTOTUNE=0 or the CLI's --no-gemm-autotune.
+ * LINFUSE_GEMM_AUTOTUNE=verbose keeps it on and prints each candidate's time and the one kept
+ * to stderr (lf_gemm_autotune_verbose says whether it is set). */
+LF_API void lf_gemm_autotune_set(int on);
+LF_API int lf_gemm_autotune_enabled(void);
+LF_API int lf_gemm_autotune_verbose(void);
+
+/* --- the Hopper gated GEMM's schedule ---
+ * By default (LF_GATED_AUTO) chosen by shape (lf_gated_choose in linfuse/backend.h says which);
+ * forcing one measures it against the others. Until forced, LINFUSE_GATED_SCHEDULE decides
+ * (auto|cooperative|pingpong|offload). An e4m3 output always takes the cooperative kernel and a
+ * gate_group that is not a multiple of 128 always takes ping-pong. */
+typedef enum lf_gated_schedule {
+    LF_GATED_AUTO,
+    LF_GATED_COOPERATIVE,
+    LF_GATED_PINGPONG,
+    LF_GATED_OFFLOAD /* the cooperative tile, its activation on the producer warpgroup's spare warps */
+} lf_gated_schedule;
+
+LF_API void lf_gated_schedule_force(lf_gated_schedule s);
+LF_API lf_gated_schedule lf_gated_schedule_forced(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
