@@ -175,7 +175,8 @@ LF_API lf_status lf_device_memory(lf_device dev, int64_t *available, int64_t *to
 
 /* LF_OK when dev's backend runs g as described, else LF_EUNSUPPORTED with a message saying
  * why (a layout, dtype or shape the kernel does not take): callers that have another way to
- * compute g ask first. Invalid descriptions fail as lf_backend_gemm would. */
+ * compute g ask first. Invalid descriptions fail as lf_backend_gemm would. For a paired-gate
+ * GEMM this is lf_gated_choose's answer: LF_EUNSUPPORTED where it chooses the fallback. */
 LF_API lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g);
 
 /* --- the gated GEMM: one decision, asked by every caller ---

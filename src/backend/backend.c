@@ -278,6 +278,13 @@ lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g)
     const lf_backend_ops *b = lf_backend_for(dev);
     if (!b)
         return LF_EDEVICE;
+    if (g->ep.gate == LF_GATE_PAIRED) { /* the one gated decision */
+        lf_gated_choice c;
+        LF_TRY(lf_gated_choose(dev, g, &c));
+        if (c.kernel == LF_GATED_KERNEL_FALLBACK)
+            return lf_fail(LF_EUNSUPPORTED, "%s gemm: %s", b->name, c.why);
+        return LF_OK;
+    }
     char why[256];
     if (b->gemm_supports && !b->gemm_supports(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "%s gemm: %s", b->name, why);
