@@ -290,6 +290,94 @@ def main():
                [bin_, "linear", "--out", w("fresh", "x"), "--batch", "1099511627776", "--in_dim", "1099511627776"],
                2, lambda o, e: None if not os.path.exists(w("fresh")) else "data lost: empty directories left behind")
 
+    if fam("reader"):
+        # what the trace reader is handed to block it or to make it hold gigabytes: a named pipe;
+        # standard input past --max-bytes; gzip bombs (white space between events, inside one
+        # event, one huge name, a huge top-level string), each checked against the child's peak
+        # resident memory, bounds loose enough for an ASan build and far below what was held
+        # before (1-4 GB)
+        import gzip
+
+        def peak_run(args, timeout=120, stdin=None):
+            """run(), with the child's peak resident memory in MB as a fifth item: its VmHWM, read
+            every 10 ms until it exits (wait4's ru_maxrss would count this script's own memory,
+            which a forked child carries up to its exec)."""
+            t0, hwm = time.time(), 0
+            with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
+                p = subprocess.Popen(args, stdout=o, stderr=e, stdin=stdin or subprocess.DEVNULL)
+                st = None
+                while time.time() - t0 < timeout:
+                    try:
+                        with open("/proc/%d/status" % p.pid) as f:
+                            hwm = max([hwm] + [int(l.split()[1]) for l in f if l.startswith("VmHWM:")])
+                    except (OSError, ValueError):
+                        pass
+                    pid, status, _ = os.wait4(p.pid, os.WNOHANG)
+                    if pid:
+                        st = os.waitstatus_to_exitcode(status)
+                        break
+                    time.sleep(0.01)
+                if st is None:
+                    p.kill()
+                    os.wait4(p.pid, 0)
+                p.returncode = -9 if st is None else st
+                o.seek(0), e.seek(0)
+                return (st, o.read().decode("utf-8", "replace"), e.read().decode("utf-8", "replace"),
+                        time.time() - t0, hwm / 1024.0)
+
+        def mem_attack(name, args, want, mb, needle=None, stdin=None, timeout=120):
+            res = peak_run(args, timeout, stdin)
+            kind, why = verdict(res[:4], want, lambda o, e: None if needle is None or needle in o + e
+                                else "wrong: the message lacks %r: %s" % (needle, (e or o).strip()[:80]))
+            if kind == "handled" and mb and res[4] > mb:
+                kind, why = "wrong", "peak %.0f MB, over its %d MB bound" % (res[4], mb)
+            elif kind == "handled":
+                why = "peak %.0f MB; %s" % (res[4], why)
+            rows.append(("reader", name, kind, res[3], why[:110]))
+            print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1], flush=True)
+
+        def bomb(name, head, fill, mb, tail):  # gzip members: 1 MB of fill is 1 KB, so mb of them
+            one = gzip.compress(fill * (1 << 20), 9)
+            with open(w(name), "wb") as f:
+                f.write(gzip.compress(head) + one * mb + gzip.compress(tail))
+            return w(name)
+        ev1, ev2 = b'{"ph":"X","name":"a","ts":1,"dur":1}', b'{"ph":"X","name":"b","ts":2,"dur":1}'
+        ws = bomb("ws.json.gz", b'{"traceEvents":[' + ev1 + b",", b" ", 1024, ev2 + b"]}")
+        mem_attack("gzip: 1 GB of white space between events", [bin_, "trace", "summary", ws], 0, 150, "events=2")
+        mem_attack("gzip: the same under --max-bytes 500 MB",
+                   [bin_, "trace", "summary", ws, "--max-bytes", "500000000"], 2, 150, "inflates to more than")
+        mem_attack("gzip: 1 GB of white space inside one event",
+                   [bin_, "trace", "summary", bomb("wsin.json.gz", b'{"traceEvents":[{"ph":"X",', b" ", 1024,
+                                                   b'"name":"a","ts":1,"dur":1}]}')], 2, 150, "longer than 64 MB")
+        mem_attack("gzip: a name of 1 GB",
+                   [bin_, "trace", "summary", bomb("name.json.gz", b'{"traceEvents":[{"ph":"X","name":"', b"a", 1024,
+                                                   b'","ts":1,"dur":1}]}')], 2, 400, "longer than 64 MB")
+        mem_attack("gzip: a top-level string of 1 GB (skipped)",
+                   [bin_, "trace", "summary", bomb("top.json.gz", b'{"junk":"', b"a", 1024,
+                                                   b'","traceEvents":[' + ev1 + b"]}")], 0, 150, "events=1")
+        one = gzip.compress((ev1 + b",") * 10000, 9)  # 1 M tiny events: 37 MB of text, 184 MB as events
+        with open(w("tiny.json.gz"), "wb") as f:
+            f.write(gzip.compress(b'{"traceEvents":[') + one * 100 + gzip.compress(ev2 + b"]}"))
+        mem_attack("gzip: 1 M tiny events under --max-bytes 100 MB",
+                   [bin_, "trace", "summary", w("tiny.json.gz"), "--max-bytes", "100000000"], 2, 0, "events: held")
+        with open(w("stdin.json"), "wb") as f:  # in 1 MB writes: this script stays small
+            f.write(b'{"traceEvents":[' + ev1 + b",")
+            for _ in range(256):
+                f.write(b" " * (1 << 20))
+            f.write(ev2 + b"]}")
+        with open(w("stdin.json"), "rb") as f:
+            mem_attack("standard input: 256 MB of white space", [bin_, "trace", "summary", "-"], 0, 150, "events=2",
+                       stdin=f)
+        with open(write(w("small.json"), '{"traceEvents":[' + " " * 50000 + "]}"), "rb") as f:
+            mem_attack("standard input: 50 KB under --max-bytes 1000", [bin_, "trace", "table", "-", "--max-bytes",
+                                                                       "1000"], 2, 0, "more than the 1000 bytes",
+                       stdin=f)
+        os.mkfifo(w("fifo.json"))
+        mem_attack("a named pipe (FIFO) as the trace", [bin_, "trace", "table", w("fifo.json")], 2, 0, "named pipe",
+                   timeout=10)
+        for f in ("ws.json.gz", "wsin.json.gz", "name.json.gz", "top.json.gz", "tiny.json.gz", "stdin.json"):
+            os.unlink(w(f))
+
     if fam("memory") and not skip_huge:
         with open("/proc/meminfo") as f:
             kb = sum(int(l.split()[1]) for l in f if l.startswith(("MemAvailable:", "SwapFree:")))

@@ -2,8 +2,11 @@
  * an H200, the table linfuse builds from the JSON agrees with PyTorch's own table of the same
  * run, row by row (calls, every time and percentage, to the printed precision +-0.001) and in
  * both footers. Then bad files: each a clear error, none a crash. Usage: test_trace REF_DIR */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/core.h"
@@ -584,6 +587,116 @@ static void test_file_shrinks_while_read(void)
     unlink(path);
 }
 
+/* A file of head, then n bytes of c, then tail. */
+static int write_padded(const char *path, const char *head, char c, size_t n, const char *tail)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return 0;
+    static char pad[1 << 20];
+    memset(pad, c, sizeof pad);
+    fputs(head, f);
+    for (size_t k = 0; k < n; k += sizeof pad)
+        fwrite(pad, 1, n - k < sizeof pad ? n - k : sizeof pad, f);
+    fputs(tail, f);
+    return fclose(f) == 0;
+}
+
+/* Read "-" with standard input the n bytes of text through a pipe (a child writes them). */
+static lf_status read_piped(lf_trace **t, const char *text, size_t n)
+{
+    int p[2], saved = dup(STDIN_FILENO);
+    if (saved < 0 || pipe(p) != 0)
+        return lf_fail(LF_EIO, "test: pipe");
+    pid_t w = fork();
+    if (w == 0) {
+        close(p[0]);
+        for (size_t k = 0; k < n;) {
+            ssize_t r = write(p[1], text + k, n - k);
+            if (r <= 0)
+                _exit(0);
+            k += (size_t)r;
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    dup2(p[0], STDIN_FILENO);
+    close(p[0]);
+    lf_status st = lf_trace_read_json(t, "-");
+    dup2(saved, STDIN_FILENO);
+    close(saved);
+    kill(w, SIGKILL);
+    waitpid(w, NULL, 0);
+    return st;
+}
+
+/* What the reader must not block on or hold: a named pipe is refused at once (open() blocked for
+ * ever on one); standard input counts each byte against --max-bytes as it comes (50 KB passed a
+ * limit of 1000, checked only when the buffer doubled) and is read as the parse goes (gzip too);
+ * an event or a top-level value longer than 64 MB is refused (jansson held it whole: a 3 MB gzip
+ * of one name cost 3 GB); positions stay right after pages of white space are given back. */
+static void test_reader_limits(void)
+{
+    char dir[] = "/tmp/lf_trace_limXXXXXX", path[256];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lf_trace *t = (lf_trace *)1;
+    snprintf(path, sizeof path, "%s/fifo.json", dir);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    alarm(20); /* blocked in open(), the test dies here instead of hanging */
+    FAILS(LF_EIO, "is a named pipe (FIFO), expected a trace file", lf_trace_read_json(&t, path));
+    alarm(0);
+    unlink(path);
+    /* standard input: refused at byte 1001, read as it comes; gzip through the pipe too */
+    char *doc = malloc(50100);
+    int k = snprintf(doc, 50100, "{\"traceEvents\": [");
+    memset(doc + k, ' ', 50000);
+    strcpy(doc + k + 50000, "{\"ph\": \"X\", \"name\": \"a\", \"ts\": 1, \"dur\": 2}]}");
+    lf_trace_set_read_limit(1000);
+    FAILS(LF_EINVAL, "standard input: more than the 1000 bytes", read_piped(&t, doc, strlen(doc)));
+    lf_trace_set_read_limit(0);
+    t = NULL;
+    CHECK(read_piped(&t, doc, strlen(doc)) == LF_OK && t && lf_trace_count(t) == 1, "standard input read: %s",
+          lf_last_error());
+    snprintf(path, sizeof path, "%s/piped.json.gz", dir);
+    CHECK(t && lf_trace_write_json(t, path) == LF_OK, "gzip written");
+    lf_trace_free(t);
+    FILE *f = fopen(path, "rb");
+    size_t gz_n = 0;
+    char *gz = malloc(1 << 20);
+    if (f && gz)
+        gz_n = fread(gz, 1, 1 << 20, f);
+    if (f)
+        fclose(f);
+    t = NULL;
+    CHECK(gz_n > 2 && read_piped(&t, gz, gz_n) == LF_OK && t && lf_trace_count(t) == 1, "gzip on standard input: %s",
+          lf_last_error());
+    lf_trace_free(t);
+    lf_trace_set_read_limit(20);
+    FAILS(LF_EINVAL, "standard input: more than the 20 bytes", read_piped(&t, gz, gz_n));
+    lf_trace_set_read_limit(0);
+    free(gz);
+    free(doc);
+    unlink(path);
+    /* 65 MB of white space inside one event, and inside a top-level value: refused, with where */
+    snprintf(path, sizeof path, "%s/wide_event.json", dir);
+    CHECK(write_padded(path, "{\"traceEvents\": [{\"ph\": \"X\",", ' ', 65 << 20,
+                       "\"name\": \"a\", \"ts\": 1, \"dur\": 1}]}"),
+          "written");
+    FAILS(LF_EINVAL, "traceEvents[0] is longer than 64 MB", lf_trace_read_json(&t, path));
+    CHECK(write_padded(path, "{\"deviceProperties\": [", '\n', 65 << 20, "], \"traceEvents\": []}"), "written");
+    FAILS(LF_EINVAL, ":1:22: a top-level value is longer than 64 MB", lf_trace_read_json(&t, path));
+    /* 40 M lines of nothing between events (given back as read): an error after them at its line */
+    CHECK(write_padded(path, "{\"traceEvents\": [{\"ph\": \"i\", \"name\": \"a\", \"ts\": 1},", '\n', 40000000,
+                       "  {\"ph\": \"X\" \"name\": \"b\"}]}"),
+          "written");
+    FAILS(LF_EINVAL, ":40000001:19: not valid JSON: '}' expected near '\"name\"'", lf_trace_read_json(&t, path));
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -601,5 +714,6 @@ int main(int argc, char **argv)
     test_shape_flops();
     test_gzip_round_trip(argv[1]);
     test_file_shrinks_while_read();
+    test_reader_limits();
     return lf_test_finish("test_trace");
 }

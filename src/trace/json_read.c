@@ -4,6 +4,8 @@
  * This room parses; json_source.c brings the text in. Layer: trace/. */
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,10 +91,19 @@ static int cmp_flow(const void *a, const void *b)
 }
 
 /* The reader streams: a small scanner walks the top level and the traceEvents array, and
- * jansson parses one event object at a time (JSON_DISABLE_EOF_CHECK tells it to stop at the
- * object's end and say how far it read). A 200 MB trace then never becomes one 2 GB tree:
- * memory is the lf_trace, one event, and the last 32 MB or less of the text (the pages read are
- * given back as the parse goes: between_events). */
+ * jansson parses one event object at a time, fed from the text 1 KB at a time (json_load_callback;
+ * JSON_DISABLE_EOF_CHECK tells it to stop at the object's end and say how far it read). A 200 MB
+ * trace then never becomes one 2 GB tree: memory is the lf_trace, one event, and the last 32 MB
+ * or less of the text. The pages read are given back as the text comes in (give_back, from fill),
+ * inside an event or a run of white space too, except from the pin on: the start of what the
+ * parse still points into (a key, a number, a top-level value kept as text), which may hold at
+ * most MAX_VALUE bytes, as may one event, so a gzip bomb of white space or of one huge value
+ * costs megabytes, not its inflated size. */
+typedef struct pin {
+    size_t at;        /* the first byte still needed, SIZE_MAX: none */
+    const char *what; /* what is held there, for the error when it grows past MAX_VALUE */
+} pin;
+
 typedef struct reader {
     const char *p;
     size_t n, pos;
@@ -102,17 +113,92 @@ typedef struct reader {
     size_t n_flows, cap_flows;
     int64_t *shape_flops; /* events whose FLOPs came from their shapes: kept only under with_flops */
     size_t n_shape_flops, cap_shape_flops;
-    int releasable;      /* p is a mapping of its own: what was read may be given back */
-    size_t released;     /* bytes of p given back to the kernel so far (whole pages) */
-    int rel_line, rel_col; /* the line and column at p + released, for errors past it */
-    size_t next_report;  /* the position at which the progress callback is next called */
-    struct lazy_src *src; /* text that arrives as the parse reads on (fill): a file's or a gzip trace's */
+    int releasable;            /* p is a mapping of its own: what was read may be given back */
+    size_t released;           /* bytes of p given back to the kernel so far (whole pages) */
+    int64_t rel_line, rel_col; /* the line and column at p + released, for errors past it */
+    size_t next_report;        /* the position at which the progress callback is next called */
+    struct lazy_src *src;      /* text that arrives as the parse reads on (fill): a file's or a gzip trace's */
+    pin pin;                   /* nothing before pin.at is given back */
+    size_t ev_start, ev_index; /* the event jansson is being fed: where it starts, its index */
+    int64_t max_events;        /* the read limit over an event's size in memory */
+    lf_status err;             /* the reader's own refusal (a value too long, too many events), reported */
+    char msg[300];             /* instead of what the parse says after it */
 } reader;
 
+enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20, MAX_VALUE = 64 << 20 };
 
+/* The line and column a text editor shows at byte offset at (counted from the last page given
+ * back: its bytes may be gone; an offset before it gets that page's). */
+static void line_col(const reader *r, size_t at, int64_t *line, int64_t *col)
+{
+    *line = r->released ? r->rel_line : 1, *col = r->released ? r->rel_col : 1;
+    const char *p = r->p + r->released, *end = r->p + (at < r->n ? at : r->n), *last = NULL, *nl;
+    for (; p < end && (nl = memchr(p, '\n', (size_t)(end - p))); p = nl + 1)
+        ++*line, last = nl;
+    if (end > r->p + r->released)
+        *col = last ? end - last : *col + (end - (r->p + r->released));
+}
+
+/* Give back to the kernel the whole pages before upto once RELEASE_EVERY bytes have gathered
+ * (MADV_DONTNEED: a file's pages are dropped, an inflated trace's freed), their lines and columns
+ * counted first so that an error further on still says where it is. Without this a trace costs
+ * its JSON's size on top of what it holds. */
+static void give_back(reader *r, size_t upto)
+{
+    if (!r->releasable || upto < r->released + RELEASE_EVERY)
+        return;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    upto = upto / page * page;
+    int64_t line, col;
+    line_col(r, upto, &line, &col);
+    if (madvise((void *)(uintptr_t)(r->p + r->released), upto - r->released, MADV_DONTNEED) == 0)
+        r->released = upto, r->rel_line = line, r->rel_col = col;
+}
+
+/* The reader's own refusal, kept to be reported in place of the parse's error that follows. */
+static int reader_fail(reader *r, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int reader_fail(reader *r, size_t at, const char *fmt, ...)
+{
+    if (r->err)
+        return 0;
+    int64_t line, col;
+    line_col(r, at, &line, &col);
+    int k = snprintf(r->msg, sizeof r->msg, "%s:%lld:%lld: ", r->name, (long long)line, (long long)col);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg + k, sizeof r->msg - (size_t)k, fmt, ap);
+    va_end(ap);
+    r->err = LF_EINVAL;
+    return 0;
+}
+
+/* More text, up to want: the pages before the pin and the parse position given back first; 0 at
+ * the text's end, or when what is pinned would pass MAX_VALUE bytes. */
 static int fill(reader *r, size_t want)
 {
-    return lf_json_src_fill(r->src, r->name, &r->n, want);
+    if (r->err)
+        return 0;
+    const size_t held = r->pos < r->pin.at ? r->pos : r->pin.at;
+    if (want > held + MAX_VALUE)
+        return reader_fail(r, held, "%s is longer than %d MB; not a trace", r->pin.what ? r->pin.what : "a value",
+                           MAX_VALUE >> 20);
+    give_back(r, held);
+    /* no further than the pinned value may reach, so that one a byte too long comes here */
+    return lf_json_src_fill(r->src, r->name, &r->n, want, r->pin.at == SIZE_MAX ? SIZE_MAX : held + MAX_VALUE + 1);
+}
+
+/* Hold the text from at on (until unpin(r, the pin returned)). */
+static pin pin_from(reader *r, size_t at, const char *what)
+{
+    const pin old = r->pin;
+    if (at < r->pin.at)
+        r->pin = (pin){at, what};
+    return old;
+}
+
+static void unpin(reader *r, pin old)
+{
+    r->pin = old;
 }
 
 /* Whether k bytes from the parse position are there (inflating more of a gzip trace if need be). */
@@ -129,60 +215,44 @@ void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx)
     progress_fn = fn, progress_ctx = ctx;
 }
 
-enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20 };
-
-/* Between events: the progress callback every 4 MB, and the pages already parsed given back
- * every 32 MB when the text is a mapping of the reader's own (MADV_DONTNEED: a file's pages are
- * dropped, an inflated trace's freed), their lines and columns counted first so that an error
- * further on still says where it is. Without this a trace costs its JSON's size on top of what
- * it holds. */
+/* Between events: the progress callback every 4 MB, and the pages parsed given back. */
 static void between_events(reader *r)
 {
     if (progress_fn && r->pos >= r->next_report) {
         /* a gzip trace's inflated size is not known before its end: extrapolated from the share of
-         * the compressed bytes read */
+         * the compressed bytes read; a pipe's is not known either */
         double total = (double)r->n;
-        if (r->src && r->src->fd >= 0)
+        if (r->src && r->src->fd >= 0 && !r->src->stream)
             total = (double)r->src->cap; /* a file: its size */
         else if (r->src && !r->src->done && r->src->in_at > 0)
             total = (double)r->n * (double)r->src->in_n / (double)r->src->in_at;
         progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)(total > (double)r->pos ? total : (double)r->pos));
         r->next_report = r->pos + REPORT_EVERY;
     }
-    if (r->releasable && r->pos - r->released >= RELEASE_EVERY) {
-        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        const size_t upto = r->pos / page * page;
-        int line = r->released ? r->rel_line : 1, col = r->released ? r->rel_col : 1;
-        for (size_t i = r->released; i < upto; i++) {
-            if (r->p[i] == '\n')
-                line++, col = 1;
-            else
-                col++;
-        }
-        if (madvise((void *)(uintptr_t)(r->p + r->released), upto - r->released, MADV_DONTNEED) == 0)
-            r->released = upto, r->rel_line = line, r->rel_col = col;
-    }
+    if (r->pin.at == SIZE_MAX)
+        give_back(r, r->pos);
 }
 
 /* An error at byte offset `at`, with the line and column a text editor shows. */
 static lf_status fail_at(const reader *r, size_t at, const char *what)
 {
-    /* counted from the last page given back (its bytes may be gone: an inflated trace's are) */
-    int line = r->released ? r->rel_line : 1, col = r->released ? r->rel_col : 1;
-    for (size_t i = r->released; i < at && i < r->n; i++) {
-        if (r->p[i] == '\n')
-            line++, col = 1;
-        else
-            col++;
-    }
-    return lf_fail(LF_EINVAL, "%s:%d:%d: %s", r->name, line, col, what);
+    int64_t line, col;
+    line_col(r, at, &line, &col);
+    return lf_fail(LF_EINVAL, "%s:%lld:%lld: %s", r->name, (long long)line, (long long)col, what);
 }
 
+static inline int is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* White space skipped as fast as memory goes; what it passes is given back as more comes in. */
 static void ws(reader *r)
 {
-    while (have(r, 1) &&
-           (r->p[r->pos] == ' ' || r->p[r->pos] == '\n' || r->p[r->pos] == '\r' || r->p[r->pos] == '\t'))
-        r->pos++;
+    do
+        while (r->pos < r->n && is_ws(r->p[r->pos]))
+            r->pos++;
+    while (r->pos == r->n && r->src && fill(r, r->pos + 1));
 }
 
 static int take(reader *r, char c)
@@ -195,22 +265,27 @@ static int take(reader *r, char c)
     return 0;
 }
 
-/* A string's raw bytes between its quotes (escapes left as they are). */
+/* A string's raw bytes between its quotes (escapes left as they are); with s, held until the
+ * caller has copied what it needs (before its next read), else let go as it is scanned. */
 static lf_status raw_string(reader *r, const char **s, size_t *len)
 {
     ws(r);
     if (!have(r, 1) || r->p[r->pos] != '"')
         return fail_at(r, r->pos, "not valid JSON: expected a string");
     size_t start = ++r->pos;
+    const pin old = s ? pin_from(r, start, "a key") : r->pin;
     while (have(r, 1) && r->p[r->pos] != '"') {
         if ((unsigned char)r->p[r->pos] < 0x20)
             return fail_at(r, r->pos, "not valid JSON: control character in a string");
         r->pos += r->p[r->pos] == '\\' ? 2 : 1;
     }
+    unpin(r, old);
     if (r->pos >= r->n)
-        return fail_at(r, start - 1, "not valid JSON: unterminated string");
-    *s = r->p + start;
-    *len = r->pos - start;
+        return fail_at(r, start - 1 >= r->released ? start - 1 : r->pos, "not valid JSON: unterminated string");
+    if (s)
+        *s = r->p + start;
+    if (len)
+        *len = r->pos - start;
     r->pos++;
     return LF_OK;
 }
@@ -261,10 +336,8 @@ static lf_status skip_value(reader *r, int depth)
     if (depth > 64)
         return fail_at(r, r->pos, "nested more than 64 levels deep; not a trace");
     char c = r->p[r->pos];
-    const char *s;
-    size_t len;
     if (c == '"')
-        return raw_string(r, &s, &len);
+        return raw_string(r, NULL, NULL);
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
         r->pos++;
@@ -272,7 +345,7 @@ static lf_status skip_value(reader *r, int depth)
             return LF_OK;
         do {
             if (c == '{') {
-                LF_TRY(raw_string(r, &s, &len));
+                LF_TRY(raw_string(r, NULL, NULL));
                 if (!take(r, ':'))
                     return fail_at(r, r->pos, "not valid JSON: expected ':'");
             }
@@ -283,9 +356,11 @@ static lf_status skip_value(reader *r, int depth)
                            c == '{' ? "not valid JSON: expected ',' or '}'" : "not valid JSON: expected ',' or ']'");
         return LF_OK;
     }
-    size_t start = r->pos; /* a number or a literal */
+    size_t start = r->pos; /* a number or a literal: held while it is scanned */
+    const pin old = pin_from(r, start, "a number");
     while (have(r, 1) && (isalnum((unsigned char)r->p[r->pos]) || strchr("+-.", r->p[r->pos])))
         r->pos++;
+    unpin(r, old);
     size_t k = r->pos - start;
     if (k == 0)
         return fail_at(r, start, "not valid JSON: unexpected character");
@@ -391,6 +466,32 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     return st;
 }
 
+/* jansson's source for one event: the text 1 KB at a time, or up to the next '}', what it has
+ * taken given back as more comes in (it may not yet have used the last 1 KB it was handed: kept);
+ * an event longer than
+ * MAX_VALUE bytes, white space included, is refused (jansson would hold it whole). */
+static size_t feed_event(void *buf, size_t cap, void *arg)
+{
+    reader *r = arg;
+    if (r->pos - r->ev_start >= MAX_VALUE) {
+        reader_fail(r, r->pos, "traceEvents[%zu] is longer than %d MB; not a trace", r->ev_index, MAX_VALUE >> 20);
+        return (size_t)-1;
+    }
+    r->pin = (pin){r->pos > 2 * cap ? r->pos - 2 * cap : 0, "an event"};
+    if (!have(r, 1))
+        return 0;
+    size_t k = r->n - r->pos < cap ? r->n - r->pos : cap;
+    if (k > MAX_VALUE - (r->pos - r->ev_start))
+        k = MAX_VALUE - (r->pos - r->ev_start);
+    /* up to the first '}': the event ends at one, so jansson is not handed the events after it */
+    const char *close = memchr(r->p + r->pos, '}', k);
+    if (close)
+        k = (size_t)(close - (r->p + r->pos)) + 1;
+    memcpy(buf, r->p + r->pos, k);
+    r->pos += k;
+    return k;
+}
+
 static lf_status events_array(reader *r)
 {
     if (!take(r, '['))
@@ -406,24 +507,29 @@ static lf_status events_array(reader *r)
             return fail_at(r, r->pos, "not valid JSON: the events end early");
         }
         json_error_t err;
-        json_t *e;
-        /* a gzip trace: 1 MB of text ahead, more while an event runs past what is inflated */
-        for (size_t ahead = 1 << 20;; ahead *= 2) {
-            have(r, ahead);
-            e = json_loadb(r->p + r->pos, r->n - r->pos, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                           &err);
-            if (e || !r->src || r->src->done || r->src->err || r->pos + ahead > r->n)
-                break;
-        }
+        r->ev_start = r->pos, r->ev_index = i;
+        json_t *e =
+            json_load_callback(feed_event, r, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+        r->pin = (pin){SIZE_MAX, NULL};
+        /* how far jansson read (an int: exact, as an event is shorter than MAX_VALUE) */
+        const size_t used = err.position > 0 ? (size_t)err.position : 0;
         if (!e) {
             char msg[200];
             snprintf(msg, sizeof msg, "not valid JSON: %s", err.text);
-            return fail_at(r, r->pos + (size_t)(err.position > 0 ? err.position - 1 : 0), msg);
+            return fail_at(r, r->ev_start + (used ? used - 1 : 0), msg);
         }
-        r->pos += (size_t)err.position;
+        LF_ASSERT(used <= r->pos - r->ev_start);
+        r->pos = r->ev_start + used;
         lf_status st = add_event(r, e, i++);
         json_decref(e);
         LF_TRY(st);
+        if (lf_trace_count(r->t) > r->max_events)
+            return lf_fail(LF_EINVAL,
+                           "%s: more than %lld events: held in memory (%zu bytes each) they would pass the %lld bytes "
+                           "(%.1f GB) a trace may have; raise the limit with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                           r->name, (long long)r->max_events, sizeof(lf_trace_event),
+                           (long long)(r->max_events * (int64_t)sizeof(lf_trace_event)),
+                           (double)r->max_events * (double)sizeof(lf_trace_event) / 1e9);
         between_events(r);
     } while (take(r, ','));
     if (!take(r, ']'))
@@ -436,7 +542,10 @@ static lf_status top_int(reader *r, int64_t *out)
 {
     ws(r);
     size_t start = r->pos;
-    LF_TRY(skip_value(r, 1));
+    const pin old = pin_from(r, start, "a top-level value");
+    lf_status st = skip_value(r, 1);
+    unpin(r, old);
+    LF_TRY(st);
     char num[64];
     size_t k = r->pos - start;
     if (k && k < sizeof num && json_number_len(r->p + start, k) == k) {
@@ -455,7 +564,10 @@ static lf_status top_raw(reader *r, const char **out, json_t **parsed)
 {
     ws(r);
     size_t start = r->pos;
-    LF_TRY(skip_value(r, 1));
+    const pin old = pin_from(r, start, "a top-level value");
+    lf_status st = skip_value(r, 1);
+    unpin(r, old);
+    LF_TRY(st);
     json_error_t err;
     json_t *v = json_loadb(r->p + start, r->pos - start, JSON_DECODE_ANY, &err);
     if (!v || (!json_is_object(v) && !json_is_array(v))) {
@@ -486,9 +598,11 @@ static lf_status parse_doc(reader *r)
         int seen = 0;
         if (!take(r, '}'))
             do {
-                const char *k;
+                const char *at;
+                char k[32]; /* the key, copied: its text may be given back past here */
                 size_t len;
-                LF_TRY(raw_string(r, &k, &len));
+                LF_TRY(raw_string(r, &at, &len));
+                memcpy(k, at, len < sizeof k ? len : sizeof k);
                 if (!take(r, ':'))
                     return fail_at(r, r->pos, "not valid JSON: expected ':'");
                 int64_t v = 0;
@@ -535,10 +649,8 @@ static lf_status parse_doc(reader *r)
         if (!seen)
             return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
     }
-    ws(r);
-    if (r->src) /* the rest of the source: a gzip trace's CRCs and members checked */
-        fill(r, SIZE_MAX);
-    if (r->pos != r->n)
+    ws(r); /* to the source's end: a gzip trace's CRCs and members checked */
+    if (have(r, 1))
         return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
     /* FLOPs from shapes count only where PyTorch would have counted them */
     if (!m->with_flops)
@@ -574,12 +686,15 @@ lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const cha
 {
     if (size == 0 && !src)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .src = src};
+    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .src = src, .pin = {SIZE_MAX, NULL}};
+    r.max_events = lf_trace_read_limit() / (int64_t)sizeof(lf_trace_event);
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);
     lf_status st = parse_doc(&r);
     if (src && src->err) /* the source's own fault, not the text's it cut short */
         st = lf_fail(src->err, "%s", src->msg);
+    else if (r.err) /* the reader's refusal (a value too long), not the parse error that followed */
+        st = lf_fail(r.err, "%s", r.msg);
     if (st == LF_OK && progress_fn)
         progress_fn(progress_ctx, name, (int64_t)r.n, (int64_t)r.n);
     free(r.flows), free(r.shape_flops);

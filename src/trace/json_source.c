@@ -44,17 +44,27 @@ static int src_fail(lazy_src *g, lf_status st, const char *fmt, ...)
 
 /* Bring in text: from a file (read(2) up to its size as fstat gave it), or inflated from a gzip
  * trace (tensorboard_trace_handler(use_gzip=True) writes .pt.trace.json.gz), until
- * want bytes of text are there, 4 MB at least each time, or the data ends: every member of a
+ * want bytes of text are there, 4 MB at least each time (up to most), or the data ends: every member of a
  * multi-member file, the CRCs checked by zlib, the text bounded by the read limit, and refused as
  * soon as its first bytes are not JSON (a bomb of zeros stops at once). 0 once the data has
  * ended or failed (the failure kept in g). */
-int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want)
+int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want, size_t most)
 {
     if (g->done || g->err)
         return 0;
-    const size_t target = want > *n + (4u << 20) ? want : *n + (4u << 20);
-    while (g->fd >= 0 && *n < target && !g->err) { /* a file: up to its size as fstat gave it */
+    size_t target = want > *n + (4u << 20) ? want : *n + (4u << 20);
+    target = target > most && most >= want ? most : target;
+    /* a file: up to its size as fstat gave it; a pipe: until it ends, each byte counted against
+     * the limit as it comes (the reservation is the limit + 1) */
+    while (g->fd >= 0 && *n < target && !g->done && !g->err) {
         const size_t room = g->cap - *n, step = target - *n;
+        if (room == 0 && g->stream) {
+            src_fail(g, LF_EINVAL,
+                     "%s: more than the %lld bytes (%.1f GB) a trace may have; raise the limit with --max-bytes or "
+                     "LINFUSE_TRACE_MAX_BYTES",
+                     name, (long long)(g->cap - 1), (double)(g->cap - 1) / 1e9);
+            break;
+        }
         if (room == 0) {
             g->done = 1;
             break;
@@ -64,9 +74,12 @@ int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want)
             continue;
         if (k < 0)
             src_fail(g, LF_EIO, "%s: read failed after %zu bytes: %s", name, *n, strerror(errno));
+        else if (k == 0 && g->stream)
+            g->done = 1;
         else if (k == 0)
-            src_fail(g, LF_EIO, "%s: the file ended at byte %zu of the %zu it had when opened (was it being rewritten?)",
-                     name, *n, g->cap);
+            src_fail(g, LF_EIO,
+                     "%s: the file ended at byte %zu of the %zu it had when opened (was it being rewritten?)", name, *n,
+                     g->cap);
         else
             *n += (size_t)k;
     }
@@ -77,9 +90,9 @@ int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want)
         }
         if (*n == g->cap) {
             src_fail(g, LF_EINVAL,
-                    "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
-                    "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                    name, (long long)g->limit, (double)g->limit / 1e9);
+                     "%s: inflates to more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
+                     "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                     name, (long long)g->limit, (double)g->limit / 1e9);
             break;
         }
         /* zlib counts in uInt: feed and take at most 1 GiB a call */
@@ -103,14 +116,16 @@ int lf_json_src_fill(lazy_src *g, const char *name, size_t *n, size_t want)
             src_fail(g, LF_EINVAL, "%s: the gzip data ends early (truncated after %zu bytes)", name, g->in_n);
         } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
             src_fail(g, LF_EINVAL, "%s: not valid gzip data: %s", name,
-                    g->z.msg ? g->z.msg : zr == Z_MEM_ERROR ? "out of memory" : "corrupt");
+                     g->z.msg            ? g->z.msg
+                     : zr == Z_MEM_ERROR ? "out of memory"
+                                         : "corrupt");
         }
         if (!g->checked && !g->err && (*n >= 4096 || g->done)) {
             size_t at;
             const char *bad = *n ? lf_json_start(g->buf, *n, &at) : "inflates to nothing";
             if (bad && *n)
                 src_fail(g, LF_EINVAL, "%s: inflated, %s (byte %zu is 0x%02x, expected '{' or '[')", name, bad, at,
-                        (unsigned char)g->buf[at]);
+                         (unsigned char)g->buf[at]);
             else if (bad)
                 src_fail(g, LF_EINVAL, "%s: %s, expected a JSON trace", name, bad);
             g->checked = 1;
@@ -149,7 +164,8 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
     LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
     if (!name)
         name = "(buffer)";
-    return lf_json_is_gzip(data, size) ? read_gzip(out, data, size, name) : lf_json_parse(out, data, size, name, 0, NULL);
+    return lf_json_is_gzip(data, size) ? read_gzip(out, data, size, name)
+                                       : lf_json_parse(out, data, size, name, 0, NULL);
 }
 
 static _Atomic int64_t read_limit; /* 0: the default, or $LINFUSE_TRACE_MAX_BYTES */
@@ -170,44 +186,108 @@ int64_t lf_trace_read_limit(void)
     return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
 }
 
-/* Standard input, whole: a pipe has no size to check first, so the limit is checked as it grows. */
-static lf_status read_stdin(char **out, size_t *n)
+/* Up to cap bytes from fd into buf, fewer only where it ends; -1 when a read fails. */
+static ssize_t read_upto(int fd, char *buf, size_t cap)
 {
-    const int64_t limit = lf_trace_read_limit();
-    size_t cap = 1 << 16, got = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        return lf_fail(LF_ENOMEM, "standard input: out of memory");
-    for (;;) {
-        if (got == cap) {
-            if ((int64_t)got > limit) {
-                free(buf);
-                return lf_fail(LF_EINVAL,
-                               "standard input: more than the %lld bytes (%.1f GB) a trace may have; raise the limit "
-                               "with --max-bytes or LINFUSE_TRACE_MAX_BYTES",
-                               (long long)limit, (double)limit / 1e9);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
-            }
-            buf = nb, cap *= 2;
-        }
-        ssize_t k = read(STDIN_FILENO, buf + got, cap - got);
+    size_t n = 0;
+    while (n < cap) {
+        ssize_t k = read(fd, buf + n, cap - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
         if (k == 0)
             break;
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            lf_status s = lf_fail(LF_EIO, "standard input: %s", strerror(errno));
-            free(buf);
-            return s;
-        }
-        got += (size_t)k;
+        n += (size_t)k;
     }
-    *out = buf, *n = got;
-    return LF_OK;
+    return (ssize_t)n;
+}
+
+static lf_status stdin_over(int64_t limit)
+{
+    return lf_fail(LF_EINVAL,
+                   "standard input: more than the %lld bytes (%.1f GB) a trace may have; raise the limit with "
+                   "--max-bytes or LINFUSE_TRACE_MAX_BYTES",
+                   (long long)limit, (double)limit / 1e9);
+}
+
+/* Standard input (a pipe has no size to check first): its first bytes tell gzip from JSON; JSON
+ * is read as the parse goes into a reservation of the limit + 1 bytes, its parsed pages given
+ * back as a file's are; gzip is read whole (the compressed bytes), then inflated as parsed. Every
+ * byte counts against the limit as it comes. */
+static lf_status read_stdin(lf_trace **out)
+{
+    const int64_t limit = lf_trace_read_limit();
+    char head[4096];
+    const size_t want = (uint64_t)limit < sizeof head ? (size_t)limit + 1 : sizeof head;
+    const ssize_t got = read_upto(STDIN_FILENO, head, want);
+    if (got < 0)
+        return lf_fail(LF_EIO, "standard input: %s", strerror(errno));
+    if (got == 0)
+        return lf_fail(LF_EINVAL, "standard input: is empty, expected a JSON trace");
+    size_t nh = (size_t)got, at = 0;
+    if ((int64_t)nh > limit)
+        return stdin_over(limit);
+    if (lf_json_is_gzip(head, nh)) { /* the compressed bytes whole, at most the limit */
+        size_t cap = 1 << 20, n = nh;
+        char *z = malloc(cap);
+        lf_status st = LF_OK;
+        if (z)
+            memcpy(z, head, nh);
+        for (int ended = nh < want; z && !ended && st == LF_OK;) {
+            if (n == cap) {
+                char *nz = realloc(z, cap * 2);
+                if (!nz) {
+                    free(z);
+                    z = NULL;
+                    break;
+                }
+                z = nz, cap *= 2;
+            }
+            const size_t left = (size_t)limit + 1 - n, ask = cap - n < left ? cap - n : left;
+            const ssize_t k = read_upto(STDIN_FILENO, z + n, ask);
+            if (k < 0) {
+                st = lf_fail(LF_EIO, "standard input: read failed after %zu bytes: %s", n, strerror(errno));
+                break;
+            }
+            n += (size_t)k;
+            ended = (size_t)k < ask;
+            if ((int64_t)n > limit)
+                st = stdin_over(limit);
+        }
+        if (!z)
+            return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
+        if (st == LF_OK)
+            st = read_gzip(out, z, n, "standard input");
+        free(z);
+        return st;
+    }
+    const char *bad = lf_json_start(head, nh, &at);
+    if (bad)
+        return lf_fail(LF_EINVAL, "standard input: %s (byte %zu is 0x%02x, expected '{' or '[')", bad, at,
+                       (unsigned char)head[at]);
+    /* reserved, not committed; past 1 TiB the limit is this machine's anyway */
+    const size_t most = (size_t)1 << 40;
+    lazy_src src = {.fd = STDIN_FILENO, .stream = 1, .cap = (uint64_t)limit + 1 < most ? (size_t)limit + 1 : most};
+    src.buf = mmap(NULL, src.cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (src.buf == MAP_FAILED)
+        return lf_fail(LF_ENOMEM, "standard input: could not reserve %zu bytes: %s", src.cap, strerror(errno));
+    memcpy(src.buf, head, nh);
+    src.done = nh < want; /* it ended within its first bytes */
+    lf_status st = lf_json_parse(out, src.buf, nh, "standard input", 1, &src);
+    munmap(src.buf, src.cap);
+    return st;
+}
+
+/* What a path that is not a regular file is, for the message. */
+static const char *not_regular(mode_t m)
+{
+    return S_ISDIR(m)    ? "is a directory, expected a trace file"
+           : S_ISFIFO(m) ? "is a named pipe (FIFO), expected a trace file (give '-' to read a pipe from standard input)"
+           : S_ISSOCK(m) ? "is a socket, expected a trace file"
+           : S_ISCHR(m)  ? "is a character device, expected a trace file"
+           : S_ISBLK(m)  ? "is a block device, expected a trace file"
+                         : "is not a regular file";
 }
 
 lf_status lf_trace_read_json(lf_trace **out, const char *path)
@@ -215,24 +295,19 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
     LF_CHECK_PTR(out, "lf_trace_read_json", "out");
     *out = NULL;
     LF_CHECK_PTR(path, "lf_trace_read_json", "path");
-    if (!strcmp(path, "-")) {
-        char *data = NULL;
-        size_t n = 0;
-        LF_TRY(read_stdin(&data, &n));
-        lf_status st = n ? lf_trace_read_json_buffer(out, data, n, "standard input")
-                         : lf_fail(LF_EINVAL, "standard input: is empty, expected a JSON trace");
-        free(data);
-        return st;
-    }
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (!strcmp(path, "-"))
+        return read_stdin(out);
+    /* O_NONBLOCK: a named pipe with no writer would block open() for ever; what is not a regular
+     * file is refused before any read (regular files ignore the flag, cleared anyway) */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return lf_fail(LF_EIO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    const char *bad = fstat(fd, &sb) != 0      ? strerror(errno)
-                      : S_ISDIR(sb.st_mode)  ? "is a directory, expected a trace file"
-                      : !S_ISREG(sb.st_mode) ? "is not a regular file"
-                      : sb.st_size == 0      ? "is empty, expected a JSON trace"
-                                             : NULL;
+    struct stat sb = {0};
+    const char *bad = fstat(fd, &sb) != 0                                         ? strerror(errno)
+                      : !S_ISREG(sb.st_mode)                                      ? not_regular(sb.st_mode)
+                      : sb.st_size == 0                                           ? "is empty, expected a JSON trace"
+                      : fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ? strerror(errno)
+                                                                                  : NULL;
     if (bad) {
         lf_status s = lf_fail(sb.st_size == 0 && S_ISREG(sb.st_mode) ? LF_EINVAL : LF_EIO, "%s: %s", path, bad);
         close(fd);
@@ -272,7 +347,7 @@ lf_status lf_trace_read_json(lf_trace **out, const char *path)
                 break;
             n += (size_t)k;
         }
-        st = !z ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
+        st = !z          ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
              : n != size ? lf_fail(LF_EIO, "%s: read %zu of %zu bytes", path, n, size)
                          : read_gzip(out, z, size, path);
         free(z);
