@@ -378,6 +378,42 @@ def main():
         for f in ("ws.json.gz", "wsin.json.gz", "name.json.gz", "top.json.gz", "tiny.json.gz", "stdin.json"):
             os.unlink(w(f))
 
+    if fam("net"):
+        # trace serve against clients that hold it: idle connections, a client that sends a byte
+        # at a time, more connections than it keeps; then a real GET must come back at once
+        import socket, urllib.request
+        src = write(w("served.json"), json.dumps(trace([op("ProfilerStep#1", 0, 100, cat="user_annotation")])))
+        p = subprocess.Popen([bin_, "trace", "serve", src, "--port", "0"], stdout=subprocess.PIPE, text=True)
+        url, t0 = None, time.time()
+        while not url and time.time() - t0 < 10:
+            line = p.stdout.readline()
+            url = line.split(" at ")[1].strip() if line.startswith("serving ") else None
+        held, t1 = [], time.time()
+        try:
+            host, port = url.split("//")[1].split("/")[0].split(":")
+            held = [socket.create_connection((host, int(port))) for _ in range(40)]
+            held[-1].sendall(b"G")
+            t1 = time.time()
+            body = urllib.request.urlopen(url, timeout=30).read()
+            dt = time.time() - t1
+            kind, why = (("handled", "answered in %.2f s beside 40 held connections" % dt) if dt < 2
+                         and body == open(src, "rb").read() else ("hang", "answered after %.1f s" % dt))
+        except Exception as e:  # noqa: BLE001 -- no answer at all is the finding
+            kind, why = "hang", "no answer: %s" % e
+        rows.append(("net", "serve: a GET beside idle and slow clients", kind, time.time() - t1, why))
+        print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1], flush=True)
+        for s in held:
+            s.close()
+        p.kill(), p.wait()
+        write(w("big_in.json"), '{"traceEvents":[' + " " * 50000 + "]}")
+        attack("net", "serve: standard input past --max-bytes",
+               ["sh", "-c", '"$0" trace serve - --port 0 --max-bytes 1000 < "$1"', bin_, w("big_in.json")], 2,
+               lambda o, e: None if "more than the 1000 bytes" in e else "wrong: %s" % e.strip()[:80], timeout=10)
+        if not os.path.exists(w("fifo.json")):
+            os.mkfifo(w("fifo.json"))
+        attack("net", "serve: a named pipe (FIFO)", [bin_, "trace", "serve", w("fifo.json"), "--port", "0"], 2,
+               lambda o, e: None if "named pipe" in e else "wrong: %s" % e.strip()[:80], timeout=10)
+
     if fam("memory") and not skip_huge:
         with open("/proc/meminfo") as f:
             kb = sum(int(l.split()[1]) for l in f if l.startswith(("MemAvailable:", "SwapFree:")))

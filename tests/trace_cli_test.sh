@@ -413,6 +413,36 @@ h, p = sys.argv[1].split('//')[1].split('/')[0].split(':')
 s = socket.create_connection((h, int(p))); s.sendall(b'hello there\r\n\r\n'); print(s.recv(100).decode().split()[1])" "$url"
     contains "400 for garbage" "400"
     check "serve: still serving after all that" 0 curl -sS -o /dev/null "$url"
+    # clients side by side: 40 connections that say nothing (more than the 32 it keeps) and one
+    # that sends a byte every 0.5 s hold nobody: a GET comes back at once, and the slow client is
+    # dropped when its 3 s for a request are up (one connection at a time, a GET waited 61 s
+    # behind six idle ones, and a byte every 8 s held the server 80 s)
+    check "serve: a GET beside idle and slow clients" 0 python3 -c "
+import socket, sys, time, urllib.request
+url = sys.argv[1]
+h, p = url.split('//')[1].split('/')[0].split(':')
+idle = [socket.create_connection((h, int(p))) for _ in range(40)]
+slow = socket.create_connection((h, int(p)))
+slow.sendall(b'G')
+t = time.time()
+body = urllib.request.urlopen(url, timeout=30).read()
+dt = time.time() - t
+assert dt < 2 and body == open(sys.argv[2], 'rb').read(), ('GET took %.1f s' % dt)
+slow.settimeout(0.5)
+closed = None
+while closed is None and time.time() - t < 10:
+    try:
+        slow.sendall(b'E')
+        if slow.recv(100) == b'':
+            closed = time.time() - t
+    except socket.timeout:
+        pass
+    except OSError:
+        closed = time.time() - t
+assert closed is not None and closed < 5, ('the slow client was not dropped', closed)
+print('GET in %.2f s; slow client dropped after %.1f s' % (dt, closed))" "$url" "$x2/tp_64x128x768x3072_rank0.json"
+    contains "serve: answered at once" "slow client dropped"
+    check "serve: still serving after the crowd" 0 curl -sS -o /dev/null "$url"
 fi
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
@@ -434,6 +464,11 @@ check "serve -: the piped bytes" 0 cmp "$work/stdin.gz" "$work/r0.json.gz"
 wait "$sipid" 2>/dev/null
 check "serve -: empty standard input" 2 sh -c "'$bin' trace serve - --port 0 </dev/null"
 contains "serve -: says empty" "standard input: is empty"
+check "serve -: standard input past --max-bytes, counted as it comes" 2 sh -c "head -c 50000 /dev/zero | tr '\\0' ' ' | '$bin' trace serve - --port 0 --max-bytes 1000"
+contains "serve -: says the limit" "standard input: more than the 1000 bytes"
+mkfifo "$work/fifo.json"
+check "serve: a named pipe is refused, not waited on" 2 timeout 10 "$bin" trace serve "$work/fifo.json" --port 0
+contains "serve: says named pipe" "is a named pipe (FIFO)"
 check "serve: a file that is no trace" 2 "$bin" trace serve "$work/t.csv" --port 0
 contains "serve refuses a non-trace" "neither a JSON trace nor a gzip one"
 check "serve: bad port" 2 "$bin" trace serve "$work/r0.json.gz" --port 70000
