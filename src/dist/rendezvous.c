@@ -1,10 +1,23 @@
-/* How ranks find each other: rank 0 listens on MASTER_ADDR:MASTER_PORT (torchrun's variables),
- * every other rank connects and says who it is, and once all have come rank 0 hands each the
- * same bytes (NCCL's unique id). Every wait has a deadline: a rank that never comes, a rank 0
- * that never listens, a rank that counts a different world, are errors that say so, not hangs.
- * Hand-written because it is two dozen lines of sockets with no library in the field's reach
+/* How ranks find each other: rank 0 listens on MASTER_ADDR:MASTER_PORT (torchrun's variables;
+ * on that address only, so a loopback MASTER_ADDR stays on this machine), every other rank
+ * connects and says who it is, and once all have come rank 0 hands each the same bytes (NCCL's
+ * unique id). Every wait has a deadline: a rank that never comes, a rank 0 that never listens, a
+ * rank that counts a different world, are errors that say so, not hangs.
+ *
+ * Rank 0 serves every connection at once (one poll() loop), each with HELLO_MS to say its hello,
+ * and takes only a hello that carries this run's id with a rank that is in the world and not yet
+ * claimed: a client that says nothing, a stranger, a rank from another run or an impostor that
+ * claims a rank already taken is dropped and logged on stderr, and the real ranks still meet. The
+ * run's id is torchrun's TORCHELASTIC_RUN_ID (its --rdzv-id, a fresh uuid under --standalone;
+ * set it by hand to launch without torchrun), else MASTER_ADDR:port, which every rank of one run
+ * is given alike. It is a check of who belongs, not a secret against whoever can read the
+ * launcher's environment.
+ *
+ * Hand-written because it is a few dozen lines of sockets with no library in the field's reach
  * that does only this (torch's TCPStore is C++ inside PyTorch; MPI is a launcher of its own).
  * Layer: dist/. */
+#define _GNU_SOURCE /* accept4 */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,6 +25,7 @@
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -19,14 +33,15 @@
 
 #include "dist/dist_impl.h"
 
-enum { MAGIC = 0x4c465256 /* "LFRV" */, MSG_CAP = 200 };
+/* "LFR2": the hello carries the run's id (version 1, "LFRV", did not) */
+enum { MAGIC = 0x4c465232, MSG_CAP = 200, MAX_ID = 1024, HELLO_MS = 3000, MAX_PENDING = 64, MAX_LISTEN = 8 };
 
 typedef struct hello {
-    uint32_t magic, rank, world, blob_bytes;
+    uint32_t magic, rank, world, blob_bytes, id_bytes; /* then id_bytes of the run's id */
 } hello;
 
 typedef struct reply {
-    uint32_t magic, status; /* 0: the blob follows; 1: msg says why the group failed */
+    uint32_t magic, status; /* 0: the blob follows; 1: msg says why the group (or this rank) was refused */
     char msg[MSG_CAP];
 } reply;
 
@@ -75,75 +90,251 @@ static double secs(int timeout_ms)
     return (double)timeout_ms / 1000.0;
 }
 
-/* rank 0: accept world - 1 ranks, then hand each the blob (or the reason the group failed) */
-static lf_status serve(int port, int world, const void *blob, size_t n, int timeout_ms)
+/* The run's id (see the top of this file) into out; 0 when it is too long. */
+static int run_id(const char *addr, int port, char *out, size_t cap)
 {
-    int fd = socket(AF_INET6, SOCK_STREAM, 0), v6 = 1;
-    if (fd < 0) { /* no IPv6 here: IPv4 only */
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        v6 = 0;
+    const char *v = getenv("TORCHELASTIC_RUN_ID");
+    int n = v && *v ? snprintf(out, cap, "%s", v) : snprintf(out, cap, "%s:%d", addr, port);
+    return n >= 0 && (size_t)n < cap;
+}
+
+/* A peer's address as text, for the log. */
+static void peer_name(const struct sockaddr_storage *sa, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        port = ntohs(a->sin_port);
+    } else if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        port = ntohs(a->sin6_port);
     }
-    if (fd < 0)
-        return lf_fail(LF_EIO, "rendezvous: rank 0: socket: %s", strerror(errno));
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (v6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero); /* IPv4 peers too */
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
-    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
-    if ((v6 ? bind(fd, (struct sockaddr *)&a6, sizeof a6) : bind(fd, (struct sockaddr *)&a4, sizeof a4)) != 0 ||
-        listen(fd, world) != 0) {
-        lf_status s = lf_fail(LF_EIO, "rendezvous: rank 0 cannot listen on port %d: %s (MASTER_PORT)", port,
-                              strerror(errno));
-        close(fd);
-        return s;
+    snprintf(out, cap, "%s:%d", host, port);
+}
+
+/* A connection rank 0 has accepted and not yet placed: its hello as it arrives. */
+typedef struct pending {
+    int fd; /* -1: a free slot */
+    int64_t deadline;
+    size_t got; /* bytes of hello, then of the id */
+    hello h;
+    char id[MAX_ID];
+    char from[INET6_ADDRSTRLEN + 8];
+} pending;
+
+/* Listen on every address MASTER_ADDR names (on this machine): the number of sockets in fds. */
+static lf_status listen_on(const char *addr, int port, int *fds, int *n_fds)
+{
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV},
+                    *res = NULL;
+    int gai = getaddrinfo(addr, portstr, &hints, &res);
+    if (gai != 0)
+        return lf_fail(LF_EIO, "rendezvous: rank 0 cannot resolve MASTER_ADDR %s: %s", addr, gai_strerror(gai));
+    int err = 0;
+    *n_fds = 0;
+    for (struct addrinfo *ai = res; ai && *n_fds < MAX_LISTEN; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (ai->ai_family == AF_INET6) /* this address only: "::" alone would take IPv4 too */
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, MAX_PENDING) != 0) {
+            err = errno;
+            close(fd);
+            continue;
+        }
+        fds[(*n_fds)++] = fd;
     }
-    int peers[LF_DIST_MAX_RANKS];
-    int n_peers = 0, seen[LF_DIST_MAX_RANKS] = {0};
-    char why[MSG_CAP] = "";
+    freeaddrinfo(res);
+    if (*n_fds == 0)
+        return lf_fail(LF_EIO,
+                       "rendezvous: rank 0 cannot listen on MASTER_ADDR %s port %d: %s (MASTER_PORT; "
+                       "MASTER_ADDR must name rank 0's own machine)",
+                       addr, port, err ? strerror(err) : "no address");
+    return LF_OK;
+}
+
+/* Say to a refused connection why, without waiting on it, and close it; logged on stderr. */
+static void refuse(pending *p, const char *why)
+{
+    fprintf(stderr, "linfuse: rendezvous: rank 0 dropped a connection from %s: %s\n", p->from, why);
+    reply rp = {MAGIC, 1, {0}};
+    snprintf(rp.msg, sizeof rp.msg, "%s", why);
+    if (p->got >= sizeof p->h && p->h.magic == MAGIC)
+        (void)!send(p->fd, &rp, sizeof rp, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* Read what a pending connection has sent: 1 once its hello and id are whole, 0 while more is to
+ * come, -1 when it closed, failed or is not a hello. */
+static int read_hello(pending *p)
+{
+    for (;;) {
+        const size_t want = p->got < sizeof p->h ? sizeof p->h : sizeof p->h + p->h.id_bytes;
+        if (p->got == want && p->got >= sizeof p->h)
+            return p->h.magic == MAGIC && p->h.id_bytes <= MAX_ID ? 1 : -1;
+        if (p->got == sizeof p->h && (p->h.magic != MAGIC || p->h.id_bytes > MAX_ID))
+            return -1;
+        char *dst = p->got < sizeof p->h ? (char *)&p->h + p->got : p->id + (p->got - sizeof p->h);
+        ssize_t k = recv(p->fd, dst, want - p->got, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        if (k == 0)
+            return -1;
+        p->got += (size_t)k;
+    }
+}
+
+/* rank 0: gather world - 1 ranks carrying this run's id, then hand each the blob (or the reason
+ * the group failed) */
+static lf_status serve(const char *addr, int port, int world, const void *blob, size_t n, int timeout_ms)
+{
+    char id[MAX_ID];
+    if (!run_id(addr, port, id, sizeof id))
+        return lf_fail(LF_EINVAL, "rendezvous: the run's id (TORCHELASTIC_RUN_ID) is longer than %d bytes", MAX_ID - 1);
+    int lfd[MAX_LISTEN], n_lfd = 0;
+    LF_TRY(listen_on(addr, port, lfd, &n_lfd));
+    pending *pend = calloc(MAX_PENDING, sizeof *pend);
+    if (!pend) {
+        for (int i = 0; i < n_lfd; i++)
+            close(lfd[i]);
+        return lf_fail(LF_ENOMEM, "rendezvous: out of memory");
+    }
+    for (int i = 0; i < MAX_PENDING; i++)
+        pend[i].fd = -1;
+    int peers[LF_DIST_MAX_RANKS], n_peers = 0, refused = 0;
+    for (int i = 0; i < world; i++)
+        peers[i] = -1;
+    char why[MSG_CAP] = "", last_refusal[MSG_CAP + 64] = "";
     const int64_t deadline = now_ms() + timeout_ms;
     while (n_peers < world - 1 && !why[0]) {
-        int r = wait_fd(fd, POLLIN, deadline);
-        if (r != 1) {
-            snprintf(why, sizeof why, "rank 0 waited %.1f s on port %d for %d of the %d ranks; %d never came",
-                     secs(timeout_ms), port, world - 1, world, world - 1 - n_peers);
+        struct pollfd pf[MAX_LISTEN + MAX_PENDING];
+        const int64_t now = now_ms();
+        int64_t wake = deadline;
+        for (int i = 0; i < n_lfd; i++)
+            pf[i] = (struct pollfd){lfd[i], POLLIN, 0};
+        for (int i = 0; i < MAX_PENDING; i++) {
+            pf[n_lfd + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
+            if (pend[i].fd >= 0 && pend[i].deadline < wake)
+                wake = pend[i].deadline;
+        }
+        if (now >= deadline) {
+            snprintf(why, sizeof why, "rank 0 waited %.1f s on %s:%d for %d of the %d ranks; %d never came%s%s",
+                     secs(timeout_ms), addr, port, world - 1, world, world - 1 - n_peers, refused ? "; refused: " : "",
+                     last_refusal);
             break;
         }
-        int c = accept(fd, NULL, NULL);
-        if (c < 0)
-            continue;
-        hello h;
-        if (!io_all(c, &h, sizeof h, 0, deadline) || h.magic != MAGIC) {
-            close(c); /* not one of ours (a port scanner, a stale client) */
-            continue;
+        int r = poll(pf, (nfds_t)(n_lfd + MAX_PENDING), (int)(wake - now < 1000 ? wake - now : 1000));
+        if (r < 0 && errno != EINTR) {
+            snprintf(why, sizeof why, "rank 0: poll: %s", strerror(errno));
+            break;
         }
-        peers[n_peers++] = c;
-        if (h.world != (uint32_t)world)
-            snprintf(why, sizeof why, "rank %u counts a world of %u ranks, rank 0 counts %d (WORLD_SIZE)", h.rank,
-                     h.world, world);
-        else if (h.rank == 0 || h.rank >= (uint32_t)world || seen[h.rank])
-            snprintf(why, sizeof why, "a second rank %u in a world of %d (RANK)", h.rank, world);
-        else if (h.blob_bytes != n)
-            snprintf(why, sizeof why, "rank %u expects %u bytes, rank 0 hands %zu (different builds)", h.rank,
-                     h.blob_bytes, n);
-        else
-            seen[h.rank] = 1;
+        const int64_t t = now_ms();
+        for (int i = 0; i < MAX_PENDING && r > 0 && !why[0]; i++) {
+            pending *p = &pend[i];
+            if (p->fd < 0 || pf[n_lfd + i].fd != p->fd || !pf[n_lfd + i].revents)
+                continue;
+            const int got = read_hello(p);
+            if (got < 0) {
+                refuse(p, p->got >= sizeof p->h ? "not a linfuse rendezvous hello (another program, or another "
+                                                  "version of linfuse)"
+                                                : "closed before its hello");
+                continue;
+            }
+            if (got == 0)
+                continue;
+            char bad[MSG_CAP] = "";
+            const hello h = p->h;
+            if (h.id_bytes != strlen(id) || memcmp(p->id, id, h.id_bytes))
+                snprintf(bad, sizeof bad, "its run id is not this run's (TORCHELASTIC_RUN_ID, else MASTER_ADDR:port)");
+            else if (h.world != (uint32_t)world)
+                snprintf(why, sizeof why, "rank %u counts a world of %u ranks, rank 0 counts %d (WORLD_SIZE)", h.rank,
+                         h.world, world);
+            else if (h.blob_bytes != n)
+                snprintf(why, sizeof why, "rank %u expects %u bytes, rank 0 hands %zu (different builds)", h.rank,
+                         h.blob_bytes, n);
+            else if (h.rank == 0 || h.rank >= (uint32_t)world)
+                snprintf(bad, sizeof bad, "it says it is rank %u, not one of ranks 1 to %d (RANK)", h.rank, world - 1);
+            else if (peers[h.rank] >= 0)
+                snprintf(bad, sizeof bad, "a second rank %u in a world of %d (RANK)", h.rank, world);
+            if (bad[0]) {
+                snprintf(last_refusal, sizeof last_refusal, "%s from %s", bad, p->from);
+                refused++;
+                refuse(p, bad);
+            } else {
+                peers[why[0] ? 0 : h.rank] = p->fd; /* a fatal hello: told why with the rest (slot 0 is rank 0's own) */
+                p->fd = -1;
+                n_peers += !why[0];
+            }
+        }
+        for (int i = 0; i < MAX_PENDING; i++)
+            if (pend[i].fd >= 0 && t >= pend[i].deadline) {
+                refused++;
+                snprintf(last_refusal, sizeof last_refusal, "a connection from %s said no hello within %.1f s",
+                         pend[i].from, secs(HELLO_MS));
+                refuse(&pend[i], "no hello within the deadline");
+            }
+        for (int l = 0; l < n_lfd && r > 0 && !why[0]; l++) {
+            if (!(pf[l].revents & POLLIN))
+                continue;
+            for (;;) { /* every connection waiting, each in a slot: the oldest pending makes room */
+                struct sockaddr_storage sa;
+                socklen_t sl = sizeof sa;
+                int c = accept4(lfd[l], (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (c < 0)
+                    break;
+                int slot = 0;
+                for (int i = 0; i < MAX_PENDING; i++) {
+                    if (pend[i].fd < 0) {
+                        slot = i;
+                        break;
+                    }
+                    if (pend[i].deadline < pend[slot].deadline)
+                        slot = i;
+                }
+                if (pend[slot].fd >= 0)
+                    refuse(&pend[slot], "too many connections waiting; the oldest makes room");
+                pend[slot] = (pending){.fd = c, .deadline = t + HELLO_MS < deadline ? t + HELLO_MS : deadline};
+                peer_name(&sa, pend[slot].from, sizeof pend[slot].from);
+            }
+        }
     }
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (pend[i].fd >= 0)
+            close(pend[i].fd);
+    free(pend);
+    for (int i = 0; i < n_lfd; i++)
+        close(lfd[i]);
     reply rp = {MAGIC, why[0] ? 1u : 0u, {0}};
     snprintf(rp.msg, sizeof rp.msg, "%s", why);
     const int64_t send_deadline = now_ms() + timeout_ms;
-    for (int i = 0; i < n_peers; i++) {
+    for (int i = 0; i < world; i++) {
+        if (peers[i] < 0)
+            continue;
         if (io_all(peers[i], &rp, sizeof rp, 1, send_deadline) && !why[0])
             io_all(peers[i], (void *)blob, n, 1, send_deadline);
         close(peers[i]);
     }
-    close(fd);
     return why[0] ? lf_fail(LF_EIO, "rendezvous: %s", why) : LF_OK;
 }
 
 /* rank r > 0: reach rank 0 (retrying while it is not yet listening), say who we are, wait */
 static lf_status join(const char *addr, int port, int rank, int world, void *blob, size_t n, int timeout_ms)
 {
+    char id[MAX_ID];
+    if (!run_id(addr, port, id, sizeof id))
+        return lf_fail(LF_EINVAL, "rendezvous: the run's id (TORCHELASTIC_RUN_ID) is longer than %d bytes", MAX_ID - 1);
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
@@ -173,16 +364,16 @@ static lf_status join(const char *addr, int port, int rank, int world, void *blo
                        port, secs(timeout_ms), last_err ? strerror(last_err) : "timed out");
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    hello h = {MAGIC, (uint32_t)rank, (uint32_t)world, (uint32_t)n};
+    hello h = {MAGIC, (uint32_t)rank, (uint32_t)world, (uint32_t)n, (uint32_t)strlen(id)};
     reply rp;
     lf_status s = LF_OK;
-    if (!io_all(fd, &h, sizeof h, 1, deadline))
+    if (!io_all(fd, &h, sizeof h, 1, deadline) || !io_all(fd, id, h.id_bytes, 1, deadline))
         s = lf_fail(LF_EIO, "rendezvous: rank %d lost rank 0 at %s:%d while saying hello", rank, addr, port);
     else if (!io_all(fd, &rp, sizeof rp, 0, deadline) || rp.magic != MAGIC)
         s = lf_fail(LF_EIO, "rendezvous: rank %d waited %.1f s for rank 0 to gather the %d ranks at %s:%d; it did not",
                     rank, secs(timeout_ms), world, addr, port);
     else if (rp.status != 0)
-        s = lf_fail(LF_EIO, "rendezvous: rank 0 refused the group: %.*s", MSG_CAP, rp.msg);
+        s = lf_fail(LF_EIO, "rendezvous: rank 0 refused rank %d: %.*s", rank, MSG_CAP, rp.msg);
     else if (!io_all(fd, blob, n, 0, deadline))
         s = lf_fail(LF_EIO, "rendezvous: rank %d lost rank 0 while receiving the group's id", rank);
     close(fd);
@@ -202,5 +393,6 @@ lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, vo
         return lf_fail(LF_EINVAL, "lf_dist_rendezvous: timeout %d ms", timeout_ms);
     if (world == 1)
         return LF_OK;
-    return rank == 0 ? serve(port, world, blob, n, timeout_ms) : join(addr, port, rank, world, blob, n, timeout_ms);
+    return rank == 0 ? serve(addr, port, world, blob, n, timeout_ms)
+                     : join(addr, port, rank, world, blob, n, timeout_ms);
 }
