@@ -284,6 +284,89 @@ static void test_mlp_load(void)
     }
 }
 
+/* A checkpoint cut short by another program while it is open (a download rewritten, a disk
+ * cleaned): what lf_st_get_as and lf_nn_gated_mlp_load read is read from the file, so the cut is
+ * an error naming the file, never SIGBUS; a tensor read before the cut is the caller's own.
+ * Before they copied, the module's down_proj and the input stayed views of the mapping and the
+ * first GEMM after the cut died of SIGBUS. */
+static void test_cut_while_open(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 21);
+    const int64_t D = 64, H = 96;
+    int64_t gs[2] = {H, D}, ds[2] = {D, H};
+    lf_tensor *g = rand_tensor(&rng, LF_DTYPE_F32, 2, gs), *u = rand_tensor(&rng, LF_DTYPE_F32, 2, gs),
+              *dn = rand_tensor(&rng, LF_DTYPE_F32, 2, ds);
+    lf_st_entry e[] = {{"p.gate_proj.weight", g}, {"p.up_proj.weight", u}, {"p.down_proj.weight", dn}};
+    const char *path = lf_test_path("cut_open.safetensors");
+    OK(lf_st_write(path, e, 3));
+    lf_safetensors *st = NULL;
+    OK(lf_st_open(&st, path));
+    lf_tensor *early = NULL;
+    lf_nn_gated_mlp m;
+    OK(lf_nn_gated_mlp_load(&m, st, "p", LF_ACT_SILU, LF_DTYPE_COUNT)); /* loaded, then the file is cut */
+    OK(lf_st_get_as(st, "p.down_proj.weight", LF_DTYPE_COUNT, &early));
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && truncate(path, sb.st_size - (off_t)(3 * H * D * 4) + 100) == 0, "truncate");
+    /* what was read before the cut is whole: the forward reads every weight */
+    int64_t xs[2] = {5, D};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_F32, 2, xs), *y = NULL;
+    OK(lf_nn_gated_mlp_forward(&m, x, &y));
+    CHECK(y && gated_mlp_err(&m, x, y, 1) < tol_for(LF_DTYPE_F32), "the forward after the cut is right");
+    CHECK(early && same_bytes(early, dn), "a tensor read before the cut keeps its values");
+    /* what is read after it: an error naming the file and the tensor */
+    lf_tensor *t = NULL;
+    FAILS(LF_EINVAL, "cut_open.safetensors: the file ended at byte",
+          lf_st_get_as(st, "p.up_proj.weight", LF_DTYPE_COUNT, &t));
+    FAILS(LF_EINVAL, "while reading tensor \"p.down_proj.weight\"",
+          lf_st_get_as(st, "p.down_proj.weight", LF_DTYPE_BF16, &t));
+    lf_nn_gated_mlp m2;
+    FAILS(LF_EINVAL, "cut short since", lf_nn_gated_mlp_load(&m2, st, "p", LF_ACT_SILU, LF_DTYPE_COUNT));
+    CHECK(t == NULL, "nothing handed out after a short read");
+    lf_st_close(st);
+    lf_tensor_free(y), lf_tensor_free(x), lf_tensor_free(early);
+    lf_nn_gated_mlp_free(&m);
+    lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(dn);
+}
+
+/* Paths that are no safetensors file: a FIFO (its open() would block until a writer came) as the
+ * file, as DIR/model.safetensors, as a shard, as the index, as config.json; a directory given as a
+ * shard; a text file linked in as a shard. Each refused at once, by name. The alarm turns a hang
+ * into a failure. */
+static void test_not_files(void)
+{
+    alarm(30);
+    lf_safetensors *st = NULL;
+    lf_act act;
+    CHECK(mkfifo(lf_test_path("fifo.safetensors"), 0644) == 0, "mkfifo");
+    FAILS(LF_EINVAL, "fifo.safetensors: a FIFO, not a regular file", lf_st_open(&st, lf_test_path("fifo.safetensors")));
+    mkdir(lf_test_path("fifodir"), 0755);
+    CHECK(mkfifo(lf_test_path("fifodir/model.safetensors"), 0644) == 0, "mkfifo");
+    FAILS(LF_EINVAL, "model.safetensors: a FIFO", lf_st_open(&st, lf_test_path("fifodir")));
+    CHECK(mkfifo(lf_test_path("fifodir/config.json"), 0644) == 0, "mkfifo");
+    FAILS(LF_EINVAL, "config.json: a FIFO", lf_hf_config_act(lf_test_path("fifodir"), &act));
+    CHECK(mkfifo(lf_test_path("fifo.index.json"), 0644) == 0, "mkfifo");
+    FAILS(LF_EINVAL, "fifo.index.json: a FIFO", lf_st_open(&st, lf_test_path("fifo.index.json")));
+    mkdir(lf_test_path("odd"), 0755);
+    mkdir(lf_test_path("odd/sub.safetensors"), 0755);
+    lf_test_write_text(lf_test_path("odd/README.md"), "# A model card, not a checkpoint\n");
+    CHECK(symlink("README.md", lf_test_path("odd/text.safetensors")) == 0, "symlink");
+    CHECK(symlink("../fifo.safetensors", lf_test_path("odd/fifo.safetensors")) == 0, "symlink");
+    const char *shard[3] = {"fifo.safetensors", "sub.safetensors", "text.safetensors"};
+    const char *why[3] = {"fifo.safetensors: a FIFO, not a regular file", "sub.safetensors: a directory",
+                          "text.safetensors: not a safetensors file: it starts with the text \"# A mode\""};
+    for (int i = 0; i < 3; i++) {
+        char idx[200];
+        snprintf(idx, sizeof idx, "{\"weight_map\": {\"a\": \"%s\"}}", shard[i]);
+        lf_test_write_text(lf_test_path("odd/model.safetensors.index.json"), idx);
+        FAILS(LF_EINVAL, why[i], lf_st_open(&st, lf_test_path("odd")));
+    }
+    /* an index given where a file goes: JSON, so text */
+    FAILS(LF_EINVAL, "index.json: not a safetensors file: it starts with the text \"{\"weight\"",
+          lf_st_open_buffer(&st, "{\"weight_map\": {}}", 18, "index.json"));
+    alarm(0);
+}
+
 /* FP8 values: the anchors of the OCP spec, every E5M2 code against f16 (E5M2 is f16's top byte),
  * every E4M3 code ordered and sign-symmetric, the NaN and infinity patterns. */
 static void test_fp8_decode(void)
@@ -468,6 +551,44 @@ static void test_fp8_load(void)
     }
 }
 
+/* FP8 weights a hostile file could hold: a zero dimension beside a huge one (their product is 0
+ * bytes, so the header is valid) in the weight or its scale, and scales that are NaN or
+ * infinite. Refused by name; before, the block arithmetic overflowed (UBSan: signed overflow in
+ * fp8.c's cdiv) and a NaN scale turned the whole layer into NaNs. */
+static void test_fp8_hostile(void)
+{
+    lf_safetensors *st = NULL;
+    lf_tensor *t = NULL;
+    unsigned char d[8 + 4 + 4] = {0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38}; /* 1.0 each */
+    const float one = 1.f, nan = NAN;
+    memcpy(d + 8, &one, 4), memcpy(d + 12, &nan, 4);
+    /* one file per case: offsets that tile the data exactly */
+    OK(open_data("{\"z\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,4],\"data_offsets\":[0,8]},"
+                 "\"z_scale\":{\"dtype\":\"F32\",\"shape\":[0,9223372036854775807],\"data_offsets\":[8,8]}}",
+                 d, 8, &st));
+    FAILS(LF_ESHAPE, "\"z\" [2, 4] with scale \"z_scale\" [0, 9223372036854775807]: a zero dimension",
+          lf_st_get_as(st, "z", LF_DTYPE_F32, &t));
+    lf_st_close(st), st = NULL;
+    OK(open_data("{\"h\":{\"dtype\":\"F8_E4M3\",\"shape\":[9223372036854775807,0],\"data_offsets\":[0,0]},"
+                 "\"h_scale\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+                 d + 8, 4, &st));
+    FAILS(LF_ESHAPE, "\"h\" [9223372036854775807, 0] with scale", lf_st_get_as(st, "h", LF_DTYPE_F32, &t));
+    lf_st_close(st), st = NULL;
+    OK(open_data("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,4],\"data_offsets\":[0,8]},"
+                 "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                 d, 16, &st));
+    FAILS(LF_EINVAL, "scale \"w_scale_inv\" of FP8 tensor \"w\" holds nan at element 1",
+          lf_st_get_as(st, "w", LF_DTYPE_BF16, &t));
+    lf_st_close(st), st = NULL;
+    OK(open_data("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,4],\"data_offsets\":[0,8]},"
+                 "\"w_scale\":{\"dtype\":\"F32\",\"shape\":[2,1],\"data_offsets\":[8,16]}}",
+                 (unsigned char[]){0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0x38, 0, 0, 0x80, 0x3f, 0, 0, 0x80, 0xff},
+                 16, &st));
+    FAILS(LF_EINVAL, "holds -inf at element 1", lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+    CHECK(t == NULL, "nothing handed out");
+    lf_st_close(st);
+}
+
 /* A Hugging Face MLP stored in FP8 (E4M3, one F32 scale per row, as llm-compressor writes):
  * loaded dequantized to bf16, the stacked weight equal to decode x scale rounded once, and every
  * variant against float64 over the dequantized weights. */
@@ -549,8 +670,11 @@ int main(void)
     test_unaligned();
     test_config();
     test_mlp_load();
+    test_cut_while_open();
+    test_not_files();
     test_fp8_decode();
     test_fp8_load();
+    test_fp8_hostile();
     test_fp8_mlp_load();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", lf_test_dir);

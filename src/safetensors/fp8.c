@@ -34,6 +34,8 @@ static float elem(const st_tensor *t, const unsigned char *p, int64_t i)
     return lf_load_f32(&u, (lf_dtype)t->dtype, 0);
 }
 
+/* A tensor's elements; the header's check (shape x dtype = its bytes, within the file) keeps this
+ * in range once no dimension is zero. */
 static int64_t numel(const st_tensor *t)
 {
     int64_t n = 1;
@@ -42,12 +44,20 @@ static int64_t numel(const st_tensor *t)
     return n;
 }
 
-static int64_t cdiv(int64_t a, int64_t b)
+static int has_zero_dim(const st_tensor *t)
 {
-    return (a + b - 1) / b;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] == 0)
+            return 1;
+    return 0;
 }
 
-/* Decode FP8 tensor t of file f into dst (n floats), times its scale. */
+static int64_t cdiv(int64_t a, int64_t b) /* a >= 0, b > 0; never overflows */
+{
+    return a / b + (a % b != 0);
+}
+
+/* Decode FP8 tensor t of file f into dst (n floats), times its scale; both read from the file. */
 static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
                             float *dst)
 {
@@ -66,8 +76,13 @@ static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st
     if (!lf_dtype_computes((lf_dtype)s->dtype))
         return lf_fail(LF_EDTYPE, "%s: scale \"%.200s\" is %s; expected F32, BF16 or F16", sf->path, sname,
                        s->dtype_name);
+    char ws[LF_SHAPE_STR_CAP], ss[LF_SHAPE_STR_CAP];
+    lf_fmt_shape(ws, sizeof ws, t->ndim, t->shape), lf_fmt_shape(ss, sizeof ss, s->ndim, s->shape);
+    if (has_zero_dim(t) || has_zero_dim(s)) /* nothing to decode, and a dimension no block divides */
+        return lf_fail(LF_ESHAPE, "%s: FP8 tensor \"%.200s\" %s with scale \"%.200s\" %s: a zero dimension", f->path,
+                       name, ws, sname, ss);
     /* the weight as rows x cols (a vector: one column); the scale as a grid of sr x sc blocks */
-    const int64_t rows = t->ndim ? t->shape[0] : 1, n = numel(t), cols = rows ? n / rows : 0;
+    const int64_t rows = t->ndim ? t->shape[0] : 1, n = numel(t), cols = n / rows;
     const int64_t sn = numel(s);
     int64_t sr = 1, sc = 1;
     if (sn != 1) {
@@ -77,20 +92,31 @@ static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st
             sr = s->shape[0], sc = s->ndim == 2 ? s->shape[1] : 1;
     }
     const int64_t br = sr ? cdiv(rows, sr) : 0, bc = sc ? cdiv(cols, sc) : 0;
-    if (!sr || !sc || (rows && cdiv(rows, br) != sr) || (cols && cdiv(cols, bc) != sc)) {
-        char ws[LF_SHAPE_STR_CAP], ss[LF_SHAPE_STR_CAP];
+    if (!sr || !sc || cdiv(rows, br) != sr || cdiv(cols, bc) != sc)
         return lf_fail(LF_ESHAPE,
                        "%s: scale \"%.200s\" %s does not fit weight %s: expected one value, one per row, or a grid of "
                        "blocks of a 2-D weight",
-                       sf->path, sname, lf_fmt_shape(ss, sizeof ss, s->ndim, s->shape),
-                       lf_fmt_shape(ws, sizeof ws, t->ndim, t->shape));
+                       sf->path, sname, ss, ws);
+    unsigned char *q = malloc((size_t)n), *sp = malloc((size_t)(s->end - s->begin));
+    lf_status st_ = q && sp ? LF_OK : lf_fail(LF_ENOMEM, "%s: out of memory reading \"%.200s\"", f->path, name);
+    if (st_ == LF_OK)
+        st_ = st_read(f, t->begin, (size_t)n, q, name);
+    if (st_ == LF_OK)
+        st_ = st_read(sf, s->begin, (size_t)(s->end - s->begin), sp, sname);
+    for (int64_t i = 0; st_ == LF_OK && i < sn; i++) { /* a NaN or infinite scale would make the layer NaN */
+        const float v = elem(s, sp, i);
+        if (!isfinite(v))
+            st_ = lf_fail(LF_EINVAL,
+                          "%s: scale \"%.200s\" of FP8 tensor \"%.200s\" holds %g at element %lld: a scale "
+                          "must be finite",
+                          sf->path, sname, name, (double)v, (long long)i);
     }
-    const unsigned char *q = f->data + t->begin, *sp = sf->data + s->begin;
     float (*decode)(uint8_t) = !strcmp(t->dtype_name, "F8_E4M3") ? lf_f32_from_f8e4m3 : lf_f32_from_f8e5m2;
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; st_ == LF_OK && r < rows; r++)
         for (int64_t c = 0; c < cols; c++)
             dst[r * cols + c] = decode(q[r * cols + c]) * elem(s, sp, (r / br) * sc + c / bc);
-    return LF_OK;
+    free(q), free(sp);
+    return st_;
 }
 
 lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, lf_tensor **out)
@@ -105,9 +131,9 @@ lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, 
     const st_file *f = NULL;
     const st_tensor *t = st_find(st, name, &f);
     const int fp8 = t && !strncmp(t->dtype_name, "F8_", 3);
-    if (!fp8) { /* the tensor as it is (or the error saying why not), converted when asked */
+    if (!fp8) { /* the tensor as stored, read into memory of its own (or the error saying why not) */
         lf_tensor *raw = NULL;
-        LF_TRY(lf_st_get(st, name, &raw));
+        LF_TRY(st_copy(st, name, &raw));
         if (dt == LF_DTYPE_COUNT || dt == raw->dtype) {
             *out = raw;
             return LF_OK;
@@ -124,7 +150,7 @@ lf_status lf_st_get_as(const lf_safetensors *st, const char *name, lf_dtype dt, 
     if (t->ndim < 1 || t->ndim > LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "%s: tensor \"%.200s\" has %d dims; linfuse tensors have 1 to %d", f->path, name,
                        t->ndim, LF_MAX_DIMS);
-    const int64_t n = numel(t);
+    const int64_t n = has_zero_dim(t) ? 0 : numel(t);
     float *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
     if (!tmp)
         return lf_fail(LF_ENOMEM, "%s: out of memory dequantizing \"%.200s\" (%lld values)", f->path, name,

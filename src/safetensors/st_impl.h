@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #include "core/core.h"
 #include "linfuse/safetensors.h"
@@ -31,8 +32,11 @@ typedef struct st_tensor {
 typedef struct st_file {
     char *path;
     st_map *map;
-    const unsigned char *data; /* the data section */
+    int fd;                    /* the file, read with pread; -1 for a buffer */
+    const unsigned char *data; /* the data section (NULL for an empty file) */
     size_t data_size;
+    uint64_t data_at; /* the data section's first byte in the file */
+    size_t size;      /* the file's bytes when it was opened */
     st_tensor *t;
     size_t n;
     json_t *metadata;
@@ -48,9 +52,27 @@ struct lf_safetensors {
     size_t n_files;
     st_ref *refs; /* every tensor, sorted by name */
     size_t n_refs;
+    char *what; /* the path it was opened from (or the buffer's name), for messages */
 };
 
 /* The tensor called name and its file (*file set), or NULL. */
 const st_tensor *st_find(const lf_safetensors *st, const char *name, const st_file **file);
+
+/* "<what>: no tensor "name"; it holds N: a few of its names": an LF_EINVAL. */
+lf_status st_missing(const lf_safetensors *st, const char *name);
+/* Tensor name as a CPU tensor of its own in its stored dtype, read with st_read. */
+lf_status st_copy(const lf_safetensors *st, const char *name, lf_tensor **out);
+
+/* Bytes [begin, begin + n) of f's data section copied into dst: read from the file (pread), never
+ * through the mapping, so a file cut short since it was opened is an LF_EINVAL naming it and the
+ * tensor (what), not a SIGBUS. */
+lf_status st_read(const st_file *f, uint64_t begin, size_t n, void *dst, const char *what);
+
+/* Open path for reading only if it is a regular file: opened without blocking (a FIFO with no
+ * writer would block open() forever), then its type checked; anything else an LF_EINVAL that
+ * names it and what it is. *fd is closed by the caller. sb may be NULL. */
+lf_status st_open_regular(const char *path, int *fd, struct stat *sb);
+/* A JSON file (an index, a config.json) read through st_open_regular; jansson's flags. */
+lf_status st_load_json(const char *path, size_t flags, json_t **out);
 
 #endif

@@ -125,10 +125,8 @@ lf_status lf_hf_config_act(const char *path, lf_act *act)
         else
             snprintf(cfg, sizeof cfg, "config.json");
     }
-    json_error_t err;
-    json_t *j = json_load_file(cfg, 0, &err);
-    if (!j)
-        return lf_fail(LF_EINVAL, "%s: %s", cfg, err.text);
+    json_t *j = NULL; /* a FIFO or a device at config.json is refused, not waited on */
+    LF_TRY(st_load_json(cfg, 0, &j));
     /* Gemma writes hidden_act "gelu" and hidden_activation "gelu_pytorch_tanh", which is what runs */
     const char *a = json_string_value(json_object_get(j, "hidden_activation"));
     if (!a)
