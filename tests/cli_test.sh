@@ -136,8 +136,12 @@ check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf1
 # fp8 where the device has no FP8 GEMM (the CPU): the gated kernels run, and the trace says why
 check "kernels-mlp fp8 on the cpu" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant fp8 --device cpu
 contains "fp8 on the cpu: the gated kernels" "kernels/step=2"
-check "fp8 trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_fp8.json" --kernels-per-step 2 --kernel gated
-grep -q "fp8 variant runs gated bf16 (cpu gemm: no FP8" "$dir/kernels-mlp/1x5x32x48_bf16_cold_fp8.json" || { fails=$((fails + 1)); echo "FAIL: the fp8 note in the trace"; }
+contains "fp8 on the cpu: the reason, whole, on stderr" "--variant fp8: cpu gemm: no FP8 (f8e4m3) GEMM on the CPU; FP8 GEMMs run on Hopper GPUs; the gated bf16 forward runs instead"
+# the files are named by what ran: gated
+check "fp8 trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated
+grep -q "fp8 variant runs gated bf16 (cpu gemm: no FP8" "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" || { fails=$((fails + 1)); echo "FAIL: the fp8 note in the trace"; }
+checks=$((checks + 1))
+[ ! -e "$dir/kernels-mlp/1x5x32x48_bf16_cold_fp8.json" ] || { fails=$((fails + 1)); echo "FAIL: a gated run named _fp8"; }
 checks=$((checks + 1))
 check "fp8 is one device" 2 "$bin" kernels-mlp --out "$dir" --variant fp8 --tp 2
 contains "fp8 is one device" "--variant fp8 runs on one device"
@@ -298,11 +302,73 @@ check "mlp compiled" 0 "$bin" mlp --weights "$dir/hf/model.safetensors" --prefix
 contains "mlp compiled, bf16" "bf16) on cpu, compiled eager"
 check "mlp: no such layer" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.9.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors"
 contains "mlp: no such layer" "no \"model.layers.9.mlp.gate_proj.weight\""
+contains "mlp: no such layer: the layers there are" "the MLP layers there: model.layers.0.mlp"
+check "mlp: --prefix copied with its dot" 0 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp. --input "$dir/hf/x.safetensors" \
+    --output "$dir/hf/y_dot.safetensors" --device cpu
+contains "mlp: --prefix with its dot" "mlp model.layers.0.mlp (silu"
 check "mlp: no input" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/none.safetensors" --output "$dir/hf/bad.safetensors"
-check "mlp: x of the wrong size" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/model.safetensors" --output "$dir/hf/bad.safetensors"
+check "mlp: an input without x" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/model.safetensors" --output "$dir/hf/bad.safetensors"
+contains "mlp: an input without x: the file and what it holds" "--input $dir/hf/model.safetensors has no tensor \"x\""
+contains "mlp: an input without x: what it holds" "it holds 3: model.layers.0.mlp.down_proj.weight, "
 check "mlp: a bad act" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --act tanh
 check "mlp: flags missing" 2 "$bin" mlp --weights "$dir/hf"
-check "mlp: output in no directory" 1 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/no/y.safetensors" --device cpu
+# an output that cannot be written there is refused before the run (exit 2), as a bad flag is
+check "mlp: output in no directory" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf/no/y.safetensors" --device cpu
+contains "mlp: output in no directory" "no such directory $dir/hf/no"
+check "mlp: output is a directory" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf" --device cpu
+contains "mlp: output is a directory" "--output: $dir/hf is a directory"
+# an output that is one of the inputs (by any name: the path, a link, a hard link, the shard of a
+# directory, the config read) would destroy it: refused, naming both, and nothing changes
+sum_w=$(cksum < "$dir/hf/model.safetensors") sum_x=$(cksum < "$dir/hf/x.safetensors") sum_c=$(cksum < "$dir/hf/config.json")
+ln -s model.safetensors "$dir/hf/link.safetensors"
+ln "$dir/hf/x.safetensors" "$dir/hf/x_hard.safetensors"
+for o in "--weights $dir/hf/model.safetensors:model.safetensors:the same file as --weights $dir/hf/model.safetensors" \
+    "--weights $dir/hf:model.safetensors:the same file as a file of --weights $dir/hf/model.safetensors" \
+    "--weights $dir/hf:link.safetensors:the same file as a file of --weights" \
+    "--weights $dir/hf:x.safetensors:the same file as --input $dir/hf/x.safetensors" \
+    "--weights $dir/hf:x_hard.safetensors:the same file as --input" \
+    "--weights $dir/hf:config.json:the same file as the config beside --weights"; do
+    w=${o%%:*} rest=${o#*:}
+    # shellcheck disable=SC2086
+    check "mlp --output ${rest%%:*} with $w" 2 "$bin" mlp $w --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
+        --output "$dir/hf/${rest%%:*}" --device cpu
+    contains "mlp --output ${rest%%:*} with $w: names both" "--output $dir/hf/${rest%%:*} is ${rest#*:}"
+done
+checks=$((checks + 1))
+[ "$(cksum < "$dir/hf/model.safetensors")" = "$sum_w" ] && [ "$(cksum < "$dir/hf/x.safetensors")" = "$sum_x" ] &&
+    [ "$(cksum < "$dir/hf/config.json")" = "$sum_c" ] && [ -L "$dir/hf/link.safetensors" ] ||
+    { fails=$((fails + 1)); echo "FAIL: an input was overwritten by --output"; }
+rm -f "$dir/hf/link.safetensors" "$dir/hf/x_hard.safetensors"
+# what is not a regular file is refused at once, not waited on (a FIFO's open() blocks for a writer)
+mkfifo "$dir/fifo.safetensors"
+mkdir -p "$dir/fifodir" "$dir/fifoshard"
+mkfifo "$dir/fifodir/model.safetensors"
+ln -s ../fifo.safetensors "$dir/fifoshard/model-00001-of-00001.safetensors"
+echo '{"weight_map": {"model.layers.0.mlp.gate_proj.weight": "model-00001-of-00001.safetensors"}}' > "$dir/fifoshard/model.safetensors.index.json"
+for w in "$dir/fifo.safetensors" "$dir/fifodir" "$dir/fifoshard"; do
+    check "mlp --weights $w (a FIFO)" 2 timeout 20 "$bin" mlp --weights "$w" --act silu --prefix model.layers.0.mlp \
+        --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --device cpu
+    contains "mlp --weights $w (a FIFO)" "a FIFO, not a regular file"
+done
+check "mlp --input a FIFO" 2 timeout 20 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp \
+    --input "$dir/fifo.safetensors" --output "$dir/hf/bad.safetensors" --device cpu
+check "simple-mlp --weights a FIFO" 2 timeout 20 "$bin" simple-mlp --out "$dir" --weights "$dir/fifodir" --act silu --prefix model.layers.0.mlp
+# a text file linked in as a shard: not a safetensors file, not a "header length"
+ln -sf ../hf/config.json "$dir/fifoshard/model-00001-of-00001.safetensors"
+check "mlp: a text file as a shard" 2 "$bin" mlp --weights "$dir/fifoshard" --act silu --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --device cpu
+contains "mlp: a text file as a shard" "model-00001-of-00001.safetensors: not a safetensors file: it starts with the text"
+rm -rf "$dir/fifo.safetensors" "$dir/fifodir" "$dir/fifoshard"
+# a write past `ulimit -f`: SIGXFSZ ignored, so the write fails (EFBIG, exit 1) and is cleaned up
+check "mlp past ulimit -f" 1 sh -c 'ulimit -f 0; exec "$0" "$@"' "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/hf/big.safetensors" --device cpu
+contains "mlp past ulimit -f" "File too large"
+check "simple-mlp past ulimit -f" 1 sh -c 'ulimit -f 0; exec "$0" "$@"' "$bin" simple-mlp --out "$dir/fsize/new" --batch 1 \
+    --seq 4 --dim 32 --hidden 48 --device cpu
+contains "simple-mlp past ulimit -f" "File too large"
+checks=$((checks + 1))
+[ ! -e "$dir/hf/big.safetensors" ] && [ ! -e "$dir/fsize" ] && [ -z "$(find "$dir" -name '*.tmp.*')" ] ||
+    { fails=$((fails + 1)); echo "FAIL: a write past ulimit -f left files or directories"; }
 checks=$((checks + 1))
 [ ! -e "$dir/hf/bad.safetensors" ] && [ -z "$(find "$dir/hf" -name '*.tmp.*')" ] || { fails=$((fails + 1)); echo "FAIL: a failed mlp left a file"; }
 # an FP8 checkpoint (E4M3 weights, an F32 scale per row as llm-compressor writes them):
@@ -348,12 +414,13 @@ contains "mlp from an FP8 checkpoint" "(silu, 8 -> 12, f32 from F8_E4M3) on cpu"
 y_close "the FP8 mlp's y" "$dir/fp8/y.safetensors" "$dir/fp8/y_ref.json"
 check "mlp fp8 on the cpu" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
     --output "$dir/fp8/y8.safetensors" --variant fp8 --device cpu --dtype f32
-contains "mlp fp8 on the cpu: says what ran" "the gated bf16 forward ran instead"
+contains "mlp fp8 on the cpu: says what ran (f32)" "--variant fp8: cpu gemm: no FP8 (f8e4m3) GEMM on the CPU; FP8 GEMMs run on Hopper GPUs; the gated f32 forward runs instead"
+contains "mlp fp8 on the cpu: the summary says what ran" "on cpu, gated (fp8 asked)"
 y_close "mlp fp8 on the cpu: y" "$dir/fp8/y8.safetensors" "$dir/fp8/y_ref.json"
 # compiled, the fp8 forward is captured as it runs (here the gated one, with its note)
 check "mlp --compile --variant fp8 on the cpu" 0 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp \
     --input "$dir/hf/x.safetensors" --output "$dir/fp8/y9.safetensors" --variant fp8 --compile --device cpu --dtype f32
-contains "mlp --compile --variant fp8: says what ran" "the gated bf16 forward ran instead"
+contains "mlp --compile --variant fp8: says what ran" "the gated f32 forward runs instead"
 y_close "mlp --compile --variant fp8 on the cpu: y" "$dir/fp8/y9.safetensors" "$dir/fp8/y_ref.json"
 check "mlp --compile takes no fused" 2 "$bin" mlp --weights "$dir/fp8" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
     --output "$dir/fp8/y10.safetensors" --variant fused --compile
@@ -363,6 +430,11 @@ checks=$((checks + 1))
 check "simple-mlp --weights" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu
 contains "simple-mlp --weights: the file's sizes" "1x4x8x12"
 contains "simple-mlp --weights: silu" "lf::silu"
+checks=$((checks + 1)) # the layer's name in its files: two layers, two sets of files
+[ -f "$dir/simple-mlp/1x4x8x12_model.layers.0.mlp_bf16_cold_eager.json" ] || { fails=$((fails + 1)); echo "FAIL: simple-mlp --weights: the layer in the file name"; }
+check "simple-mlp --weights, --prefix with its dot" 0 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp. --batch 1 --seq 4 --device cpu
+# RANK left in the environment (a cluster's shell) does not make a one-device run distributed
+check "RANK without --tp" 0 env RANK=0 WORLD_SIZE=1 "$bin" simple-mlp --out "$dir" --batch 1 --seq 4 --dim 32 --hidden 48 --device cpu
 check "kernels-mlp --weights, FP8" 0 "$bin" kernels-mlp --out "$dir" --weights "$dir/fp8" --prefix model.layers.0.mlp --batch 1 --seq 4 --device cpu --variant gated
 contains "kernels-mlp --weights, FP8: the file's sizes" "1x4x8x12"
 check "--weights with --dim" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --dim 16

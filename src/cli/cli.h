@@ -31,12 +31,26 @@ int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes);
 int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int cap);
 /* Remove dir and its parents up to made (what lf_cli_prepare_dir created), where empty. */
 void lf_cli_unmake_dir(const char *dir, const char *made);
+/* Whether a file can be written at path before any work is done: not a directory, in a directory
+ * that exists and takes a file (a link's target's directory); 0 with err filled when not. */
+int lf_cli_check_output(const char *path, char *err, int cap);
+/* Whether a and b name the same existing file (device and inode, through links). */
+int lf_cli_same_file(const char *a, const char *b);
+/* s as one word of a file name: letters, digits, '.', '-' and '_' kept, anything else '_'. */
+void lf_cli_file_word(char *dst, size_t cap, const char *s);
+/* Ignore SIGXFSZ for the rest of the process: a write past `ulimit -f` then fails with EFBIG and
+ * is cleaned up like a full disk, instead of killing the tool mid-write. Every writer of the CLI
+ * calls it (lf_cli_prepare_dir, lf_cli_check_output, lf_cli_write_text). */
+void lf_cli_ignore_sigxfsz(void);
 /* --act's words: silu, gelu_tanh (gelu_pytorch_tanh), gelu (gelu_erf); LF_EXIT_USAGE with the
  * message printed otherwise. */
 int lf_cli_act(const char *cmd, const char *v, lf_act *act);
 /* The sizes of checkpoint `weights`' MLP at prefix (from gate_proj's shape); LF_EXIT_USAGE with the
- * message printed when it cannot be read. */
+ * message printed (naming the MLP layers the checkpoint has) when it cannot be read. */
 int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, int64_t *dim, int64_t *hidden);
+/* --prefix as the checkpoint's names use it: without trailing dots ("model.layers.0.mlp." is
+ * "model.layers.0.mlp"). Every user of --prefix reads it through this. */
+void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix);
 
 /* A lf_file_job writer for a NUL-terminated text (ctx). */
 int lf_cli_put_text(FILE *f, void *ctx);

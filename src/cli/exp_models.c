@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "cli/exp_models.h"
 #include "core/core.h"
 
@@ -38,9 +39,11 @@ lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m)
         lf_nn_gated_mlp_opts o = {c->dim, c->hidden, c->dtype, LF_DEVICE_CPU, c->act};
         return lf_nn_gated_mlp_init(m, &o, rng);
     }
-    lf_safetensors *st = NULL; /* a real layer */
+    lf_safetensors *st = NULL; /* a real layer, copied out of the file (it may change under us) */
+    char prefix[512];
+    lf_cli_mlp_prefix(prefix, sizeof prefix, c->prefix);
     LF_TRY(lf_st_open(&st, c->weights));
-    lf_status s = lf_nn_gated_mlp_load(m, st, c->prefix, c->act, c->dtype);
+    lf_status s = lf_nn_gated_mlp_load(m, st, prefix, c->act, c->dtype);
     lf_st_close(st);
     return s;
 }

@@ -344,9 +344,8 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --no-...) need --compile\n", cmd);
         return LF_EXIT_USAGE;
     }
-    const char *rank_env = getenv("RANK");
-    if (c->tp == 0 && rank_env && *rank_env && (exps[k].takes & T_MLP))
-        c->tp = -1; /* under torchrun: one rank of WORLD_SIZE */
+    /* torchrun's RANK is read only when --tp asks for a split (tp_run.c): set in a shell for another
+     * program, it must not turn a one-device run into a distributed one */
     if (c->variant == LF_MLP_FP8 && (c->tp > 1 || c->tp < 0)) {
         fprintf(stderr, "%s: --variant fp8 runs on one device; --tp takes fused or gated\n", cmd);
         return LF_EXIT_USAGE;
@@ -496,8 +495,21 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
                        : c->variant == LF_MLP_GATED     ? "gated"
                        : c->variant == LF_MLP_FP8       ? "fp8"
                                                         : "kernels";
-    if (snprintf(base, sizeof base, "%s/%s_%s_%s_%s", dir, shape, lf_dtype_name(c->dtype), c->warm ? "warm" : "cold",
-                 mode) >= (int)sizeof base) {
+    if (!c->compile && c->variant == LF_MLP_FP8 && (exps[c->kind].takes & T_VARIANT) &&
+        lf_fp8_supported(c->device) != LF_OK) { /* the files are named by what ran, and the reason said whole */
+        fprintf(stderr, "linfuse %s: --variant fp8: %s; the gated %s forward runs instead\n", name, lf_last_error(),
+                lf_dtype_name(c->dtype));
+        mode = "gated";
+    }
+    char layer[160] = ""; /* a real layer's outputs carry its name: two layers, two sets of files */
+    if (c->weights && c->prefix) {
+        char p[512];
+        lf_cli_mlp_prefix(p, sizeof p, c->prefix);
+        layer[0] = '_';
+        lf_cli_file_word(layer + 1, sizeof layer - 1, p);
+    }
+    if (snprintf(base, sizeof base, "%s/%s%s_%s_%s_%s", dir, shape, layer, lf_dtype_name(c->dtype),
+                 c->warm ? "warm" : "cold", mode) >= (int)sizeof base) {
         fprintf(stderr, "linfuse %s: --out: path too long\n", name);
         return LF_EXIT_USAGE;
     }
@@ -511,7 +523,9 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
     lf_status s = model_build(c, &m);
     if (s != LF_OK) {
         fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", name, shape, lf_last_error());
-        return s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE ? LF_EXIT_USAGE : LF_EXIT_FAIL;
+        /* refused before any work: sizes, or --weights that cannot be read (exit 2); a device failing, 1 */
+        const int refused = s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE || s == LF_EINVAL || s == LF_EDTYPE;
+        return refused ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
     lf_compiled *compiled = NULL;
     fwd_ctx fc = {c, &m};

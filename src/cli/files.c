@@ -1,6 +1,9 @@
-/* Where the tool writes: output directories made and proved writable before a run, and text
- * files written whole or not at all. Layer: cli/. */
+/* Where the tool writes: output directories made and proved writable before a run, outputs
+ * checked against the inputs they could destroy, and text files written whole or not at all.
+ * Layer: cli/. */
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,10 +13,33 @@
 #include "cli/cli.h"
 #include "core/core.h"
 
+/* The process is the tool's, so the disposition is its to choose; the library's writers leave
+ * signals alone (a program embedding linfuse decides for itself) and report EFBIG like ENOSPC. */
+void lf_cli_ignore_sigxfsz(void)
+{
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+/* Prove dir takes a file: make one and remove it. */
+static int probe_dir(const char *dir, char *err, int cap)
+{
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.linfuse-write-test-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0) {
+        snprintf(err, (size_t)cap, "cannot write in %.*s: %s", cap / 2, dir, strerror(errno));
+        return 0;
+    }
+    close(fd);
+    unlink(probe);
+    return 1;
+}
+
 /* mkdir -p, noting the first directory made, then prove the directory takes a file. */
 int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int cap)
 {
     char path[4096];
+    lf_cli_ignore_sigxfsz(); /* a run that then writes past `ulimit -f` fails with EFBIG, cleaned up */
     made[0] = '\0';
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path || (int)strlen(dir) >= made_cap) {
         snprintf(err, (size_t)cap, "path too long");
@@ -42,17 +68,65 @@ int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int
         lf_cli_unmake_dir(dir, made);
         return 0;
     }
-    char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.linfuse-write-test-XXXXXX", dir);
-    int fd = mkstemp(probe);
-    if (fd < 0) {
-        snprintf(err, (size_t)cap, "cannot write in %.*s: %s", cap / 2, dir, strerror(errno));
+    if (!probe_dir(dir, err, cap)) {
         lf_cli_unmake_dir(dir, made);
         return 0;
     }
-    close(fd);
-    unlink(probe);
     return 1;
+}
+
+int lf_cli_check_output(const char *path, char *err, int cap)
+{
+    lf_cli_ignore_sigxfsz();
+    struct stat sb;
+    if (!strcmp(path, "-"))
+        return 1;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, (size_t)cap, "%.*s is a directory", cap / 2, path);
+        return 0;
+    }
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return 1; /* a device or a FIFO: written in place, its directory untouched */
+    /* the directory the file will be renamed into: its link's target's, when it is a link */
+    char target[PATH_MAX], dir[PATH_MAX];
+    if (stat(path, &sb) != 0 || !realpath(path, target))
+        snprintf(target, sizeof target, "%s", path);
+    snprintf(dir, sizeof dir, "%s", target);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(dir, &sb) != 0) {
+        snprintf(err, (size_t)cap, "%.*s: no such directory %.*s", cap / 3, path, cap / 3, dir);
+        return 0;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(err, (size_t)cap, "%.*s: %.*s is not a directory", cap / 3, path, cap / 3, dir);
+        return 0;
+    }
+    return probe_dir(dir, err, cap);
+}
+
+int lf_cli_same_file(const char *a, const char *b)
+{
+    struct stat x, y; /* stat follows links: a link to a file, or a second hard link, is that file */
+    return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+void lf_cli_file_word(char *dst, size_t cap, const char *s)
+{
+    size_t n = 0;
+    for (; s && *s && n + 1 < cap; s++) {
+        const unsigned char c = (unsigned char)*s;
+        const int keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                         c == '-' || c == '_';
+        dst[n++] = keep ? (char)c : '_';
+    }
+    if (cap)
+        dst[n] = '\0';
 }
 
 void lf_cli_unmake_dir(const char *dir, const char *made)
@@ -76,6 +150,7 @@ int lf_cli_put_text(FILE *f, void *ctx)
 
 int lf_cli_write_text(const char *path, const char *text)
 {
+    lf_cli_ignore_sigxfsz();
     return lf_write_file_atomic(path, lf_cli_put_text, (void *)text) == LF_OK;
 }
 

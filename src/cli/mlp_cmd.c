@@ -1,10 +1,13 @@
 /* `linfuse mlp`: one MLP layer of a Hugging Face checkpoint run on an input file: tensor x
  * ([tokens, dim] or [batch, seq, dim]) from --input, tensor y of the same shape to --output, in
  * any form linfuse has (eager, fused, gated, compiled) on any device. A run that fails writes
- * nothing. Exit status: 0 done, 1 the forward failed, 2 bad flags or unreadable files.
- * Layer: cli/. */
+ * nothing. Exit status, as every command's: 0 done; 2 refused before any work (bad flags, an
+ * input that cannot be read or is not what it should be, an output that cannot be written there
+ * or would overwrite an input); 1 the work itself failed (the forward, or the write: a full disk,
+ * a file past `ulimit -f`), its partial output removed. Layer: cli/. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -27,24 +30,119 @@ int lf_cli_act(const char *cmd, const char *v, lf_act *act)
     return LF_EXIT_OK;
 }
 
+void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    while (n && prefix[n - 1] == '.') /* "model.layers.0.mlp." as copied from a tensor's name */
+        n--;
+    snprintf(dst, cap, "%.*s", (int)n, prefix);
+}
+
+/* The MLP layers st holds (the prefixes of its "*.gate_proj.weight"), a few, into buf. */
+static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
+{
+    static const char tail[] = ".gate_proj.weight";
+    const size_t tl = sizeof tail - 1;
+    size_t at = 0;
+    int64_t found = 0;
+    buf[0] = '\0';
+    for (int64_t i = 0; i < lf_st_count(st); i++) {
+        const char *name = lf_st_name(st, i);
+        const size_t n = strlen(name);
+        if (n <= tl || strcmp(name + n - tl, tail))
+            continue;
+        if (++found <= 5 && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
+                                   (int)(n - tl > 120 ? 120 : n - tl), name);
+    }
+    if (!found)
+        snprintf(buf, cap, "none (no tensor named *%s)", tail);
+    else if (found > 5 && at < cap)
+        snprintf(buf + at, cap - at, ", ... (%lld in all)", (long long)found);
+}
+
+/* prefix's layer in st: its sizes from gate_proj's shape, or a message naming the layers there are. */
+static lf_status find_layer(const lf_safetensors *st, const char *weights, const char *prefix, int64_t *dim,
+                            int64_t *hidden)
+{
+    char name[600], layers[800];
+    int64_t shape[8];
+    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    const int ndim = lf_st_shape(st, name, shape); /* the header alone: FP8 or not */
+    if (ndim < 0) {
+        list_layers(st, layers, sizeof layers);
+        return lf_fail(LF_EINVAL, "%s: no \"%.300s\" (--prefix %.200s); the MLP layers there: %s", weights, name,
+                       prefix, layers);
+    }
+    if (ndim != 2)
+        return lf_fail(LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
+    *hidden = shape[0], *dim = shape[1];
+    return LF_OK;
+}
+
 int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, int64_t *dim, int64_t *hidden)
 {
     lf_safetensors *st = NULL;
-    char name[512];
-    int64_t shape[8];
-    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
+    char pfx[512];
+    lf_cli_mlp_prefix(pfx, sizeof pfx, prefix);
     lf_status s = lf_st_open(&st, weights);
-    const int ndim = s == LF_OK ? lf_st_shape(st, name, shape) : 0; /* the header alone: FP8 or not */
-    if (s == LF_OK && ndim < 0)
-        s = lf_fail(LF_EINVAL, "%s: the checkpoint has no \"%.300s\"", weights, name);
-    else if (s == LF_OK && ndim != 2)
-        s = lf_fail(LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
     if (s == LF_OK)
-        *hidden = shape[0], *dim = shape[1];
-    else
+        s = find_layer(st, weights, pfx, dim, hidden);
+    if (s != LF_OK)
         fprintf(stderr, "%s: --weights: %s\n", cmd, lf_last_error());
     lf_st_close(st);
     return s == LF_OK ? LF_EXIT_OK : LF_EXIT_USAGE;
+}
+
+/* A message for --input without tensor x: the file and what it holds. */
+static lf_status no_x(const lf_safetensors *st, const char *input)
+{
+    char list[700];
+    size_t at = 0;
+    const int64_t n = lf_st_count(st);
+    list[0] = '\0';
+    for (int64_t i = 0; i < n && i < 10 && at < sizeof list; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%.60s", i ? ", " : "", lf_st_name(st, i));
+    if (n > 10 && at < sizeof list)
+        snprintf(list + at, sizeof list - at, ", ...");
+    return lf_fail(LF_EINVAL,
+                   "--input %s has no tensor \"x\" (the input, [tokens, dim] or [batch, seq, dim]); it holds %lld: %s",
+                   input, (long long)n, list);
+}
+
+/* The config.json lf_hf_config_act reads for weights. */
+static void config_path(const char *weights, char *buf, size_t cap)
+{
+    struct stat sb;
+    const size_t n = strlen(weights);
+    if (stat(weights, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(buf, cap, "%s/config.json", weights);
+    else if (n >= 11 && !strcmp(weights + n - 11, "config.json"))
+        snprintf(buf, cap, "%s", weights);
+    else if (strrchr(weights, '/'))
+        snprintf(buf, cap, "%.*s/config.json", (int)(strrchr(weights, '/') - weights), weights);
+    else
+        snprintf(buf, cap, "config.json");
+}
+
+/* The input --output names, if any (*which says which flag), else NULL: --input, --weights (a
+ * file or an index), each of its files, the config.json read (config, or NULL). Writing would
+ * replace it: the checkpoint destroyed by its own run. */
+static const char *clobbered(const char *output, const char *input, const char *weights, const lf_safetensors *wst,
+                             const char *config, const char **which)
+{
+    const char *flag[3] = {"--input", "--weights", "the config beside --weights"}, *path[3] = {input, weights, config};
+    for (int i = 0; i < 3; i++)
+        if (path[i] && lf_cli_same_file(output, path[i])) {
+            *which = flag[i];
+            return path[i];
+        }
+    for (int64_t i = 0; i < lf_st_file_count(wst); i++)
+        if (lf_cli_same_file(output, lf_st_file(wst, i))) {
+            *which = "a file of --weights";
+            return lf_st_file(wst, i);
+        }
+    return NULL;
 }
 
 typedef struct mlp_run {
@@ -137,30 +235,50 @@ int lf_cli_mlp(int argc, char **argv)
     const lf_device dev = !strcmp(device, "cuda") || (!strcmp(device, "auto") && lf_device_available(LF_DEVICE_CUDA))
                               ? LF_DEVICE_CUDA
                               : LF_DEVICE_CPU;
-    if (act == LF_ACT_NONE && lf_hf_config_act(weights, &act) != LF_OK) {
-        fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
+    char pfx[512], cfg[4200] = "", err[600];
+    lf_cli_mlp_prefix(pfx, sizeof pfx, prefix);
+    if (!pfx[0]) {
+        fprintf(stderr, "%s: --prefix '%s' names no layer (e.g. model.layers.0.mlp)\n", cmd, prefix);
         return LF_EXIT_USAGE;
     }
-    /* reading: any failure here is the files' (exit 2) */
+    if (act == LF_ACT_NONE) {
+        if (lf_hf_config_act(weights, &act) != LF_OK) {
+            fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
+            return LF_EXIT_USAGE;
+        }
+        config_path(weights, cfg, sizeof cfg);
+    }
+    /* reading and checking, before any work: a failure here is the flags' or the files' (exit 2) */
     lf_safetensors *wst = NULL, *ist = NULL;
     lf_nn_gated_mlp m = {0};
     lf_tensor *xf = NULL, *x = NULL, *y = NULL;
     char stored[16] = ""; /* the checkpoint's own dtype, when the weights were dequantized from it */
+    int64_t dim = 0, hidden = 0;
+    const char *which = NULL, *victim = NULL;
     lf_status s = lf_st_open(&wst, weights);
     if (s == LF_OK)
-        s = lf_nn_gated_mlp_load(&m, wst, prefix, act, dtype);
+        s = find_layer(wst, weights, pfx, &dim, &hidden);
+    if (s == LF_OK)
+        s = lf_st_open(&ist, input);
+    if (s == LF_OK && !lf_st_has(ist, "x"))
+        s = no_x(ist, input);
+    if (s == LF_OK && !lf_cli_check_output(output, err, sizeof err))
+        s = lf_fail(LF_EINVAL, "--output: %s", err);
+    if (s == LF_OK && (victim = clobbered(output, input, weights, wst, cfg[0] ? cfg : NULL, &which)))
+        s = lf_fail(LF_EINVAL, "--output %s is the same file as %s %s: writing it would destroy an input", output,
+                    which, victim);
+    if (s == LF_OK) /* the weights copied out of the file: a checkpoint cut short mid-run is no fault */
+        s = lf_nn_gated_mlp_load(&m, wst, pfx, act, dtype);
     if (s == LF_OK) {
         char gate[600];
-        snprintf(gate, sizeof gate, "%s.gate_proj.weight", prefix);
+        snprintf(gate, sizeof gate, "%s.gate_proj.weight", pfx);
         const char *fdt = lf_st_dtype(wst, gate);
         if (fdt && !strncmp(fdt, "F8_", 3))
             snprintf(stored, sizeof stored, " from %s", fdt);
     }
     lf_st_close(wst);
     if (s == LF_OK)
-        s = lf_st_open(&ist, input);
-    if (s == LF_OK)
-        s = lf_st_get_as(ist, "x", m.gate_up->dtype, &xf); /* x in the module's dtype */
+        s = lf_st_get_as(ist, "x", m.gate_up->dtype, &xf); /* x in the module's dtype, a copy */
     lf_st_close(ist);
     if (s == LF_OK && (xf->ndim < 2 || xf->ndim > 3 || xf->shape[xf->ndim - 1] != m.dim))
         s = lf_fail(LF_ESHAPE, "%s: x has %d dims, last %lld: expected [tokens, %lld] or [batch, seq, %lld]", input,
@@ -179,13 +297,21 @@ int lf_cli_mlp(int argc, char **argv)
         lf_nn_gated_mlp_free(&m);
         return LF_EXIT_USAGE;
     }
+    /* what runs: fp8 where the device has FP8 GEMMs, else the gated forward in the weights' dtype */
+    char ran[64];
+    snprintf(ran, sizeof ran, "%s", lf_mlp_variant_name(variant));
+    if (variant == LF_MLP_FP8 && lf_fp8_supported(dev) != LF_OK) {
+        fprintf(stderr, "%s: --variant fp8: %s; the gated %s forward runs instead\n", cmd, lf_last_error(),
+                lf_dtype_name(m.gate_up->dtype));
+        snprintf(ran, sizeof ran, "gated (fp8 asked)");
+    }
     /* running: a failure here is the forward's (exit 1) */
     mlp_run r = {&m, variant};
     lf_compiled *c = NULL;
     double t0 = lf_cli_now();
     if (compile) {
         lf_compile_opts co = lf_compile_opts_default();
-        co.name = prefix;
+        co.name = pfx;
         if (variant == LF_MLP_GATED)
             co.passes = LF_PASSES_ALL, r.v = LF_MLP_EAGER; /* the gated pass makes the gated GEMM itself */
         s = lf_compile(&c, fwd, &r, 1, &x, &co);
@@ -208,13 +334,10 @@ int lf_cli_mlp(int argc, char **argv)
             code = LF_EXIT_FAIL;
         } else {
             char xs[64], ys[64];
-            printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n",
-                   prefix, lf_act_name(m.act), (long long)m.dim, (long long)m.hidden, lf_dtype_name(m.gate_up->dtype),
-                   stored, lf_device_name(dev), compile ? "compiled " : "", lf_mlp_variant_name(variant),
-                   lf_fmt_shape(xs, sizeof xs, x->ndim, x->shape), lf_fmt_shape(ys, sizeof ys, y->ndim, y->shape), ms,
-                   output);
-            if (variant == LF_MLP_FP8 && lf_fp8_supported(dev) != LF_OK)
-                printf("fp8: %s; the gated bf16 forward ran instead\n", lf_last_error());
+            printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
+                   lf_act_name(m.act), (long long)m.dim, (long long)m.hidden, lf_dtype_name(m.gate_up->dtype), stored,
+                   lf_device_name(dev), compile ? "compiled " : "", ran, lf_fmt_shape(xs, sizeof xs, x->ndim, x->shape),
+                   lf_fmt_shape(ys, sizeof ys, y->ndim, y->shape), ms, output);
         }
     }
     lf_compiled_free(c);
