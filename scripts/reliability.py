@@ -424,6 +424,134 @@ def main():
                        lambda o, e: None if not os.path.exists(w("big")) else "data lost: directories left behind",
                        timeout=180)
 
+    if fam("checkpoint"):
+        import struct  # noqa: E402 -- this family's own: safetensors files written here
+        ck = w("ck")
+        os.makedirs(ck)
+        D, H, T = 8, 12, 5
+        pre = "model.layers.0.mlp."
+
+        def st_file(path, tensors):  # tensors: name -> (dtype, shape, bytes), in name order
+            header, blob = {}, b""
+            for name in sorted(tensors):
+                dt, shape, data = tensors[name]
+                header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+                blob += data
+            h = json.dumps(header).encode()
+            h += b" " * (-len(h) % 8)
+            return write(path, struct.pack("<Q", len(h)) + h + blob)
+
+        f32 = lambda n: struct.pack("<%df" % n, *[(i % 7 - 3) / 8 for i in range(n)])
+        W = st_file(os.path.join(ck, "model.safetensors"), {pre + "gate_proj.weight": ("F32", [H, D], f32(H * D)),
+                                                            pre + "up_proj.weight": ("F32", [H, D], f32(H * D)),
+                                                            pre + "down_proj.weight": ("F32", [D, H], f32(D * H))})
+        X = st_file(os.path.join(ck, "x.safetensors"), {"x": ("F32", [T, D], f32(T * D))})
+        C = write(os.path.join(ck, "config.json"), '{"hidden_act": "silu"}')
+
+        def mlp(weights, out, *more, inp=X):
+            return [bin_, "mlp", "--weights", weights, "--prefix", pre[:-1], "--input", inp, "--output", out,
+                    "--device", "cpu"] + list(more)
+
+        kept = {p: open(p, "rb").read() for p in (W, X, C)}
+
+        def restore():  # each attack on a whole checkpoint, whatever the one before did to it
+            for p in kept:
+                if os.path.isdir(p):
+                    os.rmdir(p)
+                write(p, kept[p])
+
+        def inputs_kept(o, e):
+            lost = [p for p in kept if not os.path.isfile(p) or open(p, "rb").read() != kept[p]]
+            tmps = [f for f in os.listdir(ck) if ".tmp." in f]
+            return "data lost: %s overwritten" % lost[0] if lost else "data lost: %s left" % tmps[0] if tmps else None
+
+        # outputs that are inputs: refused (exit 2) before the run, the checkpoint intact
+        os.symlink("model.safetensors", os.path.join(ck, "link.safetensors"))
+        os.link(X, os.path.join(ck, "x_hard.safetensors"))
+        for what, weights, out in [("--output is --weights", W, W), ("--output is a shard of --weights DIR", ck, W),
+                                   ("--output is --input", ck, X), ("--output links to the weights", ck,
+                                                                    os.path.join(ck, "link.safetensors")),
+                                   ("--output is a hard link to --input", ck, os.path.join(ck, "x_hard.safetensors")),
+                                   ("--output is the config.json read", ck, C)]:
+            restore()
+            attack("checkpoint", what, mlp(weights, out), 2, inputs_kept)
+        restore()
+        # where the output cannot go: refused before the run, exit 2 like any bad flag
+        attack("checkpoint", "--output is a directory", mlp(ck, ck), 2, inputs_kept)
+        attack("checkpoint", "--output in a missing directory", mlp(ck, os.path.join(ck, "no", "y.safetensors")), 2,
+               lambda o, e: inputs_kept(o, e) or (None if not os.path.exists(os.path.join(ck, "no")) else
+                                                  "data lost: a directory made"))
+        # FIFOs where a file is read: refused at once, never waited on
+        fifo = w("ck.fifo")
+        os.mkfifo(fifo)
+        for d in ("fifodir", "fifoshard", "textshard"):
+            os.makedirs(w(d))
+        os.mkfifo(w("fifodir", "model.safetensors"))
+        index = '{"weight_map": {"%sgate_proj.weight": "model-00001-of-00001.safetensors"}}' % pre
+        write(w("fifoshard", "model.safetensors.index.json"), index)
+        os.symlink(fifo, w("fifoshard", "model-00001-of-00001.safetensors"))
+        write(w("textshard", "model.safetensors.index.json"), index)
+        os.symlink(C, w("textshard", "model-00001-of-00001.safetensors"))
+        y = w("y.safetensors")
+        for what, weights, inp in [("--weights a FIFO", fifo, X), ("DIR/model.safetensors a FIFO", w("fifodir"), X),
+                                   ("a shard of an index a FIFO", w("fifoshard"), X), ("--input a FIFO", ck, fifo)]:
+            restore()
+            attack("checkpoint", what, mlp(weights, y, "--act", "silu", inp=inp), 2,
+                   lambda o, e: None if "FIFO" in e else "wrong: the FIFO is not named", timeout=20)
+        attack("checkpoint", "a text file linked in as a shard", mlp(w("textshard"), y, "--act", "silu"), 2,
+               lambda o, e: None if "not a safetensors file" in e and "header length" not in e else
+               "wrong: %s" % e.strip()[-80:])
+        # FP8: a zero dimension beside a huge one (0 bytes, a valid header), a NaN scale
+        e4m3 = bytes([0x38]) * (H * D)
+        for what, tag, scale in [("FP8 scale [0, 2^63-1]", "zero", ("F32", [0, (1 << 63) - 1], b"")),
+                                 ("FP8 scale NaN", "nan", ("F32", [H, 1], struct.pack("<%df" % H, *([1.0] * (H - 1) +
+                                                                                                   [float("nan")]))))]:
+            d = w("fp8_" + tag)
+            os.makedirs(d)
+            st_file(os.path.join(d, "model.safetensors"), {
+                pre + "gate_proj.weight": ("F8_E4M3", [H, D], e4m3), pre + "gate_proj.weight_scale": scale,
+                pre + "up_proj.weight": ("F32", [H, D], f32(H * D)), pre + "down_proj.weight": ("F32", [D, H], f32(D * H))})
+            attack("checkpoint", what, mlp(d, y, "--act", "silu", "--dtype", "f32"), 2,
+                   lambda o, e: None if "gate_proj.weight" in e else "wrong: the tensor is not named")
+        # a write past `ulimit -f`: EFBIG, exit 1, nothing left (SIGXFSZ killed it mid-write)
+        fsize = ["sh", "-c", 'ulimit -f 0; exec "$0" "$@"', bin_]
+        restore()
+        attack("checkpoint", "mlp past ulimit -f", fsize + mlp(ck, os.path.join(ck, "big.safetensors"))[1:], 1,
+               lambda o, e: inputs_kept(o, e) or (None if not os.path.exists(os.path.join(ck, "big.safetensors")) else
+                                                  "data lost: a partial output"))
+        attack("checkpoint", "simple-mlp past ulimit -f", fsize + ["simple-mlp", "--out", w("fsize", "new"), "--batch", "1",
+                                                                   "--seq", "4", "--dim", "32", "--hidden", "48",
+                                                                   "--device", "cpu"], 1,
+               lambda o, e: None if not os.path.exists(w("fsize")) else "data lost: files or directories left")
+        # RANK in the environment without --tp: one device, as asked
+        attack("checkpoint", "RANK=0 set, no --tp", ["env", "RANK=0", bin_, "simple-mlp", "--out", w("rank"), "--batch",
+                                                     "1", "--seq", "4", "--dim", "32", "--hidden", "48", "--device",
+                                                     "cpu"], 0)
+        # the weights cut short by another program mid-run (96 MB, cut after 0.3 s): an error naming
+        # the file (exit 2) or a right answer, never SIGBUS (the mapping's pages gone under the GEMM)
+        if not skip_huge:
+            big, bd, bh, bt = w("big.safetensors"), 2048, 4096, 256
+            zeros = lambda n: bytes(4 * n)
+            st_file(big, {pre + "gate_proj.weight": ("F32", [bh, bd], zeros(bh * bd)),
+                          pre + "up_proj.weight": ("F32", [bh, bd], zeros(bh * bd)),
+                          pre + "down_proj.weight": ("F32", [bd, bh], zeros(bd * bh))})
+            bx = st_file(w("bigx.safetensors"), {"x": ("F32", [bt, bd], f32(bt * bd))})
+            t0 = time.time()
+            p = subprocess.Popen(mlp(big, w("bigy.safetensors"), "--act", "silu", inp=bx), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+            time.sleep(0.3)
+            os.truncate(big, 4096)
+            try:
+                out, err = p.communicate(timeout=120)
+                res = (p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), time.time() - t0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+                res = (None, "", "", time.time() - t0)
+            kind, why = verdict(res, (0, 2))
+            rows.append(("checkpoint", "weights truncated during the run", kind, res[3], why))
+            print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1], flush=True)
+
     counts = {}
     for r in rows:
         counts[r[2]] = counts.get(r[2], 0) + 1
