@@ -128,10 +128,85 @@ static void test_nn_errors(void)
     lf_nn_gated_mlp_free(&m);
 }
 
+/* The forward into the caller's memory: the same bits as the allocating forward in every
+ * variant (the fp8 variant runs gated here, on the CPU), into a 3-D y and into a strided view of
+ * a larger tensor, nothing allocated while it runs (the allocation observer counts), and a
+ * workspace one byte short, a wrong y or a workspace on another dtype's terms refused. */
+static int allocs_seen;
+static void count_allocs(void *user, lf_device dev, int index, const void *addr, int64_t bytes, int64_t total,
+                         int64_t reserved)
+{
+    (void)user, (void)dev, (void)index, (void)addr, (void)total, (void)reserved;
+    allocs_seen += bytes > 0;
+}
+
+static void test_forward_out(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 41);
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts o = {.dim = 24, .hidden = 40, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU,
+                              .act = LF_ACT_SILU};
+    OK(lf_nn_gated_mlp_init(&m, &o, &rng));
+    OK(lf_nn_gated_mlp_quantize_fp8(&m));
+    const int64_t xs[3] = {3, 7, 24};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs);
+    for (int v = 0; v <= LF_MLP_FP8; v++) {
+        lf_tensor *ref = NULL, *y = NULL, *ws = NULL, *big = NULL, *yv = NULL;
+        OK(lf_nn_gated_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &ref));
+        size_t need = 0;
+        OK(lf_nn_gated_mlp_workspace(&m, (lf_mlp_variant)v, 21, &need));
+        const int64_t wsn = (int64_t)need;
+        OK(lf_tensor_empty(&ws, LF_DTYPE_F8E4M3, 1, &wsn, LF_DEVICE_CPU));
+        OK(lf_tensor_empty(&y, LF_DTYPE_BF16, 3, xs, LF_DEVICE_CPU));
+        OK(lf_tensor_fill(y, NAN));
+        allocs_seen = 0;
+        lf_tensor_set_alloc_observer(count_allocs, NULL);
+        lf_status s = lf_nn_gated_mlp_forward_out(&m, (lf_mlp_variant)v, x, y, ws);
+        lf_tensor_set_alloc_observer(NULL, NULL);
+        CHECK(s == LF_OK, "%s: forward_out: %s", lf_mlp_variant_name((lf_mlp_variant)v), lf_last_error());
+        CHECK(allocs_seen == 0, "%s: %d allocations while running in the caller's memory",
+              lf_mlp_variant_name((lf_mlp_variant)v), allocs_seen);
+        CHECK(!memcmp(lf_tensor_data(y), lf_tensor_data(ref), 21 * 24 * 2), "%s: the allocating forward's bits",
+              lf_mlp_variant_name((lf_mlp_variant)v));
+        /* y as every other row of a larger tensor */
+        const int64_t bs[2] = {42, 24};
+        OK(lf_tensor_empty(&big, LF_DTYPE_BF16, 2, bs, LF_DEVICE_CPU));
+        OK(lf_tensor_fill(big, NAN));
+        OK(lf_tensor_as_strided(&yv, big, 3, xs, (int64_t[]){14 * 24, 48, 1}, 24));
+        OK(lf_nn_gated_mlp_forward_out(&m, (lf_mlp_variant)v, x, yv, ws));
+        int same = 1, rest_nan = 1;
+        const uint16_t *b = lf_tensor_data(big), *r = lf_tensor_data(ref);
+        for (int64_t t = 0; t < 21; t++)
+            for (int64_t j = 0; j < 24; j++) {
+                same &= b[(2 * t + 1) * 24 + j] == r[t * 24 + j];
+                rest_nan &= isnan(lf_f32_from_bf16(b[2 * t * 24 + j]));
+            }
+        CHECK(same && rest_nan, "%s: into a strided y: its rows only, the same bits",
+              lf_mlp_variant_name((lf_mlp_variant)v));
+        lf_tensor *small = NULL;
+        const int64_t sn = wsn - 1;
+        OK(lf_tensor_empty(&small, LF_DTYPE_F8E4M3, 1, &sn, LF_DEVICE_CPU));
+        FAILS(LF_ENOMEM, "needs", lf_nn_gated_mlp_forward_out(&m, (lf_mlp_variant)v, x, y, small));
+        lf_tensor_free(small);
+        lf_tensor_free(ref), lf_tensor_free(y), lf_tensor_free(ws), lf_tensor_free(big), lf_tensor_free(yv);
+    }
+    lf_tensor *y = NULL, *ws = NULL;
+    const int64_t bad[3] = {3, 7, 25}, wsn = 1 << 20;
+    OK(lf_tensor_empty(&y, LF_DTYPE_BF16, 3, bad, LF_DEVICE_CPU));
+    OK(lf_tensor_empty(&ws, LF_DTYPE_F32, 1, &wsn, LF_DEVICE_CPU));
+    FAILS(LF_ESHAPE, "dim = 24 last", lf_nn_gated_mlp_forward_out(&m, LF_MLP_GATED, x, y, ws));
+    FAILS(LF_EINVAL, "'workspace'", lf_nn_gated_mlp_forward_out(&m, LF_MLP_GATED, x, y, NULL));
+    FAILS(LF_ESHAPE, ">= 1", lf_nn_gated_mlp_workspace(&m, LF_MLP_GATED, 0, (size_t[]){0}));
+    lf_tensor_free(y), lf_tensor_free(ws), lf_tensor_free(x);
+    lf_nn_gated_mlp_free(&m);
+}
+
 int main(void)
 {
     test_linear_init();
     test_mlp_forward();
     test_nn_errors();
+    test_forward_out();
     return lf_test_finish("test_nn");
 }

@@ -12,6 +12,23 @@
 extern "C" {
 #endif
 
+/* --- whose stream ---
+ * By default linfuse queues its work on each GPU on a stream of its own. A program with streams of
+ * its own (PyTorch's current stream, a CUDA graph being captured) hands linfuse the stream its
+ * work must go to: every kernel, copy and event linfuse queues on that GPU from this thread then
+ * goes there, in order with the program's own work, and linfuse synchronizes nothing in between
+ * (memory it takes for intermediates is reused only for work on the same stream). The exceptions
+ * are stated where they are: host copies (lf_tensor_to_device, lf_tensor_to_f32) finish before
+ * they return, and a GEMM shape's first call times cuBLASLt's candidates (lf_gemm_autotune_set
+ * turns that off). Per thread and per GPU: it applies to the calling thread's current GPU
+ * (lf_device_select). stream is a cudaStream_t; NULL is the legacy default stream (PyTorch's
+ * default stream). LF_EDEVICE where there is no GPU. */
+LF_API lf_status lf_cuda_set_stream(void *stream);
+/* Back to linfuse's own stream, for the calling thread's GPU. */
+LF_API lf_status lf_cuda_use_own_stream(void);
+/* The stream this thread's work on its GPU goes to now (a cudaStream_t). */
+LF_API lf_status lf_cuda_get_stream(void **stream);
+
 /* --- GEMM plans chosen by measurement ---
  * On a GPU, the first call of each GEMM shape times cuBLASLt's top heuristic candidates on the
  * call's own operands and keeps the fastest, as torch.compile's max-autotune does for its GEMMs;

@@ -92,6 +92,19 @@ LF_API lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_
 LF_API lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y);
 LF_API lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y);
+/* The forward for programs that own their memory (a framework's allocator, a CUDA graph being
+ * captured): y (..., dim), an existing tensor of x's leading shape, dtype and device (any strides)
+ * gets the result, and every intermediate the variant needs is carved from workspace, a
+ * contiguous tensor on x's device of at least lf_nn_gated_mlp_workspace bytes (any dtype: its
+ * bytes are used), so linfuse takes no memory and, on a caller's stream (lf_cuda_set_stream),
+ * synchronizes nothing. The workspace may be reused by the next forward queued on the same
+ * stream. The fp8 variant needs FP8 weights (lf_nn_gated_mlp_quantize_fp8) and, where the device
+ * has none, runs the gated variant, as lf_nn_gated_mlp_forward_variant does. */
+LF_API lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y,
+                                             lf_tensor *workspace);
+/* The workspace bytes lf_nn_gated_mlp_forward_out needs for `tokens` tokens (the product of x's
+ * leading dims) in variant v. */
+LF_API lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, int64_t tokens, size_t *bytes);
 /* The middle alone: h (..., hidden) = act(gate(x)) * up(x), by the variant's kernels. */
 LF_API lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **h);
 /* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H), act

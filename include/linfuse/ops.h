@@ -40,6 +40,9 @@ LF_API lf_status lf_transpose(lf_tensor **out, const lf_tensor *x, int d0, int d
 LF_API lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
 /* A view when strides allow, else a contiguous copy (as torch.reshape). */
 LF_API lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
+/* x's values written into out, an existing tensor of x's shape on x's device (any strides, any
+ * dtype linfuse computes in: converted, rounded to nearest even), as torch's copy_. */
+LF_API lf_status lf_copy_out(lf_tensor *out, const lf_tensor *x);
 /* x itself (a new handle) when already contiguous, else a contiguous copy. */
 LF_API lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x);
 
@@ -61,6 +64,14 @@ LF_API lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tenso
  * fine (a block of rows of a larger tensor, as torch.mm(a, b, out=...)); its columns must be
  * contiguous on CUDA. out must not overlap a or b. */
 LF_API lf_status lf_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b);
+/* The same two written into out, an existing (M, N) / (M, N/2) tensor of a's dtype and device
+ * (a view is fine; its columns contiguous on CUDA), apart from a and b: for programs that own
+ * their memory (a framework's allocator, a CUDA graph being captured). They take no memory of
+ * their own, but where lf_gated_choose picks the fallback (no gated kernel for the shape), whose
+ * g and u are an intermediate. */
+LF_API lf_status lf_addmm_act_out(lf_tensor *out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
+                                  lf_act act);
+LF_API lf_status lf_mm_gated_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
 /* 2-D x 2-D is mm; (B, S, K) x (K, N) flattens the first operand to (B*S, K), runs mm and views
  * the result as (B, S, N), as torch.matmul does. */
 LF_API lf_status lf_matmul(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
@@ -116,6 +127,10 @@ LF_API lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const
  * no FP8 GEMM (the CPU). */
 LF_API lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                        const lf_tensor *b_scale, lf_dtype out_dtype);
+/* lf_scaled_mm written into out, an existing (M, N) bf16, f16 or f32 tensor on a's device (its
+ * dtype is the result's). */
+LF_API lf_status lf_scaled_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+                                  const lf_tensor *b_scale);
 /* lf_mm_gated in FP8: the scales are applied to the 2H pre-gate columns before the activation,
  * out (M, H) bf16. On Hopper the gated kernel's FP8 form (wgmma e4m3); elsewhere a scaled GEMM
  * then act(g) * u, with a note in the trace; LF_EUNSUPPORTED where neither runs (the CPU). */

@@ -291,6 +291,43 @@ lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g)
     return LF_OK;
 }
 
+/* --- the caller's stream (linfuse/cuda.h) --- */
+
+static const lf_backend_ops *with_streams(const char *fn, lf_status *s)
+{
+    const lf_backend_ops *b = lf_backend_for(LF_DEVICE_CUDA);
+    if (!b)
+        *s = lf_fail(LF_EDEVICE, "%s: %s", fn, lf_last_error());
+    else if (!b->set_stream || !b->get_stream)
+        *s = lf_fail(LF_EUNSUPPORTED, "%s: the cuda backend has no streams", fn), b = NULL;
+    return b;
+}
+
+lf_status lf_cuda_set_stream(void *stream)
+{
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_streams("lf_cuda_set_stream", &s);
+    return b ? b->set_stream(stream, 0) : s;
+}
+
+lf_status lf_cuda_use_own_stream(void)
+{
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_streams("lf_cuda_use_own_stream", &s);
+    return b ? b->set_stream(NULL, 1) : s;
+}
+
+lf_status lf_cuda_get_stream(void **stream)
+{
+    LF_CHECK_PTR(stream, "lf_cuda_get_stream", "stream");
+    *stream = NULL;
+    lf_status s = LF_OK;
+    const lf_backend_ops *b = with_streams("lf_cuda_get_stream", &s);
+    if (b)
+        *stream = b->get_stream();
+    return s;
+}
+
 static const char *const gated_kernel_names[LF_GATED_KERNEL_COUNT] = {"epilogue", "gemv",     "cooperative",
                                                                       "pingpong", "offload", "fallback"};
 

@@ -64,6 +64,10 @@ typedef struct lf_backend_ops {
     int (*gemm_supports)(const lf_gemm *g, char *why, size_t cap);
     /* Which kernel runs the valid paired-gate GEMM g (lf_gated_choose): every field of c set. */
     void (*gated_choose)(const lf_gemm *g, lf_gated_choice *c);
+    /* The stream this thread's work on its unit goes to: the caller's (own 0), or the backend's
+     * own again (own 1); and which it is now. NULL where the device has no streams. */
+    lf_status (*set_stream)(void *stream, int own);
+    void *(*get_stream)(void);
     /* Fused pointwise chains (compile mode); prepare/release may be NULL (nothing to build). */
     lf_status (*fused_prepare)(lf_fused *f, const char *cache_dir, int verbose);
     lf_status (*fused)(const lf_fused *f, lf_kernel_info *info);

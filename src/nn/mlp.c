@@ -7,6 +7,7 @@
 
 #include "core/core.h"
 #include "linfuse/nn.h"
+#include "tensor/tensor_impl.h"
 
 static const char *const variant_names[LF_MLP_FP8 + 1] = {"eager", "fused", "gated", "fp8"};
 
@@ -317,6 +318,150 @@ lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_varia
     if (s == LF_OK)
         s = lf_nn_linear_forward(&m->down, h, y);
     lf_tensor_free(h);
+    return s;
+}
+
+/* --- the forward into the caller's memory ---
+ * The intermediates come from the caller's workspace (an arena, tensor_impl.h); each variant's
+ * worst case is what lf_nn_gated_mlp_workspace adds up, every piece rounded to the arena's 256
+ * bytes. */
+
+static size_t piece(int64_t rows, int64_t cols, size_t elem)
+{
+    return ((size_t)rows * (size_t)cols * elem + 255) & ~(size_t)255;
+}
+
+lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, int64_t tokens, size_t *bytes)
+{
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_workspace", "m");
+    LF_CHECK_PTR(bytes, "lf_nn_gated_mlp_workspace", "bytes");
+    *bytes = 0;
+    if (!m->gate_up)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_workspace: the module is not initialised");
+    if (tokens < 1)
+        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_workspace: %lld tokens, expected >= 1", (long long)tokens);
+    if ((unsigned)v > LF_MLP_FP8)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_workspace: variant %d is not eager, fused, gated or fp8", (int)v);
+    const size_t es = lf_dtype_size(m->gate_up->dtype);
+    const int64_t T = tokens, H = m->hidden, D = m->dim, T4 = LF_SCALE_LD(tokens);
+    /* the x copy reshape makes when x's leading dims do not flatten in place */
+    size_t n = piece(T, D, es);
+    /* gated: h; fused: g, u, h; eager: g, act(g), u, h; a gated GEMM that falls back: its g||u */
+    const size_t h = piece(T, H, es), gu = piece(T, 2 * H, es);
+    const size_t gated = h + gu, fused = 3 * h, eager = 4 * h;
+    /* fp8: x's codes and scales (padded to 4 tokens), h's codes and 1 x 128 scales, y padded;
+     * where the device has no FP8 GEMM it runs gated */
+    const size_t fp8 = piece(T4, D, 1) + piece(T4, 1, 4) + piece(T4, H, 1) +
+                       piece(lf_scale_count(LF_SCALE_1X128, T4, H), 1, 4) + piece(T4, D, es) + piece(T4, H, es) +
+                       piece(T4, 2 * H, es);
+    n += v == LF_MLP_EAGER ? eager : v == LF_MLP_FUSED ? fused : v == LF_MLP_GATED ? gated : fp8;
+    *bytes = n;
+    return LF_OK;
+}
+
+/* y's checks: x's leading shape with dim columns, x's dtype and device. */
+static lf_status check_y(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tensor *y)
+{
+    char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
+    int same = y->ndim == x->ndim && y->shape[y->ndim - 1] == m->dim;
+    for (int i = 0; same && i < x->ndim - 1; i++)
+        same = y->shape[i] == x->shape[i];
+    if (!same)
+        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward_out: y is %s; for x %s it must be x's shape with dim = %lld last",
+                       lf_fmt_shape(a, sizeof a, y->ndim, y->shape), lf_fmt_shape(b, sizeof b, x->ndim, x->shape),
+                       (long long)m->dim);
+    if (y->dtype != x->dtype || lf_tensor_device(y) != lf_tensor_device(x) ||
+        lf_tensor_device_index(y) != lf_tensor_device_index(x))
+        return lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_forward_out: y is %s on %s:%d, x %s on %s:%d; they must agree",
+                       lf_dtype_name(y->dtype), lf_device_name(lf_tensor_device(y)), lf_tensor_device_index(y),
+                       lf_dtype_name(x->dtype), lf_device_name(lf_tensor_device(x)), lf_tensor_device_index(x));
+    if (lf_tensor_shares_storage(y, x))
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward_out: y shares memory with x");
+    return LF_OK;
+}
+
+/* The forward's result into y (its 2-D view, y2), inside the arena: the down GEMM writes y2 itself;
+ * fp8's padded result (a multiple of 4 tokens) is copied. */
+static lf_status forward_into(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y2)
+{
+    const int64_t T = y2->shape[0];
+    int64_t flat[2] = {T, m->dim};
+    lf_tensor *x2 = NULL, *h = NULL, *dt = NULL, *r = NULL;
+    if (v == LF_MLP_FP8 && (!m->gate_up_q || !m->down_q))
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward_out: the fp8 variant needs FP8 weights; call "
+                                  "lf_nn_gated_mlp_quantize_fp8 once after loading");
+    lf_status s = lf_reshape(&x2, x, 2, flat);
+    const int fp8 = v == LF_MLP_FP8 && s == LF_OK && lf_fp8_supported(lf_tensor_device(x)) == LF_OK;
+    if (s == LF_OK && fp8) {
+        if (T % 4 == 0 && y2->stride[1] == 1) { /* the block-scaled GEMM writes y itself */
+            lf_tensor *xq = NULL, *xs = NULL, *wt = NULL, *hs = NULL;
+            s = lf_quantize_fp8_rows(&xq, &xs, x2, T);
+            if (s == LF_OK)
+                s = lf_t(&wt, m->gate_up_q);
+            if (s == LF_OK)
+                s = lf_scaled_mm_gated_fp8(&h, &hs, xq, xs, wt, m->gate_up_scale, m->act, m->hidden);
+            if (s == LF_OK)
+                s = lf_t(&dt, m->down_q);
+            if (s == LF_OK)
+                s = lf_scaled_mm_out(y2, h, hs, dt, m->down_scale);
+            lf_tensor_free(xq), lf_tensor_free(xs), lf_tensor_free(wt), lf_tensor_free(hs);
+        } else {
+            s = on_tokens(m, x2, m->dim, fp8_2d, 0, &r);
+            if (s == LF_OK)
+                s = lf_copy_out(y2, r);
+        }
+    } else if (s == LF_OK) {
+        if (v == LF_MLP_FP8) { /* no FP8 GEMM here: the gated variant, said in the trace */
+            char why[320];
+            snprintf(why, sizeof why, "fp8 variant runs gated bf16 (%s)", lf_last_error());
+            lf_ops_note_begin(why);
+        }
+        s = lf_nn_gated_mlp_middle(m, v == LF_MLP_FP8 ? LF_MLP_GATED : v, x2, &h);
+        if (s == LF_OK)
+            s = lf_t(&dt, m->down.weight);
+        if (s == LF_OK)
+            s = lf_mm_out(y2, h, dt);
+        if (v == LF_MLP_FP8)
+            lf_ops_note_end();
+    }
+    lf_tensor_free(x2), lf_tensor_free(h), lf_tensor_free(dt), lf_tensor_free(r);
+    return s;
+}
+
+lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y,
+                                      lf_tensor *workspace)
+{
+    static const char fn[] = "lf_nn_gated_mlp_forward_out";
+    LF_CHECK_PTR(m, fn, "m");
+    LF_CHECK_PTR(x, fn, "x");
+    LF_CHECK_PTR(y, fn, "y");
+    LF_CHECK_PTR(workspace, fn, "workspace");
+    if (!m->gate_up)
+        return lf_fail(LF_EINVAL, "%s: the module is not initialised", fn);
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
+        return lf_fail(LF_ESHAPE, "%s: x's last dim is %lld, expected dim = %lld", fn,
+                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    LF_TRY(check_y(m, x, y));
+    const int64_t T = lf_tensor_numel(x) / m->dim;
+    size_t need = 0;
+    LF_TRY(lf_nn_gated_mlp_workspace(m, v, T, &need));
+    const size_t have = (size_t)lf_tensor_numel(workspace) * lf_dtype_size(workspace->dtype);
+    if (!lf_tensor_is_contiguous(workspace) || lf_tensor_device(workspace) != lf_tensor_device(x) ||
+        lf_tensor_device_index(workspace) != lf_tensor_device_index(x))
+        return lf_fail(LF_EINVAL, "%s: workspace must be contiguous and on x's device (%s:%d)", fn,
+                       lf_device_name(lf_tensor_device(x)), lf_tensor_device_index(x));
+    if (have < need)
+        return lf_fail(LF_ENOMEM, "%s: workspace has %zu bytes, the %s variant needs %zu for %lld tokens", fn, have,
+                       lf_mlp_variant_name(v), need, (long long)T);
+    lf_tensor *y2 = NULL; /* (tokens, dim): y's leading dims as one */
+    lf_status s = y->ndim == 1 ? lf_tensor_unsqueeze(&y2, y, 0) : lf_tensor_flatten(&y2, y, 0, y->ndim - 2);
+    if (s != LF_OK)
+        return lf_fail(s, "%s: y's leading dims do not flatten into one (strides); a contiguous y does", fn);
+    lf_arena arena = {lf_tensor_device(x), lf_tensor_device_index(x), lf_tensor_data(workspace), have, 0};
+    lf_arena *prev = lf_tensor_arena_set(&arena);
+    s = forward_into(m, v, x, y2);
+    lf_tensor_arena_set(prev);
+    lf_tensor_free(y2);
     return s;
 }
 

@@ -123,30 +123,38 @@ lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, c
     LF_DISPATCH(ADDMM, args, out, addmm_impl(out, bias, a, b, beta, alpha));
 }
 
+/* addmm_act's GEMM description (its D left for the caller), its inputs checked. */
+static lf_status addmm_act_describe(const char *fn, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
+                                    lf_act act, lf_gemm *g)
+{
+    char x[LF_SHAPE_STR_CAP];
+    LF_TRY(check_operands(fn, a, b));
+    if ((unsigned)act >= LF_ACT_COUNT)
+        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn, (int)act);
+    *g = (lf_gemm){.ep = lf_epilogue_default()};
+    g->ep.act = act;
+    if (bias) {
+        LF_TRY(lf_check_ndim(fn, "bias", bias, 1));
+        LF_TRY(lf_check_same(fn, "bias", bias, "mat1", a));
+        if (bias->shape[0] != b->shape[1])
+            return lf_fail(LF_ESHAPE, "%s: bias has shape %s, expected [%lld] (mat2's columns)", fn,
+                           lf_fmt_shape(x, sizeof x, 1, bias->shape), (long long)b->shape[1]);
+        if (bias->stride[0] != 1 && bias->shape[0] != 1)
+            return lf_fail(LF_ESHAPE, "%s: bias must be contiguous (stride %lld); use lf_contiguous", fn,
+                           (long long)bias->stride[0]);
+        g->ep.bias = lf_tensor_data(bias);
+        g->ep.bias_dtype = bias->dtype;
+    }
+    return LF_OK;
+}
+
 static lf_status addmm_act_impl(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
                                 lf_act act)
 {
-    char x[LF_SHAPE_STR_CAP];
     LF_CHECK_PTR(out, "lf_addmm_act", "out");
     *out = NULL;
-    LF_TRY(check_operands("lf_addmm_act", a, b));
-    if ((unsigned)act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_addmm_act: activation %d is not one of none, relu, gelu_tanh, gelu_erf",
-                       (int)act);
-    lf_gemm g = {.ep = lf_epilogue_default()};
-    g.ep.act = act;
-    if (bias) {
-        LF_TRY(lf_check_ndim("lf_addmm_act", "bias", bias, 1));
-        LF_TRY(lf_check_same("lf_addmm_act", "bias", bias, "mat1", a));
-        if (bias->shape[0] != b->shape[1])
-            return lf_fail(LF_ESHAPE, "lf_addmm_act: bias has shape %s, expected [%lld] (mat2's columns)",
-                           lf_fmt_shape(x, sizeof x, 1, bias->shape), (long long)b->shape[1]);
-        if (bias->stride[0] != 1 && bias->shape[0] != 1)
-            return lf_fail(LF_ESHAPE, "lf_addmm_act: bias must be contiguous (stride %lld); use lf_contiguous",
-                           (long long)bias->stride[0]);
-        g.ep.bias = lf_tensor_data(bias);
-        g.ep.bias_dtype = bias->dtype;
-    }
+    lf_gemm g;
+    LF_TRY(addmm_act_describe("lf_addmm_act", bias, a, b, act, &g));
     return run_gemm(out, a, b, b->shape[1], &g);
 }
 
@@ -154,6 +162,41 @@ lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *
 {
     lf_op_arg args[] = {LF_ARG(bias), LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(act)};
     LF_DISPATCH(ADDMM_ACT, args, out, addmm_act_impl(out, bias, a, b, act));
+}
+
+/* out is an existing (rows, cols) result for a's dtype and device, apart from a and b. */
+static lf_status check_out(const char *fn, const lf_tensor *out, const lf_tensor *a, const lf_tensor *b, int64_t rows,
+                           int64_t cols)
+{
+    char x[LF_SHAPE_STR_CAP];
+    LF_TRY(lf_check_ndim(fn, "out", out, 2));
+    LF_TRY(lf_check_same(fn, "out", out, "mat1", a));
+    if (out->shape[0] != rows || out->shape[1] != cols)
+        return lf_fail(LF_ESHAPE, "%s: out is %s, the result is [%lld, %lld]", fn,
+                       lf_fmt_shape(x, sizeof x, 2, out->shape), (long long)rows, (long long)cols);
+    if (lf_tensor_shares_storage(out, a) || lf_tensor_shares_storage(out, b))
+        return lf_fail(LF_EINVAL, "%s: out shares memory with an operand", fn);
+    return LF_OK;
+}
+
+static lf_status addmm_act_out_impl(lf_tensor *out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
+                                    lf_act act)
+{
+    LF_CHECK_PTR(out, "lf_addmm_act_out", "out");
+    lf_gemm g;
+    LF_TRY(addmm_act_describe("lf_addmm_act_out", bias, a, b, act, &g));
+    LF_TRY(check_out("lf_addmm_act_out", out, a, b, a->shape[0], b->shape[1]));
+    g.a = lf_matrix_of(a);
+    g.b = lf_matrix_of(b);
+    g.d = lf_matrix_of(out);
+    return lf_launch_gemm(lf_tensor_device(a), &g);
+}
+
+lf_status lf_addmm_act_out(lf_tensor *out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act)
+{
+    lf_op_arg args[] = {LF_ARG(bias), LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(act), LF_ARG(out)};
+    lf_tensor **none = NULL; /* the result is out itself */
+    LF_DISPATCH(ADDMM_ACT, args, none, addmm_act_out_impl(out, bias, a, b, act));
 }
 
 lf_status lf_gate_pairs(lf_tensor *y, const lf_tensor *p, lf_act act, int64_t group)
@@ -185,23 +228,24 @@ static lf_status gated_fallback(lf_tensor *y, const lf_tensor *a, const lf_tenso
     return s;
 }
 
-static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+static lf_status mm_gated_check(const char *fn, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
 {
-    LF_CHECK_PTR(out, "lf_mm_gated", "out");
-    *out = NULL;
-    LF_TRY(check_operands("lf_mm_gated", a, b));
+    LF_TRY(check_operands(fn, a, b));
     if ((unsigned)act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "lf_mm_gated: activation %d is not one of none, relu, gelu_tanh, gelu_erf", (int)act);
+        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn, (int)act);
     if (group < 1 || b->shape[1] % (2 * group))
-        return lf_fail(LF_ESHAPE, "lf_mm_gated: mat2 has %lld columns, expected whole blocks of 2 x group = %lld",
+        return lf_fail(LF_ESHAPE, "%s: mat2 has %lld columns, expected whole blocks of 2 x group = %lld", fn,
                        (long long)b->shape[1], (long long)(2 * (group > 0 ? group : 0)));
+    return LF_OK;
+}
+
+/* y = act(g) * u of a . b into y: the gated kernel lf_gated_choose picks, or the fallback. */
+static lf_status mm_gated_into(lf_tensor *y, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+{
     lf_gemm g = {.ep = lf_epilogue_default()};
     g.ep.act = act;
     g.ep.gate = LF_GATE_PAIRED;
     g.ep.gate_group = group;
-    int64_t shape[2] = {a->shape[0], b->shape[1] / 2};
-    lf_tensor *y;
-    LF_TRY(lf_new_output(&y, a, 2, shape));
     g.a = lf_matrix_of(a);
     g.b = lf_matrix_of(b);
     g.d = lf_matrix_of(y);
@@ -211,12 +255,39 @@ static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_ten
         s = lf_launch_gemm(dev, &g);
     else if (s == LF_EUNSUPPORTED)
         s = gated_fallback(y, a, b, act, group);
+    return s;
+}
+
+static lf_status mm_gated_impl(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+{
+    LF_CHECK_PTR(out, "lf_mm_gated", "out");
+    *out = NULL;
+    LF_TRY(mm_gated_check("lf_mm_gated", a, b, act, group));
+    int64_t shape[2] = {a->shape[0], b->shape[1] / 2};
+    lf_tensor *y;
+    LF_TRY(lf_new_output(&y, a, 2, shape));
+    lf_status s = mm_gated_into(y, a, b, act, group);
     if (s != LF_OK) {
         lf_tensor_free(y);
         return s;
     }
     *out = y;
     return LF_OK;
+}
+
+static lf_status mm_gated_out_impl(lf_tensor *out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+{
+    LF_CHECK_PTR(out, "lf_mm_gated_out", "out");
+    LF_TRY(mm_gated_check("lf_mm_gated_out", a, b, act, group));
+    LF_TRY(check_out("lf_mm_gated_out", out, a, b, a->shape[0], b->shape[1] / 2));
+    return mm_gated_into(out, a, b, act, group);
+}
+
+lf_status lf_mm_gated_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)
+{
+    lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG_SCALAR(act), LF_ARG_SCALAR((double)group), LF_ARG(out)};
+    lf_tensor **none = NULL; /* the result is out itself */
+    LF_DISPATCH(MM_GATED, args, none, mm_gated_out_impl(out, a, b, act, group));
 }
 
 lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group)

@@ -185,6 +185,32 @@ lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_s
     LF_DISPATCH(SCALED_MM, args, out, scaled_mm_impl(out, a, a_scale, b, b_scale, out_dtype));
 }
 
+static lf_status scaled_mm_out_impl(lf_tensor *out, const lf_tensor *a, const lf_tensor *as, const lf_tensor *b,
+                                    const lf_tensor *bs)
+{
+    char x[LF_SHAPE_STR_CAP];
+    LF_TRY(lf_check_tensor("lf_scaled_mm_out", "out", out));
+    int block;
+    LF_TRY(check_scaled("lf_scaled_mm_out", a, as, b, bs, &block));
+    if (!lf_dtype_computes(out->dtype))
+        return lf_fail(LF_EDTYPE, "lf_scaled_mm_out: out is %s; it must be bf16, f16 or f32", lf_dtype_name(out->dtype));
+    if (out->ndim != 2 || out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
+        return lf_fail(LF_ESHAPE, "lf_scaled_mm_out: out is %s, the result is [%lld, %lld]",
+                       lf_fmt_shape(x, sizeof x, out->ndim, out->shape), (long long)a->shape[0], (long long)b->shape[1]);
+    if (lf_tensor_device(out) != lf_tensor_device(a) || lf_tensor_device_index(out) != lf_tensor_device_index(a))
+        return lf_fail(LF_EDEVICE, "lf_scaled_mm_out: out and mat1 are on different devices");
+    lf_gemm g = scaled_gemm(a, as, b, bs, block, out);
+    return lf_launch_gemm(lf_tensor_device(a), &g);
+}
+
+lf_status lf_scaled_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
+                           const lf_tensor *b_scale)
+{
+    lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG(a_scale), LF_ARG(b_scale), LF_ARG(out)};
+    lf_tensor **none = NULL; /* the result is out itself */
+    LF_DISPATCH(SCALED_MM, args, none, scaled_mm_out_impl(out, a, a_scale, b, b_scale));
+}
+
 /* The scaled gated GEMM where the device has no kernel for it (an FP8 GPU that is not Hopper, a
  * gate_group the kernel cannot tile): one scaled GEMM over all 2H columns, then act(g) * u in
  * one pass over column-group views of it. The trace shows why, as a note. */

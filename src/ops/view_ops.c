@@ -47,6 +47,32 @@ static lf_status copy_contiguous(lf_tensor **out, const lf_tensor *x)
     return lf_pointwise_into(out, y, &p);
 }
 
+static lf_status copy_out_impl(lf_tensor *out, const lf_tensor *x)
+{
+    char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
+    LF_TRY(lf_check_tensor("lf_copy_out", "out", out));
+    LF_TRY(lf_check_tensor("lf_copy_out", "x", x));
+    if (lf_tensor_device(out) != lf_tensor_device(x) || lf_tensor_device_index(out) != lf_tensor_device_index(x))
+        return lf_fail(LF_EDEVICE, "lf_copy_out: out is on %s:%d, x on %s:%d (lf_tensor_to_device moves tensors)",
+                       lf_device_name(lf_tensor_device(out)), lf_tensor_device_index(out),
+                       lf_device_name(lf_tensor_device(x)), lf_tensor_device_index(x));
+    if (out->ndim != x->ndim || memcmp(out->shape, x->shape, (size_t)x->ndim * sizeof *x->shape))
+        return lf_fail(LF_ESHAPE, "lf_copy_out: out is %s, x is %s", lf_fmt_shape(a, sizeof a, out->ndim, out->shape),
+                       lf_fmt_shape(b, sizeof b, x->ndim, x->shape));
+    if (lf_tensor_shares_storage(out, x))
+        return lf_fail(LF_EINVAL, "lf_copy_out: out shares memory with x");
+    lf_pointwise p = {.op = LF_PW_COPY, .in = {lf_strided_of(x)}, .out = lf_strided_of(out), .ndim = x->ndim};
+    memcpy(p.shape, x->shape, sizeof p.shape);
+    return lf_launch_pointwise(lf_tensor_device(x), &p);
+}
+
+lf_status lf_copy_out(lf_tensor *out, const lf_tensor *x)
+{
+    lf_op_arg args[] = {LF_ARG(out), LF_ARG(x)};
+    lf_tensor **none = NULL; /* the result is out itself */
+    LF_DISPATCH(COPY, args, none, copy_out_impl(out, x));
+}
+
 static lf_status contiguous_impl(lf_tensor **out, const lf_tensor *x)
 {
     LF_CHECK_PTR(out, "lf_contiguous", "out");

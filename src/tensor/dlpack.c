@@ -179,6 +179,7 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     s->data = d->data;
     s->release = run_deleter;
     s->release_ctx = mt;
+    s->tag = NULL;
     t->storage = s;
     t->dtype = dt;
     t->ndim = d->ndim;

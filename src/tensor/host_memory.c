@@ -116,9 +116,10 @@ static void release_cache(void)
     pthread_mutex_unlock(&lock);
 }
 
-void *lf_host_alloc(size_t n, int *index, void *ctx)
+void *lf_host_alloc(size_t n, int *index, void **tag, void *ctx)
 {
     (void)ctx;
+    *tag = NULL;
     *index = 0;
     if (n > SIZE_MAX - PAD - PAGE)
         return NULL;
@@ -149,9 +150,9 @@ void *lf_host_alloc(size_t n, int *index, void *ctx)
     return p;
 }
 
-void lf_host_free(void *p, size_t n, int index, void *ctx)
+void lf_host_free(void *p, size_t n, int index, void *tag, void *ctx)
 {
-    (void)index, (void)ctx;
+    (void)index, (void)tag, (void)ctx;
     if (!p)
         return;
     const size_t size = block_size(n);

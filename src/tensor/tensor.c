@@ -136,10 +136,44 @@ void lf_contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
 
 /* --- lifetime --- */
 
+static void keep_memory(void *ctx);
+static _Thread_local lf_arena *tls_arena;
+
+lf_arena *lf_tensor_arena_set(lf_arena *a)
+{
+    lf_arena *prev = tls_arena;
+    tls_arena = a;
+    return prev;
+}
+
+/* Storage carved from the thread's arena (tensor_impl.h). */
+static lf_status storage_from_arena(lf_storage **out, lf_arena *ar, size_t nbytes, const char *what)
+{
+    const size_t at = (ar->used + 255) & ~(size_t)255;
+    if (at > ar->size || nbytes > ar->size - at)
+        return lf_fail(LF_ENOMEM, "%s: the caller's workspace of %zu bytes is used up (%zu taken, %zu more asked)",
+                       what, ar->size, ar->used, nbytes);
+    lf_storage *s = malloc(sizeof *s);
+    if (!s)
+        return lf_fail(LF_ENOMEM, "%s: out of host memory for a storage header", what);
+    atomic_init(&s->refs, 1);
+    s->device = ar->dev;
+    s->index = ar->index;
+    s->nbytes = nbytes;
+    s->data = ar->base + at;
+    s->release = keep_memory, s->release_ctx = NULL;
+    s->tag = NULL;
+    ar->used = at + nbytes;
+    *out = s;
+    return LF_OK;
+}
+
 static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, const char *what)
 {
     if ((unsigned)dev >= LF_DEVICE_COUNT)
         return lf_fail(LF_EDEVICE, "%s: device %d is not cpu or cuda", what, (int)dev);
+    if (tls_arena && tls_arena->dev == dev)
+        return storage_from_arena(out, tls_arena, nbytes, what);
     const lf_allocator *a = &allocators[dev];
     if (!a->alloc && device_starter)
         device_starter(dev);
@@ -150,7 +184,8 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     if (!s)
         return lf_fail(LF_ENOMEM, "%s: out of host memory for a storage header", what);
     int index = 0;
-    s->data = a->alloc(nbytes, &index, a->ctx);
+    void *tag = NULL;
+    s->data = a->alloc(nbytes, &index, &tag, a->ctx);
     if (!s->data) {
         free(s);
         return lf_fail(LF_ENOMEM, "%s: could not allocate %zu bytes on %s", what, nbytes, lf_device_name(dev));
@@ -161,6 +196,7 @@ static lf_status storage_new(lf_storage **out, lf_device dev, size_t nbytes, con
     s->index = index;
     s->nbytes = nbytes;
     s->release = NULL, s->release_ctx = NULL;
+    s->tag = tag;
     note_alloc(dev, index, s->data, (int64_t)nbytes);
     *out = s;
     return LF_OK;
@@ -173,7 +209,7 @@ static void storage_release(lf_storage *s)
             s->release(s->release_ctx);
         } else {
             note_alloc(s->device, s->index, s->data, -(int64_t)s->nbytes);
-            allocators[s->device].free(s->data, s->nbytes, s->index, allocators[s->device].ctx);
+            allocators[s->device].free(s->data, s->nbytes, s->index, s->tag, allocators[s->device].ctx);
         }
         free(s);
     }
@@ -207,6 +243,7 @@ lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const in
     s->nbytes = nbytes;
     s->data = data;
     s->release = release ? release : keep_memory, s->release_ctx = ctx;
+    s->tag = NULL;
     t->storage = s;
     t->dtype = dt;
     t->ndim = ndim;

@@ -18,15 +18,17 @@ struct lf_storage {
      * when the last view goes, instead of the device's allocator; NULL otherwise */
     void (*release)(void *ctx);
     void *release_ctx;
+    void *tag; /* what the allocator said of the block (CUDA: the stream it was taken for) */
 };
 
 /* How bytes are obtained on a device. The CPU's is built in; a device backend registers its own
  * when it starts (so tensor/ never calls a backend). A device may have several units (GPUs):
- * alloc takes memory on the calling thread's unit and says which in *index; free, copy and
- * reserved are told the unit. */
+ * alloc takes memory on the calling thread's unit and says which in *index, and may tag the block
+ * (*tag: CUDA's allocator notes the stream the block is used on); free, copy and reserved are told
+ * the unit, free the tag too. */
 typedef struct lf_allocator {
-    void *(*alloc)(size_t nbytes, int *index, void *ctx); /* NULL on failure */
-    void (*free)(void *p, size_t nbytes, int index, void *ctx);
+    void *(*alloc)(size_t nbytes, int *index, void **tag, void *ctx); /* NULL on failure */
+    void (*free)(void *p, size_t nbytes, int index, void *tag, void *ctx);
     /* Copy n bytes between unit index of this device and the host (to_host says which way),
      * finished when it returns. NULL for the CPU. */
     int (*copy)(void *dst, const void *src, size_t n, int to_host, int index, void *ctx);
@@ -38,9 +40,22 @@ typedef struct lf_allocator {
 
 void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a);
 
+/* Memory from the caller: while an arena is set on a thread, every tensor that thread creates on
+ * the arena's device is carved from the arena's bytes (256-byte aligned, in order, never given
+ * back) instead of taken from the allocator, so an out= forward (lf_nn_gated_mlp_forward_out)
+ * runs in the caller's workspace and linfuse allocates nothing. Running out is LF_ENOMEM naming
+ * both sizes. lf_tensor_arena_set returns the arena it replaces (NULL: none), to be set back. */
+typedef struct lf_arena {
+    lf_device dev;
+    int index;  /* the unit its memory is on */
+    char *base; /* size bytes */
+    size_t size, used;
+} lf_arena;
+lf_arena *lf_tensor_arena_set(lf_arena *a);
+
 /* The CPU's allocator (host_memory.c): 64-byte aligned blocks, large ones cached for reuse. */
-void *lf_host_alloc(size_t nbytes, int *index, void *ctx);
-void lf_host_free(void *p, size_t nbytes, int index, void *ctx);
+void *lf_host_alloc(size_t nbytes, int *index, void **tag, void *ctx);
+void lf_host_free(void *p, size_t nbytes, int index, void *tag, void *ctx);
 int64_t lf_host_reserved(int index, void *ctx);
 
 /* Called when a tensor is wanted on a device with no allocator yet, so a backend that starts

@@ -1,6 +1,9 @@
 /* The CUDA backend's memory: a caching allocator (freed blocks are kept by size and handed out
  * again, as PyTorch's caching allocator does, so steady-state forwards never call cudaMalloc)
- * and host copies. Registered with the tensor layer when the device starts.
+ * and host copies. Registered with the tensor layer when the device starts. A block belongs to
+ * the stream it was taken for (linfuse's own, or the caller's: lf_cuda_set_stream) and is handed
+ * out again only for that stream: work queued there that still reads it runs before any later
+ * work that reuses it, so nothing is synchronized, whatever streams the caller uses.
  * Layer: backend/cuda. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 typedef struct block {
     void *p;
     size_t size;
+    cudaStream_t stream; /* the stream it was taken for */
 } block;
 
 /* One cache per GPU: a block is only ever handed out again on the GPU it came from. */
@@ -42,19 +46,21 @@ static void release_pool(int k)
     pthread_mutex_unlock(&pool_lock);
 }
 
-static void *cu_alloc(size_t n, int *index, void *ctx)
+static void *cu_alloc(size_t n, int *index, void **tag, void *ctx)
 {
     (void)ctx;
     lf_cuda_dev *d = lf_cuda_cur();
     if (!d)
         return NULL;
     const int k = d->ordinal;
+    const cudaStream_t stream = lf_cuda_stream(d);
     *index = k;
+    *tag = (void *)stream;
     n = round_size(n);
     pthread_mutex_lock(&pool_lock);
     pool_t *pl = &pools[k];
     for (size_t i = 0; i < pl->n; i++)
-        if (pl->free[i].size == n) {
+        if (pl->free[i].size == n && pl->free[i].stream == stream) {
             void *p = pl->free[i].p;
             pl->free[i] = pl->free[--pl->n];
             pthread_mutex_unlock(&pool_lock);
@@ -73,10 +79,11 @@ static void *cu_alloc(size_t n, int *index, void *ctx)
     return p;
 }
 
-/* Blocks go back to their GPU's pool; work queued on that GPU's one stream that still reads them
- * runs before any later work that reuses them, so no synchronization is needed. (Work queued on
- * a collective's side stream is joined back into the main stream before its op returns.) */
-static void cu_free(void *p, size_t n, int index, void *ctx)
+/* Blocks go back to their GPU's pool under the stream they were taken for; work queued there that
+ * still reads them runs before any later work that reuses them, so no synchronization is needed.
+ * (Work queued on a collective's side stream is joined back into that stream before its op
+ * returns.) */
+static void cu_free(void *p, size_t n, int index, void *tag, void *ctx)
 {
     (void)ctx;
     pthread_mutex_lock(&pool_lock);
@@ -93,7 +100,7 @@ static void cu_free(void *p, size_t n, int index, void *ctx)
         pl->free = b;
         pl->cap = cap;
     }
-    pl->free[pl->n++] = (block){p, round_size(n)};
+    pl->free[pl->n++] = (block){p, round_size(n), (cudaStream_t)tag};
     pthread_mutex_unlock(&pool_lock);
 }
 
@@ -117,9 +124,9 @@ static int cu_copy(void *dst, const void *src, size_t n, int to_host, int index,
     lf_status s = prev == index ? LF_OK : LF_CU_CHECK(RUNTIME, cudaSetDevice(index));
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                                                 d->stream));
-    if (s == LF_OK)
-        s = LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(d->stream));
+                                                 lf_cuda_stream(d)));
+    if (s == LF_OK) /* a host copy is finished when it returns, after the stream's earlier work */
+        s = LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(lf_cuda_stream(d)));
     if (prev != index)
         cudaSetDevice(prev);
     return s == LF_OK ? 0 : -1;

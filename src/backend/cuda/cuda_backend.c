@@ -21,6 +21,52 @@ static int n_devices;
 static int backend_ready;
 static char why_not[192]; /* why the device is not available */
 static _Thread_local lf_cuda_dev *tls_dev; /* this thread's GPU, once it has used one */
+_Thread_local lf_cuda_thread_stream lf_cuda_tls_stream;
+
+/* cuBLASLt's workspaces beyond each GPU's own stream's (lf_cuda_workspace). */
+enum { MAX_STREAM_WORKSPACES = 64 };
+static struct {
+    int ordinal;
+    cudaStream_t stream;
+    void *p;
+} workspaces[MAX_STREAM_WORKSPACES];
+static int n_workspaces;
+static pthread_mutex_t workspace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void *lf_cuda_workspace(lf_cuda_dev *d, cudaStream_t s)
+{
+    if (s == d->stream)
+        return d->workspace;
+    void *p = NULL;
+    pthread_mutex_lock(&workspace_lock);
+    for (int i = 0; i < n_workspaces && !p; i++)
+        if (workspaces[i].ordinal == d->ordinal && workspaces[i].stream == s)
+            p = workspaces[i].p;
+    if (!p && n_workspaces == MAX_STREAM_WORKSPACES)
+        lf_fail(LF_EUNSUPPORTED,
+                "cuda: GEMMs on more than %d streams of the caller's: each needs a cuBLASLt workspace of its own",
+                MAX_STREAM_WORKSPACES);
+    else if (!p && LF_CU_CHECK(RUNTIME, cudaMalloc(&p, LF_CUDA_WORKSPACE_BYTES)) == LF_OK)
+        workspaces[n_workspaces++] = (__typeof__(workspaces[0])){d->ordinal, s, p};
+    pthread_mutex_unlock(&workspace_lock);
+    return p;
+}
+
+static lf_status cuda_set_stream(void *stream, int own)
+{
+    lf_cuda_dev *d = lf_cuda_cur();
+    if (!d)
+        return LF_EDEVICE;
+    lf_cuda_tls_stream.set[d->ordinal] = !own;
+    lf_cuda_tls_stream.stream[d->ordinal] = own ? NULL : (cudaStream_t)stream;
+    return LF_OK;
+}
+
+static void *cuda_get_stream(void)
+{
+    lf_cuda_dev *d = lf_cuda_cur();
+    return d ? (void *)lf_cuda_stream(d) : NULL;
+}
 
 lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call)
 {
@@ -182,7 +228,7 @@ int lf_cuda_available(const char **why)
 static lf_status cuda_synchronize(void)
 {
     CUR_OR_FAIL(d);
-    return LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(d->stream));
+    return LF_CU_CHECK(RUNTIME, cudaStreamSynchronize(lf_cuda_stream(d)));
 }
 
 static lf_status cuda_memory(int64_t *available, int64_t *total)
@@ -213,7 +259,7 @@ static lf_status cuda_pointwise(const lf_pointwise *p, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, d->stream))));
+    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(p, lf_cuda_stream(d)))));
     if (info)
         lf_pointwise_report(p, lf_cuda_kernel_namer, LF_CUDA_KF_POINTWISE, info);
     return LF_OK;
@@ -223,7 +269,7 @@ static lf_status cuda_quantize_fp8(const lf_quant *q, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, d->stream))));
+    LF_TRY(timed(d, info, tm, LF_CU_CHECK(RUNTIME, lf_cuda_quantize_launch(q, lf_cuda_stream(d)))));
     if (info)
         lf_quant_report(q, lf_cuda_kernel_namer, LF_CUDA_KF_QUANT, info);
     return LF_OK;
@@ -233,7 +279,7 @@ static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 {
     CUR_OR_FAIL(d);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    LF_TRY(timed(d, info, tm, lf_cuda_fused_launch(f, d->stream)));
+    LF_TRY(timed(d, info, tm, lf_cuda_fused_launch(f, lf_cuda_stream(d))));
     if (info)
         lf_fused_report(f, info);
     return LF_OK;
@@ -244,7 +290,7 @@ static lf_status cuda_fused(const lf_fused *f, lf_kernel_info *info)
 static lf_status cuda_graph_begin(void)
 {
     CUR_OR_FAIL(d);
-    return LF_CU_CHECK(RUNTIME, cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeThreadLocal));
+    return LF_CU_CHECK(RUNTIME, cudaStreamBeginCapture(lf_cuda_stream(d), cudaStreamCaptureModeThreadLocal));
 }
 
 static lf_status cuda_graph_end(void **out)
@@ -252,7 +298,7 @@ static lf_status cuda_graph_end(void **out)
     CUR_OR_FAIL(d);
     cudaGraph_t g = NULL;
     cudaGraphExec_t x = NULL;
-    lf_status s = LF_CU_CHECK(RUNTIME, cudaStreamEndCapture(d->stream, &g));
+    lf_status s = LF_CU_CHECK(RUNTIME, cudaStreamEndCapture(lf_cuda_stream(d), &g));
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaGraphInstantiate(&x, g, 0));
     if (g)
@@ -265,7 +311,7 @@ static lf_status cuda_graph_end(void **out)
 static lf_status cuda_graph_launch(void *graph)
 {
     CUR_OR_FAIL(d);
-    return LF_CU_CHECK(RUNTIME, cudaGraphLaunch((cudaGraphExec_t)graph, d->stream));
+    return LF_CU_CHECK(RUNTIME, cudaGraphLaunch((cudaGraphExec_t)graph, lf_cuda_stream(d)));
 }
 
 static void cuda_graph_free(void *graph)
@@ -285,6 +331,8 @@ static const lf_backend_ops cuda_ops = {.name = "cuda",
                                         .quantize_fp8 = cuda_quantize_fp8,
                                         .gemm_supports = lf_cuda_gemm_supports,
                                         .gated_choose = lf_cuda_gated_choose,
+                                        .set_stream = cuda_set_stream,
+                                        .get_stream = cuda_get_stream,
                                         .fused_prepare = lf_cuda_fused_prepare,
                                         .fused = cuda_fused,
                                         .fused_release = lf_cuda_fused_release,

@@ -161,7 +161,7 @@ static cublasStatus_t lt_run(const lf_cuda_dev *d, const lf_gemm *g, const lt_ca
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
     return cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data, pl->b, &beta,
                           c->has_c ? g->c.data : out, pl->c, out, pl->d, algo, d->workspace, LF_CUDA_WORKSPACE_BYTES,
-                          d->stream);
+                          d->stream); /* trials run on the GPU's own stream, with its workspace */
 }
 
 static int float_order(const void *a, const void *b)
@@ -186,6 +186,12 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
     float ms[CANDIDATES][TRIAL_ROUNDS];
     int ok[CANDIDATES] = {0}, best = -1;
     float best_ms = 0;
+    /* on the GPU's own stream, after the caller's work so far (the operands' producers) */
+    cudaEvent_t ready = NULL;
+    if (lf_cuda_stream(d) != d->stream &&
+        (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
+         cudaEventRecord(ready, lf_cuda_stream(d)) != cudaSuccess || cudaStreamWaitEvent(d->stream, ready, 0) != cudaSuccess))
+        goto done;
     if (cudaMallocAsync(&out, bytes, d->stream) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
         goto done;
@@ -232,6 +238,8 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
 done:
     if (out)
         cudaFreeAsync(out, d->stream);
+    if (ready)
+        cudaEventDestroy(ready);
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
@@ -246,7 +254,7 @@ static int may_time(const lf_cuda_dev *d)
 {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     return lf_gemm_autotune_enabled() && !lf_cupti_recording() &&
-           cudaStreamIsCapturing(d->stream, &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
+           cudaStreamIsCapturing(lf_cuda_stream(d), &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
 }
 
 /* Descriptors for c and its algorithm on GPU d: the one measured fastest in an earlier run (the
@@ -372,17 +380,21 @@ static lf_status plan_for(const lf_cuda_dev *d, const lt_call *c, const lf_gemm 
 
 /* Queue the planned call (with the lock held, see plan_for), timed from after planning when
  * info asks. */
-static lf_status lt_launch(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, const lf_kernel_info *info,
+static lf_status lt_launch(lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, const lf_kernel_info *info,
                            lf_cuda_timing **tm)
 {
     lt_plan *pl = NULL;
     LF_TRY(plan_for(d, c, g, &pl));
+    const cudaStream_t stream = lf_cuda_stream(d);
+    void *ws = lf_cuda_workspace(d, stream);
+    if (!ws)
+        return LF_EDEVICE;
     *tm = lf_cuda_time_begin(d, info);
     const float alpha = g->ep.alpha, beta = c->has_c ? g->ep.beta : 0.0f;
     LF_TRY(set_call_pointers(g, c, pl)); /* they change per call; the plan does not */
     return LF_CU_CHECK(CUBLASLT, cublasLtMatmul((cublasLtHandle_t)d->lt, pl->desc, &alpha, g->b.data, pl->a, g->a.data,
                                                 pl->b, &beta, c->has_c ? g->c.data : g->d.data, pl->c, g->d.data, pl->d,
-                                                &pl->algo, d->workspace, LF_CUDA_WORKSPACE_BYTES, d->stream));
+                                                &pl->algo, ws, LF_CUDA_WORKSPACE_BYTES, stream));
 }
 
 /* One of our own GEMM kernels launched on d's stream, timed when info asks; name is the launch
@@ -397,8 +409,8 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", c.why);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     const int gemv = c.kernel == LF_GATED_KERNEL_GEMV;
-    lf_status s = gemv ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, d->stream))
-                       : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, d->stream));
+    lf_status s = gemv ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, lf_cuda_stream(d)))
+                       : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, lf_cuda_stream(d)));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;
@@ -476,7 +488,7 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
         lf_pointwise p = {.op = LF_PW_ACT, .act = g->ep.act, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
         p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
         p.in[0] = p.out;
-        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, d->stream));
+        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda_stream(d)));
     }
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);

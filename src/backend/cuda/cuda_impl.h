@@ -50,6 +50,27 @@ int lf_cuda_device_count(void);
 /* Wait for every GPU this process has started (the profiler's drain). */
 lf_status lf_cuda_synchronize_all(void);
 
+/* --- whose stream: linfuse's own per GPU, or the caller's (lf_cuda_set_stream) ---
+ * A thread that set a stream for a GPU has all of linfuse's work on that GPU queued there, in
+ * order with the caller's own work, and nothing synchronized in between. */
+typedef struct lf_cuda_thread_stream {
+    cudaStream_t stream[LF_MAX_DEVICE_INDEX];
+    unsigned char set[LF_MAX_DEVICE_INDEX];
+} lf_cuda_thread_stream;
+#ifdef __cplusplus
+extern thread_local lf_cuda_thread_stream lf_cuda_tls_stream;
+#else
+extern _Thread_local lf_cuda_thread_stream lf_cuda_tls_stream;
+#endif
+/* The stream this thread's work on d goes to. */
+static inline cudaStream_t lf_cuda_stream(const lf_cuda_dev *d)
+{
+    return lf_cuda_tls_stream.set[d->ordinal] ? lf_cuda_tls_stream.stream[d->ordinal] : d->stream;
+}
+/* cuBLASLt's workspace for work on stream s of d: one per stream (GEMMs queued on two streams
+ * may run at once), made on first use; NULL (the message set) when none could be made. */
+void *lf_cuda_workspace(lf_cuda_dev *d, cudaStream_t s);
+
 /* --- the on-disk cache (fused_nvrtc.c): generated kernels and measured GEMM plans --- */
 /* given, else $XDG_CACHE_HOME/linfuse, else ~/.cache/linfuse, else /tmp/linfuse-cache; made. */
 lf_status lf_cuda_cache_dir(const char *given, char *dir, size_t cap);

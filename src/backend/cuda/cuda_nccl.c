@@ -194,7 +194,7 @@ lf_status lf_cuda_all_reduce(const lf_collective *x, lf_kernel_info *info)
         return lf_fail(LF_EDEVICE, "all_reduce: the communicator is on cuda:%d but this thread runs on cuda:%d",
                        c->ordinal, d->ordinal);
     /* the collective's stream first waits for what the GPU's stream has queued (x's producers) */
-    LF_CU_TRY(RUNTIME, cudaEventRecord(c->ready, d->stream));
+    LF_CU_TRY(RUNTIME, cudaEventRecord(c->ready, lf_cuda_stream(d)));
     LF_CU_TRY(RUNTIME, cudaStreamWaitEvent(c->stream, c->ready, 0));
     lf_status s =
         nccl_status(nccl.all_reduce(x->data, x->data, (size_t)x->count, nccl_type(x->dtype), ncclSum, c->nc, c->stream),
@@ -202,7 +202,7 @@ lf_status lf_cuda_all_reduce(const lf_collective *x, lf_kernel_info *info)
     if (s == LF_OK)
         s = LF_CU_CHECK(RUNTIME, cudaEventRecord(c->done, c->stream));
     if (s == LF_OK && !x->async)
-        s = LF_CU_CHECK(RUNTIME, cudaStreamWaitEvent(d->stream, c->done, 0));
+        s = LF_CU_CHECK(RUNTIME, cudaStreamWaitEvent(lf_cuda_stream(d), c->done, 0));
     else if (s == LF_OK)
         c->pending = 1;
     if (s == LF_OK && info) {
@@ -224,7 +224,7 @@ lf_status lf_cuda_comm_wait(void *comm)
     if (!c->pending)
         return LF_OK;
     c->pending = 0;
-    return LF_CU_CHECK(RUNTIME, cudaStreamWaitEvent(d->stream, c->done, 0));
+    return LF_CU_CHECK(RUNTIME, cudaStreamWaitEvent(lf_cuda_stream(d), c->done, 0));
 }
 
 void lf_cuda_comm_free(void *comm)

@@ -49,7 +49,7 @@ static void renew_anchor(const lf_cuda_dev *d)
     cudaEvent_t ev;
     if (LF_CU_CHECK(RUNTIME, cudaEventCreate(&ev)) != LF_OK)
         return;
-    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(ev, d->stream)) == LF_OK &&
+    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(ev, lf_cuda_stream(d))) == LF_OK &&
         LF_CU_CHECK(RUNTIME, cudaEventSynchronize(ev)) == LF_OK) {
         anchor_ev[k] = ev; /* older anchors stay alive: handles still in flight refer to them */
         anchor_ns[k] = mono_ns();
@@ -93,7 +93,7 @@ lf_cuda_timing *lf_cuda_time_begin(const lf_cuda_dev *d, const lf_kernel_info *i
     }
     t->anchor = anchor;
     t->anchor_ns = at;
-    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(t->start, d->stream)) != LF_OK) {
+    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(t->start, lf_cuda_stream(d))) != LF_OK) {
         give_back(t);
         return NULL;
     }
@@ -123,7 +123,7 @@ void lf_cuda_time_end(const lf_cuda_dev *d, lf_kernel_info *info, lf_cuda_timing
 {
     if (!info || !t)
         return;
-    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(t->end, d->stream)) != LF_OK) {
+    if (LF_CU_CHECK(RUNTIME, cudaEventRecord(t->end, lf_cuda_stream(d))) != LF_OK) {
         give_back(t); /* the launch stands; it goes untimed */
         return;
     }
