@@ -52,6 +52,7 @@ test-gpu:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON -DLINFUSE_CUDA=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cuda
+	./$(BUILD)/tests/test_cuda_stream
 	./$(BUILD)/tests/test_tp_gpu
 	tests/gpu/experiments_gpu.sh ./$(BUILD)/linfuse $(BUILD)/gpu-traces
 	@if python3 -c 'import torch, transformers, safetensors' 2>/dev/null; then \

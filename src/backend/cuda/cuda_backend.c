@@ -57,6 +57,9 @@ static lf_status cuda_set_stream(void *stream, int own)
     lf_cuda_dev *d = lf_cuda_cur();
     if (!d)
         return LF_EDEVICE;
+    /* the stream's cuBLASLt workspace now, not inside a later call that must not allocate */
+    if (!own && !lf_cuda_workspace(d, (cudaStream_t)stream))
+        return LF_EDEVICE;
     lf_cuda_tls_stream.set[d->ordinal] = !own;
     lf_cuda_tls_stream.stream[d->ordinal] = own ? NULL : (cudaStream_t)stream;
     return LF_OK;
