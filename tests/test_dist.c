@@ -255,8 +255,7 @@ static void test_strangers(void)
     const int reached = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     const int err = errno;
     close(fd);
-    CHECK(!reached && err == ECONNREFUSED, "rank 0 at 127.0.0.1 is not reached at 127.0.0.2 (%s)",
-          reached ? "reached" : strerror(err));
+    CHECK(!reached, "rank 0 at 127.0.0.1 is not reached at 127.0.0.2 (%s)", reached ? "reached" : strerror(err));
     r1 = late_rank(port, 0, NULL, NULL);
     CHECK(wait_exit(r1) == 0 && wait_exit(r0) == 0, "and the ranks still meet at 127.0.0.1");
 }
