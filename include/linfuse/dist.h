@@ -55,9 +55,13 @@ LF_API const char *lf_comm_library(const lf_comm *c);
  * nccl_version), JSON text for lf_prof_opts.distributed_info. */
 LF_API lf_status lf_comm_describe(const lf_comm *c, char *buf, size_t cap);
 
-/* The rendezvous alone: rank 0 (listening on port) hands the n bytes of blob to every other
- * rank (which reach it at addr:port). Returns when all have them, or after timeout_ms with an
- * error. lf_comm_init_env uses it; it is public so other programs (and the tests) can too. */
+/* The rendezvous alone: rank 0, listening on the addresses addr resolves to (port), hands the n
+ * bytes of blob to every other rank (which reach it at addr:port). Only a hello carrying the run's
+ * id (TORCHELASTIC_RUN_ID, else addr:port) and an unclaimed rank from 1 to world - 1 is taken;
+ * anything else that connects is dropped and logged, each connection with a few seconds to speak.
+ * The id says who belongs to the run; it is no secret. Returns when all have the blob, or after
+ * timeout_ms with an error. lf_comm_init_env uses it; it is public so other programs (and the
+ * tests) can too. */
 LF_API lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, void *blob, size_t n, int timeout_ms);
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dist/dist_impl.h"
+#include "linfuse/settings.h"
 
 /* A non-negative integer variable; 0 with the message set when it is missing or not one. */
 static int env_int(const char *name, int lo, int hi, int *out)
@@ -35,7 +36,8 @@ lf_status lf_dist_env_read(lf_dist_env *e, int *present)
     const char *rank = getenv("RANK");
     if (present)
         *present = rank && *rank;
-    if (!env_int("WORLD_SIZE", 1, LF_DIST_MAX_RANKS, &e->world_size) || !env_int("RANK", 0, LF_DIST_MAX_RANKS, &e->rank) ||
+    if (!env_int("WORLD_SIZE", 1, LF_DIST_MAX_RANKS, &e->world_size) ||
+        !env_int("RANK", 0, LF_DIST_MAX_RANKS, &e->rank) ||
         !env_int("LOCAL_RANK", 0, LF_MAX_DEVICE_INDEX - 1, &e->local_rank) ||
         !env_int("MASTER_PORT", 1, 65535, &e->master_port))
         return LF_EINVAL;
@@ -46,8 +48,9 @@ lf_status lf_dist_env_read(lf_dist_env *e, int *present)
     const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
     if (agent && !strcmp(agent, "True") && e->master_port < 65535)
         e->master_port++;
-    if (getenv("LINFUSE_DIST_PORT") && !env_int("LINFUSE_DIST_PORT", 1, 65535, &e->master_port))
-        return LF_EINVAL;
+    int64_t port = e->master_port;
+    LF_TRY(lf_setting_int(LF_SET_DIST_PORT, &port)); /* a bad value is an error naming it */
+    e->master_port = (int)port;
     const char *addr = getenv("MASTER_ADDR");
     if (!addr || !*addr)
         return lf_fail(LF_EINVAL, "torchrun's variable MASTER_ADDR is not set");
@@ -60,10 +63,7 @@ static int timeout_of(const lf_dist_opts *o)
 {
     if (o && o->timeout_ms > 0)
         return o->timeout_ms;
-    const char *v = getenv("LINFUSE_DIST_TIMEOUT");
-    char *end;
-    double s = v && *v ? strtod(v, &end) : 0;
-    return v && *v && !*end && s > 0 && s < 86400 ? (int)(s * 1000) : 300 * 1000;
+    return (int)(lf_setting_number_or(LF_SET_DIST_TIMEOUT, 300) * 1000);
 }
 
 lf_status lf_comm_init_env(lf_comm **out, const lf_dist_opts *o)

@@ -262,7 +262,7 @@ static lf_status fp8_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, int m
                                   "lf_nn_gated_mlp_quantize_fp8 once after loading");
     if (lf_fp8_supported(lf_tensor_device(x)) != LF_OK) {
         char why[320];
-        snprintf(why, sizeof why, "fp8 variant runs gated bf16 (%s)", lf_last_error());
+        snprintf(why, sizeof why, "fp8 variant runs gated %s (%s)", lf_dtype_name(x->dtype), lf_last_error());
         lf_ops_note_begin(why);
         lf_status s = middle_only ? lf_nn_gated_mlp_middle(m, LF_MLP_GATED, x, y)
                                   : lf_nn_gated_mlp_forward_variant(m, LF_MLP_GATED, x, y);
@@ -413,7 +413,7 @@ static lf_status forward_into(const lf_nn_gated_mlp *m, lf_mlp_variant v, const 
     } else if (s == LF_OK) {
         if (v == LF_MLP_FP8) { /* no FP8 GEMM here: the gated variant, said in the trace */
             char why[320];
-            snprintf(why, sizeof why, "fp8 variant runs gated bf16 (%s)", lf_last_error());
+            snprintf(why, sizeof why, "fp8 variant runs gated %s (%s)", lf_dtype_name(x->dtype), lf_last_error());
             lf_ops_note_begin(why);
         }
         s = lf_nn_gated_mlp_middle(m, v == LF_MLP_FP8 ? LF_MLP_GATED : v, x2, &h);

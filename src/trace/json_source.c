@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "linfuse/settings.h"
 #include "trace/json_read.h"
 
 int lf_json_is_gzip(const char *p, size_t n)
@@ -180,10 +181,7 @@ int64_t lf_trace_read_limit(void)
     int64_t v = atomic_load(&read_limit);
     if (v > 0)
         return v;
-    const char *env = getenv("LINFUSE_TRACE_MAX_BYTES");
-    char *end;
-    long long e = env && *env ? strtoll(env, &end, 10) : 0;
-    return env && *env && !*end && e > 0 ? (int64_t)e : LF_TRACE_DEFAULT_MAX_BYTES;
+    return lf_setting_int_or(LF_SET_TRACE_MAX_BYTES, LF_TRACE_DEFAULT_MAX_BYTES);
 }
 
 /* Up to cap bytes from fd into buf, fewer only where it ends; -1 when a read fails. */
