@@ -51,6 +51,7 @@ test-gpu:
 	@scripts/deps.sh test-gpu
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON -DLINFUSE_CUDA=ON
 	cmake --build $(BUILD) -j $(JOBS)
+	./$(BUILD)/tests/test_cases cuda
 	./$(BUILD)/tests/test_cuda
 	./$(BUILD)/tests/test_cuda_stream
 	./$(BUILD)/tests/test_tp_gpu
