@@ -202,11 +202,66 @@ static void test_forward_out(void)
     lf_nn_gated_mlp_free(&m);
 }
 
+/* FP8 weights made once and handed back to a module over the same weights (a framework keeps them
+ * as its own tensors): taken as they are, and refused by name when a dtype, shape, layout or
+ * argument is wrong, the module then unchanged (and the handles freed: ASan sees leaks). */
+static lf_tensor *handle(const lf_tensor *t) /* a new handle over t's memory (NULL: a failed check) */
+{
+    lf_tensor *h = NULL;
+    CHECK(lf_tensor_as_strided(&h, t, t->ndim, t->shape, t->stride, t->offset) == LF_OK, "a view: %s", lf_last_error());
+    return h;
+}
+
+static void test_set_fp8_weights(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 43);
+    lf_nn_gated_mlp a, b;
+    lf_nn_gated_mlp_opts o = {
+        .dim = 24, .hidden = 136, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU, .act = LF_ACT_GELU_TANH};
+    OK(lf_nn_gated_mlp_init(&a, &o, &rng));
+    OK(lf_nn_gated_mlp_quantize_fp8(&a));
+    OK(lf_nn_gated_mlp_from_weights(&b, handle(a.gate_up), handle(a.down.weight), LF_ACT_GELU_TANH));
+    OK(lf_nn_gated_mlp_set_fp8_weights(&b, handle(a.gate_up_q), handle(a.gate_up_scale), handle(a.down_q),
+                                       handle(a.down_scale)));
+    CHECK(lf_tensor_shares_storage(b.gate_up_q, a.gate_up_q) && lf_tensor_shares_storage(b.down_scale, a.down_scale),
+          "the FP8 weights are taken as they are, no copy");
+    const int64_t xs[2] = {9, 24};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *ya = NULL, *yb = NULL;
+    OK(lf_nn_gated_mlp_forward_variant(&a, LF_MLP_FP8, x, &ya));
+    OK(lf_nn_gated_mlp_forward_variant(&b, LF_MLP_FP8, x, &yb));
+    CHECK(!memcmp(lf_tensor_data(ya), lf_tensor_data(yb), 9 * 24 * 2), "the fp8 forward over handed-back weights");
+    lf_tensor *const keep = b.gate_up_q;
+    FAILS(LF_EDTYPE, "gate_up_q is [272, 24] bf16 on cpu:0; expected a contiguous (272, 24) f8e4m3",
+          lf_nn_gated_mlp_set_fp8_weights(&b, handle(a.gate_up), handle(a.gate_up_scale), handle(a.down_q),
+                                          handle(a.down_scale)));
+    FAILS(LF_ESHAPE, "down_scale is [272, 1] f32 on cpu:0; expected a contiguous (1, 4) f32",
+          lf_nn_gated_mlp_set_fp8_weights(&b, handle(a.gate_up_q), handle(a.gate_up_scale), handle(a.down_q),
+                                          handle(a.gate_up_scale)));
+    lf_tensor *qt = NULL;
+    OK(lf_tensor_t(&qt, a.down_q)); /* (136, 24): a transposed view is not the layout */
+    FAILS(LF_ESHAPE, "down_q is [136, 24]",
+          lf_nn_gated_mlp_set_fp8_weights(&b, handle(a.gate_up_q), handle(a.gate_up_scale), qt, handle(a.down_scale)));
+    FAILS(
+        LF_EINVAL, "argument 'down_q' is NULL",
+        lf_nn_gated_mlp_set_fp8_weights(&b, handle(a.gate_up_q), handle(a.gate_up_scale), NULL, handle(a.down_scale)));
+    CHECK(b.gate_up_q == keep, "a refusal leaves the module's FP8 weights as they were");
+    lf_nn_gated_mlp empty;
+    memset(&empty, 0, sizeof empty);
+    FAILS(LF_EINVAL, "not initialised",
+          lf_nn_gated_mlp_set_fp8_weights(&empty, handle(a.gate_up_q), handle(a.gate_up_scale), handle(a.down_q),
+                                          handle(a.down_scale)));
+    FAILS(LF_EINVAL, "argument 'm' is NULL", lf_nn_gated_mlp_set_fp8_weights(NULL, NULL, NULL, NULL, NULL));
+    lf_tensor_free(x), lf_tensor_free(ya), lf_tensor_free(yb);
+    lf_nn_gated_mlp_free(&a), lf_nn_gated_mlp_free(&b);
+}
+
 int main(void)
 {
     test_linear_init();
     test_mlp_forward();
     test_nn_errors();
     test_forward_out();
+    test_set_fp8_weights();
     return lf_test_finish("test_nn");
 }

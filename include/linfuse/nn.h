@@ -124,6 +124,14 @@ LF_API lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *
  * down.weight per 128 x 128 block (lf_quantize_fp8_128x128), on the module's device, replacing any
  * made before. On failure m is unchanged. */
 LF_API lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m);
+/* The fp8 variant's weights made elsewhere (by lf_nn_gated_mlp_quantize_fp8 of a module over the
+ * same weights, kept by a framework as its own tensors and handed back for each call): gate_up_q
+ * (2H, D) f8e4m3 and gate_up_scale (2H, 1) f32 as lf_quantize_fp8 makes them, down_q (D, H)
+ * f8e4m3 and down_scale f32 in lf_quantize_fp8_128x128's layout (lf_scale_shape), each contiguous
+ * and on gate_up's device and unit. m owns the four from now on (lf_nn_gated_mlp_free frees them),
+ * also when this fails; on failure m is otherwise unchanged. */
+LF_API lf_status lf_nn_gated_mlp_set_fp8_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up_q, lf_tensor *gate_up_scale,
+                                                 lf_tensor *down_q, lf_tensor *down_scale);
 /* Move every parameter to dev (the views follow gate_up). On failure m is unchanged. */
 LF_API lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev);
 LF_API void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);

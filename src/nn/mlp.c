@@ -187,6 +187,63 @@ lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
     return LF_OK;
 }
 
+/* Whether t is a contiguous (rows, cols) tensor of dtype dt on ref's device and unit. */
+static int fits(const lf_tensor *t, lf_dtype dt, int64_t rows, int64_t cols, const lf_tensor *ref)
+{
+    return t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols && t->dtype == dt && lf_tensor_is_contiguous(t) &&
+           lf_tensor_device(t) == lf_tensor_device(ref) && lf_tensor_device_index(t) == lf_tensor_device_index(ref);
+}
+
+lf_status lf_nn_gated_mlp_set_fp8_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up_q, lf_tensor *gate_up_scale,
+                                          lf_tensor *down_q, lf_tensor *down_scale)
+{
+    static const char fn[] = "lf_nn_gated_mlp_set_fp8_weights";
+    lf_tensor *q[4] = {gate_up_q, gate_up_scale, down_q, down_scale};
+    static const char *const name[4] = {"gate_up_q", "gate_up_scale", "down_q", "down_scale"};
+    lf_status s = LF_OK;
+    if (!m)
+        s = lf_fail(LF_EINVAL, "%s: argument 'm' is NULL", fn);
+    else if (!m->gate_up || !m->down.weight)
+        s = lf_fail(LF_EINVAL, "%s: the module is not initialised", fn);
+    for (int i = 0; i < 4 && s == LF_OK; i++)
+        if (!q[i])
+            s = lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", fn, name[i]);
+    if (s == LF_OK) {
+        const int64_t H = m->hidden, D = m->dim;
+        int64_t ds[2];
+        lf_scale_shape(LF_SCALE_128X128, D, H, ds);
+        const struct {
+            lf_dtype dt;
+            int64_t rows, cols;
+        } want[4] = {{LF_DTYPE_F8E4M3, 2 * H, D},
+                     {LF_DTYPE_F32, 2 * H, 1},
+                     {LF_DTYPE_F8E4M3, D, H},
+                     {LF_DTYPE_F32, ds[0], ds[1]}};
+        char a[LF_SHAPE_STR_CAP];
+        for (int i = 0; i < 4 && s == LF_OK; i++)
+            if (!fits(q[i], want[i].dt, want[i].rows, want[i].cols, m->gate_up))
+                s = lf_fail(q[i]->dtype != want[i].dt ? LF_EDTYPE : LF_ESHAPE,
+                            "%s: %s is %s %s on %s:%d; expected a contiguous (%lld, %lld) %s on %s:%d (the "
+                            "module's dim = %lld, hidden = %lld)",
+                            fn, name[i], lf_fmt_shape(a, sizeof a, q[i]->ndim, q[i]->shape), lf_dtype_name(q[i]->dtype),
+                            lf_device_name(lf_tensor_device(q[i])), lf_tensor_device_index(q[i]),
+                            (long long)want[i].rows, (long long)want[i].cols, lf_dtype_name(want[i].dt),
+                            lf_device_name(lf_tensor_device(m->gate_up)), lf_tensor_device_index(m->gate_up),
+                            (long long)D, (long long)H);
+    }
+    if (s != LF_OK) { /* handed over: they go with the failure */
+        for (int i = 0; i < 4; i++)
+            lf_tensor_free(q[i]);
+        return s;
+    }
+    lf_tensor **own[4] = {&m->gate_up_q, &m->gate_up_scale, &m->down_q, &m->down_scale};
+    for (int i = 0; i < 4; i++) {
+        lf_tensor_free(*own[i]);
+        *own[i] = q[i];
+    }
+    return LF_OK;
+}
+
 /* x (..., dim) flattened to (tokens, dim), f run on that, its (tokens, n) result viewed back as
  * (..., n): the forwards that run as 2-D GEMMs. */
 typedef lf_status (*on_tokens_fn)(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **y2);
