@@ -1,7 +1,7 @@
-/* The CPU backend against float64 references: every GEMM layout (nn, tn, nt, tt and offset,
- * padded views), odd sizes, every epilogue combination including the paired gate, on every
- * instruction set this CPU has; poisoned outputs checked fully written and nothing written
- * outside D; the vector math against libm; pointwise kernels with broadcasting. */
+/* The CPU backend's own parts: the vector math against libm on every instruction set this CPU
+ * has, the same GEMM on 1 and 2 threads giving the same bits, the GEMM plan file's format, and the
+ * Hopper gated GEMM's schedule rule held to the H200's measurements. The GEMMs and pointwise
+ * kernels themselves are cases of the table (test_cases, cases.c), run on each instruction set. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,214 +9,6 @@
 #include "backend/cuda/gated_rule.h"
 #include "backend/plan_file.h"
 #include "testutil.h"
-
-typedef enum { LAY_ROW, LAY_COL, LAY_PAD } layout;
-
-static lf_tensor *make_operand(lf_rng *rng, lf_dtype dt, int64_t rows, int64_t cols, layout l)
-{
-    switch (l) {
-    case LAY_COL:
-        return rand_colmajor(rng, dt, rows, cols);
-    case LAY_PAD:
-        return rand_padded(rng, dt, rows, cols, cols + 3, 5);
-    default: {
-        int64_t s[2] = {rows, cols};
-        return rand_tensor(rng, dt, 2, s);
-    }
-    }
-}
-
-static lf_matrix mat(const lf_tensor *t)
-{
-    return (lf_matrix){lf_tensor_data(t), t->dtype, t->shape[0], t->shape[1], t->stride[0], t->stride[1]};
-}
-
-typedef struct gcase {
-    int64_t M, N, K; /* N: pre-gate columns */
-    lf_dtype dt;
-    layout la, lb;
-    int bias, c_input;
-    lf_act act;
-    int64_t group; /* 0: no gate */
-    float alpha, beta;
-} gcase;
-
-static int n_cases;
-
-/* Run one case through lf_backend_gemm and compare with a float64 computation done here. */
-static void run_case(lf_rng *rng, const gcase *gc)
-{
-    const int64_t M = gc->M, N = gc->N, K = gc->K, No = gc->group ? N / 2 : N;
-    lf_tensor *a = make_operand(rng, gc->dt, M, K, gc->la), *b = make_operand(rng, gc->dt, K, N, gc->lb);
-    lf_tensor *bias = NULL, *c = NULL, *dbuf = NULL, *d = NULL;
-    if (gc->bias) {
-        bias = rand_tensor(rng, gc->dt, 1, &N);
-    }
-    if (gc->c_input)
-        c = make_operand(rng, gc->dt, M, N, LAY_PAD);
-    /* D lives inside a NaN-poisoned buffer with a gap after every row */
-    int64_t ld = No + 2, total = 3 + M * ld;
-    OK(lf_tensor_empty(&dbuf, gc->dt, 1, &total, LF_DEVICE_CPU));
-    OK(lf_tensor_fill(dbuf, NAN));
-    int64_t ds[2] = {M, No}, dst[2] = {ld, 1};
-    OK(lf_tensor_as_strided(&d, dbuf, 2, ds, dst, 3));
-
-    lf_gemm g = {.a = mat(a), .b = mat(b), .d = mat(d), .ep = lf_epilogue_default()};
-    g.ep.alpha = gc->alpha;
-    g.ep.act = gc->act;
-    if (bias) {
-        g.ep.bias = lf_tensor_data(bias);
-        g.ep.bias_dtype = bias->dtype;
-    }
-    if (c) {
-        g.c = mat(c);
-        g.ep.beta = gc->beta;
-    }
-    if (gc->group) {
-        g.ep.gate = LF_GATE_PAIRED;
-        g.ep.gate_group = gc->group;
-    }
-    lf_kernel_info info;
-    OK(lf_backend_gemm(LF_DEVICE_CPU, &g, &info));
-
-    double *A = to_f64(a), *B = to_f64(b), *Bias = bias ? to_f64(bias) : NULL, *C = c ? to_f64(c) : NULL;
-    double *got = to_f64(d), *ref = malloc((size_t)(M * No) * sizeof *ref),
-           *mag = malloc((size_t)(M * No) * sizeof *mag);
-    double *z = malloc((size_t)N * sizeof *z), *zm = malloc((size_t)N * sizeof *zm);
-    for (int64_t i = 0; i < M; i++) {
-        for (int64_t j = 0; j < N; j++) {
-            double s = 0, m = 0;
-            for (int64_t k = 0; k < K; k++) {
-                s += A[i * K + k] * B[k * N + j];
-                m += fabs(A[i * K + k] * B[k * N + j]);
-            }
-            s *= gc->alpha;
-            m *= fabs(gc->alpha);
-            if (C) {
-                s += gc->beta * C[i * N + j];
-                m += fabs(gc->beta * C[i * N + j]);
-            }
-            if (Bias) {
-                s += Bias[j];
-                m += fabs(Bias[j]);
-            }
-            z[j] = s;
-            zm[j] = m;
-        }
-        for (int64_t jo = 0; jo < No; jo++) {
-            if (!gc->group) {
-                ref[i * No + jo] = lf_act_ref(gc->act, z[jo]);
-                mag[i * No + jo] = zm[jo];
-            } else {
-                int64_t gcol = (jo / gc->group) * 2 * gc->group + jo % gc->group, ucol = gcol + gc->group;
-                double gv = lf_act_ref(gc->act, z[gcol]);
-                ref[i * No + jo] = gv * z[ucol];
-                mag[i * No + jo] = (fabs(gv) + zm[gcol]) * (fabs(z[ucol]) + zm[ucol]);
-            }
-        }
-    }
-    int64_t where = 0;
-    double e = worst_err(got, ref, mag, M * No, gc->dt, &where);
-    CHECK(e < tol_for(gc->dt),
-          "%s M=%lld N=%lld K=%lld %s lay=%d/%d bias=%d c=%d act=%s group=%lld: err %.3g at %lld (got %.9g ref %.9g)",
-          info.name, (long long)M, (long long)N, (long long)K, lf_dtype_name(gc->dt), gc->la, gc->lb, gc->bias,
-          gc->c_input, lf_act_name(gc->act), (long long)gc->group, e, (long long)where, got[where], ref[where]);
-    /* the gaps between D's rows and the elements before D must still be NaN */
-    double *all = to_f64(dbuf);
-    int touched = 0;
-    for (int64_t i = 0; i < total; i++) {
-        int inside = i >= 3 && (i - 3) % ld < No;
-        touched += !inside && !isnan(all[i]);
-    }
-    CHECK(touched == 0, "%s wrote %d elements outside D", info.name, touched);
-    /* the kernel's name carries its work */
-    CHECK(strncmp(info.name, "lf_cpu_gemm_", 12) == 0, "name %s", info.name);
-    CHECK(!gc->bias == !strstr(info.name, "_bias"), "bias in name %s", info.name);
-    CHECK(!gc->group == !strstr(info.name, "_gated"), "gated in name %s", info.name);
-    CHECK(gc->act == LF_ACT_NONE || strstr(info.name, lf_act_name(gc->act)), "act in name %s", info.name);
-    /* the report every backend gives (backend/report.c): 2*M*N*K over all N product columns
-     * (gates and partners alike; the epilogue is not counted), and each operand's bytes once in
-     * its own dtype: A, B, C, the bias and D */
-    const double es = (double)lf_dtype_size(gc->dt);
-    double want_bytes = es * (double)(M * K + K * N + M * No + (c ? M * N : 0) + (bias ? N : 0));
-    CHECK(info.flops == 2.0 * (double)M * (double)N * (double)K, "%s: flops %.0f, expected 2*%lld*%lld*%lld", info.name,
-          info.flops, (long long)M, (long long)N, (long long)K);
-    CHECK(info.bytes == want_bytes, "%s (bias %d, c %d): bytes %.0f, expected %.0f", info.name, gc->bias, gc->c_input,
-          info.bytes, want_bytes);
-    n_cases++;
-    free(all), free(A), free(B), free(Bias), free(C), free(got), free(ref), free(mag), free(z), free(zm);
-    lf_tensor_free(a), lf_tensor_free(b), lf_tensor_free(bias), lf_tensor_free(c), lf_tensor_free(d);
-    lf_tensor_free(dbuf);
-}
-
-static void test_gemm_isa(lf_cpu_isa isa)
-{
-    OK(lf_cpu_isa_force(isa));
-    lf_rng rng;
-    lf_rng_seed(&rng, 100 + isa);
-    /* odd sizes: 1, 7, 33, 257 and the prime 1031, one large dim at a time */
-    static const int64_t shapes[][3] = {{1, 1, 1},     {7, 33, 257},  {33, 7, 1031}, {257, 33, 7},
-                                        {1031, 9, 33}, {13, 1031, 5}, {33, 257, 1},  {40, 64, 400}};
-    const int n_shapes = sizeof shapes / sizeof shapes[0];
-    for (int si = 0; si < n_shapes; si++)
-        for (int dt = 0; dt < LF_DTYPE_COUNT; dt++)
-            for (int la = 0; la < 3; la++)
-                for (int lb = 0; lb < 3; lb++) {
-                    gcase gc = {shapes[si][0],
-                                shapes[si][1],
-                                shapes[si][2],
-                                (lf_dtype)dt,
-                                (layout)la,
-                                (layout)lb,
-                                (la + lb + si) % 2,
-                                0,
-                                (lf_act)((la + 2 * lb + si) % LF_ACT_COUNT),
-                                0,
-                                1.0f,
-                                0.0f};
-                    run_case(&rng, &gc);
-                }
-    /* every epilogue combination on one odd shape, f32 and bf16 */
-    for (int dt = 0; dt < 2; dt++)
-        for (int act = 0; act < LF_ACT_COUNT; act++)
-            for (int bias = 0; bias < 2; bias++)
-                for (int ci = 0; ci < 2; ci++)
-                    for (int ab = 0; ab < 2; ab++) {
-                        gcase gc = {37,
-                                    45,
-                                    70,
-                                    dt ? LF_DTYPE_BF16 : LF_DTYPE_F32,
-                                    LAY_ROW,
-                                    LAY_COL,
-                                    bias,
-                                    ci,
-                                    (lf_act)act,
-                                    0,
-                                    ab ? -0.75f : 1.0f,
-                                    ab ? 2.5f : 1.0f};
-                        run_case(&rng, &gc);
-                    }
-    /* the paired gate: interleaved (group 1), blocks, and [gate | up] halves; odd token counts */
-    static const int64_t gshapes[][4] = {
-        {33, 64, 47, 1}, {7, 96, 33, 4}, {129, 2 * 50, 65, 50}, {1, 2, 3, 1}, {257, 2 * 48, 31, 16}};
-    for (size_t i = 0; i < sizeof gshapes / sizeof gshapes[0]; i++)
-        for (int dt = 0; dt < LF_DTYPE_COUNT; dt++)
-            for (int act = 0; act < LF_ACT_COUNT; act++) {
-                gcase gc = {gshapes[i][0],
-                            gshapes[i][1],
-                            gshapes[i][2],
-                            (lf_dtype)dt,
-                            (layout)(i % 3),
-                            i % 2 ? LAY_COL : LAY_ROW,
-                            (int)(i + act) % 2,
-                            0,
-                            (lf_act)act,
-                            gshapes[i][3],
-                            1.0f,
-                            0.0f};
-                run_case(&rng, &gc);
-            }
-}
 
 /* The same GEMM on 1 and 2 threads gives the same bits (each element's sum order is fixed). */
 static void test_threads_deterministic(void)
@@ -270,42 +62,6 @@ static void test_activations(lf_cpu_isa isa)
               lf_act_name((lf_act)act), lf_cpu_isa_name(isa), worst, x[at], y[at], lf_act_ref((lf_act)act, x[at]));
     }
     free(x), free(y);
-}
-
-static void test_pointwise(void)
-{
-    lf_rng rng;
-    lf_rng_seed(&rng, 9);
-    for (int dt = 0; dt < LF_DTYPE_COUNT; dt++) {
-        int64_t s3[3] = {3, 5, 1031}, sb[2] = {1, 1031};
-        lf_tensor *x = rand_tensor(&rng, (lf_dtype)dt, 3, s3), *b = rand_tensor(&rng, (lf_dtype)dt, 2, sb), *y = NULL;
-        OK(lf_add(&y, x, b));
-        double *X = to_f64(x), *B = to_f64(b), *Y = to_f64(y);
-        int64_t n = 3 * 5 * 1031;
-        double *ref = malloc((size_t)n * sizeof *ref), *mag = malloc((size_t)n * sizeof *mag);
-        for (int64_t i = 0; i < n; i++) {
-            ref[i] = X[i] + B[i % 1031];
-            mag[i] = fabs(X[i]) + fabs(B[i % 1031]);
-        }
-        CHECK(worst_err(Y, ref, mag, n, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "broadcast add %s",
-              lf_dtype_name((lf_dtype)dt));
-        free(Y);
-        lf_tensor_free(y);
-        /* mul with a transposed (non-contiguous) operand */
-        int64_t s2[2] = {257, 33};
-        lf_tensor *p = rand_tensor(&rng, (lf_dtype)dt, 2, s2), *q = rand_colmajor(&rng, (lf_dtype)dt, 257, 33);
-        OK(lf_mul(&y, p, q));
-        double *P = to_f64(p), *Q = to_f64(q);
-        Y = to_f64(y);
-        for (int64_t i = 0; i < 257 * 33; i++) {
-            ref[i] = P[i] * Q[i];
-            mag[i] = fabs(ref[i]);
-        }
-        CHECK(worst_err(Y, ref, mag, 257 * 33, (lf_dtype)dt, NULL) < tol_for((lf_dtype)dt), "strided mul %s",
-              lf_dtype_name((lf_dtype)dt));
-        free(X), free(B), free(Y), free(P), free(Q), free(ref), free(mag);
-        lf_tensor_free(x), lf_tensor_free(b), lf_tensor_free(y), lf_tensor_free(p), lf_tensor_free(q);
-    }
 }
 
 /* The GEMM plan cache's file format (plan_file.h): what it writes reads back; every truncation
@@ -369,7 +125,7 @@ static void test_plan_file(void)
 
 /* The Hopper gated GEMM's schedule rule (backend/cuda/gated_rule.h, host code the CPU can run):
  * at every shape measured on an H200 (132 SMs) it picks the schedule that was faster there, a draw
- * being either; what the two kernels compute is test_cuda's. */
+ * being either; what the kernels compute is test_cases cuda's. */
 static void test_gated_rule(void)
 {
     static const struct {
@@ -432,15 +188,11 @@ int main(void)
 {
     lf_cpu_isa best = lf_cpu_isa_detect();
     printf("best instruction set here: %s\n", lf_cpu_isa_name(best));
-    for (int isa = 0; isa <= (int)best; isa++) {
-        test_gemm_isa((lf_cpu_isa)isa);
+    for (int isa = 0; isa <= (int)best; isa++)
         test_activations((lf_cpu_isa)isa);
-    }
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_threads_deterministic();
-    test_pointwise();
     test_plan_file();
     test_gated_rule();
-    printf("%d GEMM cases\n", n_cases);
     return lf_test_finish("test_backend_cpu");
 }
