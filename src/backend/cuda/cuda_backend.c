@@ -46,8 +46,19 @@ void *lf_cuda_workspace(lf_cuda_dev *d, cudaStream_t s)
         lf_fail(LF_EUNSUPPORTED,
                 "cuda: GEMMs on more than %d streams of the caller's: each needs a cuBLASLt workspace of its own",
                 MAX_STREAM_WORKSPACES);
-    else if (!p && LF_CU_CHECK(RUNTIME, cudaMalloc(&p, LF_CUDA_WORKSPACE_BYTES)) == LF_OK)
-        workspaces[n_workspaces++] = (__typeof__(workspaces[0])){d->ordinal, s, p};
+    else if (!p) {
+        /* A stream first seen while the caller captures a graph on it (PyTorch's torch.cuda.graph):
+         * cudaMalloc is no stream work, and relaxed mode lets it run without invalidating the
+         * capture, as PyTorch's own allocator does. */
+        enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        const cudaError_t e = cudaMalloc(&p, LF_CUDA_WORKSPACE_BYTES);
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        if (LF_CU_CHECK(RUNTIME, e) == LF_OK)
+            workspaces[n_workspaces++] = (__typeof__(workspaces[0])){d->ordinal, s, p};
+        else
+            p = NULL;
+    }
     pthread_mutex_unlock(&workspace_lock);
     return p;
 }
