@@ -89,6 +89,22 @@ fi
 out=$(LINFUSE_CUDA_MODULE=/nonexistent/liblinfuse_cuda.so "$scratch/pc_consumer" | grep '^cuda:')
 echo "$out" | grep -q 'LINFUSE_CUDA_MODULE=/nonexistent/liblinfuse_cuda.so: no such readable file' ||
     { echo "FAIL: a missing module is not named: $out"; fails=$((fails + 1)); }
+# the Python package from the prefix (no PYTHONPATH into the source tree, no LINFUSE_LIBRARY): it
+# finds the installed library through its _install.py and runs one linear
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    out=$(cd / && env -u LINFUSE_LIBRARY -u LD_PRELOAD PYTHONPATH="$scratch/prefix/lib/python3/dist-packages" \
+        PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c '
+import numpy as np, linfuse
+y = linfuse.linear(np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones(4, np.float32), act="relu")
+print("python:", linfuse.library_source + ":", linfuse.library_path, y.tolist())' 2>&1) || true
+    echo "$out"
+    case "$out" in
+    *"python: the install's libdir: $scratch/prefix/"*"[[4.0, 4.0, 4.0, 4.0], [4.0, 4.0, 4.0, 4.0]]"*) ;;
+    *) echo "FAIL: the installed Python package did not run a linear on the installed library"; fails=$((fails + 1)) ;;
+    esac
+else
+    echo "install: no /usr/bin/python3 with numpy here: the Python package's check is skipped"
+fi
 # the installed tool finds its library from the prefix
 "$scratch/prefix/bin/linfuse" --version || { echo "FAIL: the installed linfuse does not start"; fails=$((fails + 1)); }
 [ "$fails" = 0 ] && echo "1 passed, 0 failed" || { echo "0 passed, 1 failed ($fails problems)"; exit 1; }

@@ -1,0 +1,234 @@
+"""linfuse's Linear, gated GEMM and gated MLP on arrays the caller owns: numpy arrays and torch
+tensors (CPU or CUDA), or any other CPU array with __dlpack__. Inputs go in through DLPack
+without a copy; the result is allocated by the caller's library (torch.empty on the input's
+device, numpy.empty) and written by linfuse's out= forms, so linfuse takes no memory of its own;
+it comes back as the input's kind on the input's device. On CUDA each call runs on torch's
+current stream (torch.cuda.current_stream(): linfuse's stream is set to it for the call and put
+back after) and nothing synchronizes, so calls queue in order with torch's own work, inside a
+CUDA graph capture too. A refused input raises linfuse.Error with linfuse's message."""
+import contextlib
+import ctypes as C
+import math
+import warnings
+
+from . import Error, Fp8FallbackWarning, _dlpack, _lib, check, lib
+
+_ACT_ALIASES = {None: "none", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu_erf"}
+_GATED_ACTS = ("gelu_tanh", "silu", "gelu_erf")
+
+
+def _act(act, gated):
+    name = _ACT_ALIASES.get(act, act)
+    if name not in _lib.ACT or (gated and name not in _GATED_ACTS):
+        takes = _GATED_ACTS if gated else tuple(_lib.ACT) + ("swish", "gelu_pytorch_tanh", "gelu")
+        raise ValueError("linfuse: act=%r: takes %s" % (act, ", ".join(takes)))
+    return _lib.ACT[name]
+
+
+def _variant(variant):
+    if variant not in _lib.VARIANT:
+        raise ValueError("linfuse: variant=%r: takes %s" % (variant, ", ".join(_lib.VARIANT)))
+    return _lib.VARIANT[variant]
+
+
+class _Kind:
+    """How to make arrays like x: its library's empty(), and where linfuse runs (device, stream)."""
+
+    def __init__(self, x):
+        self.torch = _dlpack.torch_module() if _dlpack.is_torch(x) else None
+        self.x = x
+        if self.torch is None:
+            if not hasattr(x, "__dlpack__"):
+                raise TypeError("linfuse: x is a %s, which has no __dlpack__ (numpy arrays and torch tensors do)"
+                                % type(x).__name__)
+            if type(x).__module__ != "numpy":
+                dev = x.__dlpack_device__() if hasattr(x, "__dlpack_device__") else None
+                if dev is not None and dev[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
+                    raise Error("linfuse: a %s on DLPack device %s: arrays on a GPU are taken as torch tensors "
+                                "(torch.from_dlpack makes one without a copy)" % (type(x).__name__, dev))
+            import numpy
+            self.np = numpy
+
+    @property
+    def cuda(self):
+        return self.torch is not None and self.x.is_cuda
+
+    def device_type(self):
+        return _lib.DEVICE_CUDA if self.cuda else _lib.DEVICE_CPU
+
+    def empty(self, shape, dtype=None):
+        if self.torch is not None:
+            return self.torch.empty(shape, dtype=dtype or self.x.dtype, device=self.x.device)
+        return self.np.empty(shape, dtype=dtype or self.x.dtype)
+
+    def workspace(self, nbytes):
+        """At least nbytes of the input's device, in the input's dtype (linfuse uses its bytes)."""
+        item = self.x.element_size() if self.torch is not None else self.x.dtype.itemsize
+        return self.empty((max(1, math.ceil(nbytes / item)),))
+
+    def back(self, y):
+        """y (a numpy array) as the input's kind: numpy's own, else the kind's from_dlpack."""
+        if self.torch is not None or type(self.x).__module__ == "numpy":
+            return y
+        import importlib
+        ns = importlib.import_module(type(self.x).__module__.split(".")[0])
+        return ns.from_dlpack(y) if hasattr(ns, "from_dlpack") else y
+
+    @contextlib.contextmanager
+    def running(self):
+        """linfuse on x's GPU and on torch's current stream there, for the call (nothing on the CPU)."""
+        if not self.cuda:
+            yield
+            return
+        torch = self.torch
+        index = self.x.device.index if self.x.device.index is not None else torch.cuda.current_device()
+        with torch.cuda.device(index):  # the runtime's current GPU and linfuse's agree inside
+            check(lib.lf_device_select(_lib.DEVICE_CUDA, index), "linfuse: cuda:%d" % index)
+            prev = C.c_void_p()
+            check(lib.lf_cuda_get_stream(C.byref(prev)), "linfuse: the stream")
+            check(lib.lf_cuda_set_stream(C.c_void_p(torch.cuda.current_stream(index).cuda_stream)),
+                  "linfuse: torch's current stream")
+            try:
+                yield
+            finally:
+                lib.lf_cuda_set_stream(prev)
+
+
+def _handles():
+    return _dlpack.Handles(lib, check)
+
+
+def _rows(x, what):
+    if len(x.shape) < 1:
+        raise Error("linfuse.%s: x is a scalar; expected (..., features)" % what)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _two_dims(w, what, name):
+    if len(w.shape) != 2:
+        raise Error("linfuse.%s: %s has shape %s; expected 2 dims" % (what, name, tuple(w.shape)))
+
+
+def linear(x, weight, bias=None, act=None):
+    """act(x @ weight.T + bias): x (..., in), weight (out, in), bias (out) or None; act None,
+    "relu", "gelu_tanh", "gelu_erf" (or "gelu"), "silu". One GEMM with the bias and activation in
+    its epilogue (lf_addmm_act_out). Returns (..., out), x's kind, dtype and device."""
+    a = _act(act, gated=False)
+    _two_dims(weight, "linear", "weight")
+    k = _Kind(x)
+    out_shape = tuple(x.shape[:-1]) + (weight.shape[0],)
+    x2 = _rows(x, "linear")
+    y = k.empty(out_shape)
+    if x2.shape[0] == 0:
+        return k.back(y)
+    with k.running(), _handles() as h:
+        tx, tw = h.take(x2, "linfuse.linear: x"), h.take(weight, "linfuse.linear: weight")
+        tb = h.take(bias, "linfuse.linear: bias") if bias is not None else None
+        ty = h.take(y.reshape(x2.shape[0], weight.shape[0]), "linfuse.linear: out")
+        check(lib.lf_addmm_act_out(ty, tb, tx, h.view_t(tw, "linfuse.linear"), a), "linfuse.linear")
+    return k.back(y)
+
+
+def gated_gemm(x, gate_up, act="silu"):
+    """act(x @ Wg.T) * (x @ Wu.T) in one GEMM whose epilogue pairs the two halves: x (..., D),
+    gate_up (2H, D) = [Wg; Wu]; returns (..., H). Where the device has no gated kernel for the
+    shape, linfuse runs a GEMM into g and u plus act*mul, and takes memory of its own for them."""
+    a = _act(act, gated=True)
+    _two_dims(gate_up, "gated_gemm", "gate_up")
+    k = _Kind(x)
+    H = gate_up.shape[0] // 2
+    out_shape = tuple(x.shape[:-1]) + (H,)
+    x2 = _rows(x, "gated_gemm")
+    y = k.empty(out_shape)
+    if x2.shape[0] == 0:
+        return k.back(y)
+    with k.running(), _handles() as h:
+        tx, tg = h.take(x2, "linfuse.gated_gemm: x"), h.take(gate_up, "linfuse.gated_gemm: gate_up")
+        ty = h.take(y.reshape(x2.shape[0], H), "linfuse.gated_gemm: out")
+        check(lib.lf_mm_gated_out(ty, tx, h.view_t(tg, "linfuse.gated_gemm"), a, H), "linfuse.gated_gemm")
+    return k.back(y)
+
+
+def _fp8_runs(k):
+    """Whether the fp8 variant runs FP8 here; if not, the reason (linfuse's)."""
+    if lib.lf_fp8_supported(k.device_type()) == _lib.STATUS_OK:
+        return True, ""
+    return False, lib.error()
+
+
+def _module(h, gate_up, down, a, what):
+    """A linfuse gated MLP over gate_up and down (views, no copy); free it with lf_nn_gated_mlp_free."""
+    m = _lib.GatedMlp()
+    gu, dn = h.take(gate_up, what + ": gate_up"), h.take(down, what + ": down")
+    check(lib.lf_nn_gated_mlp_from_weights(C.byref(m), h.give(gu), h.give(dn), a), what)  # m owns both, also on failure
+    return m
+
+
+def gated_mlp(x, gate_up, down, act="silu", variant="gated", fp8_weights=None):
+    """down(act(gate(x)) * up(x)), the MLP of Llama/Mistral/Qwen (act "silu") and Gemma
+    ("gelu_tanh"): x (..., D), gate_up (2H, D) = [Wg; Wu] contiguous, down (D, H). variant:
+    "eager" (5 kernels), "fused" (4), "gated" (2: the gated GEMM, then down), "fp8" (FP8 GEMMs,
+    where the device has them: Hopper; elsewhere the gated variant runs, with an
+    Fp8FallbackWarning). fp8_weights: quantize_fp8(gate_up, down)'s four arrays, made once; without
+    them the fp8 variant quantizes the weights on every call. Every intermediate lives in one
+    workspace allocated like x (linfuse allocates nothing). Returns (..., D)."""
+    a, v = _act(act, gated=True), _variant(variant)
+    _two_dims(gate_up, "gated_mlp", "gate_up")
+    _two_dims(down, "gated_mlp", "down")
+    k = _Kind(x)
+    out_shape = tuple(x.shape[:-1]) + (down.shape[0],)
+    x2 = _rows(x, "gated_mlp")
+    T = x2.shape[0]
+    y = k.empty(out_shape)
+    if T == 0:
+        return k.back(y)
+    if v == _lib.VARIANT["fp8"]:
+        runs, why = _fp8_runs(k)
+        if not runs:
+            warnings.warn("linfuse: the fp8 variant runs as the gated one here: %s" % why, Fp8FallbackWarning,
+                          stacklevel=2)
+            v = _lib.VARIANT["gated"]
+    what = "linfuse.gated_mlp"
+    with k.running(), _handles() as h:
+        m = _module(h, gate_up, down, a, what)
+        try:
+            if v == _lib.VARIANT["fp8"] and fp8_weights is not None:
+                if len(fp8_weights) != 4:
+                    raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
+                q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0) for i, w in enumerate(fp8_weights)]
+                check(lib.lf_nn_gated_mlp_set_fp8_weights(C.byref(m), *[h.give(t) for t in q]), what)
+            elif v == _lib.VARIANT["fp8"]:
+                check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(m)), what)
+            need = C.c_size_t()
+            check(lib.lf_nn_gated_mlp_workspace(C.byref(m), v, T, C.byref(need)), what)
+            ws = k.workspace(need.value)
+            tx, tw = h.take(x2, what + ": x"), h.take(ws, what + ": workspace")
+            ty = h.take(y.reshape(T, down.shape[0]), what + ": out")
+            check(lib.lf_nn_gated_mlp_forward_out(C.byref(m), v, tx, ty, tw), what)
+        finally:
+            lib.lf_nn_gated_mlp_free(C.byref(m))
+    return k.back(y)
+
+
+def quantize_fp8(gate_up, down):
+    """The fp8 variant's weights, made once for gated_mlp(..., variant="fp8", fp8_weights=...):
+    (gate_up_q (2H, D) E4M3 codes, gate_up_scale (2H, 1) f32 per output channel, down_q (D, H) E4M3
+    codes, down_scale f32 per 128 x 128 block), as lf_nn_gated_mlp_quantize_fp8 makes them, on the
+    weights' device. Codes are torch.float8_e4m3fn tensors for torch (a copy in torch's memory),
+    uint8 arrays for numpy."""
+    k = _Kind(gate_up)
+    what = "linfuse.quantize_fp8"
+    out = []
+    with k.running(), _handles() as h:
+        m = _module(h, gate_up, down, _lib.ACT["silu"], what)
+        try:
+            check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(m)), what)
+            for t in (m.gate_up_q, m.gate_up_scale, m.down_q, m.down_scale):
+                if k.torch is not None:
+                    o = _dlpack.to_torch(lib, check, C.c_void_p(t), what)
+                    out.append(o.clone() if o.is_cuda else o)  # on the GPU, torch's memory, not linfuse's cache
+                else:
+                    out.append(k.back(_dlpack.to_numpy(lib, check, C.c_void_p(t), what)))
+        finally:
+            lib.lf_nn_gated_mlp_free(C.byref(m))
+    return tuple(out)

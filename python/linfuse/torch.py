@@ -1,0 +1,384 @@
+"""linfuse inside PyTorch models: custom ops that torch.compile keeps and CUDA graphs capture, and
+one call that patches a transformers model's MLPs (docs/python.md).
+
+Ops (torch >= 2.4: torch.library.custom_op, each with a fake implementation, so
+torch.compile(fullgraph=True) traces through them with no graph break; older torch: plain
+functions that run eagerly, inside a record_function of the same name):
+  linfuse::gated_mlp(x, gate_up, down, act, variant, gate_up_q, gate_up_scale, down_q, down_scale)
+  linfuse::gated_gemm(x, gate_up, act)
+  linfuse::linear(x, weight, bias, act)
+Outputs and workspaces are allocated by torch inside each op, on torch's current stream. They
+are for inference: calling backward through one raises saying so.
+
+apply(model, variant) replaces the forward of transformers' Llama, Mistral, Qwen2/Qwen3 and
+Gemma/Gemma2 MLPs (down(act(gate(x)) * up(x)), act silu or gelu_pytorch_tanh from the config)
+with linfuse::gated_mlp; unapply(model) puts them back."""
+import typing
+
+import torch
+from torch import nn
+
+from . import Error, _lib, check, lib
+from . import ops as _ops
+
+HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op") and \
+    hasattr(torch.library, "register_fake")  # torch >= 2.4
+Tensor = torch.Tensor
+OptTensor = typing.Optional[torch.Tensor]
+
+
+def _no_backward(name):
+    def backward(ctx, *grads):
+        raise RuntimeError("linfuse::%s has no backward: linfuse's ops are for inference (run the model under "
+                           "torch.no_grad() or torch.inference_mode(); linfuse.torch.unapply(model) before training)"
+                           % name)
+
+    def setup_context(ctx, inputs, output):
+        pass
+
+    return backward, setup_context
+
+
+def _gated_mlp_impl(x, gate_up, down, act, variant, gate_up_q, gate_up_scale, down_q, down_scale):
+    fp8 = None if gate_up_q is None else (gate_up_q, gate_up_scale, down_q, down_scale)
+    return _ops.gated_mlp(x, gate_up, down, act=act, variant=variant, fp8_weights=fp8)
+
+
+def _gated_mlp_shape(x, gate_up, down):
+    torch._check(gate_up.dim() == 2 and down.dim() == 2, lambda: "linfuse::gated_mlp: weights must be 2-D")
+    torch._check(x.shape[-1] == gate_up.shape[1], lambda: "linfuse::gated_mlp: x's last dim is not gate_up's")
+    return tuple(x.shape[:-1]) + (down.shape[0],)
+
+
+if HAS_CUSTOM_OP:
+    @torch.library.custom_op("linfuse::gated_mlp", mutates_args=())
+    def gated_mlp(x: Tensor, gate_up: Tensor, down: Tensor, act: str = "silu", variant: str = "gated",
+                  gate_up_q: OptTensor = None, gate_up_scale: OptTensor = None, down_q: OptTensor = None,
+                  down_scale: OptTensor = None) -> Tensor:
+        return _gated_mlp_impl(x, gate_up, down, act, variant, gate_up_q, gate_up_scale, down_q, down_scale)
+
+    @gated_mlp.register_fake
+    def _(x, gate_up, down, act="silu", variant="gated", gate_up_q=None, gate_up_scale=None, down_q=None,
+          down_scale=None):
+        return x.new_empty(_gated_mlp_shape(x, gate_up, down))
+
+    @torch.library.custom_op("linfuse::gated_gemm", mutates_args=())
+    def gated_gemm(x: Tensor, gate_up: Tensor, act: str = "silu") -> Tensor:
+        return _ops.gated_gemm(x, gate_up, act=act)
+
+    @gated_gemm.register_fake
+    def _(x, gate_up, act="silu"):
+        torch._check(x.shape[-1] == gate_up.shape[1], lambda: "linfuse::gated_gemm: x's last dim is not gate_up's")
+        return x.new_empty(tuple(x.shape[:-1]) + (gate_up.shape[0] // 2,))
+
+    @torch.library.custom_op("linfuse::linear", mutates_args=())
+    def linear(x: Tensor, weight: Tensor, bias: OptTensor = None, act: str = "none") -> Tensor:
+        return _ops.linear(x, weight, bias, act=act)
+
+    @linear.register_fake
+    def _(x, weight, bias=None, act="none"):
+        torch._check(x.shape[-1] == weight.shape[1], lambda: "linfuse::linear: x's last dim is not weight's")
+        return x.new_empty(tuple(x.shape[:-1]) + (weight.shape[0],))
+
+    for _op, _name in ((gated_mlp, "gated_mlp"), (gated_gemm, "gated_gemm"), (linear, "linear")):
+        _bw, _setup = _no_backward(_name)
+        _op.register_autograd(_bw, setup_context=_setup)
+
+    def _call_gated_mlp(*args):
+        return torch.ops.linfuse.gated_mlp(*args)
+else:  # older torch: plain functions, traced as record_function spans of the ops' names
+    from torch.autograd.profiler import record_function as _record
+
+    class _Inference(torch.autograd.Function):
+        """Where an input requires grad: the op's result joins the graph, and backward says why it cannot."""
+
+        @staticmethod
+        def forward(ctx, name, impl, *args):
+            ctx.name = name
+            return impl(*args)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            _no_backward(ctx.name)[0](ctx, *grads)
+
+    def _run(name, impl, *args):
+        with _record("linfuse::" + name):
+            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+                return _Inference.apply(name, impl, *args)
+            return impl(*args)
+
+    def gated_mlp(x, gate_up, down, act="silu", variant="gated", gate_up_q=None, gate_up_scale=None, down_q=None,
+                  down_scale=None):
+        return _run("gated_mlp", _gated_mlp_impl, x, gate_up, down, act, variant, gate_up_q, gate_up_scale, down_q,
+                    down_scale)
+
+    def gated_gemm(x, gate_up, act="silu"):
+        return _run("gated_gemm", lambda *a: _ops.gated_gemm(*a), x, gate_up, act)
+
+    def linear(x, weight, bias=None, act="none"):
+        return _run("linear", lambda *a: _ops.linear(*a), x, weight, bias, act)
+
+    _call_gated_mlp = gated_mlp
+
+
+# --- patching transformers' MLPs ---
+
+KNOWN_CLASSES = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP")
+_CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# The probe forward at apply: linfuse's output against the module's own on 4 random tokens, as a
+# fraction of the largest |output| (bf16 rounds at 2^-8; the fp8 variant has a few % RMS error).
+PROBE_TOLERANCE = {"gated": 0.03, "fp8": 0.25}
+
+
+class PatchReport:
+    """What apply() did: replaced[(name, class, act, variant, note)], left[(name, class, reason)]."""
+
+    def __init__(self, variant):
+        self.variant, self.replaced, self.left = variant, [], []
+
+    def __str__(self):
+        lines = ["linfuse.torch.apply(variant=%r): %d MLP%s replaced, %d left as they were"
+                 % (self.variant, len(self.replaced), "" if len(self.replaced) == 1 else "s", len(self.left))]
+        for name, cls, act, variant, note in self.replaced:
+            lines.append("  replaced %s (%s, %s, %s)%s" % (name, cls, act, variant, ": " + note if note else ""))
+        for name, cls, reason in self.left:
+            lines.append("  left     %s (%s): %s" % (name, cls, reason))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def _compiling():
+    c = getattr(torch, "compiler", None)
+    if c is not None and hasattr(c, "is_compiling"):
+        return c.is_compiling()
+    d = getattr(torch, "_dynamo", None)
+    return bool(d is not None and hasattr(d, "is_compiling") and d.is_compiling())
+
+
+def _version_of(t):
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor keeps no version counter
+        return None
+
+
+def _fp8_versions(mod):
+    return (_version_of(mod.linfuse_gate_up), _version_of(mod.down_proj.weight))
+
+
+def _check_intact(mod):
+    """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
+    apply() makes new ones), and FP8 weights are redone when the weights were written since."""
+    gu = mod.linfuse_gate_up
+    g, u = mod.gate_proj.weight, mod.up_proj.weight
+    H = gu.shape[0] // 2
+    if not (g.data_ptr() == gu.data_ptr() and u.data_ptr() == gu.data_ptr() + H * gu.shape[1] * gu.element_size()
+            and g.dtype == gu.dtype == u.dtype and g.device == gu.device == u.device):
+        raise Error("linfuse: %s's gate_proj and up_proj weights no longer view the stacked [Wg; Wu] that "
+                    "linfuse.torch.apply made (the model was moved or cast, or a parameter replaced, after apply): "
+                    "call linfuse.torch.unapply(model), move it, then apply(model) again" % type(mod).__name__)
+    if mod.linfuse_gate_up_q is not None and None not in mod.linfuse_fp8_versions and \
+            _fp8_versions(mod) != mod.linfuse_fp8_versions:
+        _quantize(mod)
+
+
+def _patched_forward(self, x):
+    if not _compiling():
+        _check_intact(self)
+    return _call_gated_mlp(x, self.linfuse_gate_up, self.down_proj.weight, self.linfuse_act, self.linfuse_variant,
+                           self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
+                           self.linfuse_down_scale)
+
+
+_PATCHED_CLASSES = {}
+_BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "linfuse_down_q", "linfuse_down_scale")
+
+
+def _patched_class(cls):
+    if cls not in _PATCHED_CLASSES:
+        _PATCHED_CLASSES[cls] = type("Linfuse" + cls.__name__, (cls,),
+                                     {"forward": _patched_forward, "linfuse_base_class": cls, "__module__": __name__})
+    return _PATCHED_CLASSES[cls]
+
+
+def _probe_act(act_fn, act):
+    """Whether act_fn computes act (silu or gelu_tanh) in float32, to 1e-5, at points where gelu's tanh
+    and erf forms differ most."""
+    x = torch.linspace(-6, 6, 97, dtype=torch.float32)
+    ref = x * torch.sigmoid(x) if act == "silu" else \
+        0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    with torch.no_grad():
+        try:
+            got = act_fn(x)
+        except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
+            return "act_fn %s fails on a float32 probe (%s)" % (type(act_fn).__name__, e)
+    err = float((got - ref).abs().max())
+    return None if err <= 1e-5 else "act_fn %s is not %s (max difference %.2g on a probe)" % (
+        type(act_fn).__name__, act, err)
+
+
+def _why_not(name, mod, model):
+    """Why linfuse cannot take mod (a reason), or (act, config's name for it)."""
+    cls = type(mod).__name__
+    if hasattr(mod, "linfuse_base_class"):
+        return "already patched by linfuse (unapply first to patch again)"
+    if cls not in KNOWN_CLASSES:
+        return "%s is not one of the MLP classes linfuse knows compute down(act(gate(x)) * up(x)) (%s)" % (
+            cls, ", ".join(KNOWN_CLASSES))
+    if hasattr(mod, "_hf_hook"):
+        return "its weights are managed by an accelerate hook (offloading or device map); linfuse needs them in place"
+    lins = [getattr(mod, p, None) for p in ("gate_proj", "up_proj", "down_proj")]
+    if any(type(lin) is not nn.Linear for lin in lins):
+        return "gate_proj, up_proj, down_proj are %s, not plain nn.Linear (quantized or wrapped layers)" % (
+            ", ".join(type(lin).__name__ for lin in lins))
+    if any(lin.bias is not None for lin in lins):
+        return "its projections have biases (mlp_bias); linfuse's gated MLP has none"
+    g, u, d = (lin.weight for lin in lins)
+    if len({(t.dtype, t.device) for t in (g, u, d)}) != 1:
+        return "its weights are of different dtypes or devices"
+    if g.dtype not in _DTYPES:
+        return "dtype %s: linfuse computes in float32, bfloat16, float16" % g.dtype
+    if g.device.type not in ("cpu", "cuda"):
+        return "device %s: linfuse runs on the CPU and CUDA GPUs" % g.device
+    if g.shape != u.shape or d.shape != (g.shape[1], g.shape[0]):
+        return "weights %s, %s, %s: expected (H, D), (H, D), (D, H)" % (tuple(g.shape), tuple(u.shape),
+                                                                       tuple(d.shape))
+    if g.device.type == "cuda" and lib.lf_device_require(_lib.DEVICE_CUDA) != _lib.STATUS_OK:
+        return "linfuse cannot run on %s: %s" % (g.device, lib.error())
+    cfg = getattr(mod, "config", None) or getattr(model, "config", None)
+    if cfg is None:
+        return "no config to read the activation from"
+    field = "hidden_activation" if cls.startswith("Gemma") and getattr(cfg, "hidden_activation", None) else \
+        "hidden_act"
+    named = getattr(cfg, field, None)
+    if named not in _CONFIG_ACTS:
+        return "config.%s = %r: linfuse's gated MLP takes silu and gelu_pytorch_tanh" % (field, named)
+    act = _CONFIG_ACTS[named]
+    bad = _probe_act(mod.act_fn, act) if hasattr(mod, "act_fn") else "it has no act_fn"
+    return bad or (act, "config.%s = %r" % (field, named))
+
+
+def _quantize(mod):
+    with torch.no_grad():
+        q = _ops.quantize_fp8(mod.linfuse_gate_up, mod.down_proj.weight)
+    for n, t in zip(_BUFFERS[1:], q):
+        mod._buffers[n] = t
+    mod.linfuse_fp8_versions = _fp8_versions(mod)
+
+
+def _stack(mod):
+    """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (the old
+    ones go: memory does not grow; state_dict keeps its keys)."""
+    g, u = mod.gate_proj.weight, mod.up_proj.weight
+    H = g.shape[0]
+    with torch.no_grad():
+        gu = torch.empty((2 * H, g.shape[1]), dtype=g.dtype, device=g.device)
+        gu[:H].copy_(g)
+        gu[H:].copy_(u)
+    mod.gate_proj.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
+    mod.up_proj.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
+    return gu
+
+
+def _warm(device):
+    """linfuse started on device, with torch's current stream known to it (its cuBLASLt workspace
+    made now, not inside a later graph capture)."""
+    if device.type != "cuda":
+        return
+    probe = torch.empty(1, device=device)
+    with _ops._Kind(probe).running():
+        pass
+
+
+def _probe(mod, act, variant):
+    """linfuse's output against the module's own on 4 random tokens: None, or why they differ."""
+    w = mod.down_proj.weight
+    gen = torch.Generator(device=w.device)
+    gen.manual_seed(0)
+    x = torch.randn((4, w.shape[0]), generator=gen, device=w.device, dtype=torch.float32).to(w.dtype)
+    base = mod.linfuse_base_class
+    with torch.no_grad():
+        ref = base.forward(mod, x).float()
+        try:
+            got = _patched_forward(mod, x).float()
+        except Error as e:
+            return "linfuse refused it: %s" % e
+    scale = float(ref.abs().max()) or 1.0
+    err = float((got - ref).abs().max()) / scale
+    tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
+    if not err <= tol:
+        return "linfuse's output differs from the module's own by %.3g of its largest value on 4 random tokens " \
+               "(tolerance %.3g)" % (err, tol)
+    return None
+
+
+def apply(model, variant="gated"):
+    """Replace the forward of every Llama/Mistral/Qwen2/Qwen3/Gemma/Gemma2 MLP in model with
+    linfuse::gated_mlp, in place; returns a PatchReport (print it). variant "gated" (the gated
+    GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
+    the module runs gated, and the report says why). Each replaced module: gate and up stacked once
+    into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
+    of it, checked against its own forward on 4 random tokens. A module linfuse cannot run (an
+    unknown activation, biases, a dtype, device or layer it does not take, or a probe that differs)
+    is left as it was, with the reason in the report. Patch after moving the model to its device
+    and dtype; unapply(model) restores the modules."""
+    if variant not in ("gated", "fp8"):
+        raise ValueError("linfuse.torch.apply: variant=%r: takes 'gated' or 'fp8'" % (variant,))
+    report = PatchReport(variant)
+    for name, mod in model.named_modules():
+        if not all(hasattr(mod, p) for p in ("gate_proj", "up_proj", "down_proj")):
+            continue
+        cls = type(mod).__name__
+        why = _why_not(name, mod, model)
+        if isinstance(why, str):
+            report.left.append((name, cls, why))
+            continue
+        act, act_source = why
+        dev = mod.down_proj.weight.device
+        _warm(dev)
+        used, note = variant, act_source
+        if variant == "fp8":
+            if getattr(torch, "float8_e4m3fn", None) is None:
+                used, note = "gated", "fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
+            elif lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
+                used, note = "gated", "fp8 runs gated on %s: %s" % (dev, lib.error())
+        old = (mod.gate_proj.weight, mod.up_proj.weight, mod.__class__)
+        gu = _stack(mod)
+        mod.__class__ = _patched_class(old[2])
+        mod.register_buffer("linfuse_gate_up", gu, persistent=False)
+        for n in _BUFFERS[1:]:
+            mod.register_buffer(n, None, persistent=False)
+        mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
+        try:
+            if used == "fp8":
+                _quantize(mod)
+            bad = _probe(mod, act, used)
+        except Error as e:
+            bad = "linfuse refused it: %s" % e
+        if bad:
+            _restore(mod)
+            report.left.append((name, cls, bad))
+            continue
+        report.replaced.append((name, cls, act, used, note))
+    return report
+
+
+def _restore(mod):
+    mod.__class__ = mod.linfuse_base_class
+    for n in _BUFFERS:
+        mod._buffers.pop(n, None)
+    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions"):
+        mod.__dict__.pop(n, None)
+
+
+def unapply(model):
+    """Put back the original forward of every MLP apply() replaced; returns their names. The gate
+    and up parameters stay views of one stacked tensor (the same values and keys; no copy)."""
+    names = []
+    for name, mod in model.named_modules():
+        if hasattr(mod, "linfuse_base_class"):
+            _restore(mod)
+            names.append(name)
+    return names

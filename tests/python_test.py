@@ -1,0 +1,560 @@
+#!/usr/bin/env python3
+"""The Python package (python/linfuse) on the CPU, over the library given:
+
+  the loader   which library it took and why (LINFUSE_LIBRARY, a missing or broken file said by
+               name), its version and the package's against linfuse/version.h, and an import that
+               pulls in neither numpy nor torch;
+  the mirrors  the enum values and the lf_nn_gated_mlp struct _lib.py mirrors, against the
+               library's own names and what lf_nn_gated_mlp_init fills in;
+  numbers      linear (every activation, with and without bias), the gated GEMM and every MLP
+               variant against float64, at odd sizes through strided views, in f32 and f16;
+               the fp8 variant runs gated here, says so with an Fp8FallbackWarning, and gives the
+               gated variant's bits; quantize_fp8's codes decode to the weights;
+  refusals     a dtype, a shape, a stride, a layout linfuse cannot take raise linfuse.Error with
+               linfuse's message and status;
+  memory       every DLPack deleter runs: references back and peak RSS flat over 10,000 calls
+               of each op;
+  torch        where torch is importable (Debian's python3-torch, 1.13): the same through torch
+               tensors (bf16 too), and linfuse.torch: apply() on Llama- and Gemma-shaped MLPs
+               (the report, state_dict keys, no memory growth, output within bf16 tolerance,
+               backward refused, a moved model caught, unapply); on torch >= 2.4 the custom ops
+               with torch.library.opcheck and torch.compile(fullgraph=True) with no graph break.
+
+Error measure (as the C tests'): |got - ref| / (mag + tiny), mag the sum of the magnitudes of
+the terms that made ref (|x| @ |W|^T + |b| for a Linear), so sums that cancel do not blow it up.
+Tolerances: f32 1e-5, f16 2e-3 for one GEMM; the MLP, whose g, u and h are rounded to the dtype
+in between, f32 1e-5, f16 4e-3, bf16 3e-2.
+
+usage: tests/python_test.py BUILD/liblinfuse.so   (PYTHONPATH=python, LINFUSE_LIBRARY as given)"""
+import ctypes as C
+import gc
+import os
+import re
+import resource
+import subprocess
+import sys
+import warnings
+
+failures = checks = 0
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 2e-2}
+MLP_TOL = {"f32": 1e-5, "f16": 4e-3, "bf16": 3e-2}
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("check failed: " + what, file=sys.stderr)
+    return cond
+
+
+def raises(exc, needles, fn, what):
+    """fn() must raise exc whose message holds every needle."""
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        return check(all(n in msg for n in needles), "%s: message %r lacks %r" % (what, msg, needles))
+    except Exception as e:  # noqa: BLE001
+        return check(False, "%s: raised %s: %s, expected %s" % (what, type(e).__name__, e, exc.__name__))
+    return check(False, "%s: did not raise" % what)
+
+
+def python(code, env_over):
+    env = dict(os.environ)
+    for k, v in env_over.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def header_version():
+    text = open(os.path.join(ROOT, "include", "linfuse", "version.h")).read()
+    return ".".join(re.search(r"#define LF_VERSION_%s (\d+)" % k, text).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
+
+
+# --- the loader ---
+
+def test_loader(lib_path):
+    import linfuse
+    check(os.path.samefile(linfuse.library_path, lib_path) and linfuse.library_source == "LINFUSE_LIBRARY",
+          "loaded %s (%s), expected %s through LINFUSE_LIBRARY" % (linfuse.library_path, linfuse.library_source,
+                                                                   lib_path))
+    v = header_version()
+    check(linfuse.library_version() == v and linfuse.__version__ == v,
+          "versions: library %s, package %s, version.h %s" % (linfuse.library_version(), linfuse.__version__, v))
+    rc, out = python("import sys, linfuse; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))", {})
+    check(rc == 0 and out.strip() == "[]", "import linfuse imports neither numpy nor torch: %r" % out)
+    rc, out = python("import linfuse", {"LINFUSE_LIBRARY": "/nonexistent/liblinfuse.so"})
+    check(rc != 0 and "/nonexistent/liblinfuse.so (LINFUSE_LIBRARY): no such file" in out,
+          "a missing LINFUSE_LIBRARY named: %r" % out[-300:])
+    rc, out = python("import linfuse", {"LINFUSE_LIBRARY": os.path.abspath(__file__)})
+    check(rc != 0 and os.path.abspath(__file__) + " (LINFUSE_LIBRARY): " in out and "no usable liblinfuse" in out,
+          "a file that is no library named with the loader's reason: %r" % out[-300:])
+    rc, out = python("import linfuse", {"LINFUSE_LIBRARY": None})
+    check(rc != 0 and "LINFUSE_LIBRARY is not set" in out and "cmake --install" in out,
+          "with nothing to load, the three places are said: %r" % out[-400:])
+
+
+# --- the mirrors in _lib.py ---
+
+def test_mirrors():
+    import linfuse
+    from linfuse import _lib
+    lib = linfuse.lib
+    for table, fn in ((_lib.DTYPE, lib.lf_dtype_name), (_lib.ACT, lib.lf_act_name),
+                      (_lib.VARIANT, lib.lf_mlp_variant_name)):
+        for name, value in table.items():
+            check(fn(value).decode() == name, "enum %s = %d is %r in the library" % (name, value, fn(value)))
+    check(lib.lf_device_name(_lib.DEVICE_CPU) == b"cpu" and lib.lf_device_name(_lib.DEVICE_CUDA) == b"cuda",
+          "device enum")
+    m, opts, rng = _lib.GatedMlp(), _lib.GatedMlpOpts(24, 40, _lib.DTYPE["bf16"], _lib.DEVICE_CPU, _lib.ACT["silu"]), \
+        _lib.Rng()
+    lib.lf_rng_seed(C.byref(rng), 3)
+    check(lib.lf_nn_gated_mlp_init(C.byref(m), C.byref(opts), C.byref(rng)) == 0, "init: " + lib.error())
+    gu = lib.lf_tensor_data(m.gate_up)
+    check(m.dim == 24 and m.hidden == 40 and m.act == _lib.ACT["silu"], "the struct's dim, hidden, act as init wrote")
+    check(lib.lf_tensor_numel(m.gate_up) == 80 * 24 and lib.lf_tensor_data(m.gate.weight) == gu and
+          lib.lf_tensor_data(m.up.weight) == gu + 40 * 24 * 2, "gate_up and the gate/up views where init put them")
+    check(m.gate.in_features == 24 and m.gate.out_features == 40 and m.down.in_features == 40 and
+          m.down.out_features == 24 and lib.lf_tensor_numel(m.down.weight) == 24 * 40 and not m.down.bias,
+          "the three nn_linear mirrors")
+    check(not any((m.gate_up_q, m.gate_up_scale, m.down_q, m.down_scale)), "no FP8 weights before quantizing")
+    check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(m)) == 0, "quantize: " + lib.error())
+    check(lib.lf_tensor_numel(m.gate_up_q) == 80 * 24 and lib.lf_tensor_numel(m.gate_up_scale) == 80 and
+          lib.lf_tensor_numel(m.down_q) == 24 * 40 and lib.lf_tensor_numel(m.down_scale) == 4,
+          "the four FP8 fields where quantize put them")
+    lib.lf_nn_gated_mlp_free(C.byref(m))
+    check(not m.gate_up and not m.down_q, "free clears the handles")
+
+
+# --- numbers against float64 (numpy) ---
+
+def act_ref(np, act, z):
+    if act in (None, "none"):
+        return z
+    if act == "relu":
+        return np.maximum(z, 0)
+    if act == "silu":
+        return z / (1 + np.exp(-z))
+    if act == "gelu_tanh":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    from math import erf
+    return 0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2)))
+
+
+def err(np, got, ref, mag):
+    return float(np.max(np.abs(np.asarray(got, dtype=np.float64) - ref) / (mag + 1e-30)))
+
+
+def strided(np, rng, shape, dtype, lo=-1, hi=1):
+    """A view at odd strides and an offset: every other element of a larger buffer, last dim first."""
+    big = rng.uniform(lo, hi, tuple(2 * s + 1 for s in shape)).astype(dtype)
+    return big[(slice(1, None, 2),) * len(shape)]
+
+
+def test_linear_numpy():
+    import numpy as np
+    import linfuse
+    rng = np.random.default_rng(1)
+    for dt, name in ((np.float32, "f32"), (np.float16, "f16")):
+        x = strided(np, rng, (3, 5, 37), dt)  # (3, 5, 37) at strides (2*11*75, 2*75, 2)
+        w = rng.uniform(-1, 1, (37, 19)).astype(dt).T  # (19, 37), a transposed view
+        b = rng.uniform(-1, 1, 19).astype(dt)
+        for act in (None, "relu", "gelu_tanh", "gelu_erf", "silu"):
+            for bias in (None, b):
+                y = linfuse.linear(x, w, bias, act=act)
+                X, W = x.astype(np.float64), w.astype(np.float64)
+                z = X @ W.T + (0 if bias is None else bias.astype(np.float64))
+                mag = np.abs(X) @ np.abs(W).T + (0 if bias is None else np.abs(bias.astype(np.float64)))
+                e = err(np, y, act_ref(np, act, z), mag)
+                check(type(y) is np.ndarray and y.dtype == dt and y.shape == (3, 5, 19),
+                      "linear %s returns a numpy %s (3, 5, 19): %s %s" % (name, name, y.dtype, y.shape))
+                check(e <= TOL[name], "linear %s act=%s bias=%s: error %.3g > %.0e" % (name, act, bias is not None,
+                                                                                      e, TOL[name]))
+    y1 = linfuse.linear(np.ones(7, np.float32), np.ones((3, 7), np.float32))
+    check(y1.shape == (3,) and np.all(y1 == 7), "a 1-D x gives a 1-D y")
+    y0 = linfuse.linear(np.ones((0, 7), np.float32), np.ones((3, 7), np.float32))
+    check(y0.shape == (0, 3), "zero tokens give an empty (0, 3) y without calling linfuse")
+
+
+def mlp_ref(np, x, gate_up, down, act):
+    """y and its magnitude, in float64."""
+    X, GU, DN = (a.astype(np.float64) for a in (x, gate_up, down))
+    H = GU.shape[0] // 2
+    g, u = X @ GU[:H].T, X @ GU[H:].T
+    h = act_ref(np, act, g) * u
+    mag_h = np.abs(act_ref(np, act, g)) * np.abs(u) + np.abs(X) @ np.abs(GU[:H]).T * np.abs(u)
+    return h @ DN.T, np.abs(h) @ np.abs(DN).T + 0.01 * (mag_h @ np.abs(DN).T), h
+
+
+def test_mlp_numpy():
+    import numpy as np
+    import linfuse
+    rng = np.random.default_rng(2)
+    D, H = 40, 72
+    for dt, name in ((np.float32, "f32"), (np.float16, "f16")):
+        x = strided(np, rng, (3, 7, D), dt)
+        gate_up = rng.uniform(-0.3, 0.3, (2 * H, D)).astype(dt)
+        down = rng.uniform(-0.3, 0.3, (H, D)).astype(dt).T  # (D, H) as a transposed view
+        for act in ("silu", "gelu_tanh"):
+            ref, mag, h = mlp_ref(np, x, gate_up, down, act)
+            ys = {}
+            for v in ("eager", "fused", "gated"):
+                ys[v] = y = linfuse.gated_mlp(x, gate_up, down, act=act, variant=v)
+                e = err(np, y, ref, mag)
+                check(y.shape == (3, 7, D) and y.dtype == dt, "mlp %s %s shape/dtype" % (v, name))
+                check(e <= MLP_TOL[name], "mlp %s %s %s: error %.3g > %.0e" % (v, act, name, e, MLP_TOL[name]))
+            check(np.array_equal(ys["eager"], ys["fused"]), "fused == eager bit for bit (%s %s)" % (act, name))
+            g = linfuse.gated_gemm(x, gate_up, act=act)
+            X = x.astype(np.float64)
+            mag_g = (np.abs(X) @ np.abs(gate_up[:H].astype(np.float64)).T) * \
+                (np.abs(X) @ np.abs(gate_up[H:].astype(np.float64)).T)
+            check(g.shape == (3, 7, H) and err(np, g, h, mag_g + np.abs(h)) <= 2 * TOL[name],
+                  "gated_gemm %s %s: error %.3g" % (act, name, err(np, g, h, mag_g + np.abs(h))))
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                y8 = linfuse.gated_mlp(x, gate_up, down, act=act, variant="fp8")
+            said = [str(w.message) for w in seen if issubclass(w.category, linfuse.Fp8FallbackWarning)]
+            check(len(said) == 1 and "runs as the gated one" in said[0] and "no FP8" in said[0],
+                  "the fp8 variant on the CPU says it runs gated, and why: %r" % said)
+            check(np.array_equal(y8, ys["gated"]), "the fp8 variant here gives the gated variant's bits")
+
+
+def e4m3_decode(np, q):
+    q = q.astype(np.int32)
+    s = np.where(q & 0x80, -1.0, 1.0)
+    e, m = (q >> 3) & 0xF, q & 7
+    return s * np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7))
+
+
+def test_quantize_numpy():
+    import numpy as np
+    import linfuse
+    rng = np.random.default_rng(3)
+    D, H = 48, 200
+    gate_up = rng.uniform(-1, 1, (2 * H, D)).astype(np.float32)
+    down = rng.uniform(-1, 1, (D, H)).astype(np.float32)
+    gq, gs, dq, ds = linfuse.quantize_fp8(gate_up, down)
+    check(gq.shape == (2 * H, D) and gq.dtype == np.uint8 and gs.shape == (2 * H, 1) and gs.dtype == np.float32 and
+          dq.shape == (D, H) and dq.dtype == np.uint8 and ds.shape == (1, 4), "quantize_fp8's four arrays: %s" % (
+              [(a.shape, a.dtype) for a in (gq, gs, dq, ds)],))
+    deq = e4m3_decode(np, gq) * gs
+    bound = 2.0 ** -4 * np.abs(gate_up) + 2.0 ** -9 * gs
+    check(np.all(np.abs(deq - gate_up) <= bound), "gate_up's E4M3 codes times their row scales are the weights "
+          "to within E4M3's step (worst %.3g)" % float(np.max(np.abs(deq - gate_up) / bound)))
+    deq_d = e4m3_decode(np, dq) * np.repeat(ds[0, :2], 128)[:H]
+    check(np.all(np.abs(deq_d - down) <= 2.0 ** -4 * np.abs(down) + 2.0 ** -9 * ds.max()),
+          "down's codes times their 128 x 128 block scales are the weights")
+
+
+def test_refusals_numpy():
+    import numpy as np
+    import linfuse
+    x = np.ones((4, 8), np.float32)
+    w = np.ones((3, 8), np.float32)
+    raises(linfuse.Error, ["linfuse.linear: x", "float64"], lambda: linfuse.linear(x.astype(np.float64), w),
+           "a float64 x")
+    raises(linfuse.Error, ["linfuse.linear", "cannot be multiplied"], lambda: linfuse.linear(x, w[:, :6]),
+           "mismatched inner dims")
+    try:
+        linfuse.linear(x, w[:, :6])
+    except linfuse.Error as e:
+        check(e.status_name == "LF_ESHAPE", "the Error carries linfuse's status: %s" % e.status_name)
+    raises(linfuse.Error, ["linfuse.linear: x", "negative"], lambda: linfuse.linear(x[::-1], w), "a negative stride")
+    raises(linfuse.Error, ["linfuse.linear"], lambda: linfuse.linear(x, w.astype(np.float16)), "mixed dtypes")
+    raises(linfuse.Error, ["bias must be contiguous"], lambda: linfuse.linear(x, w, np.ones(6, np.float32)[::2]),
+           "a strided bias (linfuse's epilogue reads it contiguous)")
+    gu, dn = np.ones((16, 8), np.float32), np.ones((8, 8), np.float32)
+    raises(linfuse.Error, ["linfuse.gated_mlp", "expected a contiguous (2H, D)"],
+           lambda: linfuse.gated_mlp(x, np.ones((8, 16), np.float32).T, dn), "a gate_up that is not contiguous")
+    raises(linfuse.Error, ["linfuse.gated_mlp", "x's last dim is 9"],
+           lambda: linfuse.gated_mlp(np.ones((4, 9), np.float32), gu, dn), "x of the wrong width")
+    raises(ValueError, ["act='tanh'", "silu"], lambda: linfuse.gated_mlp(x, gu, dn, act="tanh"), "an unknown act")
+    raises(ValueError, ["variant='fast'", "gated"], lambda: linfuse.gated_mlp(x, gu, dn, variant="fast"),
+           "an unknown variant")
+    raises(TypeError, ["has no __dlpack__"], lambda: linfuse.linear([[1.0] * 8], w), "a list")
+    raises(linfuse.Error, ["weight has shape (3,)"], lambda: linfuse.linear(x, np.ones(3, np.float32)),
+           "a 1-D weight")
+    gc.collect()  # the tracebacks of the refusals above, in cycles with their frames
+    before = [sys.getrefcount(a) for a in (x, w, gu, dn)]
+    for _ in range(50):
+        try:
+            linfuse.linear(x.astype(np.float64), w)
+        except linfuse.Error:
+            pass
+        try:
+            linfuse.gated_mlp(np.ones((4, 9), np.float32), gu, dn)
+        except linfuse.Error:
+            pass
+    gc.collect()
+    after = [sys.getrefcount(a) for a in (x, w, gu, dn)]
+    check(after == before, "refusals leave no reference behind: %s, were %s" % (after, before))
+
+
+def rss_kib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def live_kib():
+    """The heap's live bytes when AddressSanitizer's runtime is loaded (its quarantine holds freed
+    memory, so RSS grows under it whatever the code does), else None."""
+    try:
+        f = C.CDLL(None).__sanitizer_get_current_allocated_bytes
+    except AttributeError:
+        return None
+    f.restype = C.c_size_t
+    return f() // 1024
+
+
+def no_growth(label, make_args, fn, n=10000):
+    """fn(*args) n times: the arguments' references back where they were, peak RSS flat."""
+    args = make_args()
+    base = [sys.getrefcount(a) for a in args if a is not None]
+    measure, what, limit = (live_kib, "live heap", 256) if live_kib() is not None else (rss_kib, "peak RSS", 8192)
+    start = None
+    for i in range(n):
+        if i == n // 10:
+            gc.collect()
+            start = measure()
+        fn(*args)
+    gc.collect()
+    grew = measure() - start
+    check([sys.getrefcount(a) for a in args if a is not None] == base,
+          "%s: references back after %d calls (every DLPack deleter ran)" % (label, n))
+    check(grew < limit, "%s: %s grew %d KiB over %d calls (limit %d)" % (label, what, grew, n - n // 10, limit))
+    print("python_test: %s: %d calls, %s grew %d KiB over the last %d" % (label, n, what, grew, n - n // 10))
+
+
+def test_no_leaks_numpy():
+    import numpy as np
+    import linfuse
+    rng = np.random.default_rng(4)
+    no_growth("linear (numpy)", lambda: (rng.uniform(-1, 1, (5, 33)).astype(np.float32)[:, ::2],
+                                         rng.uniform(-1, 1, (9, 17)).astype(np.float32),
+                                         rng.uniform(-1, 1, 9).astype(np.float32)),
+              lambda x, w, b: linfuse.linear(x, w, b, act="gelu_tanh"))
+    no_growth("gated_mlp (numpy)", lambda: (rng.uniform(-1, 1, (3, 16)).astype(np.float32),
+                                            rng.uniform(-1, 1, (48, 16)).astype(np.float32),
+                                            rng.uniform(-1, 1, (16, 24)).astype(np.float32)),
+              lambda x, gu, dn: linfuse.gated_mlp(x, gu, dn, variant="gated"))
+
+
+# --- torch ---
+
+def t64(t):
+    import numpy as np
+    return t.detach().to("cpu").float().numpy().astype(np.float64)
+
+
+def test_torch_ops(torch):
+    import numpy as np
+    import linfuse
+    g = torch.Generator().manual_seed(5)
+    for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        x = (torch.rand((3, 11, 2 * 29), generator=g) * 2 - 1).to(dt)[:, ::2, 1::2]  # (3, 6, 29), strided
+        w = (torch.rand((13, 29), generator=g) * 2 - 1).to(dt)
+        b = (torch.rand(13, generator=g) * 2 - 1).to(dt)
+        y = linfuse.linear(x, w, b, act="silu")
+        X, W, B = t64(x), t64(w), t64(b)
+        e = err(np, t64(y), act_ref(np, "silu", X @ W.T + B), np.abs(X) @ np.abs(W).T + np.abs(B))
+        check(isinstance(y, torch.Tensor) and y.dtype == dt and y.device == x.device and tuple(y.shape) == (3, 6, 13),
+              "torch linear %s returns a torch tensor like x" % name)
+        check(e <= TOL[name], "torch linear %s: error %.3g > %.0e" % (name, e, TOL[name]))
+        gu = ((torch.rand((2 * 40, 29), generator=g) * 2 - 1) * 0.3).to(dt)
+        dn = ((torch.rand((29, 40), generator=g) * 2 - 1) * 0.3).to(dt)
+        ref, mag, _ = mlp_ref(np, X, t64(gu), t64(dn), "gelu_tanh")
+        for v in ("eager", "fused", "gated"):
+            y = linfuse.gated_mlp(x, gu, dn, act="gelu_tanh", variant=v)
+            e = err(np, t64(y), ref, mag)
+            check(e <= MLP_TOL[name], "torch mlp %s %s: error %.3g > %.0e" % (v, name, e, MLP_TOL[name]))
+        if name == "bf16":
+            ref_w = w.clone()
+            check(torch.equal(linfuse.linear(x, w), linfuse.linear(x.contiguous(), w.t().contiguous().t())) and
+                  torch.equal(w, ref_w), "a bf16 weight seen transposed is read in place, the same answer")
+    x = torch.ones(4, 8)
+    raises(linfuse.Error, ["linfuse.linear: x", "float64"], lambda: linfuse.linear(x.double(), torch.ones(3, 8)),
+           "a float64 torch tensor")
+    w = torch.ones(3, 8, requires_grad=True)
+    check(torch.equal(linfuse.linear(x, w), torch.full((4, 3), 8.0)), "a weight that requires grad is read (detached)")
+    no_growth("linear (torch)", lambda: (torch.rand(5, 17), torch.rand(9, 17), torch.rand(9)),
+              lambda x, w, b: linfuse.linear(x, w, b))
+    no_growth("gated_mlp (torch)", lambda: (torch.rand(3, 16), torch.rand(48, 16), torch.rand(16, 24)),
+              lambda x, gu, dn: linfuse.gated_mlp(x, gu, dn))
+
+
+def toy_model(torch, family, H=96, D=64, layers=2):
+    """A model shaped as transformers' LlamaForCausalLM / GemmaForCausalLM is around its MLPs: class
+    names, gate_proj/up_proj/down_proj, act_fn from config (silu; gelu_pytorch_tanh)."""
+    nn = torch.nn
+
+    class Config:
+        hidden_act = "silu" if family == "llama" else "gelu"
+        hidden_activation = None if family == "llama" else "gelu_pytorch_tanh"
+
+    def mlp_class(cls_name):
+        def __init__(self, config):
+            nn.Module.__init__(self)
+            self.config = config
+            self.gate_proj = nn.Linear(D, H, bias=False)
+            self.up_proj = nn.Linear(D, H, bias=False)
+            self.down_proj = nn.Linear(H, D, bias=False)
+            self.act_fn = nn.SiLU() if family == "llama" else nn.GELU(approximate="tanh")
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return type(cls_name, (nn.Module,), {"__init__": __init__, "forward": forward})
+
+    MLP = mlp_class("LlamaMLP" if family == "llama" else "GemmaMLP")
+
+    class Layer(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.mlp = MLP(config)
+            self.norm = nn.LayerNorm(D)
+
+        def forward(self, x):
+            return x + self.mlp(self.norm(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = Config()
+            self.layers = nn.ModuleList([Layer(self.config) for _ in range(layers)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+    return Model(), MLP
+
+
+def storage_bytes(torch, model):
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        ptr = t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+        if ptr not in seen:
+            seen.add(ptr)
+            total += (t.untyped_storage().nbytes() if hasattr(t, "untyped_storage") else
+                      t.storage().size() * t.element_size())
+    return total
+
+
+def test_torch_apply(torch):
+    import linfuse
+    import linfuse.torch as lt
+    nn = torch.nn
+    torch.manual_seed(6)
+    for family, act in (("llama", "silu"), ("gemma", "gelu_tanh")):
+        model, MLP = toy_model(torch, family)
+        model = model.to(torch.bfloat16)
+        x = torch.randn(2, 9, 64).to(torch.bfloat16)
+        with torch.no_grad():
+            ref = model(x)
+        keys, nbytes = list(model.state_dict()), storage_bytes(torch, model)
+        # modules linfuse must leave alone, each with its reason
+        biased = MLP(model.config).to(torch.bfloat16)
+        biased.up_proj = nn.Linear(64, 96, bias=True).to(torch.bfloat16)
+        model.biased = biased
+        wrong_act = MLP(model.config).to(torch.bfloat16)
+        wrong_act.act_fn = nn.GELU() if family == "gemma" else nn.ReLU()
+        model.wrong_act = wrong_act
+        other = nn.Module()
+        other.gate_proj, other.up_proj, other.down_proj = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        model.other = other
+        report = lt.apply(model, variant="fp8")
+        text = str(report)
+        check(len(report.replaced) == 2 and all(r[2] == act and r[3] == "gated" for r in report.replaced),
+              "%s: both MLPs replaced, %s, the fp8 variant running gated on the CPU:\n%s" % (family, act, text))
+        check("fp8 runs gated" in text, "%s: the report says why fp8 runs gated: %s" % (family, text))
+        left = {name: why for name, _, why in report.left}
+        check("biases" in left.get("biased", "") and "is not" in left.get("wrong_act", "") and
+              "not one of the MLP classes" in left.get("other", ""),
+              "%s: each module left alone with its reason: %s" % (family, left))
+        del model.biased, model.wrong_act, model.other
+        check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
+        check(storage_bytes(torch, model) == nbytes, "%s: parameter memory did not grow (%d -> %d bytes)" % (
+            family, nbytes, storage_bytes(torch, model)))
+        mlp = model.layers[0].mlp
+        check(mlp.gate_proj.weight.data_ptr() == mlp.linfuse_gate_up.data_ptr(),
+              "%s: gate_proj.weight is a view of the stacked [Wg; Wu]" % family)
+        with torch.no_grad():
+            got = model(x)
+        e = float((got.float() - ref.float()).abs().max() / ref.float().abs().max())
+        check(e <= 2e-2, "%s: the patched model's output within bf16 tolerance (max |diff| / max |ref| = %.3g <= 2e-2)"
+              % (family, e))
+        y = model(x)
+        raises(RuntimeError, ["has no backward", "inference"], lambda: y.float().sum().backward(),
+               "%s: backward through linfuse" % family)
+        restored = lt.unapply(model)
+        check(restored == ["layers.0.mlp", "layers.1.mlp"] and type(model.layers[0].mlp) is MLP,
+              "%s: unapply restores the classes: %s" % (family, restored))
+        with torch.no_grad():
+            check(torch.equal(model(x), ref), "%s: the restored model computes what it did" % family)
+        lt.apply(model)
+        model.float()
+        raises(linfuse.Error, ["no longer view the stacked", "unapply"], lambda: model(x.float()),
+               "%s: a model cast after apply is caught" % family)
+        lt.unapply(model)
+
+
+def test_torch_custom_ops(torch):
+    import linfuse.torch as lt
+    if not lt.HAS_CUSTOM_OP:
+        print("python_test: torch %s has no torch.library.custom_op (2.4+): the custom-op and torch.compile "
+              "checks are skipped; the ops run as plain functions" % torch.__version__)
+        return
+    x, gu, dn = torch.randn(5, 32), torch.randn(96, 32) * 0.2, torch.randn(32, 48) * 0.2
+    w, b = torch.randn(24, 32), torch.randn(24)
+    if hasattr(torch.library, "opcheck"):
+        for op, args in ((torch.ops.linfuse.gated_mlp.default, (x, gu, dn, "silu", "gated")),
+                         (torch.ops.linfuse.gated_gemm.default, (x, gu, "gelu_tanh")),
+                         (torch.ops.linfuse.linear.default, (x, w, b, "relu"))):
+            try:
+                torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+                check(True, "")
+            except Exception as e:  # noqa: BLE001
+                check(False, "opcheck %s: %s" % (op, e))
+
+    def f(x):
+        return torch.ops.linfuse.gated_mlp(x, gu, dn, "silu", "gated") + torch.ops.linfuse.linear(x, w[:, :32].T.T,
+                                                                                                  None, "none")[..., :1]
+    explained = torch._dynamo.explain(f)(x)
+    check(explained.graph_break_count == 0 and explained.graph_count == 1,
+          "torch.compile traces the custom ops whole: %d graphs, %d breaks" % (explained.graph_count,
+                                                                               explained.graph_break_count))
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    check(torch.allclose(compiled(x), f(x)), "the compiled function computes the eager one's values")
+
+
+def main():
+    lib_path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LINFUSE_LIBRARY", "")
+    os.environ.setdefault("LINFUSE_LIBRARY", lib_path)
+    test_loader(lib_path)
+    test_mirrors()
+    test_linear_numpy()
+    test_mlp_numpy()
+    test_quantize_numpy()
+    test_refusals_numpy()
+    test_no_leaks_numpy()
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("python_test: torch is not installed: the torch checks are skipped (Debian: python3-torch)")
+    if torch is not None:
+        test_torch_ops(torch)
+        test_torch_apply(torch)
+        test_torch_custom_ops(torch)
+    print("python_test: %d checks, %d failed" % (checks, failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
