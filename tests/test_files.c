@@ -1,6 +1,7 @@
-/* Whole-or-nothing file writes (lf_write_files_atomic): what a user's files look like after a
- * write that worked and after one that failed. Modes, symbolic links, special files, standard
- * output, directories, and a set of files that changes together or not at all. */
+/* Whole-or-nothing file writes (lf_write_files_atomic, public in linfuse/io.h, tested through the
+ * shared library): what a user's files look like after a write that worked and after one that
+ * failed. Modes, symbolic links, special files, standard output, directories, and a set of files
+ * that changes together or not at all. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -9,7 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "core/core.h"
+#include "linfuse/io.h"
 #include "testutil.h"
 
 static int put(FILE *f, void *ctx)
@@ -72,14 +73,14 @@ static void test_modes(void)
     mode_t old = umask(027);
     OK(write1(lf_test_path("new.txt"), "fresh\n"));
     umask(old);
-    CHECK(stat(lf_test_path("new.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0640, "a new file has 0666 less the umask 027: %o",
-          (unsigned)(sb.st_mode & 0777));
+    CHECK(stat(lf_test_path("new.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0640,
+          "a new file has 0666 less the umask 027: %o", (unsigned)(sb.st_mode & 0777));
     CHECK(!strcmp(slurp(lf_test_path("new.txt")), "fresh\n"), "content: %s", slurp(lf_test_path("new.txt")));
 
     make(lf_test_path("private.txt"), "old\n", 0600);
     OK(write1(lf_test_path("private.txt"), "new\n"));
-    CHECK(stat(lf_test_path("private.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0600, "a replaced file keeps its mode: %o",
-          (unsigned)(sb.st_mode & 0777));
+    CHECK(stat(lf_test_path("private.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0600,
+          "a replaced file keeps its mode: %o", (unsigned)(sb.st_mode & 0777));
     make(lf_test_path("shared.txt"), "old\n", 0664);
     OK(write1(lf_test_path("shared.txt"), "new\n"));
     CHECK(stat(lf_test_path("shared.txt"), &sb) == 0 && (sb.st_mode & 0777) == 0664, "mode 0664 kept: %o",
@@ -95,7 +96,8 @@ static void test_links(void)
     CHECK(symlink("real.json", lf_test_path("link.json")) == 0, "symlink");
     OK(write1(lf_test_path("link.json"), "through the link\n"));
     CHECK(lstat(lf_test_path("link.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "the link is still a link");
-    CHECK(!strcmp(slurp(lf_test_path("real.json")), "through the link\n"), "its target was written: %s", slurp(lf_test_path("real.json")));
+    CHECK(!strcmp(slurp(lf_test_path("real.json")), "through the link\n"), "its target was written: %s",
+          slurp(lf_test_path("real.json")));
 
     /* a link to a link, and a dangling link that names the file to create */
     CHECK(symlink("link.json", lf_test_path("link2.json")) == 0, "symlink");
@@ -111,7 +113,8 @@ static void test_links(void)
           slurp(lf_test_path("later.json")));
     OK(write1(lf_test_path("dangling.json"), "made\n"));
     CHECK(lstat(lf_test_path("dangling.json"), &sb) == 0 && S_ISLNK(sb.st_mode), "still a link");
-    CHECK(!strcmp(slurp(lf_test_path("later.json")), "made\n"), "its target replaced: %s", slurp(lf_test_path("later.json")));
+    CHECK(!strcmp(slurp(lf_test_path("later.json")), "made\n"), "its target replaced: %s",
+          slurp(lf_test_path("later.json")));
     CHECK(temporaries() == 0, "no temporaries left");
 }
 
@@ -138,7 +141,8 @@ static void test_special(void)
     lf_file_job full[2] = {{lf_test_path("pair.json"), put, "new json\n"}, {full_path, put, "text\n"}};
     if (stat(full_path, &sb) == 0 && S_ISCHR(sb.st_mode)) {
         FAILS(LF_EIO, "No space left on device", lf_write_files_atomic(full, 2));
-        CHECK(!strcmp(slurp(lf_test_path("pair.json")), "old json\n"), "its partner unchanged: %s", slurp(lf_test_path("pair.json")));
+        CHECK(!strcmp(slurp(lf_test_path("pair.json")), "old json\n"), "its partner unchanged: %s",
+              slurp(lf_test_path("pair.json")));
         CHECK(stat(full_path, &sb) == 0 && S_ISCHR(sb.st_mode), "%s is still a device", full_path);
     }
     /* "-" is standard output */
@@ -167,17 +171,22 @@ static void test_all_or_nothing(void)
     make(lf_test_path("trace.json"), "old trace\n", 0644);
     make(lf_test_path("table.txt"), "old table\n", 0644);
     /* the second file's writer fails after the first was complete: neither target changes */
-    lf_file_job jobs[2] = {{lf_test_path("trace.json"), put, "new trace\n"}, {lf_test_path("table.txt"), fail_midway, "half"}};
+    lf_file_job jobs[2] = {{lf_test_path("trace.json"), put, "new trace\n"},
+                           {lf_test_path("table.txt"), fail_midway, "half"}};
     FAILS(LF_EIO, "table.txt", lf_write_files_atomic(jobs, 2));
-    CHECK(!strcmp(slurp(lf_test_path("trace.json")), "old trace\n"), "first unchanged: %s", slurp(lf_test_path("trace.json")));
-    CHECK(!strcmp(slurp(lf_test_path("table.txt")), "old table\n"), "second unchanged: %s", slurp(lf_test_path("table.txt")));
+    CHECK(!strcmp(slurp(lf_test_path("trace.json")), "old trace\n"), "first unchanged: %s",
+          slurp(lf_test_path("trace.json")));
+    CHECK(!strcmp(slurp(lf_test_path("table.txt")), "old table\n"), "second unchanged: %s",
+          slurp(lf_test_path("table.txt")));
     CHECK(temporaries() == 0, "no temporaries left: %d", temporaries());
     /* neither existed: neither appears */
     lf_file_job fresh[2] = {{lf_test_path("a.json"), put, "a\n"}, {lf_test_path("b.txt"), fail_midway, "half"}};
     FAILS(LF_EIO, NULL, lf_write_files_atomic(fresh, 2));
-    CHECK(access(lf_test_path("a.json"), F_OK) != 0 && access(lf_test_path("b.txt"), F_OK) != 0, "neither file appeared");
+    CHECK(access(lf_test_path("a.json"), F_OK) != 0 && access(lf_test_path("b.txt"), F_OK) != 0,
+          "neither file appeared");
     /* both work: both replaced */
-    lf_file_job good[2] = {{lf_test_path("trace.json"), put, "new trace\n"}, {lf_test_path("table.txt"), put, "new table\n"}};
+    lf_file_job good[2] = {{lf_test_path("trace.json"), put, "new trace\n"},
+                           {lf_test_path("table.txt"), put, "new table\n"}};
     OK(lf_write_files_atomic(good, 2));
     CHECK(!strcmp(slurp(lf_test_path("trace.json")), "new trace\n"), "trace: %s", slurp(lf_test_path("trace.json")));
     CHECK(!strcmp(slurp(lf_test_path("table.txt")), "new table\n"), "table: %s", slurp(lf_test_path("table.txt")));

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "linfuse/io.h"
 #include "linfuse/status.h"
 
 #ifdef __cplusplus
@@ -100,30 +101,15 @@ size_t lf_term_width(const char *s, size_t n);
  * characters (never inside a character or an escape) and "..." follows, as PyTorch's table cuts
  * names. */
 void lf_sbuf_term_str(lf_sbuf *b, const char *s, size_t keep);
-/* The same into buf (cap >= 4 bytes, always terminated; what does not fit is left out between
- * characters). Returns buf. */
-char *lf_term_cut(char *buf, size_t cap, const char *s, size_t keep);
+/* lf_term_cut, the same into a buffer, and LF_TERM_NAME_KEEP, the keep for names in text
+ * outputs, are public: linfuse/io.h. */
 /* For n names listed together, how wide each is kept (keeps[i] for names[i]) so that no two
  * different names look alike once cut: keep, or 16 characters past the start a name shares with
  * another where that is wider. 0 when memory ran out. */
 int lf_term_keeps(const char *const *names, int64_t n, size_t keep, size_t *keeps);
-/* The keep for names in text outputs: PyTorch's table's name column, 55 characters with the "...". */
-enum { LF_TERM_NAME_KEEP = 52 };
 
-/* Files written so that each appears complete or not at all, and a set of them all or none:
- * every file goes to a temporary beside its target (symbolic links followed to the file they
- * name, so a link stays a link), all are written and flushed, and only then are they renamed
- * over their targets; on a failure no target has changed and no temporary is left. "-" is
- * standard output and a special file (a device, a FIFO) is written in place, never replaced; a
- * directory is refused. A new file gets the umask's mode, a replaced one keeps its own. The
- * message names the path and the system's reason. write returns nonzero on failure. */
-typedef struct lf_file_job {
-    const char *path;
-    int (*write)(FILE *f, void *ctx);
-    void *ctx;
-} lf_file_job;
-lf_status lf_write_files_atomic(const lf_file_job *jobs, int n); /* 1 <= n <= 8 */
-lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx);
+/* lf_write_files_atomic and lf_write_file_atomic, the whole-or-nothing writer, are public:
+ * linfuse/io.h. */
 
 #ifdef __cplusplus
 }

@@ -160,7 +160,8 @@ void lf_sbuf_term_str(lf_sbuf *b, const char *s, size_t keep)
 
 char *lf_term_cut(char *buf, size_t cap, const char *s, size_t keep)
 {
-    LF_ASSERT(buf && cap >= 4);
+    LF_PRECOND(buf, "lf_term_cut", "argument 'buf' is NULL");
+    LF_PRECOND(cap >= 4, "lf_term_cut", "argument 'cap' is under 4 bytes");
     buf[term_write(buf, cap, s, keep)] = '\0';
     return buf;
 }
@@ -343,11 +344,13 @@ static int write_one(const lf_file_job *job, job_state *js, mode_t new_mode, int
 lf_status lf_write_files_atomic(const lf_file_job *jobs, int n)
 {
     LF_CHECK_PTR(jobs, "lf_write_files_atomic", "jobs");
-    job_state js[8] = {{0}};
-    if (n < 1 || n > 8)
-        return lf_fail(LF_EINVAL, "lf_write_files_atomic: %d files, expected 1 to 8", n);
-    for (int k = 0; k < n; k++)
+    job_state js[LF_FILE_JOBS_MAX] = {{0}};
+    if (n < 1 || n > LF_FILE_JOBS_MAX)
+        return lf_fail(LF_EINVAL, "lf_write_files_atomic: %d files, expected 1 to %d", n, LF_FILE_JOBS_MAX);
+    for (int k = 0; k < n; k++) {
         LF_CHECK_PTR(jobs[k].path, "lf_write_files_atomic", "path");
+        LF_CHECK_PTR(jobs[k].write, "lf_write_files_atomic", "write");
+    }
     const mode_t new_mode = new_file_mode();
     lf_status st = LF_OK;
     int i = 0;
@@ -387,7 +390,7 @@ lf_status lf_write_files_atomic(const lf_file_job *jobs, int n)
     return st;
 }
 
-lf_status lf_write_file_atomic(const char *path, int (*write)(FILE *f, void *ctx), void *ctx)
+lf_status lf_write_file_atomic(const char *path, lf_file_write_fn write, void *ctx)
 {
     LF_CHECK_PTR(path, "lf_write_file_atomic", "path");
     lf_file_job job = {path, write, ctx};
