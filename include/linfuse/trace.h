@@ -8,7 +8,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "linfuse/io.h"
 #include "linfuse/status.h"
 
 #ifdef __cplusplus
@@ -49,7 +51,7 @@ typedef struct lf_trace_event {
     int64_t mem_bytes;   /* [memory]: bytes allocated (negative: freed) */
     int64_t mem_total_allocated;
     int64_t mem_total_reserved; /* held by the allocator: in use plus cached */
-    int64_t mem_device_type; /* 0 cpu, 1 cuda */
+    int64_t mem_device_type;    /* 0 cpu, 1 cuda */
     int64_t mem_addr;
     const char *input_dims;  /* "Input Dims" as JSON text, or NULL */
     const char *input_types; /* "Input type" as JSON text, or NULL */
@@ -79,8 +81,8 @@ typedef struct lf_trace_meta {
     const char *process_name; /* for process_name M events */
     const char *trace_name;
     int record_shapes, profile_memory, with_flops;
-    int64_t dropped_events; /* events the profiler could not keep (0 is the goal) */
-    int64_t cpu_device_pid; /* pid of linfuse's CPU-kernel track, or -1 */
+    int64_t dropped_events;        /* events the profiler could not keep (0 is the goal) */
+    int64_t cpu_device_pid;        /* pid of linfuse's CPU-kernel track, or -1 */
     const char *device_properties; /* Kineto's deviceProperties array as JSON text, or NULL ([]) */
     /* A rank's trace: Kineto's distributedInfo object as JSON text ({"backend": "nccl", "rank":
      * 0, "world_size": 2, ...}), or NULL; and the rank and world size it names (-1, 0 when none). */
@@ -104,8 +106,8 @@ LF_API lf_status lf_trace_name_thread(lf_trace *t, int64_t pid, int64_t tid, con
 /* One rank's part of a trace of a process that drove several GPUs, one thread each: the host
  * events of thread host_tid of process host_pid, the stepping thread's ProfilerStep ranges
  * (step_tid) placed on it when that is another thread, and the work of GPU device. */
-LF_API lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
-                               lf_trace **out);
+LF_API lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid,
+                                      int64_t device, lf_trace **out);
 /* One trace of n ranks' traces, for Perfetto: one process per rank (pid = rank, named "rank R"),
  * each rank's GPU streams as threads of it, times aligned on the ranks' own clocks (their
  * baseTimeNanoseconds: one machine's clock, or NTP's across machines), External ids and flow
@@ -119,6 +121,17 @@ LF_API lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace
  * ".gz" is written gzip-compressed (what tensorboard_trace_handler(use_gzip=True) writes; Perfetto
  * and chrome://tracing open it as it is). */
 LF_API lf_status lf_trace_write_json(const lf_trace *t, const char *path);
+/* A trace's JSON as one file of a set written all or none (lf_write_files_atomic, linfuse/io.h):
+ * a trace and its table, say, so that neither is left without the other. The job's path is the
+ * file's (a name ending in ".gz" is written gzip-compressed, as lf_trace_write_json writes it) and
+ * its traceName; the trace and the path are the caller's and only read while the files are
+ * written. Use {path, lf_trace_json_write_cb, &job} as the lf_file_job. */
+typedef struct lf_trace_json_job {
+    const lf_trace *t;
+    const char *path;
+} lf_trace_json_job;
+/* The lf_file_write_fn of an lf_trace_json_job (ctx); 0 when the whole JSON was written. */
+LF_API int lf_trace_json_write_cb(FILE *f, void *ctx);
 
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
  * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard
@@ -187,9 +200,9 @@ typedef struct lf_table_row {
     int64_t count;
     double self_cpu_us, cpu_total_us, self_device_us, device_total_us;
     int64_t cpu_mem, self_cpu_mem, device_mem, self_device_mem; /* bytes, profile_memory */
-    double flops; /* the trace's, or PyTorch's count from the op's shapes (with_flops) */
-    const char *input_shapes;  /* group_by_input_shape: "[[8, 4], [4, 2]]", "[]" for none; else NULL */
-    const char *const *stack;  /* group_by_stack: n_stack frames, innermost first */
+    double flops;             /* the trace's, or PyTorch's count from the op's shapes (with_flops) */
+    const char *input_shapes; /* group_by_input_shape: "[[8, 4], [4, 2]]", "[]" for none; else NULL */
+    const char *const *stack; /* group_by_stack: n_stack frames, innermost first */
     int n_stack;
 } lf_table_row;
 
@@ -227,14 +240,14 @@ LF_API lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, ch
 /* --- the one-line reading of a trace: what the blog reads off a timeline --- */
 
 typedef struct lf_trace_summary {
-    int64_t steps;             /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
-    double kernels_per_step;   /* kernel events per step (memcpy and memset are not kernels) */
+    int64_t steps;                 /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
+    double kernels_per_step;       /* kernel events per step (memcpy and memset are not kernels) */
     double graph_kernels_per_step; /* of them, replayed by a cudaGraphLaunch (by correlation) */
-    double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
-    double device_busy;        /* device time inside steps / step wall time, 0..1 */
-    double step_ns;            /* mean wall time of a step */
-    double device_ns_per_step; /* mean device time per step */
-    int compute_bound;         /* device busy at least half the time */
+    double cpu_ops_per_step;       /* cpu_op events per step (every level of the op tree) */
+    double device_busy;            /* device time inside steps / step wall time, 0..1 */
+    double step_ns;                /* mean wall time of a step */
+    double device_ns_per_step;     /* mean device time per step */
+    int compute_bound;             /* device busy at least half the time */
     /* Communication (collective kernels: NCCL's), per step, on each GPU against that GPU's other
      * kernels, as HTA reads it: its time, the part no compute kernel overlaps (exposed), and the
      * share that overlaps compute (HTA's computation-communication overlap). */
@@ -247,6 +260,12 @@ LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
  * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound" */
 LF_API void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
+/* What `linfuse trace summary` prints for t: as text, the summary line and a line of its steps,
+ * step and device time and events (each prefixed "rank=R " when rank >= 0); as JSON (json != 0)
+ * one object with every field of lf_trace_summary (times in microseconds), the events and the
+ * verdict, and "rank" first when rank >= 0, with no newline after it. Caller frees *text.
+ * Errors: lf_trace_summarize's, LF_ENOMEM. */
+LF_API lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, char **text);
 
 /* --- HTA's questions: where each step's device time went, kernel by kernel ---
  * Device work (kernels, copies, sets) belongs to the step whose ProfilerStep range holds its
@@ -260,7 +279,7 @@ typedef struct lf_breakdown_step {
     int64_t step;   /* the N of ProfilerStep#N, -1 for a trace without steps */
     int64_t device; /* the GPU (its device index, else its track's process) */
     double window_us, compute_us, comm_us, memory_us, idle_us, idle_host_us, idle_other_us;
-    double comm_total_us; /* NCCL kernels' whole time, the part compute hides included */
+    double comm_total_us;           /* NCCL kernels' whole time, the part compute hides included */
     int64_t kernels, graph_kernels; /* kernels launched in the step; those replayed by a CUDA graph */
 } lf_breakdown_step;
 
@@ -344,6 +363,44 @@ LF_API void lf_step_profile_free(lf_step_profile *p);
 
 /* What changed from a to b, per step, as text (with a plain-language paragraph) or JSON. */
 LF_API lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text);
+
+/* --- a guess about a trace, checked (CI: "this forward launches 4 kernels, one of them fused") --- */
+
+typedef enum lf_expect_rule {
+    LF_EXPECT_PRESENT, /* some device work's name matches (`trace expect --kernel`) */
+    LF_EXPECT_ABSENT   /* none does; each one that does is a difference (`--no-kernel`) */
+} lf_expect_rule;
+
+typedef struct lf_expect_pattern {
+    const char *regex; /* POSIX extended regular expression, matched anywhere in a kernel's name */
+    lf_expect_rule rule;
+} lf_expect_pattern;
+
+typedef struct lf_expect_opts {
+    double kernels_per_step;           /* kernels per step, as lf_step_profile counts them, exactly; < 0: any */
+    const lf_expect_pattern *patterns; /* n_patterns of them, checked and reported in this order */
+    int n_patterns;
+} lf_expect_opts;
+
+/* A guess ready to check against traces: its patterns compiled. */
+typedef struct lf_trace_expect lf_trace_expect;
+
+/* Compile o's patterns (o and its strings are copied: the caller's may go). Errors: LF_EINVAL for
+ * a guess of nothing (no kernels_per_step and no pattern), kernels_per_step not a finite number
+ * up to 1e9, a NULL regex, or a pattern that is no regular expression (naming it and why);
+ * LF_ENOMEM. */
+LF_API lf_status lf_trace_expect_create(lf_trace_expect **out, const lf_expect_opts *o);
+LF_API void lf_trace_expect_free(lf_trace_expect *e);
+/* Check t against the guess: *differences gets how many things differ (0: the trace is as
+ * guessed) and *text what `linfuse trace expect` prints (caller frees). As text: one line per
+ * difference, names cut as PyTorch's table cuts them (wider where two would look alike) and made
+ * safe for a terminal (lf_term_cut); after a pattern nothing matched, the trace's kernels with
+ * their counts per step; then "N differences from the guess" or "as expected: ...". As JSON (json
+ * != 0): one object, names whole, ending in a newline: {"matched", "steps", "kernels_per_step",
+ * "differences": [...], "kernels": [{"name", "per_step"}, ...]}. Errors: lf_step_profile_build's,
+ * LF_ENOMEM. */
+LF_API lf_status lf_trace_expect_check(const lf_trace_expect *e, const lf_trace *t, int json, char **text,
+                                       int *differences);
 
 /* Draw one step (ProfilerStep#step, or LF_TRACE_FIRST_STEP; the whole trace when it has no steps
  * and step is LF_TRACE_FIRST_STEP) as an SVG timeline: host lanes with nested ops, device lanes

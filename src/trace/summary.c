@@ -152,6 +152,11 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     return LF_OK;
 }
 
+static const char *verdict(const lf_trace_summary *s)
+{
+    return s->has_comm && s->comm_bound ? "comm-bound" : s->compute_bound ? "compute-bound" : "overhead-bound";
+}
+
 void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, "kernels/step=%g", s->kernels_per_step);
@@ -163,10 +168,47 @@ void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap)
     if (s->has_comm && n > 0 && (size_t)n < cap) {
         char a[32], b[32];
         n += snprintf(buf + n, cap - (size_t)n, " comm/step=%s exposed_comm/step=%s overlap=%.0f%%",
-                      lf_fmt_time(a, sizeof a, s->comm_ns_per_step), lf_fmt_time(b, sizeof b, s->exposed_comm_ns_per_step),
-                      100.0 * s->overlap);
+                      lf_fmt_time(a, sizeof a, s->comm_ns_per_step),
+                      lf_fmt_time(b, sizeof b, s->exposed_comm_ns_per_step), 100.0 * s->overlap);
     }
     if (n > 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, " verdict=%s",
-                 s->has_comm && s->comm_bound ? "comm-bound" : s->compute_bound ? "compute-bound" : "overhead-bound");
+        snprintf(buf + n, cap - (size_t)n, " verdict=%s", verdict(s));
+}
+
+lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, char **text)
+{
+    LF_CHECK_PTR(t, "lf_trace_summary_format", "t");
+    LF_CHECK_PTR(text, "lf_trace_summary_format", "text");
+    *text = NULL;
+    lf_trace_summary s;
+    LF_TRY(lf_trace_summarize(t, &s));
+    lf_sbuf b = {0};
+    if (json) {
+        lf_sbuf_printf(&b, "{");
+        if (rank >= 0)
+            lf_sbuf_printf(&b, "\"rank\": %lld, ", (long long)rank);
+        lf_sbuf_printf(&b,
+                       "\"steps\": %lld, \"kernels_per_step\": %g, \"graph_kernels_per_step\": %g, "
+                       "\"cpu_ops_per_step\": %g, \"device_busy\": %.4f, \"step_us\": %.3f, "
+                       "\"device_us_per_step\": %.3f, \"events\": %lld",
+                       (long long)s.steps, s.kernels_per_step, s.graph_kernels_per_step, s.cpu_ops_per_step,
+                       s.device_busy, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+        if (s.has_comm)
+            lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
+                           s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);
+        lf_sbuf_printf(&b, ", \"verdict\": \"%s\"}", verdict(&s));
+    } else {
+        char line[360], who[32] = "";
+        if (rank >= 0)
+            snprintf(who, sizeof who, "rank=%lld ", (long long)rank);
+        lf_trace_summary_line(&s, line, sizeof line);
+        lf_sbuf_printf(&b, "%s%s\n%ssteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", who, line, who,
+                       (long long)s.steps, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+    }
+    if (b.oom) {
+        free(b.p);
+        return lf_fail(LF_ENOMEM, "lf_trace_summary_format: out of memory");
+    }
+    *text = b.p;
+    return LF_OK;
 }

@@ -42,14 +42,6 @@ lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, in
 /* Whether time ts falls in one of the sorted spans (binary search). */
 int lf_span_contains(const lf_span *s, int64_t n, int64_t ts);
 
-/* A trace's JSON as one job of lf_write_files_atomic, so it can be written together with other
- * files (the tool writes a trace and its table as one: both or neither). */
-typedef struct lf_trace_json_job {
-    const lf_trace *t;
-    const char *path; /* the traceName written into it */
-} lf_trace_json_job;
-int lf_trace_json_write_cb(FILE *f, void *ctx); /* ctx: an lf_trace_json_job */
-
 /* A string-keyed hash map (strmap.c): (key, kind) -> val. Keys are borrowed. */
 typedef struct lf_strmap_entry {
     const char *key;

@@ -1,0 +1,268 @@
+/* The trace tools as another program uses them: public headers only, linked to the shared
+ * library. A guess checked (lf_trace_expect_*), the summary as text and JSON, a trace and its
+ * table written together whole or not at all (lf_trace_json_write_cb, lf_write_files_atomic), and
+ * names from a trace printed safely (lf_term_cut). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "linfuse/io.h"
+#include "linfuse/trace.h"
+#include "testutil.h"
+
+static char ref_dir[4096];
+
+static lf_trace *read_ref(const char *stem)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s.json", ref_dir, stem);
+    lf_trace *t = NULL;
+    lf_status s = lf_trace_read_json(&t, path);
+    CHECK(s == LF_OK, "read %s: %s", path, lf_last_error());
+    return t;
+}
+
+/* A trace of one step with kernels named names[0..n), each launched by a runtime call. */
+static lf_trace *kernels_trace(const char *const *names, int n)
+{
+    lf_trace *t = NULL;
+    if (lf_trace_create(&t) != LF_OK)
+        return NULL;
+    lf_trace_event step = {.cat = LF_TC_USER_ANNOTATION,
+                           .name = "ProfilerStep#0",
+                           .pid = 1,
+                           .tid = 1,
+                           .ts_ns = 0,
+                           .dur_ns = 1000000,
+                           .device = -1,
+                           .flow_ts = -1,
+                           .flow_pid = -1,
+                           .flow_tid = -1};
+    lf_trace_add(t, &step);
+    for (int i = 0; i < n; i++) {
+        lf_trace_event launch = step, k = step;
+        launch.cat = LF_TC_RUNTIME, launch.name = "cudaLaunchKernel", launch.ts_ns = 1000 + 10000 * i;
+        launch.dur_ns = 5000, launch.correlation = i + 1;
+        k.cat = LF_TC_KERNEL, k.name = names[i], k.pid = 0, k.tid = 7, k.device = 0;
+        k.ts_ns = 20000 + 10000 * i, k.dur_ns = 4000, k.correlation = i + 1;
+        lf_trace_add(t, &launch);
+        lf_trace_add(t, &k);
+    }
+    return t;
+}
+
+static void test_expect_ref(void)
+{
+    lf_trace *t = read_ref("mlp_64x128x768x3072_eager");
+    if (!t)
+        return;
+    lf_step_profile p;
+    OK(lf_step_profile_build(t, &p));
+    const double kps = p.kernels_per_step;
+    lf_step_profile_free(&p);
+    /* the trace's own count and a kernel it has: as expected */
+    lf_expect_pattern yes[] = {{"nvjet", LF_EXPECT_PRESENT}, {"triton", LF_EXPECT_ABSENT}};
+    lf_expect_opts o = {kps, yes, 2};
+    lf_trace_expect *e = NULL;
+    char *text = NULL;
+    int diffs = -1;
+    OK(lf_trace_expect_create(&e, &o));
+    OK(lf_trace_expect_check(e, t, 0, &text, &diffs));
+    CHECK(diffs == 0 && !strncmp(text, "as expected: ", 13), "matched: %d %s", diffs, text);
+    free(text);
+    lf_trace_expect_free(e);
+    /* a wrong count, a forbidden kernel (its name cut in text, whole in JSON), a missing one */
+    lf_expect_pattern no[] = {{"zzz", LF_EXPECT_PRESENT}, {"Gelu", LF_EXPECT_ABSENT}};
+    o = (lf_expect_opts){kps + 1, no, 2};
+    OK(lf_trace_expect_create(&e, &o));
+    OK(lf_trace_expect_check(e, t, 0, &text, &diffs));
+    CHECK(diffs == 3, "three differences, got %d", diffs);
+    CHECK(strstr(text, "kernels per step: expected ") && strstr(text, "no kernel matches --kernel 'zzz'") &&
+              strstr(text, "the kernels are:\n") && strstr(text, "...' matches --no-kernel 'Gelu'") &&
+              strstr(text, "3 differences from the guess\n"),
+          "text: %s", text);
+    free(text);
+    OK(lf_trace_expect_check(e, t, 1, &text, &diffs));
+    CHECK(diffs == 3 && !strncmp(text, "{\"matched\": false, ", 19) && strstr(text, "GeluCUDAKernelImpl") &&
+              strstr(text, "std::array<char*, 2ul>)' matches --no-kernel 'Gelu'") && strstr(text, "\"kernels\": [{") &&
+              text[strlen(text) - 1] == '\n',
+          "json: %s", text);
+    free(text);
+    lf_trace_expect_free(e);
+    lf_trace_free(t);
+}
+
+static void test_expect_refusals(void)
+{
+    lf_trace_expect *e = (lf_trace_expect *)&e; /* set to NULL on every failure */
+    lf_expect_pattern bad[] = {{"(", LF_EXPECT_PRESENT}};
+    lf_expect_opts o = {-1, bad, 1};
+    FAILS(LF_EINVAL, "bad regular expression '('", lf_trace_expect_create(&e, &o));
+    CHECK(e == NULL, "no guess made");
+    o = (lf_expect_opts){-1, NULL, 0};
+    FAILS(LF_EINVAL, "a guess of nothing", lf_trace_expect_create(&e, &o));
+    o = (lf_expect_opts){NAN, NULL, 0};
+    FAILS(LF_EINVAL, "kernels per step", lf_trace_expect_create(&e, &o));
+    lf_expect_pattern null_re[] = {{NULL, LF_EXPECT_ABSENT}};
+    o = (lf_expect_opts){-1, null_re, 1};
+    FAILS(LF_EINVAL, "regex is NULL", lf_trace_expect_create(&e, &o));
+    FAILS(LF_EINVAL, "'o' is NULL", lf_trace_expect_create(&e, NULL));
+    /* the patterns are copied: the caller's may change after */
+    char re[8] = "abc";
+    lf_expect_pattern mine[] = {{re, LF_EXPECT_PRESENT}};
+    o = (lf_expect_opts){-1, mine, 1};
+    OK(lf_trace_expect_create(&e, &o));
+    strcpy(re, "zzz");
+    const char *names[] = {"k_abc"};
+    lf_trace *t = kernels_trace(names, 1);
+    char *text = NULL;
+    int diffs = -1;
+    OK(lf_trace_expect_check(e, t, 0, &text, &diffs));
+    CHECK(diffs == 0, "the copy was checked: %s", text);
+    free(text);
+    FAILS(LF_EINVAL, "'text' is NULL", lf_trace_expect_check(e, t, 0, NULL, &diffs));
+    lf_trace_expect_free(e);
+    lf_trace_expect_free(NULL);
+    lf_trace_free(t);
+}
+
+/* A kernel's name with terminal controls: escaped in text, a JSON escape in JSON. */
+static void test_expect_hostile_names(void)
+{
+    const char *names[] = {"evil\x1b]0;pwned\x07kernel", "plain"};
+    lf_trace *t = kernels_trace(names, 2);
+    lf_expect_pattern p[] = {{"evil", LF_EXPECT_ABSENT}, {"nothing", LF_EXPECT_PRESENT}};
+    lf_expect_opts o = {-1, p, 2};
+    lf_trace_expect *e = NULL;
+    char *text = NULL;
+    int diffs = 0;
+    OK(lf_trace_expect_create(&e, &o));
+    OK(lf_trace_expect_check(e, t, 0, &text, &diffs));
+    CHECK(diffs == 2 && strstr(text, "kernel 'evil\\x1b]0;pwned\\x07kernel' matches") && !strchr(text, '\x1b') &&
+              strstr(text, "  plain (1 per step)\n"),
+          "text: %s", text);
+    free(text);
+    OK(lf_trace_expect_check(e, t, 1, &text, &diffs));
+    CHECK(strstr(text, "evil\\u001b]0;pwned\\u0007kernel") && !strchr(text, '\x1b'), "json: %s", text);
+    free(text);
+    lf_trace_expect_free(e);
+    lf_trace_free(t);
+}
+
+static void test_summary_format(void)
+{
+    lf_trace *t = read_ref("linear_1024x32x64_eager");
+    if (!t)
+        return;
+    lf_trace_summary s;
+    char line[360], *text = NULL, want[512];
+    OK(lf_trace_summarize(t, &s));
+    lf_trace_summary_line(&s, line, sizeof line);
+    OK(lf_trace_summary_format(t, -1, 0, &text));
+    snprintf(want, sizeof want, "%s\nsteps=%lld ", line, (long long)s.steps);
+    CHECK(!strncmp(text, want, strlen(want)) && strstr(text, " events=") && text[strlen(text) - 1] == '\n', "text: %s",
+          text);
+    free(text);
+    OK(lf_trace_summary_format(t, 3, 0, &text));
+    CHECK(!strncmp(text, "rank=3 kernels/step=", 20) && strstr(text, "\nrank=3 steps="), "rank text: %s", text);
+    free(text);
+    OK(lf_trace_summary_format(t, 1, 1, &text));
+    CHECK(!strncmp(text, "{\"rank\": 1, \"steps\": ", 21) && strstr(text, "\"verdict\": \"") &&
+              text[strlen(text) - 1] == '}',
+          "json: %s", text);
+    free(text);
+    OK(lf_trace_summary_format(t, -1, 1, &text));
+    CHECK(!strncmp(text, "{\"steps\": ", 10), "json without a rank: %s", text);
+    free(text);
+    FAILS(LF_EINVAL, "'text' is NULL", lf_trace_summary_format(t, -1, 0, NULL));
+    lf_trace_free(t);
+}
+
+static int put_text(FILE *f, void *ctx)
+{
+    return fputs(ctx, f) < 0 ? -1 : 0;
+}
+
+static int give_up(FILE *f, void *ctx)
+{
+    (void)f, (void)ctx;
+    return -1;
+}
+
+static int64_t file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
+/* A trace and its table as one set of files: both written, both read back; then a set whose
+ * second file fails leaves the first as it was. */
+static void test_trace_with_table(void)
+{
+    const char *names[] = {"k0", "k1"};
+    lf_trace *t = kernels_trace(names, 2);
+    if (!lf_test_tmpdir("lf_trace_api")) {
+        CHECK(0, "tmpdir");
+        lf_trace_free(t);
+        return;
+    }
+    char json[256], gz[256], txt[256];
+    snprintf(json, sizeof json, "%s", lf_test_path("t.json"));
+    snprintf(gz, sizeof gz, "%s", lf_test_path("t.json.gz"));
+    snprintf(txt, sizeof txt, "%s", lf_test_path("t.txt"));
+    lf_trace_json_job jj = {t, json}, jz = {t, gz};
+    lf_file_job jobs[3] = {
+        {json, lf_trace_json_write_cb, &jj}, {gz, lf_trace_json_write_cb, &jz}, {txt, put_text, "the table\n"}};
+    OK(lf_write_files_atomic(jobs, 3));
+    for (int i = 0; i < 2; i++) {
+        lf_trace *back = NULL;
+        OK(lf_trace_read_json(&back, i ? gz : json));
+        CHECK(lf_trace_count(back) == lf_trace_count(t), "%s read back: %lld events", i ? gz : json,
+              (long long)lf_trace_count(back));
+        lf_trace_free(back);
+    }
+    const int64_t before = file_size(json);
+    lf_file_job failing[2] = {{json, lf_trace_json_write_cb, &jj}, {txt, give_up, NULL}};
+    FAILS(LF_EIO, "t.txt", lf_write_files_atomic(failing, 2));
+    CHECK(file_size(json) == before && file_size(txt) == 10, "a failed set changed nothing");
+    lf_file_job no_writer = {json, NULL, NULL};
+    FAILS(LF_EINVAL, "'write' is NULL", lf_write_files_atomic(&no_writer, 1));
+    FAILS(LF_EINVAL, "expected 1 to 8", lf_write_files_atomic(jobs, LF_FILE_JOBS_MAX + 1));
+    OK(lf_write_file_atomic(txt, put_text, "one\n"));
+    CHECK(file_size(txt) == 4, "one file alone");
+    unlink(json), unlink(gz), unlink(txt);
+    rmdir(lf_test_dir);
+    lf_trace_free(t);
+}
+
+static void test_term_cut(void)
+{
+    char buf[64], small[5];
+    CHECK(!strcmp(lf_term_cut(buf, sizeof buf, "a\x1b[2J\n\xff", 0), "a\\x1b[2J\\n\xef\xbf\xbd"), "escaped: %s", buf);
+    CHECK(!strcmp(lf_term_cut(buf, sizeof buf, "abcdefgh", 5), "abcde..."), "cut: %s", buf);
+    CHECK(!strcmp(lf_term_cut(buf, sizeof buf, NULL, 0), ""), "NULL is empty");
+    /* what does not fit is left out between characters, never inside an escape */
+    CHECK(!strcmp(lf_term_cut(small, sizeof small,
+                              "ab\x1b"
+                              "cdef",
+                              0),
+                  "ab"),
+          "fits: %s", small);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_trace_api REF_DIR\n");
+        return 2;
+    }
+    snprintf(ref_dir, sizeof ref_dir, "%s", argv[1]);
+    test_expect_ref();
+    test_expect_refusals();
+    test_expect_hostile_names();
+    test_summary_format();
+    test_trace_with_table();
+    test_term_cut();
+    return lf_test_finish("test_trace_api");
+}
