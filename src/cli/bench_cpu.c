@@ -1,16 +1,22 @@
 /* `linfuse bench cpu`: the CPU GEMM and the fused Linear+bias+GELU against OpenBLAS, measured
  * side by side in one run on one machine with the same thread count. OpenBLAS is opened at run
  * time (dlopen) because it is a yardstick, not a dependency. Each case checks that both sides
- * computed the same numbers before it reports a speed. Layer: cli/. */
+ * computed the same numbers before it reports a speed. linfuse's side is one call of the public
+ * backend GEMM (lf_backend_gemm) with bias and GELU in its epilogue; the unfused side is OpenBLAS's
+ * sgemm, then linfuse's public ops lf_add (the bias) and lf_gelu, each writing a new tensor, as a
+ * program calls them (until 0.2 the two passes were the backend's pointwise kernels run in place,
+ * an internal call: the ops add their dispatch, a few microseconds, and take their outputs from
+ * the host block cache, against about 18 ms of work). Timed by bench_time.c. Layer: cli/. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
 #include "cli/args.h"
+#include "cli/bench_time.h"
 #include "cli/cli.h"
+#include "linfuse/cpu.h"
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -58,11 +64,28 @@ typedef struct bcase {
 
 typedef struct bufs {
     float *x, *w, *bias, *y_lf, *y_ob;
+    lf_tensor *y_ob_t, *bias_t; /* y_ob (M, N) and bias (N) as tensors, for the unfused side's ops */
+    lf_tensor *unfused;         /* the unfused side's last output: gelu(y_ob + bias) */
 } bufs;
 
 typedef enum side { SIDE_LINFUSE, SIDE_OPENBLAS, SIDE_OPENBLAS_UNFUSED } side;
 
-static lf_status run_side(const bcase *c, const bufs *b, const openblas *ob, side s)
+/* The unfused side's two passes over sgemm's y_ob: lf_add then lf_gelu, as a program calls them. */
+static lf_status unfused_passes(bufs *b)
+{
+    lf_tensor *sum = NULL, *out = NULL;
+    lf_status st = lf_add(&sum, b->y_ob_t, b->bias_t);
+    if (st == LF_OK)
+        st = lf_gelu(&out, sum, LF_GELU_TANH);
+    lf_tensor_free(sum);
+    if (st == LF_OK) {
+        lf_tensor_free(b->unfused);
+        b->unfused = out;
+    }
+    return st;
+}
+
+static lf_status run_side(const bcase *c, bufs *b, const openblas *ob, side s)
 {
     const int64_t M = c->M, N = c->N, K = c->K;
     if (s == SIDE_LINFUSE) {
@@ -78,48 +101,57 @@ static lf_status run_side(const bcase *c, const bufs *b, const openblas *ob, sid
     }
     ob->sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, c->linear ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, 1.0f,
               b->x, (int)K, b->w, c->linear ? (int)K : (int)N, 0.0f, b->y_ob, (int)N);
-    if (s != SIDE_OPENBLAS_UNFUSED || !c->epilogue)
-        return LF_OK;
-    /* the unfused sequence: a bias pass then a GELU pass, each one vectorized pointwise kernel */
-    lf_pointwise add = {.op = LF_PW_ADD, .ndim = 2, .shape = {M, N}};
-    add.out = (lf_strided){b->y_ob, LF_DTYPE_F32, {N, 1}};
-    add.in[0] = add.out;
-    add.in[1] = (lf_strided){b->bias, LF_DTYPE_F32, {0, 1}};
-    lf_pointwise act = {.op = LF_PW_ACT, .act = LF_ACT_GELU_TANH, .ndim = 2, .shape = {M, N}};
-    act.out = add.out;
-    act.in[0] = add.out;
-    lf_status st = lf_backend_pointwise(LF_DEVICE_CPU, &add, NULL);
-    return st != LF_OK ? st : lf_backend_pointwise(LF_DEVICE_CPU, &act, NULL);
+    return s == SIDE_OPENBLAS_UNFUSED && c->epilogue ? unfused_passes(b) : LF_OK;
 }
 
 enum { ROUNDS = 3, MAX_CALLS = 600 };
 
-/* Median seconds per call of each side. Sides run in blocks (2 warm-up calls, then at least
- * `reps` calls and 0.3 s), and the blocks take turns over ROUNDS rounds, so a slow moment of
- * the machine hits every side alike. Blocks rather than single calls: OpenMP's and OpenBLAS's
- * worker threads spin for a while after each call, and alternating single calls would make
- * each library run beside the other's spinning threads. The last block of each side leaves
- * its output in its buffer; the unfused side runs last, so y_ob ends as sgemm + bias + gelu. */
-static lf_status time_sides(const bcase *c, const bufs *b, const openblas *ob, const side *sides, int n_sides, int reps,
-                            double *median)
+/* One side of a case, as the timing harness calls it. */
+typedef struct side_run {
+    const bcase *c;
+    bufs *b;
+    const openblas *ob;
+    side s;
+} side_run;
+
+static lf_status side_forward(void *ctx)
 {
-    static double t[3][MAX_CALLS];
-    int n[3] = {0, 0, 0};
-    lf_status st = LF_OK;
-    for (int round = 0; round < ROUNDS; round++)
-        for (int k = 0; k < n_sides && st == LF_OK; k++) {
-            for (int w = 0; w < 2 && st == LF_OK; w++)
-                st = run_side(c, b, ob, sides[k]);
-            double start = lf_cli_now();
-            for (int i = 0; st == LF_OK && n[k] < MAX_CALLS && (i < reps || lf_cli_now() - start < 0.3); i++) {
-                double t0 = lf_cli_now();
-                st = run_side(c, b, ob, sides[k]);
-                t[k][n[k]++] = lf_cli_now() - t0;
-            }
-        }
-    for (int k = 0; k < n_sides && st == LF_OK; k++)
-        median[k] = lf_cli_median(t[k], n[k]);
-    return st;
+    side_run *r = ctx;
+    return run_side(r->c, r->b, r->ob, r->s);
+}
+
+/* Median seconds per call of each side. Sides run in blocks (2 warm-up calls, then at least
+ * `reps` calls and 0.3 s, each call timed alone), and the blocks take turns over ROUNDS rounds, so
+ * a slow moment of the machine hits every side alike. Blocks rather than single calls: OpenMP's
+ * and OpenBLAS's worker threads spin for a while after each call, and alternating single calls
+ * would make each library run beside the other's spinning threads. The unfused side runs last, so
+ * its output (b->unfused) is of the last block. 0 with *st LF_OK when out of memory. */
+static int time_sides(const bcase *c, bufs *b, const openblas *ob, const side *sides, int n_sides, int reps,
+                      double *median, lf_status *st)
+{
+    side_run runs[3];
+    lf_bench bench[3];
+    int ok = 1;
+    *st = LF_OK;
+    for (int k = 0; k < n_sides; k++) {
+        runs[k] = (side_run){c, b, ob, sides[k]};
+        const lf_bench_opts o = {.warmup = 2,
+                                 .per_sample = 1,
+                                 .samples = reps,
+                                 .min_seconds = 0.3,
+                                 .cap = MAX_CALLS,
+                                 .forward = side_forward,
+                                 .ctx = &runs[k]};
+        ok &= lf_bench_init(&bench[k], &o);
+    }
+    for (int round = 0; round < ROUNDS && ok && *st == LF_OK; round++)
+        for (int k = 0; k < n_sides && *st == LF_OK; k++)
+            *st = lf_bench_run(&bench[k]);
+    for (int k = 0; k < n_sides; k++) {
+        median[k] = lf_bench_median(&bench[k]);
+        lf_bench_free(&bench[k]);
+    }
+    return ok;
 }
 
 static double max_rel_diff(const float *a, const float *b, int64_t n)
@@ -132,29 +164,54 @@ static double max_rel_diff(const float *a, const float *b, int64_t n)
     return scale > 0 ? diff / scale : diff;
 }
 
+/* The case's buffers drawn from one seed, and the unfused side's tensors over them; 0 when out of
+ * memory. */
+static int bufs_make(const bcase *c, bufs *b)
+{
+    const int64_t M = c->M, N = c->N, K = c->K;
+    *b = (bufs){malloc((size_t)(M * K) * 4),
+                malloc((size_t)(K * N) * 4),
+                malloc((size_t)N * 4),
+                malloc((size_t)(M * N) * 4),
+                malloc((size_t)(M * N) * 4),
+                NULL,
+                NULL,
+                NULL};
+    if (!b->x || !b->w || !b->bias || !b->y_lf || !b->y_ob)
+        return 0;
+    const int64_t ys[2] = {M, N}, bs[1] = {N};
+    if (lf_tensor_from_memory(&b->y_ob_t, LF_DTYPE_F32, 2, ys, b->y_ob, (size_t)(M * N) * 4, NULL, NULL) != LF_OK ||
+        lf_tensor_from_memory(&b->bias_t, LF_DTYPE_F32, 1, bs, b->bias, (size_t)N * 4, NULL, NULL) != LF_OK)
+        return 0;
+    lf_rng rng;
+    lf_rng_seed(&rng, 42);
+    for (int64_t i = 0; i < M * K; i++)
+        b->x[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
+    for (int64_t i = 0; i < K * N; i++)
+        b->w[i] = (float)((2 * lf_rng_uniform(&rng) - 1) / sqrt((double)K));
+    for (int64_t i = 0; i < N; i++)
+        b->bias[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
+    return 1;
+}
+
+static void bufs_free(bufs *b)
+{
+    lf_tensor_free(b->y_ob_t), lf_tensor_free(b->bias_t), lf_tensor_free(b->unfused);
+    free(b->x), free(b->w), free(b->bias), free(b->y_lf), free(b->y_ob);
+}
+
 static int run_case(const bcase *c, const openblas *ob, int reps)
 {
     const int64_t M = c->M, N = c->N, K = c->K;
-    bufs b = {malloc((size_t)(M * K) * 4), malloc((size_t)(K * N) * 4), malloc((size_t)N * 4),
-              malloc((size_t)(M * N) * 4), malloc((size_t)(M * N) * 4)};
-    int ok = b.x && b.w && b.bias && b.y_lf && b.y_ob;
-    if (ok) {
-        lf_rng rng;
-        lf_rng_seed(&rng, 42);
-        for (int64_t i = 0; i < M * K; i++)
-            b.x[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
-        for (int64_t i = 0; i < K * N; i++)
-            b.w[i] = (float)((2 * lf_rng_uniform(&rng) - 1) / sqrt((double)K));
-        for (int64_t i = 0; i < N; i++)
-            b.bias[i] = (float)(2 * lf_rng_uniform(&rng) - 1);
-    }
+    bufs b;
+    int ok = bufs_make(c, &b);
     lf_status st = LF_OK;
     double t[3] = {0, 0, 0}, diff = 0;
     if (ok) {
         const side sides[3] = {SIDE_LINFUSE, SIDE_OPENBLAS, SIDE_OPENBLAS_UNFUSED};
-        st = time_sides(c, &b, ob, sides, c->epilogue ? 3 : 2, reps, t);
-        if (st == LF_OK)
-            diff = max_rel_diff(b.y_lf, b.y_ob, M * N);
+        ok = time_sides(c, &b, ob, sides, c->epilogue ? 3 : 2, reps, t, &st);
+        if (ok && st == LF_OK) /* OpenBLAS's answer: sgemm's, or the unfused side's last */
+            diff = max_rel_diff(b.y_lf, b.unfused ? lf_tensor_data(b.unfused) : b.y_ob, M * N);
     }
     const double t_lf = t[0], t_ob = t[1], t_unf = t[2];
     if (!ok || st != LF_OK) {
@@ -172,7 +229,7 @@ static int run_case(const bcase *c, const openblas *ob, int reps)
             printf("case=%s_vs_unfused linfuse_gflops=%.1f openblas_gflops=%.1f ratio=%.3f max_rel_diff=%.1e\n",
                    c->name, gf / t_lf, gf / t_unf, t_unf / t_lf, diff);
     }
-    free(b.x), free(b.w), free(b.bias), free(b.y_lf), free(b.y_ob);
+    bufs_free(&b);
     return ok;
 }
 
@@ -199,6 +256,25 @@ static int bench_cpu(int reps)
         ok &= run_case(&cases[i], &ob, reps);
     dlclose(ob.lib);
     return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
+}
+
+static void bench_usage(void)
+{
+    printf("usage: linfuse bench cpu|profiler|cuda|tp [--reps N] [--case NAME] [--tp N]\n"
+           "       linfuse bench cuda --mlp TOKENSxDIMxHIDDEN[,...] [--act gelu_tanh|silu] [--forms LIST]\n"
+           "                          [--settle-ms MS]\n"
+           "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
+           "  profiler: what recording costs per event and per step, profiler on vs off\n"
+           "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
+           "            --case runs only the cases whose names contain NAME; --mlp times every MLP\n"
+           "            variant, eager and compiled, at the shapes given instead (up to 32; --act picks\n"
+           "            GeGLU, the default, or SwiGLU; bench/mlp_sweep_vs_torch.py runs PyTorch beside);\n"
+           "            --forms times only some: eager,fused,gated,fp8,compiled,compiled_gated; the\n"
+           "            forms take turns sample by sample, or with --settle-ms each is timed alone\n"
+           "            after MS milliseconds of idle GPU (0 to 10000)\n"
+           "  tp:       the MLP split over the GPUs (--tp N of them, default all), each variant with and\n"
+           "            without overlap and compiled (bench/tp_vs_torch.py puts PyTorch beside them)\n"
+           "  --reps N: samples per case, 1 to 200 (10)\n");
 }
 
 int lf_cli_bench(int argc, char **argv)
@@ -236,21 +312,7 @@ int lf_cli_bench(int argc, char **argv)
             }
             act = strcmp(v, "silu") ? LF_ACT_GELU_TANH : LF_ACT_SILU, act_given = 1;
         } else if (id == LF_CLI_HELP) {
-            printf("usage: linfuse bench cpu|profiler|cuda|tp [--reps N] [--case NAME] [--tp N]\n"
-                   "       linfuse bench cuda --mlp TOKENSxDIMxHIDDEN[,...] [--act gelu_tanh|silu] [--forms LIST]\n"
-                   "                          [--settle-ms MS]\n"
-                   "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
-                   "  profiler: what recording costs per event and per step, profiler on vs off\n"
-                   "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
-                   "            --case runs only the cases whose names contain NAME; --mlp times every MLP\n"
-                   "            variant, eager and compiled, at the shapes given instead (up to 32; --act picks\n"
-                   "            GeGLU, the default, or SwiGLU; bench/mlp_sweep_vs_torch.py runs PyTorch beside);\n"
-                   "            --forms times only some: eager,fused,gated,fp8,compiled,compiled_gated; the\n"
-                   "            forms take turns sample by sample, or with --settle-ms each is timed alone\n"
-                   "            after MS milliseconds of idle GPU (0 to 10000)\n"
-                   "  tp:       the MLP split over the GPUs (--tp N of them, default all), each variant with and\n"
-                   "            without overlap and compiled (bench/tp_vs_torch.py puts PyTorch beside them)\n"
-                   "  --reps N: samples per case, 1 to 200 (10)\n");
+            bench_usage();
             return LF_EXIT_OK;
         } else if (id == LF_CLI_WORD && !what) {
             what = v;

@@ -2,7 +2,7 @@
  * (bench/cuda_vs_torch.py runs both). GPU time per forward: many forwards queued back to back,
  * synchronized once, divided (the GPU is the bottleneck for these sizes, so the queue never
  * runs dry). Host time per call: one forward timed alone after the queue has drained, so it
- * is what the caller's thread spends to queue the work.
+ * is what the caller's thread spends to queue the work. Both timed by bench_time.c.
  * Layer: cli/. */
 #include <errno.h>
 #include <stdio.h>
@@ -10,9 +10,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/backend_impl.h"
+#include "cli/bench_time.h"
 #include "cli/cli.h"
 #include "linfuse/compile.h"
+#include "linfuse/cuda.h"
 
 typedef struct gcase {
     const char *name;
@@ -251,11 +252,11 @@ typedef struct timing {
     operands *o;
     lf_compiled *c; /* its context is this struct (lf_compile keeps it for recompiles) */
     lf_status s;
-    int n;
-    double t[64];
+    int oom; /* the harness could not be made */
+    lf_bench b;
 } timing;
 
-enum { PER_SAMPLE = 50 }; /* forwards queued back to back per sample, one synchronize */
+enum { PER_SAMPLE = 50, MAX_SAMPLES = 64 }; /* forwards queued back to back per sample, one synchronize */
 
 /* A sched_ case forces its schedule while it runs (capture, samples, host time); every other case
  * keeps what was chosen before it (LINFUSE_GATED_SCHEDULE or the backend's rule), so the variable
@@ -276,15 +277,22 @@ static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **ou
     return eager(tm->g, in[0], tm->o, out);
 }
 
-/* One forward: the compiled one's graph when the case has one, else eagerly. */
-static lf_status run_forward(timing *tm)
+/* One forward (the harness's): the compiled one's graph when the case has one, else eagerly. */
+static lf_status run_forward(void *ctx)
 {
+    timing *tm = ctx;
     if (!tm->c)
         return eager(tm->g, tm->o->x, tm->o, NULL);
     lf_tensor *y = NULL;
     const lf_status s = lf_compiled_run(tm->c, 1, &tm->o->x, &y);
     lf_tensor_free(y);
     return s;
+}
+
+static lf_status sync_gpu(void *ctx)
+{
+    (void)ctx;
+    return lf_device_synchronize(LF_DEVICE_CUDA);
 }
 
 /* settle_ms with the GPU idle (the queue drained first). */
@@ -297,11 +305,11 @@ static void settle(int settle_ms)
 }
 
 /* Compile case g when it is a compiled one, leave the GPU idle settle_ms (0: not at all), and
- * warm it up (plans, allocator). */
+ * warm it up (plans, allocator): 20 forwards, one synchronize. */
 static void timing_begin(timing *tm, const gcase *g, operands *o, int reps, int settle_ms)
 {
     memset(tm, 0, sizeof *tm);
-    tm->g = g, tm->o = o, tm->n = reps < 64 ? reps : 64;
+    tm->g = g, tm->o = o;
     const lf_gated_schedule before = sched_enter(g);
     if (g->compiled) {
         lf_compile_opts co = lf_compile_opts_default();
@@ -309,54 +317,45 @@ static void timing_begin(timing *tm, const gcase *g, operands *o, int reps, int 
         co.passes = g->compiled;
         tm->s = lf_compile(&tm->c, captured, tm, 1, &o->x, &co);
     }
+    const lf_bench_opts bo = {.warmup = 20,
+                              .per_sample = PER_SAMPLE,
+                              .samples = reps < MAX_SAMPLES ? reps : MAX_SAMPLES,
+                              .forward = run_forward,
+                              .sync = sync_gpu,
+                              .ctx = tm};
+    if (!lf_bench_init(&tm->b, &bo) && tm->s == LF_OK)
+        tm->s = LF_ENOMEM, tm->oom = 1;
     if (settle_ms)
         settle(settle_ms);
-    for (int k = 0; k < 20 && tm->s == LF_OK; k++)
-        tm->s = run_forward(tm);
     if (tm->s == LF_OK)
-        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+        tm->s = lf_bench_warm(&tm->b);
     lf_gated_schedule_force(before);
 }
 
-/* Sample r: PER_SAMPLE forwards back to back, one synchronize, divided. */
-static void timing_sample(timing *tm, int r)
+/* One sample: PER_SAMPLE forwards back to back, one synchronize, divided (none once it has all). */
+static void timing_sample(timing *tm)
 {
-    if (tm->s != LF_OK || r >= tm->n)
+    if (tm->s != LF_OK)
         return;
     const lf_gated_schedule before = sched_enter(tm->g);
-    const double t0 = lf_cli_now();
-    for (int k = 0; k < PER_SAMPLE && tm->s == LF_OK; k++)
-        tm->s = run_forward(tm);
-    if (tm->s == LF_OK)
-        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
-    tm->t[r] = (lf_cli_now() - t0) / PER_SAMPLE;
+    tm->s = lf_bench_sample(&tm->b);
     lf_gated_schedule_force(before);
 }
 
-/* Host time per call, then the case's line (or its error); frees the compiled forward. 0 on
- * failure. */
+/* Host time per call, then the case's line (or its error); frees the compiled forward and the
+ * samples. 0 on failure. */
 static int timing_end(timing *tm)
 {
     const gcase *g = tm->g;
     const lf_gated_schedule before = sched_enter(g);
-    /* host time per call: the queue emptied first, so the call returns as soon as its
-     * launches are queued; nothing waits on the GPU inside the timed span */
-    double h[64];
-    for (int r = 0; r < tm->n && tm->s == LF_OK; r++) {
-        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
-        const double t0 = lf_cli_now();
-        if (tm->s == LF_OK)
-            tm->s = run_forward(tm);
-        h[r] = lf_cli_now() - t0;
-    }
+    double host = 0;
     if (tm->s == LF_OK)
-        tm->s = lf_device_synchronize(LF_DEVICE_CUDA);
+        tm->s = lf_bench_host(&tm->b, tm->b.o.samples, &host);
     if (tm->s != LF_OK) {
-        fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, lf_last_error());
+        fprintf(stderr, "linfuse bench cuda: %s: %s\n", g->name, tm->oom ? "out of memory" : lf_last_error());
     } else {
-        const double us = lf_cli_median(tm->t, tm->n) * 1e6;
-        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us,
-               lf_cli_median(h, tm->n) * 1e6);
+        const double us = lf_bench_median(&tm->b) * 1e6;
+        printf("case=%s linfuse_us_per_forward=%.2f linfuse_host_us_per_call=%.2f", g->name, us, host * 1e6);
         if (g->kind == 2) /* the MLP's weights, read once per forward: what a few tokens are bound by */
             printf(" weights_gb_per_s=%.1f",
                    3.0 * (double)g->c * (double)g->d * (g->variant == LF_MLP_FP8 ? 1.0 : 2.0) / (us * 1e3));
@@ -364,6 +363,7 @@ static int timing_end(timing *tm)
         fflush(stdout); /* each line as it comes, through a pipe too */
     }
     lf_gated_schedule_force(before);
+    lf_bench_free(&tm->b);
     lf_compiled_free(tm->c);
     tm->c = NULL;
     return tm->s == LF_OK;
@@ -373,8 +373,8 @@ static int timing_end(timing *tm)
 static int time_alone(timing *tm, const gcase *g, operands *o, int reps, int settle_ms)
 {
     timing_begin(tm, g, o, reps, settle_ms);
-    for (int r = 0; r < tm->n; r++)
-        timing_sample(tm, r);
+    for (int r = 0; r < tm->b.o.samples; r++)
+        timing_sample(tm);
     return timing_end(tm);
 }
 
@@ -461,6 +461,53 @@ static unsigned parse_forms(const char *text)
     }
 }
 
+/* What --mlp times: the forms asked for (run: indices into forms), whether one needs FP8 weights. */
+typedef struct sweep {
+    int run[FORMS], n, fp8;
+    lf_act act;
+    int reps, settle_ms;
+} sweep;
+
+/* The forms of w at one shape (tokens, dim, hidden); 0 on any failure (said). One module per
+ * shape (bf16, and FP8 weights when a form asked for needs them) for all its forms: drawing and
+ * quantizing the weights on the CPU costs seconds at the large shapes. Without settle_ms the forms
+ * take turns, one sample each per round: timed one after the other, a form that came later ran on
+ * a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the eager one
+ * after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). Taking turns puts every
+ * form on the clock the mix of forms leaves, which is not how a program runs one of them: at 512 x
+ * 4096 -> 14336 the eager and fused forms ran 7-10% slower among the others than each alone
+ * (session 5). With settle_ms each form is timed alone, after that long with the GPU idle, as
+ * bench/mlp_sweep_vs_torch.py times PyTorch. */
+static int time_shape(const sweep *w, const int64_t *shp)
+{
+    const gcase shape = {"mlp", 2, 1, shp[0], shp[1], shp[2], LF_MLP_EAGER, 0, w->act, 0};
+    operands o;
+    if (!operands_build(&shape, w->fp8, &o))
+        return 0;
+    char names[FORMS][96];
+    gcase g[FORMS];
+    timing tm[FORMS];
+    int ok = 1;
+    for (int j = 0; j < w->n; j++) {
+        const int f = w->run[j];
+        snprintf(names[f], sizeof names[f], "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(w->act),
+                 (long long)shp[0], (long long)shp[1], (long long)shp[2], forms[f].suffix);
+        g[f] = shape;
+        g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
+        if (w->settle_ms)
+            ok &= time_alone(&tm[f], &g[f], &o, w->reps, w->settle_ms);
+        else
+            timing_begin(&tm[f], &g[f], &o, w->reps, 0);
+    }
+    for (int r = 0; !w->settle_ms && r < (w->reps < MAX_SAMPLES ? w->reps : MAX_SAMPLES); r++)
+        for (int j = 0; j < w->n; j++)
+            timing_sample(&tm[w->run[j]]);
+    for (int j = 0; !w->settle_ms && j < w->n; j++)
+        ok &= timing_end(&tm[w->run[j]]);
+    operands_free(&o);
+    return ok;
+}
+
 int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
                       lf_act act)
 {
@@ -488,46 +535,12 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const 
            reps);
     int ok = 1;
     if (mlp_shapes) { /* the MLP forms asked for, eager and compiled, at each shape asked for */
-        /* One module per shape (bf16, and FP8 weights when a form asked for needs them) for all
-         * its forms: drawing and quantizing the weights on the CPU costs seconds at the large
-         * shapes. Without settle_ms the forms take turns, one sample each per round: timed one after the other, a form
-         * that came later ran on a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the
-         * eager one after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). Taking turns puts every
-         * form on the clock the mix of forms leaves, which is not how a program runs one of them: at 512 x 4096 ->
-         * 14336 the eager and fused forms ran 7-10% slower among the others than each alone (session 5). With settle_ms
-         * each form is timed alone, after that long with the GPU idle, as bench/mlp_sweep_vs_torch.py times PyTorch. */
-        int run[FORMS], n = 0, fp8 = 0; /* the forms asked for; whether one needs FP8 weights */
+        sweep w = {.n = 0, .act = act, .reps = reps, .settle_ms = settle_ms};
         for (int f = 0; f < FORMS; f++)
             if (mask & 1u << f)
-                run[n++] = f, fp8 |= forms[f].variant == LF_MLP_FP8;
-        for (int i = 0; i < nshapes; i++) {
-            const gcase shape = {"mlp", 2, 1, shapes[i][0], shapes[i][1], shapes[i][2], LF_MLP_EAGER, 0, act, 0};
-            operands o;
-            if (!operands_build(&shape, fp8, &o)) {
-                ok = 0;
-                continue;
-            }
-            char names[FORMS][96];
-            gcase g[FORMS];
-            timing tm[FORMS];
-            for (int j = 0; j < n; j++) {
-                const int f = run[j];
-                snprintf(names[f], sizeof names[f], "%smlp_%s_1x%lldx%lldx%lld%s", forms[f].prefix, lf_act_name(act),
-                         (long long)shapes[i][0], (long long)shapes[i][1], (long long)shapes[i][2], forms[f].suffix);
-                g[f] = shape;
-                g[f].name = names[f], g[f].variant = forms[f].variant, g[f].compiled = forms[f].compiled;
-                if (settle_ms)
-                    ok &= time_alone(&tm[f], &g[f], &o, reps, settle_ms);
-                else
-                    timing_begin(&tm[f], &g[f], &o, reps, 0);
-            }
-            for (int r = 0; !settle_ms && r < tm[run[0]].n; r++)
-                for (int j = 0; j < n; j++)
-                    timing_sample(&tm[run[j]], r);
-            for (int j = 0; !settle_ms && j < n; j++)
-                ok &= timing_end(&tm[run[j]]);
-            operands_free(&o);
-        }
+                w.run[w.n++] = f, w.fp8 |= forms[f].variant == LF_MLP_FP8;
+        for (int i = 0; i < nshapes; i++)
+            ok &= time_shape(&w, shapes[i]);
         return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
     }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

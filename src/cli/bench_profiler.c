@@ -1,10 +1,12 @@
 /* `linfuse bench profiler`: what recording costs. The same work runs with the profiler off and
  * on, in alternating blocks; the difference divided by the events recorded is the cost of one
- * event, and the difference per step is what a user's step pays. Layer: cli/. */
+ * event, and the difference per step is what a user's step pays. Timed by bench_time.c.
+ * Layer: cli/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/bench_time.h"
 #include "cli/cli.h"
 
 typedef struct pcase {
@@ -22,16 +24,23 @@ typedef struct work {
     lf_nn_gated_mlp mlp;
 } work;
 
-static lf_status run_once(const pcase *c, work *w)
+/* One call of the case's work, as the harness calls it (ctx: a run_ctx). */
+typedef struct run_ctx {
+    const pcase *c;
+    work *w;
+} run_ctx;
+
+static lf_status run_once(void *ctx)
 {
+    const run_ctx *r = ctx;
     lf_tensor *y = NULL;
     lf_status s;
-    if (c->kind == 0)
-        s = lf_t(&y, w->small);
-    else if (c->kind == 1)
-        s = lf_nn_linear_forward(&w->lin, w->x, &y);
+    if (r->c->kind == 0)
+        s = lf_t(&y, r->w->small);
+    else if (r->c->kind == 1)
+        s = lf_nn_linear_forward(&r->w->lin, r->w->x, &y);
     else
-        s = lf_nn_gated_mlp_forward(&w->mlp, w->x, &y);
+        s = lf_nn_gated_mlp_forward(&r->w->mlp, r->w->x, &y);
     lf_tensor_free(y);
     return s;
 }
@@ -50,9 +59,14 @@ static void count_window(lf_profiler *p, void *user)
  * (and turned into a trace) between samples, untimed, as a long run under a schedule is. */
 static lf_status measure(const pcase *c, work *w, int on, int samples, double *per_call, double *events_per_call)
 {
-    double *t = malloc((size_t)samples * sizeof *t);
-    if (!t)
+    run_ctx rc = {c, w};
+    lf_bench b;
+    const lf_bench_opts bo = {
+        .warmup = c->inner, .per_sample = c->inner, .samples = samples, .forward = run_once, .ctx = &rc};
+    if (!lf_bench_init(&b, &bo)) {
+        lf_bench_free(&b);
         return LF_ENOMEM;
+    }
     lf_status s = LF_OK;
     lf_profiler *p = NULL;
     int64_t window_events = 0;
@@ -63,13 +77,10 @@ static lf_status measure(const pcase *c, work *w, int on, int samples, double *p
                       .user = &window_events};
     if (on)
         s = lf_prof_start(&p, &o);
-    for (int k = 0; k < c->inner && s == LF_OK; k++) /* warm-up block */
-        s = run_once(c, w);
+    if (s == LF_OK) /* a warm-up block, then the samples */
+        s = lf_bench_warm(&b);
     for (int i = 0; i < samples && s == LF_OK; i++) {
-        double t0 = lf_cli_now();
-        for (int k = 0; k < c->inner && s == LF_OK; k++)
-            s = run_once(c, w);
-        t[i] = (lf_cli_now() - t0) / c->inner;
+        s = lf_bench_sample(&b);
         if (on && c->windows && s == LF_OK)
             s = lf_prof_step(p);
     }
@@ -78,11 +89,12 @@ static lf_status measure(const pcase *c, work *w, int on, int samples, double *p
             s = lf_prof_stop(p);
         const lf_trace *tr = NULL;
         if (s == LF_OK && lf_prof_trace(p, &tr) == LF_OK)
-            *events_per_call = (double)(c->windows ? window_events : lf_trace_count(tr)) / ((double)(samples + 1) * c->inner);
+            *events_per_call =
+                (double)(c->windows ? window_events : lf_trace_count(tr)) / ((double)(samples + 1) * c->inner);
         lf_prof_free(p);
     }
-    *per_call = lf_cli_median(t, samples);
-    free(t);
+    *per_call = lf_bench_median(&b);
+    lf_bench_free(&b);
     return s;
 }
 

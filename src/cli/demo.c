@@ -1,13 +1,14 @@
 /* `linfuse demo`: build the blog's GeGLU MLP on the CPU, run one forward with an observer on
- * the dispatcher and print the op chain and the kernels it launched, then time forwards.
- * Layer: cli/. */
+ * the dispatcher and print the op chain and the kernels it launched, then time forwards (with
+ * bench_time.c, as the benches do). Layer: cli/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_impl.h"
 #include "cli/args.h"
+#include "cli/bench_time.h"
 #include "cli/cli.h"
+#include "linfuse/cpu.h"
 
 enum { MAX_EVENTS = 256 };
 
@@ -98,30 +99,52 @@ static void demo_usage(FILE *f)
           f);
 }
 
-int lf_cli_demo(int argc, char **argv)
+/* The demo's sizes and settings, from its flags. */
+typedef struct demo_cfg {
+    int64_t batch, seq, dim, hidden, reps, threads, seed;
+    lf_dtype dtype;
+} demo_cfg;
+
+/* The flags into d; -1 to go on, else the exit status (the message or the help printed). */
+static int demo_args(int argc, char **argv, demo_cfg *d)
 {
-    int64_t batch = 4, seq = 128, dim = 768, hidden = 3072, reps = 5, threads = 0, seed = 0;
-    lf_dtype dtype = LF_DTYPE_BF16;
+    *d = (demo_cfg){4, 128, 768, 3072, 5, 0, 0, LF_DTYPE_BF16};
     enum { D_BATCH, D_SEQ, D_DIM, D_HIDDEN, D_REPS, D_THREADS, D_SEED, D_DTYPE };
-    const lf_cli_opt opts[] = {{"batch", 1, D_BATCH, 0},     {"seq", 1, D_SEQ, 0},   {"dim", 1, D_DIM, 0},
-                               {"hidden", 1, D_HIDDEN, 0},   {"reps", 1, D_REPS, 0}, {"threads", 1, D_THREADS, 0},
-                               {"seed", 1, D_SEED, 0},       {"dtype", 1, D_DTYPE, 0}};
+    const lf_cli_opt opts[] = {{"batch", 1, D_BATCH, 0},   {"seq", 1, D_SEQ, 0},    {"dim", 1, D_DIM, 0},
+                               {"hidden", 1, D_HIDDEN, 0}, {"reps", 1, D_REPS, 0},  {"threads", 1, D_THREADS, 0},
+                               {"seed", 1, D_SEED, 0},     {"dtype", 1, D_DTYPE, 0}};
     const char *cmd = "linfuse demo", *v;
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
         int ok = 1;
         switch (id) {
-        case LF_CLI_HELP: demo_usage(stdout); return LF_EXIT_OK;
-        case D_BATCH: ok = lf_cli_int(cmd, "--batch", v, 1, 1 << 20, &batch); break;
-        case D_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, 1 << 20, &seq); break;
-        case D_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, 1 << 20, &dim); break;
-        case D_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, 1 << 20, &hidden); break;
-        case D_REPS: ok = lf_cli_int(cmd, "--reps", v, 1, 10000, &reps); break;
-        case D_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &threads); break;
-        case D_SEED: ok = lf_cli_int(cmd, "--seed", v, 0, INT64_MAX, &seed); break;
+        case LF_CLI_HELP:
+            demo_usage(stdout);
+            return LF_EXIT_OK;
+        case D_BATCH:
+            ok = lf_cli_int(cmd, "--batch", v, 1, 1 << 20, &d->batch);
+            break;
+        case D_SEQ:
+            ok = lf_cli_int(cmd, "--seq", v, 1, 1 << 20, &d->seq);
+            break;
+        case D_DIM:
+            ok = lf_cli_int(cmd, "--dim", v, 1, 1 << 20, &d->dim);
+            break;
+        case D_HIDDEN:
+            ok = lf_cli_int(cmd, "--hidden", v, 1, 1 << 20, &d->hidden);
+            break;
+        case D_REPS:
+            ok = lf_cli_int(cmd, "--reps", v, 1, 10000, &d->reps);
+            break;
+        case D_THREADS:
+            ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &d->threads);
+            break;
+        case D_SEED:
+            ok = lf_cli_int(cmd, "--seed", v, 0, INT64_MAX, &d->seed);
+            break;
         case D_DTYPE:
-            if (lf_dtype_parse(v, &dtype) != LF_OK) {
+            if (lf_dtype_parse(v, &d->dtype) != LF_OK) {
                 fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
                 return LF_EXIT_USAGE;
             }
@@ -130,49 +153,21 @@ int lf_cli_demo(int argc, char **argv)
             fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             ok = 0;
             break;
-        default: ok = 0; break;
+        default:
+            ok = 0;
+            break;
         }
         if (!ok) {
             demo_usage(stderr);
             return LF_EXIT_USAGE;
         }
     }
-    if (threads)
-        lf_cpu_set_threads((int)threads);
+    return -1;
+}
 
-    lf_rng rng;
-    lf_rng_seed(&rng, (uint64_t)seed);
-    lf_nn_gated_mlp mlp;
-    lf_nn_gated_mlp_opts mo = {dim, hidden, dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
-    lf_tensor *x = NULL, *y = NULL;
-    int64_t xs[3] = {batch, seq, dim};
-    if (lf_nn_gated_mlp_init(&mlp, &mo, &rng) != LF_OK || lf_tensor_empty(&x, dtype, 3, xs, LF_DEVICE_CPU) != LF_OK ||
-        lf_tensor_fill_uniform(x, &rng, -1.0, 1.0) != LF_OK) {
-        fprintf(stderr, "linfuse demo: %s\n", lf_last_error());
-        lf_nn_gated_mlp_free(&mlp);
-        lf_tensor_free(x);
-        return LF_EXIT_FAIL;
-    }
-    printf("linfuse demo: GeGLU MLP, x [%lld, %lld, %lld], hidden %lld, %s, cpu (%s kernels, %d threads)\n\n",
-           (long long)batch, (long long)seq, (long long)dim, (long long)hidden, lf_dtype_name(dtype),
-           lf_cpu_isa_name(lf_cpu_isa_active()), lf_cpu_threads());
-
-    demo_log *log = calloc(1, sizeof *log);
-    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log, NULL, NULL};
-    int rc = LF_EXIT_OK;
-    if (!log) {
-        fprintf(stderr, "linfuse demo: out of memory\n");
-        rc = LF_EXIT_FAIL;
-        goto done;
-    }
-    lf_ops_set_observer(&obs);
-    lf_status s = lf_nn_gated_mlp_forward(&mlp, x, &y);
-    lf_ops_set_observer(NULL);
-    if (s != LF_OK) {
-        fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
-        rc = LF_EXIT_FAIL;
-        goto done;
-    }
+/* The observed forward: ops nested, kernels with their times. */
+static void print_log(const demo_log *log)
+{
     int kernels = 0;
     double kernel_s = 0;
     printf("One forward, as the dispatcher saw it (ops nest; kernels are what ran):\n");
@@ -193,27 +188,101 @@ int lf_cli_demo(int argc, char **argv)
         printf("  (%d events not shown: the demo's log holds %d)\n", log->lost, MAX_EVENTS);
     printf("\nkernels per forward: %d (3 GEMMs, gelu, mul); view ops (t, reshape, view) launched none\n", kernels);
     printf("kernel time in that forward: %.3f ms\n", kernel_s * 1e3);
+}
 
-    double *t = malloc((size_t)reps * sizeof *t);
-    for (int64_t r = 0; t && r < reps; r++) {
-        lf_tensor_free(y);
-        y = NULL;
-        double t0 = lf_cli_now();
-        if (lf_nn_gated_mlp_forward(&mlp, x, &y) != LF_OK) {
-            fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
-            rc = LF_EXIT_FAIL;
-            break;
-        }
-        t[r] = lf_cli_now() - t0;
-    }
-    if (t && rc == LF_EXIT_OK) {
-        double flops = 3.0 * 2.0 * (double)(batch * seq) * (double)dim * (double)hidden;
-        double med = lf_cli_median(t, (int)reps);
-        printf("time per forward: median of %lld = %.3f ms (%.1f GFLOP/s over the three GEMMs)\n", (long long)reps,
+/* The forward the demo times, and its last output (freed untimed before the next sample). */
+typedef struct demo_run {
+    const lf_nn_gated_mlp *mlp;
+    const lf_tensor *x;
+    lf_tensor *y;
+} demo_run;
+
+static lf_status demo_forward(void *ctx)
+{
+    demo_run *r = ctx;
+    return lf_nn_gated_mlp_forward(r->mlp, r->x, &r->y);
+}
+
+static lf_status demo_drop_output(void *ctx)
+{
+    demo_run *r = ctx;
+    lf_tensor_free(r->y);
+    r->y = NULL;
+    return LF_OK;
+}
+
+/* d->reps forwards, each timed alone (the observed one warmed up; its output y, taken here, is
+ * freed untimed before the first); the median. */
+static int time_forwards(const demo_cfg *d, const lf_nn_gated_mlp *mlp, const lf_tensor *x, lf_tensor **y)
+{
+    demo_run r = {mlp, x, *y};
+    *y = NULL;
+    const lf_bench_opts o = {.warmup = 0,
+                             .per_sample = 1,
+                             .samples = (int)d->reps,
+                             .forward = demo_forward,
+                             .before_sample = demo_drop_output,
+                             .ctx = &r};
+    lf_bench b;
+    int rc = LF_EXIT_OK;
+    if (!lf_bench_init(&b, &o)) {
+        fprintf(stderr, "linfuse demo: out of memory\n");
+        rc = LF_EXIT_FAIL;
+    } else if (lf_bench_run(&b) != LF_OK) {
+        fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
+        rc = LF_EXIT_FAIL;
+    } else {
+        const double flops = 3.0 * 2.0 * (double)(d->batch * d->seq) * (double)d->dim * (double)d->hidden;
+        const double med = lf_bench_median(&b);
+        printf("time per forward: median of %lld = %.3f ms (%.1f GFLOP/s over the three GEMMs)\n", (long long)d->reps,
                med * 1e3, flops / med * 1e-9);
     }
-    free(t);
-done:
+    lf_bench_free(&b);
+    lf_tensor_free(r.y);
+    return rc;
+}
+
+int lf_cli_demo(int argc, char **argv)
+{
+    demo_cfg d;
+    int rc = demo_args(argc, argv, &d);
+    if (rc >= 0)
+        return rc;
+    if (d.threads)
+        lf_cpu_set_threads((int)d.threads);
+
+    lf_rng rng;
+    lf_rng_seed(&rng, (uint64_t)d.seed);
+    lf_nn_gated_mlp mlp;
+    lf_nn_gated_mlp_opts mo = {d.dim, d.hidden, d.dtype, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+    lf_tensor *x = NULL, *y = NULL;
+    int64_t xs[3] = {d.batch, d.seq, d.dim};
+    if (lf_nn_gated_mlp_init(&mlp, &mo, &rng) != LF_OK || lf_tensor_empty(&x, d.dtype, 3, xs, LF_DEVICE_CPU) != LF_OK ||
+        lf_tensor_fill_uniform(x, &rng, -1.0, 1.0) != LF_OK) {
+        fprintf(stderr, "linfuse demo: %s\n", lf_last_error());
+        lf_nn_gated_mlp_free(&mlp);
+        lf_tensor_free(x);
+        return LF_EXIT_FAIL;
+    }
+    printf("linfuse demo: GeGLU MLP, x [%lld, %lld, %lld], hidden %lld, %s, cpu (%s kernels, %d threads)\n\n",
+           (long long)d.batch, (long long)d.seq, (long long)d.dim, (long long)d.hidden, lf_dtype_name(d.dtype),
+           lf_cpu_isa_name(lf_cpu_isa_active()), lf_cpu_threads());
+
+    demo_log *log = calloc(1, sizeof *log);
+    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log, NULL, NULL};
+    lf_status s = LF_ENOMEM;
+    if (log) {
+        lf_ops_set_observer(&obs);
+        s = lf_nn_gated_mlp_forward(&mlp, x, &y);
+        lf_ops_set_observer(NULL);
+    }
+    rc = LF_EXIT_FAIL;
+    if (!log)
+        fprintf(stderr, "linfuse demo: out of memory\n");
+    else if (s != LF_OK)
+        fprintf(stderr, "linfuse demo: forward failed: %s\n", lf_last_error());
+    else
+        print_log(log), rc = time_forwards(&d, &mlp, x, &y);
     free(log);
     lf_tensor_free(x);
     lf_tensor_free(y);
