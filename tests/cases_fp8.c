@@ -244,6 +244,7 @@ static void run_scaled(case_run *proto, lf_rng *rng)
 {
     const case_t *c = proto->c;
     if (lf_fp8_supported(proto->dev) != LF_OK) { /* the CPU: its reason, once for the case */
+        EXPECT(proto, !case_gated_here, "a GPU with the gated kernel has FP8 GEMMs: %s", lf_last_error());
         case_skip(proto, "%s", lf_last_error());
         case_record(proto);
         return;
