@@ -4,10 +4,13 @@
 # build a small consumer twice, with pkg-config and with CMake's find_package. The consumer
 # computes on the CPU, asks for the GPU, and must load no CUDA library either way: none in its
 # link (ldd) and none mapped while it runs (/proc/self/maps), whether or not the build had CUDA.
-# The installed tool runs from the prefix.
-# Usage: install_test.sh <source dir> <scratch dir>
+# A second consumer reads a PyTorch trace through the public trace API alone (the headers installed,
+# built warning-free with -Wall -Wextra -Werror): its key_averages table must be PyTorch's own,
+# byte for byte, and its summary and a checked guess must come out. The installed tool runs from
+# the prefix.
+# Usage: install_test.sh <source dir> <scratch dir> [<PyTorch reference traces dir>]
 set -eu
-source_dir="$1" scratch="$2"
+source_dir="$1" scratch="$2" ref="${3:-$1/../shared/ref/torch-h200}"
 rm -rf "$scratch"
 mkdir -p "$scratch/src"
 cmake -S "$source_dir" -B "$scratch/build" -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF >/dev/null
@@ -80,6 +83,92 @@ CM
 cmake -S "$scratch/src" -B "$scratch/cm" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
 cmake --build "$scratch/cm" >/dev/null
 check_consumer find_package "$scratch/cm/consumer"
+# the trace reader API, from the installed headers alone
+cat >"$scratch/src/trace_main.c" <<'C'
+/* Read a Kineto trace, write its key_averages table (sorted by device time, 25 rows, as PyTorch's
+ * prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)) to a file, print the summary
+ * and check a guess about its kernels. */
+#include <linfuse/linfuse.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int put_text(FILE *f, void *text)
+{
+    return fputs(text, f) < 0;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "trace consumer: %s: %s\n", what, lf_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3)
+        return 2;
+    lf_trace *t = NULL;
+    if (lf_trace_read_json(&t, argv[1]) != LF_OK)
+        return fail("read");
+    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 25, .style = LF_TABLE_TEXT};
+    lf_table tab;
+    char *table = NULL, *summary = NULL, *report = NULL;
+    if (lf_table_build_opts(t, &o, &tab) != LF_OK)
+        return fail("table");
+    if (lf_table_format(&tab, &o, &table) != LF_OK)
+        return fail("format");
+    lf_table_free(&tab);
+    if (lf_write_file_atomic(argv[2], put_text, table) != LF_OK)
+        return fail("write");
+    if (lf_trace_summary_format(t, -1, 0, &summary) != LF_OK)
+        return fail("summary");
+    fputs(summary, stdout);
+    const lf_expect_pattern p[] = {{"gemm|nvjet|Kernel|kernel", LF_EXPECT_PRESENT}};
+    const lf_expect_opts eo = {.kernels_per_step = -1, .patterns = p, .n_patterns = 1};
+    lf_trace_expect *e = NULL;
+    int differences = -1;
+    if (lf_trace_expect_create(&e, &eo) != LF_OK || lf_trace_expect_check(e, t, 0, &report, &differences) != LF_OK)
+        return fail("expect");
+    printf("expect: %d differences: %s", differences, report);
+    free(table), free(summary), free(report);
+    lf_trace_expect_free(e);
+    lf_trace_free(t);
+    return differences == 0 ? 0 : 1;
+}
+C
+check_trace_consumer() { # check_trace_consumer NAME BINARY
+    stem=mlp_64x128x768x3072_eager
+    if ! out=$("$2" "$ref/$stem.json" "$scratch/$1_table.txt"); then
+        echo "FAIL: $1: the trace consumer failed: $out"
+        fails=$((fails + 1))
+        return
+    fi
+    echo "$out"
+    cmp -s "$scratch/$1_table.txt" "$ref/$stem.txt" ||
+        { echo "FAIL: $1: the table differs from PyTorch's"; diff "$scratch/$1_table.txt" "$ref/$stem.txt" | head -5; fails=$((fails + 1)); }
+    echo "$out" | grep -q '^kernels/step=.* verdict=' || { echo "FAIL: $1: no summary line"; fails=$((fails + 1)); }
+    echo "$out" | grep -q '^expect: 0 differences: as expected' || { echo "FAIL: $1: the guess was not checked"; fails=$((fails + 1)); }
+}
+if [ -f "$ref/mlp_64x128x768x3072_eager.json" ]; then
+    # shellcheck disable=SC2046
+    cc -std=c11 -Wall -Wextra -Werror "$scratch/src/trace_main.c" $(pkg-config --cflags --libs linfuse) -o "$scratch/pc_trace"
+    check_trace_consumer pkg-config "$scratch/pc_trace"
+    cat >"$scratch/src/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(trace_consumer C)
+find_package(linfuse REQUIRED)
+add_executable(trace_consumer trace_main.c)
+set_target_properties(trace_consumer PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_compile_options(trace_consumer PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(trace_consumer PRIVATE linfuse::linfuse)
+CM
+    cmake -S "$scratch/src" -B "$scratch/cm_trace" -DCMAKE_PREFIX_PATH="$scratch/prefix" >/dev/null
+    cmake --build "$scratch/cm_trace" >/dev/null
+    check_trace_consumer find_package "$scratch/cm_trace/trace_consumer"
+else
+    echo "FAIL: no reference traces at $ref"
+    fails=$((fails + 1))
+fi
 # the module is installed beside the library when this build had CUDA, and a missing module
 # is named as such
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then

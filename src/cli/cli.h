@@ -1,8 +1,10 @@
-/* The linfuse command-line tool's shared pieces. Layer: cli/, the top; it may use every layer. */
+/* The linfuse command-line tool's shared pieces. Layer: cli/, the top: it uses the library's
+ * public headers (include/linfuse) alone and links the shared library, as any program does. */
 #ifndef LF_CLI_H
 #define LF_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "linfuse/nn.h"
 #include "linfuse/profiler.h"
@@ -52,7 +54,7 @@ int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, i
  * "model.layers.0.mlp"). Every user of --prefix reads it through this. */
 void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix);
 
-/* A lf_file_job writer for a NUL-terminated text (ctx). */
+/* An lf_file_write_fn (linfuse/io.h) for a NUL-terminated text (ctx). */
 int lf_cli_put_text(FILE *f, void *ctx);
 
 /* Write text to path through a temporary file and a rename; 1 on success. */

@@ -6,7 +6,6 @@
 
 #include "cli/cli.h"
 #include "cli/exp_models.h"
-#include "core/core.h"
 
 void exp_model_free(model *m)
 {
@@ -18,19 +17,22 @@ void exp_model_free(model *m)
 lf_status exp_build_matmul_add(const exp_cfg *c, lf_rng *rng, model *m)
 {
     int64_t sq[2] = {c->size, c->size}, b3[3] = {8, c->size, c->size};
-    LF_TRY(lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, LF_DEVICE_CPU));
-    LF_TRY(lf_tensor_empty(&m->w, c->dtype, 2, sq, LF_DEVICE_CPU));
-    LF_TRY(lf_tensor_empty(&m->b, c->dtype, 2, sq, LF_DEVICE_CPU)); /* a 2-D bias, as in the blog */
-    LF_TRY(lf_tensor_fill_uniform(m->w, rng, -1, 1));
-    return lf_tensor_fill_uniform(m->b, rng, -1, 1);
+    lf_status s = lf_tensor_empty(&m->x, c->dtype, c->batched ? 3 : 2, c->batched ? b3 : sq, LF_DEVICE_CPU);
+    if (s == LF_OK)
+        s = lf_tensor_empty(&m->w, c->dtype, 2, sq, LF_DEVICE_CPU);
+    if (s == LF_OK)
+        s = lf_tensor_empty(&m->b, c->dtype, 2, sq, LF_DEVICE_CPU); /* a 2-D bias, as in the blog */
+    if (s == LF_OK)
+        s = lf_tensor_fill_uniform(m->w, rng, -1, 1);
+    return s == LF_OK ? lf_tensor_fill_uniform(m->b, rng, -1, 1) : s;
 }
 
 lf_status exp_build_linear(const exp_cfg *c, lf_rng *rng, model *m)
 {
     lf_nn_linear_opts o = {c->in_dim, c->out_dim, !c->no_bias, c->dtype, LF_DEVICE_CPU};
     int64_t xs[2] = {c->batch, c->in_dim};
-    LF_TRY(lf_nn_linear_init(&m->lin, &o, rng));
-    return lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU);
+    lf_status s = lf_nn_linear_init(&m->lin, &o, rng);
+    return s == LF_OK ? lf_tensor_empty(&m->x, c->dtype, 2, xs, LF_DEVICE_CPU) : s;
 }
 
 lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m)
@@ -42,8 +44,9 @@ lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m)
     lf_safetensors *st = NULL; /* a real layer, copied out of the file (it may change under us) */
     char prefix[512];
     lf_cli_mlp_prefix(prefix, sizeof prefix, c->prefix);
-    LF_TRY(lf_st_open(&st, c->weights));
-    lf_status s = lf_nn_gated_mlp_load(m, st, prefix, c->act, c->dtype);
+    lf_status s = lf_st_open(&st, c->weights);
+    if (s == LF_OK)
+        s = lf_nn_gated_mlp_load(m, st, prefix, c->act, c->dtype);
     lf_st_close(st);
     return s;
 }
@@ -51,8 +54,8 @@ lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m)
 lf_status exp_build_mlp(const exp_cfg *c, lf_rng *rng, model *m)
 {
     int64_t xs[3] = {c->batch, c->seq, c->dim};
-    LF_TRY(lf_exp_build_mlp(c, rng, &m->mlp));
-    return lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU);
+    lf_status s = lf_exp_build_mlp(c, rng, &m->mlp);
+    return s == LF_OK ? lf_tensor_empty(&m->x, c->dtype, 3, xs, LF_DEVICE_CPU) : s;
 }
 
 lf_status exp_forward_matmul_add(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y)
@@ -97,7 +100,6 @@ void exp_shape_mlp(const exp_cfg *c, char *buf, size_t cap)
              (long long)c->hidden);
 }
 
-
 void exp_memory_matmul_add(const exp_cfg *c, exp_memory *e)
 {
     double n2 = (double)c->size * (double)c->size, x = (c->batched ? 8 : 1) * n2;
@@ -140,7 +142,8 @@ static int fits(const char *name, const char *shape, lf_dtype dt, lf_device dev,
         return 1;
     char n[32], p[32], x[32], w[32], a[32], t[32];
     fmt_bytes(need, n, sizeof n), fmt_bytes(e->params * esize, p, sizeof p), fmt_bytes(e->input * esize, x, sizeof x);
-    fmt_bytes(e->work * esize, w, sizeof w), fmt_bytes((double)avail, a, sizeof a), fmt_bytes((double)total, t, sizeof t);
+    fmt_bytes(e->work * esize, w, sizeof w), fmt_bytes((double)avail, a, sizeof a),
+        fmt_bytes((double)total, t, sizeof t);
     fprintf(stderr,
             "linfuse %s: %s in %s needs about %s of %s memory (parameters %s, input %s, intermediates and output "
             "%s); %s can give %s (of %s): choose smaller sizes\n",
@@ -151,11 +154,9 @@ static int fits(const char *name, const char *shape, lf_dtype dt, lf_device dev,
 
 /* The whole run's memory, estimated before anything is made: the host holds the parameters and
  * input (all of the run on the CPU), the GPU all of it. */
-int lf_exp_memory_fits(const exp_cfg *c, const char *name, const exp_memory *est)
+int lf_exp_memory_fits(const exp_cfg *c, const char *name, const char *shape, const exp_memory *est)
 {
     exp_memory e = *est;
-    char shape[96];
-    lf_exp_shape(c, shape, sizeof shape);
     const double esize = (double)lf_dtype_size(c->dtype), all = (e.params + e.input + e.work) * esize;
     if (c->device == LF_DEVICE_CPU)
         return fits(name, shape, c->dtype, LF_DEVICE_CPU, all, &e, esize);

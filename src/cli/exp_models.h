@@ -35,7 +35,7 @@ void exp_memory_linear(const exp_cfg *c, exp_memory *e);
 void exp_memory_mlp(const exp_cfg *c, exp_memory *e);
 
 /* Whether a run with estimate e fits what its devices can still give; 0 with the numbers printed
- * (name: the command) when it does not. */
-int lf_exp_memory_fits(const exp_cfg *c, const char *name, const exp_memory *e);
+ * (name: the command, shape: the run's, as lf_exp_shape gives it) when it does not. */
+int lf_exp_memory_fits(const exp_cfg *c, const char *name, const char *shape, const exp_memory *e);
 
 #endif

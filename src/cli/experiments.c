@@ -14,8 +14,8 @@
 #include "cli/cli.h"
 #include "cli/exp_models.h"
 #include "cli/experiments.h"
-#include "core/core.h"
-#include "trace/trace_impl.h"
+#include "linfuse/io.h"
+#include "linfuse/trace.h"
 
 /* --- the flags --- */
 
@@ -127,16 +127,6 @@ static const exp_def exps[EXP_COUNT] = {
                          "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
                          exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
 };
-
-lf_prof_opts lf_exp_prof_opts(const exp_cfg *c, void (*ready)(lf_profiler *p, void *user), void *user)
-{
-    return (lf_prof_opts){.use_schedule = 1,
-                          .schedule = c->sched,
-                          .record_shapes = 1,
-                          .with_flops = 1,
-                          .on_trace_ready = ready,
-                          .user = user};
-}
 
 const char *lf_exp_name(exp_kind k)
 {
@@ -594,8 +584,10 @@ int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
         return LF_EXIT_USAGE;
     }
     exp_memory e;
+    char shape[96];
     exps[c->kind].memory(c, &e);
-    if (!lf_exp_memory_fits(c, exps[c->kind].name, &e))
+    exps[c->kind].shape(c, shape, sizeof shape);
+    if (!lf_exp_memory_fits(c, exps[c->kind].name, shape, &e))
         return LF_EXIT_USAGE;
     /* made and proved writable before the run; what was made is removed again when the run wrote
      * nothing (refused, failed), so a failed run leaves no empty directories behind */

@@ -45,8 +45,17 @@ typedef struct exp_result {
 
 const char *lf_exp_name(exp_kind k);
 /* How every experiment profiles (one GPU or a rank of several): c's schedule, shapes and FLOPs
- * recorded, ready called with user for each window. */
-lf_prof_opts lf_exp_prof_opts(const exp_cfg *c, void (*ready)(lf_profiler *p, void *user), void *user);
+ * recorded, ready called with user for each window. In the header, so that tp_run.c, which
+ * experiments.c calls, needs nothing of experiments.c. */
+static inline lf_prof_opts lf_exp_prof_opts(const exp_cfg *c, void (*ready)(lf_profiler *p, void *user), void *user)
+{
+    return (lf_prof_opts){.use_schedule = 1,
+                          .schedule = c->sched,
+                          .record_shapes = 1,
+                          .with_flops = 1,
+                          .on_trace_ready = ready,
+                          .user = user};
+}
 /* Find an experiment by its command name ("simple-mlp" or "simple_mlp"); -1 when none is. */
 int lf_exp_find(const char *name);
 void lf_exp_defaults(exp_cfg *c, exp_kind k);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "core/core.h"
+#include "linfuse/io.h"
 
 /* The process is the tool's, so the disposition is its to choose; the library's writers leave
  * signals alone (a program embedding linfuse decides for itself) and report EFBIG like ENOSPC. */
@@ -153,4 +153,3 @@ int lf_cli_write_text(const char *path, const char *text)
     lf_cli_ignore_sigxfsz();
     return lf_write_file_atomic(path, lf_cli_put_text, (void *)text) == LF_OK;
 }
-

@@ -5,15 +5,48 @@
  * input that cannot be read or is not what it should be, an output that cannot be written there
  * or would overwrite an input); 1 the work itself failed (the forward, or the write: a full disk,
  * a file past `ulimit -f`), its partial output removed. Layer: cli/. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "core/core.h"
 #include "linfuse/compile.h"
 #include "linfuse/safetensors.h"
+
+/* The command's own refusals, said as the library's errors are: a status and a message, kept
+ * until printed (reason() gives it, else the library's lf_last_error for a call of its that
+ * failed). */
+typedef struct why {
+    char text[1400];
+} why;
+
+static lf_status refuse(why *w, lf_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static lf_status refuse(why *w, lf_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->text, sizeof w->text, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static const char *reason(const why *w)
+{
+    return w->text[0] ? w->text : lf_last_error();
+}
+
+/* A shape as "[2, 3, 4]" into buf (always terminated); returns buf. */
+static char *shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+    return buf;
+}
 
 int lf_cli_act(const char *cmd, const char *v, lf_act *act)
 {
@@ -63,7 +96,7 @@ static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
 
 /* prefix's layer in st: its sizes from gate_proj's shape, or a message naming the layers there are. */
 static lf_status find_layer(const lf_safetensors *st, const char *weights, const char *prefix, int64_t *dim,
-                            int64_t *hidden)
+                            int64_t *hidden, why *w)
 {
     char name[600], layers[800];
     int64_t shape[8];
@@ -71,11 +104,11 @@ static lf_status find_layer(const lf_safetensors *st, const char *weights, const
     const int ndim = lf_st_shape(st, name, shape); /* the header alone: FP8 or not */
     if (ndim < 0) {
         list_layers(st, layers, sizeof layers);
-        return lf_fail(LF_EINVAL, "%s: no \"%.300s\" (--prefix %.200s); the MLP layers there: %s", weights, name,
-                       prefix, layers);
+        return refuse(w, LF_EINVAL, "%s: no \"%.300s\" (--prefix %.200s); the MLP layers there: %s", weights, name,
+                      prefix, layers);
     }
     if (ndim != 2)
-        return lf_fail(LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
+        return refuse(w, LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
     *hidden = shape[0], *dim = shape[1];
     return LF_OK;
 }
@@ -84,18 +117,19 @@ int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, i
 {
     lf_safetensors *st = NULL;
     char pfx[512];
+    why w = {""};
     lf_cli_mlp_prefix(pfx, sizeof pfx, prefix);
     lf_status s = lf_st_open(&st, weights);
     if (s == LF_OK)
-        s = find_layer(st, weights, pfx, dim, hidden);
+        s = find_layer(st, weights, pfx, dim, hidden, &w);
     if (s != LF_OK)
-        fprintf(stderr, "%s: --weights: %s\n", cmd, lf_last_error());
+        fprintf(stderr, "%s: --weights: %s\n", cmd, reason(&w));
     lf_st_close(st);
     return s == LF_OK ? LF_EXIT_OK : LF_EXIT_USAGE;
 }
 
 /* A message for --input without tensor x: the file and what it holds. */
-static lf_status no_x(const lf_safetensors *st, const char *input)
+static lf_status no_x(const lf_safetensors *st, const char *input, why *w)
 {
     char list[700];
     size_t at = 0;
@@ -105,9 +139,9 @@ static lf_status no_x(const lf_safetensors *st, const char *input)
         at += (size_t)snprintf(list + at, sizeof list - at, "%s%.60s", i ? ", " : "", lf_st_name(st, i));
     if (n > 10 && at < sizeof list)
         snprintf(list + at, sizeof list - at, ", ...");
-    return lf_fail(LF_EINVAL,
-                   "--input %s has no tensor \"x\" (the input, [tokens, dim] or [batch, seq, dim]); it holds %lld: %s",
-                   input, (long long)n, list);
+    return refuse(w, LF_EINVAL,
+                  "--input %s has no tensor \"x\" (the input, [tokens, dim] or [batch, seq, dim]); it holds %lld: %s",
+                  input, (long long)n, list);
 }
 
 /* The config.json lf_hf_config_act reads for weights. */
@@ -169,28 +203,42 @@ static void usage(FILE *f)
           f);
 }
 
-int lf_cli_mlp(int argc, char **argv)
+/* The command line: what to run, on what, where. */
+typedef struct mlp_cfg {
+    const char *weights, *prefix, *input, *output, *device;
+    lf_act act; /* LF_ACT_NONE: the checkpoint's config.json says */
+    lf_mlp_variant variant;
+    lf_dtype dtype; /* LF_DTYPE_COUNT: the weights' own */
+    int compile;
+} mlp_cfg;
+
+/* The flags into c; -1 to go on, else the exit status (the message or the help printed). */
+static int mlp_args(int argc, char **argv, mlp_cfg *c)
 {
-    const char *cmd = "linfuse mlp", *weights = NULL, *prefix = NULL, *input = NULL, *output = NULL, *v;
-    const char *device = "auto";
-    lf_act act = LF_ACT_NONE;
-    lf_mlp_variant variant = LF_MLP_EAGER;
-    lf_dtype dtype = LF_DTYPE_COUNT;
-    int compile = 0;
+    const char *cmd = "linfuse mlp", *v;
+    *c = (mlp_cfg){.device = "auto", .act = LF_ACT_NONE, .variant = LF_MLP_EAGER, .dtype = LF_DTYPE_COUNT};
     enum { WEIGHTS, PREFIX, INPUT, OUTPUT, ACT, VARIANT, COMPILE, DEVICE, DTYPE };
-    const lf_cli_opt opts[] = {{"weights", 1, WEIGHTS, 0}, {"prefix", 1, PREFIX, 0},   {"input", 1, INPUT, 0},
-                               {"output", 1, OUTPUT, 0},   {"act", 1, ACT, 0},         {"variant", 1, VARIANT, 0},
-                               {"compile", 0, COMPILE, 0}, {"device", 1, DEVICE, 0},   {"dtype", 1, DTYPE, 0}};
+    const lf_cli_opt opts[] = {{"weights", 1, WEIGHTS, 0}, {"prefix", 1, PREFIX, 0}, {"input", 1, INPUT, 0},
+                               {"output", 1, OUTPUT, 0},   {"act", 1, ACT, 0},       {"variant", 1, VARIANT, 0},
+                               {"compile", 0, COMPILE, 0}, {"device", 1, DEVICE, 0}, {"dtype", 1, DTYPE, 0}};
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
         switch (id) {
-        case WEIGHTS: weights = v; break;
-        case PREFIX: prefix = v; break;
-        case INPUT: input = v; break;
-        case OUTPUT: output = v; break;
+        case WEIGHTS:
+            c->weights = v;
+            break;
+        case PREFIX:
+            c->prefix = v;
+            break;
+        case INPUT:
+            c->input = v;
+            break;
+        case OUTPUT:
+            c->output = v;
+            break;
         case ACT:
-            if (lf_cli_act(cmd, v, &act) != LF_EXIT_OK)
+            if (lf_cli_act(cmd, v, &c->act) != LF_EXIT_OK)
                 return LF_EXIT_USAGE;
             break;
         case VARIANT:
@@ -198,150 +246,206 @@ int lf_cli_mlp(int argc, char **argv)
                 fprintf(stderr, "%s: --variant must be eager, fused, gated or fp8, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
-            variant = (lf_mlp_variant)lf_mlp_variant_parse(v);
+            c->variant = (lf_mlp_variant)lf_mlp_variant_parse(v);
             break;
-        case COMPILE: compile = 1; break;
+        case COMPILE:
+            c->compile = 1;
+            break;
         case DEVICE:
             if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
                 return LF_EXIT_USAGE;
             }
-            device = v;
+            c->device = v;
             break;
         case DTYPE:
-            if (lf_dtype_parse(v, &dtype) != LF_OK) {
+            if (lf_dtype_parse(v, &c->dtype) != LF_OK) {
                 fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
                 return LF_EXIT_USAGE;
             }
             break;
-        case LF_CLI_HELP: usage(stdout); return LF_EXIT_OK;
-        case LF_CLI_WORD: fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v); return LF_EXIT_USAGE;
-        default: usage(stderr); return LF_EXIT_USAGE;
+        case LF_CLI_HELP:
+            usage(stdout);
+            return LF_EXIT_OK;
+        case LF_CLI_WORD:
+            fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
+            return LF_EXIT_USAGE;
+        default:
+            usage(stderr);
+            return LF_EXIT_USAGE;
         }
     }
-    if (!weights || !prefix || !input || !output) {
+    return -1;
+}
+
+/* What the flags mean together, checked before any file is read: the device (*dev), the layer's
+ * prefix (pfx) and, with no --act, the activation from config.json (its path in cfg). -1 to go on,
+ * else LF_EXIT_USAGE (the message printed). */
+static int mlp_check(mlp_cfg *c, lf_device *dev, char *pfx, size_t pfx_cap, char *cfg, size_t cfg_cap)
+{
+    const char *cmd = "linfuse mlp";
+    if (!c->weights || !c->prefix || !c->input || !c->output) {
         fprintf(stderr, "%s: --weights, --prefix, --input and --output are all needed (linfuse mlp --help)\n", cmd);
         return LF_EXIT_USAGE;
     }
-    if (compile && variant == LF_MLP_FUSED) {
+    if (c->compile && c->variant == LF_MLP_FUSED) {
         fprintf(stderr, "%s: --compile fuses the eager forward itself; use it with --variant eager, gated or fp8\n",
                 cmd);
         return LF_EXIT_USAGE;
     }
-    if (!strcmp(device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
+    if (!strcmp(c->device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
         fprintf(stderr, "%s: --device cuda: %s\n", cmd, lf_last_error());
         return LF_EXIT_USAGE;
     }
-    const lf_device dev = !strcmp(device, "cuda") || (!strcmp(device, "auto") && lf_device_available(LF_DEVICE_CUDA))
-                              ? LF_DEVICE_CUDA
-                              : LF_DEVICE_CPU;
-    char pfx[512], cfg[4200] = "", err[600];
-    lf_cli_mlp_prefix(pfx, sizeof pfx, prefix);
+    *dev = !strcmp(c->device, "cuda") || (!strcmp(c->device, "auto") && lf_device_available(LF_DEVICE_CUDA))
+               ? LF_DEVICE_CUDA
+               : LF_DEVICE_CPU;
+    lf_cli_mlp_prefix(pfx, pfx_cap, c->prefix);
     if (!pfx[0]) {
-        fprintf(stderr, "%s: --prefix '%s' names no layer (e.g. model.layers.0.mlp)\n", cmd, prefix);
+        fprintf(stderr, "%s: --prefix '%s' names no layer (e.g. model.layers.0.mlp)\n", cmd, c->prefix);
         return LF_EXIT_USAGE;
     }
-    if (act == LF_ACT_NONE) {
-        if (lf_hf_config_act(weights, &act) != LF_OK) {
+    cfg[0] = '\0';
+    if (c->act == LF_ACT_NONE) {
+        if (lf_hf_config_act(c->weights, &c->act) != LF_OK) {
             fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
             return LF_EXIT_USAGE;
         }
-        config_path(weights, cfg, sizeof cfg);
+        config_path(c->weights, cfg, cfg_cap);
     }
-    /* reading and checking, before any work: a failure here is the flags' or the files' (exit 2) */
+    return -1;
+}
+
+/* What is read before the forward: the layer's module and x, on dev. */
+typedef struct mlp_loaded {
+    lf_nn_gated_mlp m;
+    lf_tensor *x;
+    char stored[16]; /* " from F8_E4M3": the checkpoint's own dtype, when the weights were dequantized */
+} mlp_loaded;
+
+/* The weights' layer pfx and the input's x, checked against each other and against the output,
+ * then on dev: a failure here is the flags' or the files' (exit 2; said with w, else in
+ * lf_last_error). Nothing is left allocated on failure. */
+static lf_status mlp_load(const mlp_cfg *c, const char *pfx, const char *cfg, lf_device dev, mlp_loaded *l, why *w)
+{
     lf_safetensors *wst = NULL, *ist = NULL;
-    lf_nn_gated_mlp m = {0};
-    lf_tensor *xf = NULL, *x = NULL, *y = NULL;
-    char stored[16] = ""; /* the checkpoint's own dtype, when the weights were dequantized from it */
+    lf_tensor *xf = NULL;
+    char err[600];
     int64_t dim = 0, hidden = 0;
     const char *which = NULL, *victim = NULL;
-    lf_status s = lf_st_open(&wst, weights);
+    memset(l, 0, sizeof *l);
+    lf_status s = lf_st_open(&wst, c->weights);
     if (s == LF_OK)
-        s = find_layer(wst, weights, pfx, &dim, &hidden);
+        s = find_layer(wst, c->weights, pfx, &dim, &hidden, w);
     if (s == LF_OK)
-        s = lf_st_open(&ist, input);
+        s = lf_st_open(&ist, c->input);
     if (s == LF_OK && !lf_st_has(ist, "x"))
-        s = no_x(ist, input);
-    if (s == LF_OK && !lf_cli_check_output(output, err, sizeof err))
-        s = lf_fail(LF_EINVAL, "--output: %s", err);
-    if (s == LF_OK && (victim = clobbered(output, input, weights, wst, cfg[0] ? cfg : NULL, &which)))
-        s = lf_fail(LF_EINVAL, "--output %s is the same file as %s %s: writing it would destroy an input", output,
-                    which, victim);
+        s = no_x(ist, c->input, w);
+    if (s == LF_OK && !lf_cli_check_output(c->output, err, sizeof err))
+        s = refuse(w, LF_EINVAL, "--output: %s", err);
+    if (s == LF_OK && (victim = clobbered(c->output, c->input, c->weights, wst, cfg[0] ? cfg : NULL, &which)))
+        s = refuse(w, LF_EINVAL, "--output %s is the same file as %s %s: writing it would destroy an input", c->output,
+                   which, victim);
     if (s == LF_OK) /* the weights copied out of the file: a checkpoint cut short mid-run is no fault */
-        s = lf_nn_gated_mlp_load(&m, wst, pfx, act, dtype);
+        s = lf_nn_gated_mlp_load(&l->m, wst, pfx, c->act, c->dtype);
     if (s == LF_OK) {
         char gate[600];
         snprintf(gate, sizeof gate, "%s.gate_proj.weight", pfx);
         const char *fdt = lf_st_dtype(wst, gate);
         if (fdt && !strncmp(fdt, "F8_", 3))
-            snprintf(stored, sizeof stored, " from %s", fdt);
+            snprintf(l->stored, sizeof l->stored, " from %s", fdt);
     }
     lf_st_close(wst);
     if (s == LF_OK)
-        s = lf_st_get_as(ist, "x", m.gate_up->dtype, &xf); /* x in the module's dtype, a copy */
+        s = lf_st_get_as(ist, "x", l->m.gate_up->dtype, &xf); /* x in the module's dtype, a copy */
     lf_st_close(ist);
-    if (s == LF_OK && (xf->ndim < 2 || xf->ndim > 3 || xf->shape[xf->ndim - 1] != m.dim))
-        s = lf_fail(LF_ESHAPE, "%s: x has %d dims, last %lld: expected [tokens, %lld] or [batch, seq, %lld]", input,
-                    xf->ndim, (long long)xf->shape[xf->ndim - 1], (long long)m.dim, (long long)m.dim);
+    if (s == LF_OK && (xf->ndim < 2 || xf->ndim > 3 || xf->shape[xf->ndim - 1] != l->m.dim))
+        s = refuse(w, LF_ESHAPE, "%s: x has %d dims, last %lld: expected [tokens, %lld] or [batch, seq, %lld]",
+                   c->input, xf->ndim, (long long)xf->shape[xf->ndim - 1], (long long)l->m.dim, (long long)l->m.dim);
     if (s == LF_OK && dev != LF_DEVICE_CPU) /* on the module's device */
-        s = lf_tensor_to_device(&x, xf, dev);
+        s = lf_tensor_to_device(&l->x, xf, dev);
     else if (s == LF_OK)
-        x = xf, xf = NULL;
-    if (s == LF_OK && variant == LF_MLP_FP8) /* on the host, where a non-finite weight is reported */
-        s = lf_nn_gated_mlp_quantize_fp8(&m);
+        l->x = xf, xf = NULL;
+    if (s == LF_OK && c->variant == LF_MLP_FP8) /* on the host, where a non-finite weight is reported */
+        s = lf_nn_gated_mlp_quantize_fp8(&l->m);
     if (s == LF_OK && dev != LF_DEVICE_CPU)
-        s = lf_nn_gated_mlp_to_device(&m, dev);
+        s = lf_nn_gated_mlp_to_device(&l->m, dev);
+    lf_tensor_free(xf);
     if (s != LF_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
-        lf_tensor_free(xf), lf_tensor_free(x);
-        lf_nn_gated_mlp_free(&m);
-        return LF_EXIT_USAGE;
+        lf_tensor_free(l->x);
+        lf_nn_gated_mlp_free(&l->m);
+        memset(l, 0, sizeof *l);
     }
+    return s;
+}
+
+/* The forward, eager or compiled, and y written: a failure here is the work's (exit 1). */
+static int mlp_execute(const mlp_cfg *c, const char *pfx, lf_device dev, mlp_loaded *l)
+{
+    const char *cmd = "linfuse mlp";
     /* what runs: fp8 where the device has FP8 GEMMs, else the gated forward in the weights' dtype */
     char ran[64];
-    snprintf(ran, sizeof ran, "%s", lf_mlp_variant_name(variant));
-    if (variant == LF_MLP_FP8 && lf_fp8_supported(dev) != LF_OK) {
+    snprintf(ran, sizeof ran, "%s", lf_mlp_variant_name(c->variant));
+    if (c->variant == LF_MLP_FP8 && lf_fp8_supported(dev) != LF_OK) {
         fprintf(stderr, "%s: --variant fp8: %s; the gated %s forward runs instead\n", cmd, lf_last_error(),
-                lf_dtype_name(m.gate_up->dtype));
+                lf_dtype_name(l->m.gate_up->dtype));
         snprintf(ran, sizeof ran, "gated (fp8 asked)");
     }
-    /* running: a failure here is the forward's (exit 1) */
-    mlp_run r = {&m, variant};
-    lf_compiled *c = NULL;
+    mlp_run r = {&l->m, c->variant};
+    lf_compiled *comp = NULL;
+    lf_tensor *y = NULL;
+    lf_status s;
     double t0 = lf_cli_now();
-    if (compile) {
+    if (c->compile) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = pfx;
-        if (variant == LF_MLP_GATED)
+        if (c->variant == LF_MLP_GATED)
             co.passes = LF_PASSES_ALL, r.v = LF_MLP_EAGER; /* the gated pass makes the gated GEMM itself */
-        s = lf_compile(&c, fwd, &r, 1, &x, &co);
+        s = lf_compile(&comp, fwd, &r, 1, &l->x, &co);
         if (s == LF_OK)
-            s = lf_compiled_run(c, 1, &x, &y);
+            s = lf_compiled_run(comp, 1, &l->x, &y);
     } else {
-        s = fwd(&r, 1, &x, &y);
+        s = fwd(&r, 1, &l->x, &y);
     }
     if (s == LF_OK)
         s = lf_device_synchronize(dev);
     double ms = (lf_cli_now() - t0) * 1e3;
-    int code = LF_EXIT_OK;
+    lf_st_entry e = {"y", y};
+    if (s == LF_OK)
+        s = lf_st_write(c->output, &e, 1);
     if (s != LF_OK) {
         fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
-        code = LF_EXIT_FAIL;
     } else {
-        lf_st_entry e = {"y", y};
-        if (lf_st_write(output, &e, 1) != LF_OK) {
-            fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
-            code = LF_EXIT_FAIL;
-        } else {
-            char xs[64], ys[64];
-            printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
-                   lf_act_name(m.act), (long long)m.dim, (long long)m.hidden, lf_dtype_name(m.gate_up->dtype), stored,
-                   lf_device_name(dev), compile ? "compiled " : "", ran, lf_fmt_shape(xs, sizeof xs, x->ndim, x->shape),
-                   lf_fmt_shape(ys, sizeof ys, y->ndim, y->shape), ms, output);
-        }
+        char xs[64], ys[64];
+        printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
+               lf_act_name(l->m.act), (long long)l->m.dim, (long long)l->m.hidden, lf_dtype_name(l->m.gate_up->dtype),
+               l->stored, lf_device_name(dev), c->compile ? "compiled " : "", ran,
+               shape_str(xs, sizeof xs, l->x->ndim, l->x->shape), shape_str(ys, sizeof ys, y->ndim, y->shape), ms,
+               c->output);
     }
-    lf_compiled_free(c);
-    lf_tensor_free(y), lf_tensor_free(x), lf_tensor_free(xf);
-    lf_nn_gated_mlp_free(&m);
+    lf_compiled_free(comp);
+    lf_tensor_free(y);
+    return s == LF_OK ? LF_EXIT_OK : LF_EXIT_FAIL;
+}
+
+int lf_cli_mlp(int argc, char **argv)
+{
+    mlp_cfg c;
+    lf_device dev;
+    char pfx[512], cfg[4200];
+    int code = mlp_args(argc, argv, &c);
+    if (code < 0)
+        code = mlp_check(&c, &dev, pfx, sizeof pfx, cfg, sizeof cfg);
+    if (code >= 0)
+        return code;
+    mlp_loaded l;
+    why w = {""};
+    if (mlp_load(&c, pfx, cfg, dev, &l, &w) != LF_OK) { /* reading and checking, before any work */
+        fprintf(stderr, "linfuse mlp: %s\n", reason(&w));
+        return LF_EXIT_USAGE;
+    }
+    code = mlp_execute(&c, pfx, dev, &l);
+    lf_tensor_free(l.x);
+    lf_nn_gated_mlp_free(&l.m);
     return code;
 }

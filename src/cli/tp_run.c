@@ -16,7 +16,8 @@
 #include "cli/cli.h"
 #include "cli/experiments.h"
 #include "linfuse/dist.h"
-#include "trace/trace_impl.h"
+#include "linfuse/io.h"
+#include "linfuse/trace.h"
 
 typedef struct rank_ctx {
     const exp_tp_job *j;
@@ -37,8 +38,8 @@ typedef struct tp_run {
     const exp_tp_job *j;
     exp_result *r;
     rank_ctx *ranks;
-    int n;            /* ranks in this process */
-    int world;        /* ranks in all */
+    int n;     /* ranks in this process */
+    int world; /* ranks in all */
     pthread_barrier_t go, done;
     int quit;
     int print, write_failed;
@@ -65,27 +66,29 @@ static lf_status rank_setup(rank_ctx *k)
 {
     const exp_cfg *c = k->j->c;
     k->tid = (int64_t)syscall(SYS_gettid);
-    LF_TRY(lf_device_select(LF_DEVICE_CUDA, lf_comm_device_index(k->comm)));
-    LF_TRY(lf_nn_tp_mlp_shard(&k->m, k->full, k->rank, lf_comm_size(k->comm), k->comm, LF_DEVICE_CUDA));
+    lf_status s = lf_device_select(LF_DEVICE_CUDA, lf_comm_device_index(k->comm));
+    if (s == LF_OK)
+        s = lf_nn_tp_mlp_shard(&k->m, k->full, k->rank, lf_comm_size(k->comm), k->comm, LF_DEVICE_CUDA);
     k->m.chunks = c->compile ? 1 : c->chunks; /* a compiled forward is one graph: no chunks to overlap */
-    LF_TRY(lf_tensor_to_device(&k->x, k->x_host, LF_DEVICE_CUDA));
-    if (c->compile) {
+    if (s == LF_OK)
+        s = lf_tensor_to_device(&k->x, k->x_host, LF_DEVICE_CUDA);
+    if (s == LF_OK && c->compile) {
         lf_compile_opts co = lf_compile_opts_default();
         co.name = k->j->label;
         co.passes = c->passes;
         co.no_cuda_graph = c->no_cuda_graph;
         co.verbose = c->compile_verbose && k->rank == 0;
-        LF_TRY(lf_compile(&k->compiled, compiled_forward, k, 1, &k->x, &co));
+        s = lf_compile(&k->compiled, compiled_forward, k, 1, &k->x, &co);
     }
-    return LF_OK;
+    return s;
 }
 
 static lf_status rank_forward(rank_ctx *k)
 {
     lf_tensor *y = NULL;
     lf_prof_range_push(k->j->label);
-    lf_status s = k->compiled ? lf_compiled_run(k->compiled, 1, &k->x, &y)
-                              : lf_nn_tp_mlp_forward(&k->m, k->j->variant, k->x, &y);
+    lf_status s =
+        k->compiled ? lf_compiled_run(k->compiled, 1, &k->x, &y) : lf_nn_tp_mlp_forward(&k->m, k->j->variant, k->x, &y);
     lf_prof_range_pop();
     lf_tensor_free(y);
     return s;
@@ -130,77 +133,86 @@ static void step_all(tp_run *run)
     pthread_barrier_wait(&run->done);
 }
 
+/* Rank rk's part of window k of t: its trace (with its identity), table and summary, written as
+ * its two files, both or neither, then printed. LF_OK with run->write_failed set (the message
+ * printed) when the files could not be written; another status (its message in lf_last_error)
+ * when the rank's part could not be made. */
+static lf_status write_rank(tp_run *run, const lf_trace *t, int i, int k)
+{
+    const rank_ctx *rk = &run->ranks[i];
+    const exp_cfg *c = run->j->c;
+    exp_result *r = run->r;
+    lf_trace *mine = NULL;
+    char info[2048], *table = NULL, sfx[48], json[4500], txt[4500], line[320];
+    lf_table tab = {0};
+    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = c->row_limit};
+    lf_trace_summary sum;
+    lf_status s =
+        lf_trace_select_rank(t, (int64_t)getpid(), rk->tid, run->ranks[0].tid, lf_comm_device_index(rk->comm), &mine);
+    if (s == LF_OK)
+        s = lf_comm_describe(rk->comm, info, sizeof info);
+    if (s == LF_OK)
+        s = lf_trace_set_distributed_info(mine, info);
+    if (s == LF_OK)
+        s = lf_table_build(mine, LF_SORT_DEVICE_TIME_TOTAL, &tab);
+    if (s == LF_OK)
+        s = lf_table_format(&tab, &to, &table);
+    lf_table_free(&tab);
+    if (s == LF_OK)
+        s = lf_trace_summarize(mine, &sum);
+    if (c->sched.repeat > 1)
+        snprintf(sfx, sizeof sfx, "_rank%d_window%d", rk->rank, k);
+    else
+        snprintf(sfx, sizeof sfx, "_rank%d", rk->rank);
+    if (s == LF_OK && (snprintf(json, sizeof json, "%s%s.json", run->j->base, sfx) >= (int)sizeof json ||
+                       snprintf(txt, sizeof txt, "%s%s.txt", run->j->base, sfx) >= (int)sizeof txt)) {
+        fprintf(stderr, "linfuse %s: --out: path too long\n", run->j->name);
+        run->write_failed = 1;
+    }
+    if (s == LF_OK && !run->write_failed) {
+        lf_trace_json_job jj = {mine, json};
+        lf_file_job jobs[2] = {{json, lf_trace_json_write_cb, &jj}, {txt, lf_cli_put_text, table}};
+        if (lf_write_files_atomic(jobs, 2) != LF_OK) {
+            fprintf(stderr, "linfuse %s: %s\n", run->j->name, lf_last_error());
+            run->write_failed = 1;
+        }
+    }
+    if (s == LF_OK && !run->write_failed) {
+        lf_trace_summary_line(&sum, line, sizeof line);
+        if (i == 0) { /* the run's result: this process's first rank */
+            r->sum = sum;
+            snprintf(r->summary, sizeof r->summary, "%s", line);
+            snprintf(r->json_path, sizeof r->json_path, "%s", json);
+            snprintf(r->txt_path, sizeof r->txt_path, "%s", txt);
+        }
+        if (run->print) {
+            if (c->sched.repeat > 1 && i == 0)
+                printf("window %d of %d:\n", k, c->sched.repeat);
+            printf("rank %d of %d (cuda:%d):\n", rk->rank, run->world, lf_comm_device_index(rk->comm));
+            fputs(table, stdout);
+            printf("trace: %s\ntable: %s\nrank=%d %s\n", json, txt, rk->rank, line);
+        }
+    }
+    free(table);
+    lf_trace_free(mine);
+    return s;
+}
+
 /* The schedule's on_trace_ready: each rank's part of the window, with its identity, as its files. */
 static void window_ready(lf_profiler *p, void *user)
 {
     tp_run *run = user;
-    exp_result *r = run->r;
     if (run->st != LF_OK || run->write_failed)
         return;
     const lf_trace *t = NULL;
     lf_status s = lf_prof_trace(p, &t);
-    const int k = r->windows + 1;
-    for (int i = 0; i < run->n && s == LF_OK && !run->write_failed; i++) {
-        const rank_ctx *rk = &run->ranks[i];
-        lf_trace *mine = NULL;
-        char info[2048], *table = NULL, sfx[48];
-        lf_table tab = {0};
-        lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = run->j->c->row_limit};
-        s = lf_trace_select_rank(t, (int64_t)getpid(), rk->tid, run->ranks[0].tid, lf_comm_device_index(rk->comm),
-                                 &mine);
-        if (s == LF_OK)
-            s = lf_comm_describe(rk->comm, info, sizeof info);
-        if (s == LF_OK)
-            s = lf_trace_set_distributed_info(mine, info);
-        if (s == LF_OK)
-            s = lf_table_build(mine, LF_SORT_DEVICE_TIME_TOTAL, &tab);
-        if (s == LF_OK)
-            s = lf_table_format(&tab, &to, &table);
-        lf_table_free(&tab);
-        lf_trace_summary sum;
-        if (s == LF_OK)
-            s = lf_trace_summarize(mine, &sum);
-        if (run->j->c->sched.repeat > 1)
-            snprintf(sfx, sizeof sfx, "_rank%d_window%d", rk->rank, k);
-        else
-            snprintf(sfx, sizeof sfx, "_rank%d", rk->rank);
-        char json[4500], txt[4500], line[320];
-        if (s == LF_OK) {
-            if (snprintf(json, sizeof json, "%s%s.json", run->j->base, sfx) >= (int)sizeof json ||
-                snprintf(txt, sizeof txt, "%s%s.txt", run->j->base, sfx) >= (int)sizeof txt)
-                s = lf_fail(LF_EINVAL, "--out: path too long");
-        }
-        if (s == LF_OK) {
-            lf_trace_json_job jj = {mine, json};
-            lf_file_job jobs[2] = {{json, lf_trace_json_write_cb, &jj}, {txt, lf_cli_put_text, table}};
-            if (lf_write_files_atomic(jobs, 2) != LF_OK) {
-                fprintf(stderr, "linfuse %s: %s\n", run->j->name, lf_last_error());
-                run->write_failed = 1;
-            }
-        }
-        if (s == LF_OK && !run->write_failed) {
-            lf_trace_summary_line(&sum, line, sizeof line);
-            if (i == 0) { /* the run's result: this process's first rank */
-                r->sum = sum;
-                snprintf(r->summary, sizeof r->summary, "%s", line);
-                snprintf(r->json_path, sizeof r->json_path, "%s", json);
-                snprintf(r->txt_path, sizeof r->txt_path, "%s", txt);
-            }
-            if (run->print) {
-                if (run->j->c->sched.repeat > 1 && i == 0)
-                    printf("window %d of %d:\n", k, run->j->c->sched.repeat);
-                printf("rank %d of %d (cuda:%d):\n", rk->rank, run->world, lf_comm_device_index(rk->comm));
-                fputs(table, stdout);
-                printf("trace: %s\ntable: %s\nrank=%d %s\n", json, txt, rk->rank, line);
-            }
-        }
-        free(table);
-        lf_trace_free(mine);
-    }
+    const int k = run->r->windows + 1;
+    for (int i = 0; i < run->n && s == LF_OK && !run->write_failed; i++)
+        s = write_rank(run, t, i, k);
     if (s != LF_OK)
         run->st = s;
     else if (!run->write_failed)
-        r->windows = k;
+        run->r->windows = k;
 }
 
 /* The ranks of this process: torchrun's one, or n threads' */
@@ -241,6 +253,80 @@ static int make_comms(const exp_tp_job *j, lf_comm **comms, int *n, int *world)
     return LF_EXIT_OK;
 }
 
+/* Ranks 1.. on threads of their own, rank 0 (or torchrun's one) set up here, all met; how many
+ * threads started. */
+static int start_ranks(tp_run *run)
+{
+    int started = 0;
+    for (int i = 1; i < run->n; i++, started++)
+        if (pthread_create(&run->ranks[i].th, NULL, rank_main, &run->ranks[i]) != 0) {
+            fprintf(stderr, "linfuse %s --tp: cannot start rank %d's thread\n", run->j->name, i);
+            _exit(LF_EXIT_FAIL); /* the others wait for it at a barrier; nothing ran on a GPU yet */
+        }
+    keep_error(&run->ranks[0], rank_setup(&run->ranks[0]));
+    pthread_barrier_wait(&run->done);
+    return started;
+}
+
+/* The warm-up steps, then the profiled ones with the schedule stepped between them (bad: the set
+ * up failed, nothing runs); the exit status so far, the session in *p (stopped). A failure once a
+ * step has begun ends the process. */
+static int run_steps(tp_run *run, int bad, lf_profiler **p)
+{
+    const exp_cfg *c = run->j->c;
+    const char *name = run->j->name;
+    const int warm = c->warm ? 3 : 0;
+    const int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
+    int begun = 0;
+    for (int i = 0; i < warm && !bad; i++, begun = 1) {
+        step_all(run);
+        bad = failed(run);
+    }
+    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, run);
+    if (!bad && lf_prof_start(p, &po) != LF_OK) {
+        fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
+        bad = 1;
+    }
+    for (int i = 0; i < steps && !bad && run->st == LF_OK && !run->write_failed; i++, begun = 1) {
+        step_all(run);
+        bad = failed(run);
+        if (!bad && lf_prof_step(*p) != LF_OK) {
+            fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
+            bad = 1;
+        }
+    }
+    if (bad && begun) {
+        /* a rank that failed may leave the others' collectives waiting on the GPU forever:
+         * nothing below could finish (waiting for the device would hang), so the process ends */
+        fflush(stdout);
+        _exit(LF_EXIT_FAIL);
+    }
+    int code = bad ? LF_EXIT_FAIL : LF_EXIT_OK;
+    if (*p && lf_prof_stop(*p) != LF_OK) {
+        fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
+        code = LF_EXIT_FAIL;
+    }
+    return code;
+}
+
+/* The run's exit status once the ranks are done: code, else what the windows' writing says. */
+static int run_result(const tp_run *run, int code)
+{
+    if (code != LF_EXIT_OK)
+        return code; /* said already */
+    if (run->st != LF_OK) {
+        fprintf(stderr, "linfuse %s: %s\n", run->j->name, lf_last_error());
+        return LF_EXIT_FAIL;
+    }
+    if (run->write_failed)
+        return LF_EXIT_FAIL;
+    if (run->r->windows == 0) {
+        fprintf(stderr, "linfuse %s: the schedule recorded no window\n", run->j->name);
+        return LF_EXIT_FAIL;
+    }
+    return LF_EXIT_OK;
+}
+
 int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
 {
     const exp_cfg *c = j->c;
@@ -250,7 +336,8 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
     if (code != LF_EXIT_OK)
         return code;
     if (c->hidden % world) {
-        fprintf(stderr, "linfuse %s: --hidden %lld is not divisible by %d ranks\n", j->name, (long long)c->hidden, world);
+        fprintf(stderr, "linfuse %s: --hidden %lld is not divisible by %d ranks\n", j->name, (long long)c->hidden,
+                world);
         for (int i = 0; i < n; i++)
             lf_comm_free(comms[i]);
         return LF_EXIT_USAGE;
@@ -275,67 +362,17 @@ int lf_exp_run_tp(exp_tp_job *j, exp_result *r, int print)
     pthread_barrier_init(&run.done, NULL, (unsigned)n);
     for (int i = 0; i < n; i++)
         ranks[i] = (rank_ctx){j, lf_comm_rank(comms[i]), comms[i], &full, x_host, .st = s};
-    int started = 0;
-    if (s == LF_OK) { /* ranks 1.. on threads of their own; rank 0 (or torchrun's one) here */
-        for (int i = 1; i < n; i++, started++)
-            if (pthread_create(&ranks[i].th, NULL, rank_main, &ranks[i]) != 0) {
-                fprintf(stderr, "linfuse %s --tp: cannot start rank %d's thread\n", j->name, i);
-                _exit(LF_EXIT_FAIL); /* the others wait for it at a barrier; nothing ran on a GPU yet */
-            }
-        keep_error(&ranks[0], rank_setup(&ranks[0]));
-        pthread_barrier_wait(&run.done);
-    } else {
+    const int started = s == LF_OK ? start_ranks(&run) : 0;
+    if (s != LF_OK)
         fprintf(stderr, "linfuse %s: cannot set up: %s\n", j->name, lf_last_error());
-    }
-    int bad = s != LF_OK || failed(&run) || started != n - 1, begun = 0;
-    const int warm = c->warm ? 3 : 0;
-    const int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
-    for (int i = 0; i < warm && !bad; i++, begun = 1) {
-        step_all(&run);
-        bad = failed(&run);
-    }
     lf_profiler *p = NULL;
-    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, &run);
-    if (!bad && lf_prof_start(&p, &po) != LF_OK) {
-        fprintf(stderr, "linfuse %s: %s\n", j->name, lf_last_error());
-        bad = 1;
-    }
-    for (int i = 0; i < steps && !bad && run.st == LF_OK && !run.write_failed; i++, begun = 1) {
-        step_all(&run);
-        bad = failed(&run);
-        if (!bad && lf_prof_step(p) != LF_OK) {
-            fprintf(stderr, "linfuse %s: %s\n", j->name, lf_last_error());
-            bad = 1;
-        }
-    }
-    if (bad && begun) {
-        /* a rank that failed may leave the others' collectives waiting on the GPU forever:
-         * nothing below could finish (waiting for the device would hang), so the process ends */
-        fflush(stdout);
-        _exit(LF_EXIT_FAIL);
-    }
-    if (bad)
-        code = LF_EXIT_FAIL;
-    if (p && lf_prof_stop(p) != LF_OK) {
-        fprintf(stderr, "linfuse %s: %s\n", j->name, lf_last_error());
-        code = LF_EXIT_FAIL;
-    }
+    code = run_steps(&run, s != LF_OK || failed(&run) || started != n - 1, &p);
     run.quit = 1;
     if (started == n - 1 && s == LF_OK)
         pthread_barrier_wait(&run.go);
     for (int i = 1; i < n && s == LF_OK; i++)
         pthread_join(ranks[i].th, NULL);
-    if (code != LF_EXIT_OK) {
-        /* said above */
-    } else if (run.st != LF_OK) {
-        fprintf(stderr, "linfuse %s: %s\n", j->name, lf_last_error());
-        code = LF_EXIT_FAIL;
-    } else if (run.write_failed) {
-        code = LF_EXIT_FAIL;
-    } else if (r->windows == 0) {
-        fprintf(stderr, "linfuse %s: the schedule recorded no window\n", j->name);
-        code = LF_EXIT_FAIL;
-    }
+    code = run_result(&run, code);
     lf_prof_free(p);
     for (int i = 0; i < n; i++) {
         lf_compiled_free(ranks[i].compiled);

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
-#include "cli/trace_cmd.h"
-#include "core/core.h"
+#include "cli/trace_args.h"
+#include "cli/trace_views.h"
 
 int lf_tcmd_svg(int argc, char **argv)
 {
