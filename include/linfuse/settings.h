@@ -14,7 +14,14 @@
 extern "C" {
 #endif
 
-typedef enum lf_setting_kind { LF_SETTING_PATH, LF_SETTING_INT, LF_SETTING_NUMBER, LF_SETTING_CHOICE } lf_setting_kind;
+/* LF_SETTING_TEXT: a word or two read as it is (a range's name), through lf_setting_get. */
+typedef enum lf_setting_kind {
+    LF_SETTING_PATH,
+    LF_SETTING_INT,
+    LF_SETTING_NUMBER,
+    LF_SETTING_CHOICE,
+    LF_SETTING_TEXT
+} lf_setting_kind;
 
 typedef enum lf_setting {
 #define LF_SETTING(id, name, kind, def, lo, hi, values, meaning) LF_SET_##id,
