@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/experiments.h"
+#include "cli/profile.h"
 
 static void usage(FILE *f)
 {
@@ -22,6 +23,7 @@ static void usage(FILE *f)
         "                 merge (ranks into one Perfetto file), report (HTML), serve (to ui.perfetto.dev)\n"
         "  demo           run the GeGLU MLP eagerly on the CPU and show what the dispatcher ran\n"
         "  mlp            one MLP layer of a Hugging Face checkpoint (safetensors) on an input file\n"
+        "  profile        trace any CUDA program from outside (-- CMD ARGS): a Kineto trace and table per process\n"
         "  bench cpu      CPU GEMM and fused Linear+bias+GELU against OpenBLAS, in one run\n"
         "  bench profiler what recording costs per event and per step, profiler on and off\n"
         "  bench cuda     the forwards (eager, kernels-mlp, gated, fp8, compiled) on the GPU, for bench/*_vs_torch.py\n"
@@ -50,6 +52,8 @@ int main(int argc, char **argv)
         return lf_cli_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "mlp"))
         return lf_cli_mlp(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile"))
+        return lf_cli_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return lf_cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
@@ -60,8 +64,8 @@ int main(int argc, char **argv)
         printf("linfuse %s\n", lf_version());
         return LF_EXIT_OK;
     }
-    static const char *const commands[] = {"tour", "matmul-add", "linear", "simple-mlp", "kernels-mlp", "trace",
-                                           "demo", "mlp",        "bench",  "help",       "version"};
+    static const char *const commands[] = {"tour", "matmul-add", "linear",  "simple-mlp", "kernels-mlp", "trace",
+                                           "demo", "mlp",        "profile", "bench",      "help",        "version"};
     const char *near = lf_cli_closest(cmd, commands, (int)(sizeof commands / sizeof commands[0]));
     fprintf(stderr, "linfuse: unknown command '%s'", cmd);
     if (near)
