@@ -99,6 +99,13 @@ static int src_start(void)
         lf_fail(LF_EDEVICE, "%s", why);
         return -1;
     }
+    /* An injection tool (`linfuse profile`, Nsight Systems) owns CUPTI in this process: a second
+     * client would take its buffers over and, stopping, turn its recording off. */
+    const char *tool = getenv("CUDA_INJECTION64_PATH");
+    if (tool && *tool) {
+        lf_fail(LF_EDEVICE, "CUPTI belongs to the injection library %s in this process", tool);
+        return -1;
+    }
     pthread_mutex_lock(&cs.lock);
     while (cs.n_pool < POOL_BUFS) {
         uint8_t *b = aligned_alloc(8, BUF_BYTES);
