@@ -34,6 +34,7 @@ import resource
 import subprocess
 import sys
 import warnings
+import weakref
 
 failures = checks = 0
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -458,6 +459,7 @@ def test_torch_apply(torch):
         with torch.no_grad():
             ref = model(x)
         keys, nbytes = list(model.state_dict()), storage_bytes(torch, model)
+        old = [weakref.ref(layer.mlp.up_proj.weight) for layer in model.layers]
         # modules linfuse must leave alone, each with its reason
         biased = MLP(model.config).to(torch.bfloat16)
         biased.up_proj = nn.Linear(64, 96, bias=True).to(torch.bfloat16)
@@ -481,6 +483,8 @@ def test_torch_apply(torch):
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
         check(storage_bytes(torch, model) == nbytes, "%s: parameter memory did not grow (%d -> %d bytes)" % (
             family, nbytes, storage_bytes(torch, model)))
+        gc.collect()
+        check(all(r() is None for r in old), "%s: the old gate and up weights are freed, none held by linfuse" % family)
         mlp = model.layers[0].mlp
         check(mlp.gate_proj.weight.data_ptr() == mlp.linfuse_gate_up.data_ptr(),
               "%s: gate_proj.weight is a view of the stacked [Wg; Wu]" % family)
@@ -523,8 +527,8 @@ def test_torch_custom_ops(torch):
                 check(False, "opcheck %s: %s" % (op, e))
 
     def f(x):
-        return torch.ops.linfuse.gated_mlp(x, gu, dn, "silu", "gated") + torch.ops.linfuse.linear(x, w[:, :32].T.T,
-                                                                                                  None, "none")[..., :1]
+        return torch.ops.linfuse.gated_mlp(x, gu, dn, "silu", "gated").sum() + \
+            torch.ops.linfuse.linear(x, w, b, "relu").sum() + torch.ops.linfuse.gated_gemm(x, gu, "gelu_tanh").sum()
     explained = torch._dynamo.explain(f)(x)
     check(explained.graph_break_count == 0 and explained.graph_count == 1,
           "torch.compile traces the custom ops whole: %d graphs, %d breaks" % (explained.graph_count,

@@ -110,8 +110,8 @@ class _Exported:
     def __dlpack_device__(self):
         return self.device
 
-    def __dlpack__(self, stream=None):
-        return _capsule_new(self.ptr, b"dltensor", _destroy_unused)
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return _capsule_new(self.ptr, b"dltensor", _destroy_unused)  # the unversioned form, which every consumer takes
 
 
 def export(lib, check, h, what):

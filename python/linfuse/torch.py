@@ -18,7 +18,7 @@ import typing
 import torch
 from torch import nn
 
-from . import Error, _lib, check, lib
+from . import Error, _lib, lib
 from . import ops as _ops
 
 HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op") and \
@@ -300,7 +300,10 @@ def _probe(mod, act, variant):
     x = torch.randn((4, w.shape[0]), generator=gen, device=w.device, dtype=torch.float32).to(w.dtype)
     base = mod.linfuse_base_class
     with torch.no_grad():
-        ref = base.forward(mod, x).float()
+        try:
+            ref = base.forward(mod, x).float()
+        except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
+            return "its own forward fails on 4 random tokens (%s: %s)" % (type(e).__name__, e)
         try:
             got = _patched_forward(mod, x).float()
         except Error as e:
@@ -344,12 +347,13 @@ def apply(model, variant="gated"):
                 used, note = "gated", "fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
             elif lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
                 used, note = "gated", "fp8 runs gated on %s: %s" % (dev, lib.error())
-        old = (mod.gate_proj.weight, mod.up_proj.weight, mod.__class__)
-        gu = _stack(mod)
-        mod.__class__ = _patched_class(old[2])
+        base_class = mod.__class__
+        gu = _stack(mod)  # the old gate and up weights go here (nothing else may hold them: memory)
+        mod.__class__ = _patched_class(base_class)
         mod.register_buffer("linfuse_gate_up", gu, persistent=False)
         for n in _BUFFERS[1:]:
             mod.register_buffer(n, None, persistent=False)
+        del gu
         mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
         try:
             if used == "fp8":
@@ -357,6 +361,9 @@ def apply(model, variant="gated"):
             bad = _probe(mod, act, used)
         except Error as e:
             bad = "linfuse refused it: %s" % e
+        except BaseException:
+            _restore(mod)
+            raise
         if bad:
             _restore(mod)
             report.left.append((name, cls, bad))

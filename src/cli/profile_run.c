@@ -40,7 +40,8 @@ int lf_profile_no_driver(char *why, size_t cap)
 static int try_dir(const char *dir, const char *rel, char *path, size_t cap)
 {
     char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s%s%s", dir, rel, INJECT_NAME);
+    if (snprintf(p, sizeof p, "%s%s%s", dir, rel, INJECT_NAME) >= (int)sizeof p)
+        return 0;
     char real[PATH_MAX];
     if (access(p, R_OK) != 0 || !realpath(p, real) || strlen(real) >= cap)
         return 0;
