@@ -82,14 +82,6 @@ double lf_bench_median(const lf_bench *b)
     return lf_cli_median(b->work, b->n);
 }
 
-double lf_bench_min(const lf_bench *b)
-{
-    double m = b->n ? b->t[0] : 0;
-    for (int i = 1; i < b->n; i++)
-        m = b->t[i] < m ? b->t[i] : m;
-    return m;
-}
-
 lf_status lf_bench_host(lf_bench *b, int calls, double *median)
 {
     require(calls >= 1 && calls <= b->o.cap, "lf_bench_host", "calls out of range");

@@ -1,6 +1,6 @@
 /* One timing method for every `linfuse bench` (bench_time.c): warm-up forwards and one
  * synchronize, then samples, each a run of forwards queued back to back, one synchronize at its
- * end, the time divided by the forwards; the median (and the fastest) of the samples. Host time
+ * end, the time divided by the forwards; the median of the samples (each kept, in order). Host time
  * per call is one forward timed alone after the queue has drained. The benches give the forward,
  * how to wait for the device, and what to do untimed before each sample (an L2 flush, ranks
  * meeting at a barrier, the last output freed). Layer: cli/. */
@@ -41,9 +41,8 @@ lf_status lf_bench_sample(lf_bench *b);
 /* lf_bench_warm, then samples until this call has taken o.samples and o.min_seconds have passed
  * since the warm-up, or the bench is full. Called again, it adds to the samples. */
 lf_status lf_bench_run(lf_bench *b);
-/* The median and the fastest of the samples taken (0 when none). */
+/* The median of the samples taken (0 when none). */
 double lf_bench_median(const lf_bench *b);
-double lf_bench_min(const lf_bench *b);
 /* Host seconds per call into *median: calls (at most cap) times, the queue drained (sync,
  * untimed), one forward timed alone; then one sync. What the caller's thread spends to queue a
  * forward. */
