@@ -52,7 +52,8 @@ NO_COLOR = {"NO_COLOR": "1", "LC_ALL": "C"}
 
 def run(cmd, binary):
     real = re.sub(r"(^|[\s;|&(])(\./)?build/linfuse\b", lambda m: m.group(1) + binary, cmd)
-    env = dict(os.environ, **NO_COLOR)
+    # linfuse's own settings unset, as a reader's plain shell has them (`--help-env` shows them)
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("LINFUSE_")}, **NO_COLOR)
     p = subprocess.run(["bash", "-o", "pipefail", "-c", real], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                        text=True, errors="replace")
     return p.returncode, p.stdout

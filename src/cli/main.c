@@ -7,6 +7,8 @@
 #include "cli/cli.h"
 #include "cli/experiments.h"
 #include "cli/profile.h"
+#include "linfuse/io.h"
+#include "linfuse/settings.h"
 
 static void usage(FILE *f)
 {
@@ -29,9 +31,93 @@ static void usage(FILE *f)
         "  bench cuda     the forwards (eager, kernels-mlp, gated, fp8, compiled) on the GPU, for bench/*_vs_torch.py\n"
         "  bench tp       the MLP over several GPUs (tensor parallel, NCCL), for bench/tp_vs_torch.py\n"
         "  help           this text (also --help, -h); --version prints the version\n"
+        "  --help-env     the LINFUSE_* environment variables: kind, default, meaning, and the value set now\n"
         "\n"
         "`linfuse <command> --help` describes each command's flags; flags take `--flag value` or `--flag=value`.\n",
         f);
+}
+
+/* text, words wrapped to lines of at most width columns, each after indent spaces. */
+static void put_wrapped(FILE *f, const char *text, int indent, int width)
+{
+    const int room = width - indent;
+    while (*text) {
+        int n = (int)strlen(text);
+        if (n > room) { /* the last blank that leaves the line within room; a longer word whole */
+            n = room;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = (int)strcspn(text, " ");
+        }
+        fprintf(f, "%*s%.*s\n", indent, "", n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+/* What setting i takes, in words: "an integer from 1 to 1024", "one of auto|cooperative". */
+static void setting_kind(const lf_setting_info *i, char *buf, size_t cap)
+{
+    const char *noun = i->kind == LF_SETTING_INT ? "an integer" : "a number";
+    switch (i->kind) {
+    case LF_SETTING_PATH:
+        snprintf(buf, cap, "a path");
+        break;
+    case LF_SETTING_TEXT:
+        snprintf(buf, cap, "text");
+        break;
+    case LF_SETTING_CHOICE:
+        snprintf(buf, cap, "one of %s", i->values);
+        break;
+    case LF_SETTING_INT:
+    case LF_SETTING_NUMBER:
+        if (i->max >= 9.2e18)
+            snprintf(buf, cap, "%s from %.15g up", noun, i->min);
+        else
+            snprintf(buf, cap, "%s from %.15g to %.15g", noun, i->min, i->max);
+        break;
+    }
+}
+
+/* Whether setting s's value (set) is one it takes: NULL, or the library's words why not. */
+static const char *setting_refusal(lf_setting s, lf_setting_kind kind)
+{
+    int64_t i = 0;
+    double x = 0;
+    int c = 0;
+    const lf_status st = kind == LF_SETTING_INT      ? lf_setting_int(s, &i)
+                         : kind == LF_SETTING_NUMBER ? lf_setting_number(s, &x)
+                         : kind == LF_SETTING_CHOICE ? lf_setting_choice(s, &c)
+                                                     : LF_OK;
+    return st == LF_OK ? NULL : lf_last_error();
+}
+
+/* linfuse --help-env: every setting of linfuse/settings.def, from the library's own table. */
+static int help_env(void)
+{
+    puts("The LINFUSE_* environment variables linfuse reads (declared once, in include/linfuse/settings.def),\n"
+         "each read when the code that uses it first runs. A value a setting does not take is refused with\n"
+         "the variable named, or said once on standard error and the default used.");
+    for (int s = 0; s < LF_SET_COUNT; s++) {
+        const lf_setting_info *i = lf_setting_describe((lf_setting)s);
+        char kind[160];
+        setting_kind(i, kind, sizeof kind);
+        printf("\n%s (%s)\n", i->name, kind);
+        put_wrapped(stdout, i->meaning, 4, 100);
+        printf("    default: %s\n", i->default_value);
+        const char *v = lf_setting_get((lf_setting)s);
+        if (v) {
+            char safe[4 * 256 + 4];
+            const char *why = setting_refusal((lf_setting)s, i->kind);
+            printf("    set now: %s", lf_term_cut(safe, sizeof safe, v, 200));
+            if (why)
+                printf(" (refused: %s)", lf_term_cut(safe, sizeof safe, why, 200));
+            putchar('\n');
+        }
+    }
+    return LF_EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -60,12 +146,15 @@ int main(int argc, char **argv)
         usage(stdout);
         return LF_EXIT_OK;
     }
+    if (!strcmp(cmd, "--help-env"))
+        return help_env();
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         printf("linfuse %s\n", lf_version());
         return LF_EXIT_OK;
     }
-    static const char *const commands[] = {"tour", "matmul-add", "linear",  "simple-mlp", "kernels-mlp", "trace",
-                                           "demo", "mlp",        "profile", "bench",      "help",        "version"};
+    static const char *const commands[] = {"tour",  "matmul-add", "linear",    "simple-mlp", "kernels-mlp",
+                                           "trace", "demo",       "mlp",       "profile",    "bench",
+                                           "help",  "version",    "--help-env"};
     const char *near = lf_cli_closest(cmd, commands, (int)(sizeof commands / sizeof commands[0]));
     fprintf(stderr, "linfuse: unknown command '%s'", cmd);
     if (near)
