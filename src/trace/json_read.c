@@ -1,7 +1,7 @@
 /* Reading a Kineto-schema trace (PyTorch's or linfuse's) into an lf_trace, with jansson.
  * Only what the table, diff and summary need is kept: category, name, track, times, External
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
- * This room parses; json_source.c brings the text in. Layer: trace/. */
+ * This room parses; json_source.c brings the text in, json_open.c opens what is read. Layer: trace/. */
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,7 +12,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "trace/json_read.h"
+#include "trace/shape_flops.h"
 
 static lf_trace_cat cat_of(const char *s)
 {

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/json_read.h"
+#include "trace/shape_flops.h"
+#include "trace/trace_impl.h"
 
 #define put lf_sbuf_printf
 

@@ -1,11 +1,11 @@
-/* FLOPs from an op's recorded sizes, as PyTorch's table computes them (json_read.h).
+/* FLOPs from an op's recorded sizes, as PyTorch's table computes them (shape_flops.h).
  * Layer: trace/. */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/json_read.h"
+#include "trace/shape_flops.h"
 
 /* --- FLOPs from input shapes, as PyTorch's profiler computes them under with_flops ---
  * PyTorch's traces carry no FLOPs: its table computes them from each op's recorded sizes, for
@@ -90,10 +90,9 @@ double lf_trace_shape_flops(const char *op, json_t *args)
     if (!strcmp(op, "aten::conv2d")) {
         json_t *conc = json_object_get(args, "Concrete Inputs");
         int64_t stride[2], pad[2], dil[2], groups[2];
-        if (dims_of(dims, types, 0, a) != 4 || dims_of(dims, types, 1, b) != 4 ||
-            concrete_ints(conc, 3, stride) != 2 || concrete_ints(conc, 4, pad) != 2 ||
-            concrete_ints(conc, 5, dil) != 2 || concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0 ||
-            stride[0] * stride[1] == 0)
+        if (dims_of(dims, types, 0, a) != 4 || dims_of(dims, types, 1, b) != 4 || concrete_ints(conc, 3, stride) != 2 ||
+            concrete_ints(conc, 4, pad) != 2 || concrete_ints(conc, 5, dil) != 2 ||
+            concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0 || stride[0] * stride[1] == 0)
             return 0;
         const uint64_t oh = (uint64_t)((a[2] + 2 * pad[0] - dil[0] * (b[2] - 1) - 1) / stride[0] + 1);
         const uint64_t ow = (uint64_t)((a[3] + 2 * pad[1] - dil[1] * (b[3] - 1) - 1) / stride[1] + 1);
