@@ -53,7 +53,8 @@ static void usage(FILE *f)
           "                         .json.gz) for a program of one process (traces/profile)\n"
           "  --gzip                 write DIR's traces as .json.gz\n"
           "  --delay S              record from S seconds after each process starts\n"
-          "  --duration S           record S seconds, then write the trace (the program runs on)\n"
+          "  --duration S           record S seconds (from --delay, or from when the process starts CUDA),\n"
+          "                         then write the trace (the program runs on)\n"
           "  --capture-range NAME   keep only what runs inside NVTX ranges named NAME (NAME@DOMAIN: in that\n"
           "                         domain), as Nsight's capture range\n"
           "  --steps A:B            keep only steps A to B: NVTX ranges named ProfilerStep#N (A:, :B, N too)\n"
@@ -220,8 +221,20 @@ static void table_path(const char *trace, char *out, size_t cap)
     snprintf(out, cap, "%.*s.txt", (int)n, trace);
 }
 
-/* One process's trace: its table written beside it and printed, its summary line. 1 when read. */
-static int show(const char *path, int64_t row_limit)
+/* Kernels, copies and sets in a trace. */
+static int64_t device_work(const lf_trace *t)
+{
+    int64_t n = 0;
+    for (int64_t i = 0, count = lf_trace_count(t); i < count; i++) {
+        const lf_trace_cat c = lf_trace_get(t, i)->cat;
+        n += c == LF_TC_KERNEL || c == LF_TC_MEMCPY || c == LF_TC_MEMSET;
+    }
+    return n;
+}
+
+/* One process's trace: its table written beside it and printed, its summary line; a process that
+ * ran no GPU work (a framework's helper that only asked about the device) gets one line. */
+static int show(const char *path, int pid, int64_t row_limit)
 {
     lf_trace *t = NULL;
     if (lf_trace_read_json(&t, path) != LF_OK) {
@@ -229,6 +242,11 @@ static int show(const char *path, int64_t row_limit)
         return 0;
     }
     const lf_trace_meta *m = lf_trace_meta_get(t);
+    if (!device_work(t)) {
+        fprintf(stderr, "\n%s: pid %d: no GPU work recorded; trace: %s\n", CMD_NAME, pid, path);
+        lf_trace_free(t);
+        return 1;
+    }
     lf_table tab;
     lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = (int)row_limit};
     lf_trace_summary sum;
@@ -244,9 +262,10 @@ static int show(const char *path, int64_t row_limit)
     if (st == LF_OK && !lf_cli_write_text(txt, text))
         txt[0] = '\0';
     if (st == LF_OK) {
-        fputc('\n', stderr);
+        fprintf(stderr, "\npid %d", pid);
         if (m->rank >= 0)
-            fprintf(stderr, "rank %lld of %lld:\n", (long long)m->rank, (long long)m->world_size);
+            fprintf(stderr, ", rank %lld of %lld", (long long)m->rank, (long long)m->world_size);
+        fputs(":\n", stderr);
         if (row_limit > 0)
             fputs(text, stderr);
         fprintf(stderr, "trace: %s\n", path);
@@ -263,26 +282,33 @@ static int show(const char *path, int64_t row_limit)
     return st == LF_OK;
 }
 
-/* The traces CMD's processes listed (a path a line), in the order they were written. */
-static int read_list(const char *list, char ***paths, int *n)
+/* One trace a process listed: "PID PATH". */
+typedef struct trace_file {
+    int pid;
+    char *path;
+} trace_file;
+
+/* The traces CMD's processes listed, in the order they were written. */
+static void read_list(const char *list, trace_file **out, int *n)
 {
-    *paths = NULL, *n = 0;
+    *out = NULL, *n = 0;
     FILE *f = fopen(list, "r");
     if (!f)
-        return 1; /* no process wrote one */
+        return; /* no process wrote one */
     char line[4400];
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
-        char **g = line[0] ? realloc(*paths, (size_t)(*n + 1) * sizeof *g) : NULL;
-        if (g && (g[*n] = strdup(line))) {
-            *paths = g;
+        char *space = strchr(line, ' ');
+        trace_file *g = space ? realloc(*out, (size_t)(*n + 1) * sizeof *g) : NULL;
+        if (!g)
+            continue;
+        *out = g;
+        if ((g[*n].path = strdup(space + 1))) {
+            g[*n].pid = atoi(line);
             (*n)++;
-        } else if (g) {
-            *paths = g;
         }
     }
     fclose(f);
-    return 1;
 }
 
 /* The variables CMD runs with: the injection, and the settings its processes read (those not
@@ -308,20 +334,29 @@ static void run_env(const profile_opts *o, const out_place *p, const char *lib, 
     }
 }
 
-/* --output FILE: the one trace moved there; several stay beside it under their own names. */
-static void place_file(const out_place *p, char **paths, int n)
+/* --output FILE: CMD's own process's trace moved there (else the only one); any other stays
+ * beside it under its own name. */
+static void place_file(const out_place *p, trace_file *t, int n, int cmd_pid)
 {
-    if (n != 1) {
-        fprintf(stderr, "%s: --output %s is for one process, and %d were traced: their traces are in %s\n", CMD_NAME,
-                p->file, n, p->dir);
+    int k = -1;
+    for (int i = 0; i < n; i++)
+        if (t[i].pid == cmd_pid)
+            k = i;
+    if (k < 0 && n == 1)
+        k = 0;
+    if (k < 0) {
+        fprintf(stderr, "%s: %d processes of CMD were traced, CMD's own not among them: their traces are in %s\n",
+                CMD_NAME, n, p->dir);
         return;
     }
-    if (rename(paths[0], p->file) != 0) {
-        fprintf(stderr, "%s: cannot move %s to %s: %s\n", CMD_NAME, paths[0], p->file, strerror(errno));
+    if (rename(t[k].path, p->file) != 0) {
+        fprintf(stderr, "%s: cannot move %s to %s: %s\n", CMD_NAME, t[k].path, p->file, strerror(errno));
         return;
     }
-    free(paths[0]);
-    paths[0] = strdup(p->file);
+    free(t[k].path);
+    t[k].path = strdup(p->file);
+    if (n > 1)
+        fprintf(stderr, "%s: %d processes were traced: CMD's own in %s, the others beside it\n", CMD_NAME, n, p->file);
 }
 
 int lf_cli_profile(int argc, char **argv)
@@ -340,7 +375,7 @@ int lf_cli_profile(int argc, char **argv)
             return LF_EXIT_FAIL;
         }
         fprintf(stderr, "%s: %s; %s runs untraced\n", CMD_NAME, why, o.cmd[0]);
-        lf_profile_run plain = {o.cmd, NULL, NULL, 0};
+        lf_profile_run plain = {o.cmd, NULL, NULL, 0, 0};
         return lf_profile_exec(&plain);
     }
     out_place p;
@@ -349,21 +384,21 @@ int lf_cli_profile(int argc, char **argv)
     const char *names[16], *values[16];
     int n_set = 0;
     run_env(&o, &p, lib, names, values, &n_set);
-    lf_profile_run r = {o.cmd, names, values, n_set};
+    lf_profile_run r = {o.cmd, names, values, n_set, 0};
     const int status = lf_profile_exec(&r);
-    char **paths = NULL;
+    trace_file *t = NULL;
     int n = 0;
-    read_list(p.list, &paths, &n);
+    read_list(p.list, &t, &n);
     unlink(p.list);
     if (!n)
         fprintf(stderr, "%s: no process of %s started CUDA: nothing was traced\n", CMD_NAME, o.cmd[0]);
     if (n && p.file)
-        place_file(&p, paths, n);
+        place_file(&p, t, n, r.pid);
     for (int i = 0; i < n; i++) {
-        if (paths[i])
-            show(paths[i], o.row_limit);
-        free(paths[i]);
+        if (t[i].path)
+            show(t[i].path, t[i].pid, o.row_limit);
+        free(t[i].path);
     }
-    free(paths);
+    free(t);
     return status;
 }

@@ -21,6 +21,7 @@ typedef struct lf_profile_run {
     const char *const *set_names;
     const char *const *set_values;
     int n_set;
+    int pid; /* set by lf_profile_exec: CMD's process id */
 } lf_profile_run;
 
 /* Note the signal dispositions the tool started with, which CMD gets (call first). */
@@ -28,6 +29,6 @@ void lf_profile_note_signals(void);
 /* Run CMD and wait for it, passing on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent
  * to the tool (a terminal's reach CMD directly). Returns its exit status as a shell gives it:
  * 128 + N when signal N ended it, 127 when it could not be found, 126 when it could not run. */
-int lf_profile_exec(const lf_profile_run *r);
+int lf_profile_exec(lf_profile_run *r);
 
 #endif

@@ -144,7 +144,7 @@ static void start_child(const lf_profile_run *r, int report)
     _exit(e == ENOENT ? 127 : 126);
 }
 
-int lf_profile_exec(const lf_profile_run *r)
+int lf_profile_exec(lf_profile_run *r)
 {
     int report[2];
     if (pipe(report) != 0) {
@@ -169,6 +169,7 @@ int lf_profile_exec(const lf_profile_run *r)
         fprintf(stderr, "linfuse profile: fork: %s\n", strerror(errno));
     } else {
         child_pid = pid;
+        r->pid = (int)pid;
         ssize_t got;
         while ((got = read(report[0], &e, sizeof e)) < 0 && errno == EINTR)
             ;

@@ -49,6 +49,7 @@ static struct {
     int req[2], done[2]; /* a signal's request to the helper, and its answer */
     pthread_mutex_t finish_lock;
     int finished;
+    atomic_int deferred; /* a termination signal put off until the trace is written */
     struct sigaction old[N_SIGNALS];
 } g = {.finish_lock = PTHREAD_MUTEX_INITIALIZER, .req = {-1, -1}, .done = {-1, -1}};
 
@@ -108,11 +109,12 @@ static void read_settings(void)
     }
     const double delay = lf_setting_number_or(LF_SET_PROFILE_DELAY, 0);
     const double duration = lf_setting_number_or(LF_SET_PROFILE_DURATION, 0);
-    /* the window on CUPTI's clock, from when the process started */
+    /* the window on CUPTI's clock: from --delay after the process started (it may start CUDA
+     * later, after its imports: then from then on), for --duration */
     const int64_t now = lfi_cupti_now();
     const int64_t start = now - since_start_ns();
     g.o.lo = delay > 0 ? start + (int64_t)(delay * 1e9) : INT64_MIN;
-    g.o.hi = duration > 0 ? (delay > 0 ? g.o.lo : start) + (int64_t)(duration * 1e9) : -1;
+    g.o.hi = duration > 0 ? (g.o.lo > now ? g.o.lo : now) + (int64_t)(duration * 1e9) : -1;
     g.enable_at_lo = delay > 0 && g.o.lo > now;
     g.to_epoch = clock_ns(CLOCK_REALTIME) - lfi_cupti_now();
     char exe[1024];
@@ -187,7 +189,7 @@ static void write_trace(void)
         return;
     int fd = open(g.list, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
     char line[2500];
-    int len = snprintf(line, sizeof line, "%s\n", path);
+    int len = snprintf(line, sizeof line, "%d %s\n", (int)g.pid, path);
     if (fd < 0 || write(fd, line, (size_t)len) != len) /* one write: lines of processes never mix */
         say("could not list its trace %s in %s", path, g.list);
     if (fd >= 0)
@@ -215,6 +217,8 @@ static void at_exit(void)
 {
     finish();
 }
+
+static void answer_signal(int sig);
 
 /* The helper thread: buffers into records as they come, the GPUs' properties once the driver is
  * up, the window's start and end, and the trace when a signal asks for it. Signals that can be
@@ -248,11 +252,8 @@ static void *helper(void *arg)
                 ;
             lfi_cupti_drain();
         }
-        if (r > 0 && (p[1].revents & POLLIN) && read(p[1].fd, b, 1) == 1) {
-            finish();
-            ssize_t w = write(g.done[1], "d", 1);
-            (void)w;
-        }
+        if (r > 0 && (p[1].revents & POLLIN) && read(p[1].fd, b, 1) == 1)
+            answer_signal((unsigned char)b[0]);
         if (!devices) { /* every 1, 2, 4 ... 500 ms, for a minute at most */
             devices = lfi_cupti_devices();
             waited += wait_ms;
@@ -294,9 +295,14 @@ static void chain(int sig, siginfo_t *info, void *uc)
         raise(sig);
 }
 
-/* A signal that ends the process: the trace first (the helper writes it; this thread waits a
- * minute at most), then the program's own handler or the default. A termination signal the program
- * handles itself is only passed on: it may go on running, and its exit writes the trace. */
+/* A signal that would end the process. A termination signal (TERM, INT, HUP, QUIT) the program
+ * leaves at its default is put off: the handler only asks the helper thread, and returns, so the
+ * thread it interrupted goes on and lets go of what it holds (a CUDA call's locks, which CUPTI's
+ * flush needs); the helper writes the trace and then delivers the signal again, to the default
+ * disposition. A second one meanwhile ends the process at once. A fault (SEGV, BUS, FPE, ILL,
+ * ABRT) cannot be put off: its thread waits for the trace, a minute at most, then the program's
+ * handler or the default runs. A termination signal the program handles itself is only passed
+ * on: it may go on running, and its exit writes the trace. */
 static void on_signal(int sig, siginfo_t *info, void *uc)
 {
     const int saved = errno;
@@ -304,9 +310,16 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
     const int handled =
         o->sa_flags & SA_SIGINFO ? o->sa_sigaction != NULL : o->sa_handler != SIG_DFL && o->sa_handler != SIG_IGN;
     const int fault = sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT;
+    const int helper_ok = g.have_helper && !pthread_equal(pthread_self(), g.helper) && g.req[1] >= 0;
     if (getpid() == g.pid && (fault || !handled) && !g.finished) {
-        if (g.have_helper && !pthread_equal(pthread_self(), g.helper) && g.req[1] >= 0) {
-            ssize_t w = write(g.req[1], "s", 1);
+        if (!fault && helper_ok && !atomic_exchange(&g.deferred, sig)) {
+            const char b = (char)sig;
+            if (write(g.req[1], &b, 1) == 1) {
+                errno = saved;
+                return; /* the helper raises it again once the trace is written */
+            }
+        } else if (fault && helper_ok) {
+            ssize_t w = write(g.req[1], "", 1);
             struct pollfd p = {g.done[0], POLLIN, 0};
             for (int64_t end = clock_ns(CLOCK_MONOTONIC) + (int64_t)SIGNAL_WAIT_MS * 1000000, left;
                  w == 1 && (left = (end - clock_ns(CLOCK_MONOTONIC)) / 1000000) > 0;)
@@ -318,6 +331,20 @@ static void on_signal(int sig, siginfo_t *info, void *uc)
     }
     chain(sig, info, uc);
     errno = saved;
+}
+
+/* The helper's side of a signal's request: the trace, then the signal put off delivered again to
+ * the program's disposition of it (the default), or the faulting thread told it may go on. */
+static void answer_signal(int sig)
+{
+    finish();
+    if (sig > 0 && sig < N_SIGNALS) {
+        sigaction(sig, &g.old[sig], NULL);
+        kill(getpid(), sig);
+        return;
+    }
+    ssize_t w = write(g.done[1], "d", 1);
+    (void)w;
 }
 
 static void hook_signals(void)
