@@ -22,7 +22,7 @@ lf_status lf_cu_status(lf_cu_lib lib, int code, const char *call);
 #define LF_CU_CHECK(lib, call) lf_cu_status(LF_CU_##lib, (int)(call), #call)
 #define LF_CU_TRY(lib, call)   LF_TRY(LF_CU_CHECK(lib, call))
 
-/* --- the backend's state (cuda_backend.c): per GPU, one stream each ---
+/* --- the backend's devices (cuda_device.c): per GPU, one stream each ---
  * A process may drive several GPUs, one thread each (lf_device_select, as cudaSetDevice): every
  * call works on the calling thread's GPU, whose state lf_cuda_cur() returns. A GPU starts (its
  * stream, cuBLASLt handle and workspace) the first time a thread uses it. */
@@ -38,7 +38,8 @@ typedef struct lf_cuda_dev {
 enum { LF_CUDA_WORKSPACE_BYTES = 32 << 20 /* cuBLASLt's Hopper kernels want up to 32 MiB (llm.c) */ };
 
 /* Load the backend once: the driver answers and sees a GPU; 0 (with *why saying why) when not.
- * No GPU is started here: each starts on first use. */
+ * No GPU is started here: each starts on first use. (The table's available then hands the
+ * tensor layer the allocator, cuda_backend.c.) */
 int lf_cuda_available(const char **why);
 /* This thread's GPU, started and current for the thread; NULL (the message set) when it cannot
  * start. Cheap after the thread's first call: one thread-local load. */
@@ -47,6 +48,9 @@ lf_cuda_dev *lf_cuda_cur(void);
  * which GPU is the calling thread's. */
 lf_cuda_dev *lf_cuda_dev_get(int ordinal);
 int lf_cuda_device_count(void);
+/* Make GPU k the calling thread's (started if it was not), and which GPU that is now. */
+lf_status lf_cuda_select(int k);
+int lf_cuda_current(void);
 /* Wait for every GPU this process has started (the profiler's drain). */
 lf_status lf_cuda_synchronize_all(void);
 
