@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""`linfuse profile` on a GPU, against PyTorch's own profiler and linfuse's in-process one
+(tests/gpu/profile_prog.py holds the programs):
+ 1. the blog's MLP in eager and compiled modes, with record_function and NVTX ranges, profiled by
+    torch.profiler and by `linfuse profile --steps 2:4`: the same kernels per step by name and
+    count, device time per step and per kernel within 5%, the "mlp_fwd" range's device time too;
+ 2. `linfuse kernels-mlp` traced from outside: the kernels of its in-process trace, by name, the
+    number of forwards it ran times each;
+ 3. a CUDA graph replay: every node's kernel tied to its cudaGraphLaunch;
+ 4. two torchrun ranks: two rank files that `linfuse trace merge` joins (skipped on one GPU);
+ and the ways a process ends: exit() from a thread, SIGTERM, Ctrl-C in Python, --duration; and
+ --capture-range and --kernels-only.
+usage: tests/gpu/profile_check.py build/linfuse WORKDIR"""
+import collections
+import glob
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profile_prog.py")
+PY = sys.executable
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+checks = fails = 0
+
+
+def check(what, ok, detail=""):
+    global checks, fails
+    checks += 1
+    print("%s: %s%s" % ("ok  " if ok else "FAIL", what, (": " + detail) if detail else ""), flush=True)
+    fails += not ok
+
+
+def sh(args, timeout=600, **kw):
+    t = time.time()
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kw)
+    print("$ %s  (%.1f s, exit %d)" % (" ".join(args)[:160], time.time() - t, p.returncode), flush=True)
+    return p
+
+
+def load(path):
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
+def per_step(trace):
+    """Kernels of each ProfilerStep#N, by their launch (the call with their correlation): name ->
+    (count, total us) over the steps, and the number of steps."""
+    ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    launch = {e["args"]["correlation"]: e["ts"] for e in ev
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    kern = collections.defaultdict(lambda: [0, 0.0])
+    for e in ev:
+        if e.get("cat") != "kernel":
+            continue
+        t = launch.get(e["args"].get("correlation"), e["ts"])
+        if any(a <= t <= b for a, b in steps):
+            kern[e["name"]][0] += 1
+            kern[e["name"]][1] += e["dur"]
+    return kern, len(steps)
+
+
+def within(a, b, tol=0.05):
+    return abs(a - b) <= tol * max(abs(a), abs(b), 1e-9)
+
+
+def profile_run(args, out, cmd, **kw):
+    return sh([BIN, "profile", "--row-limit", "8"] + args + ["-o", out, "--"] + cmd, **kw)
+
+
+def one_trace(path_or_dir):
+    if os.path.isfile(path_or_dir):
+        return path_or_dir
+    found = sorted(glob.glob(os.path.join(path_or_dir, "*.json*")))
+    return found[0] if len(found) == 1 else None
+
+
+def table_row(trace_path, name):
+    p = sh([BIN, "trace", "table", trace_path, "--format", "json", "--row-limit", "-1"])
+    rows = json.loads(p.stdout)["rows"] if p.returncode == 0 else []
+    return next((r for r in rows if r["name"] == name), None)
+
+
+# --- 1. the blog's MLP: torch.profiler against linfuse profile ---
+def check_mlp(mode):
+    torch_json = os.path.join(WORK, "torch_%s.json" % mode)
+    ours_json = os.path.join(WORK, "ours_%s.json" % mode)
+    p = sh([PY, PROG, "mlp", mode, "torch", torch_json])
+    check("mlp %s under torch.profiler" % mode, p.returncode == 0 and os.path.exists(torch_json), p.stderr[-500:])
+    p = profile_run(["--steps", "2:4"], ours_json, [PY, PROG, "mlp", mode, "nvtx"])
+    check("mlp %s under linfuse profile" % mode, p.returncode == 0 and os.path.exists(ours_json), p.stderr[-2000:])
+    if not (os.path.exists(torch_json) and os.path.exists(ours_json)):
+        return
+    print(p.stderr[-3000:])
+    tk, tn = per_step(load(torch_json))
+    ok, on = per_step(load(ours_json))
+    check("mlp %s: 3 steps each" % mode, tn == 3 and on == 3, "torch %d, ours %d" % (tn, on))
+    check("mlp %s: the same kernel names" % mode, set(tk) == set(ok),
+          "only torch: %s; only ours: %s" % (sorted(set(tk) - set(ok))[:3], sorted(set(ok) - set(tk))[:3]))
+    for name in sorted(set(tk) & set(ok)):
+        tc, tt = tk[name][0] / max(tn, 1), tk[name][1] / max(tn, 1)
+        oc, ot = ok[name][0] / max(on, 1), ok[name][1] / max(on, 1)
+        check("mlp %s: %.50s: %g/step, %.2f us (torch %g, %.2f us)" % (mode, name, oc, ot, tc, tt),
+              tc == oc and within(tt, ot))
+    tt = sum(v[1] for v in tk.values()) / max(tn, 1)
+    ot = sum(v[1] for v in ok.values()) / max(on, 1)
+    check("mlp %s: device time per step %.2f us (torch %.2f us) within 5%%" % (mode, ot, tt), within(tt, ot))
+    tr, orow = table_row(torch_json, "mlp_fwd"), table_row(ours_json, "mlp_fwd")
+    check("mlp %s: mlp_fwd's device time in the table (ours %s, torch %s)" % (
+        mode, orow and orow["device_total_us"], tr and tr["device_total_us"]),
+          tr is not None and orow is not None and orow["calls"] == 3 and within(
+              orow["device_total_us"], sum(v[1] for v in ok.values())))
+
+
+# --- 2. kernels-mlp from outside against its own trace ---
+def trace_printed(stdout):
+    paths = [l.split(": ", 1)[1] for l in stdout.splitlines() if l.startswith("trace: ")]
+    return paths[-1] if paths else None
+
+
+def check_kernels_mlp():
+    flags = ["kernels-mlp", "--no-gemm-autotune"]
+    p = sh([BIN] + flags + ["--out", os.path.join(WORK, "inproc")])
+    inproc = trace_printed(p.stdout)
+    check("kernels-mlp in process", p.returncode == 0 and inproc, p.stderr[-500:])
+    out = os.path.join(WORK, "outside")
+    q = profile_run([], out, [BIN] + flags + ["--out", os.path.join(WORK, "inproc2")])
+    ours = one_trace(out)
+    check("kernels-mlp under linfuse profile: one trace", q.returncode == 0 and ours, q.stderr[-2000:])
+    if not (inproc and ours):
+        return
+    k_in, steps = per_step(load(inproc))
+    forwards = 5  # the schedule's wait 1 + warmup 1 + active 3, each one forward
+    whole = collections.Counter(e["name"] for e in load(ours)["traceEvents"] if e.get("cat") == "kernel")
+    for name, (n, _) in sorted(k_in.items()):
+        check("kernels-mlp: %.60s: %d in %d forwards (in process %g a step)" % (name, whole.get(name, 0), forwards,
+                                                                              n / steps),
+              whole.get(name, 0) == forwards * n / steps)
+    extra = set(whole) - set(k_in)
+    print("kernels-mlp: kernels outside the steps only: %s" % (sorted(extra) or "none"))
+
+
+# --- 3. a CUDA graph's node kernels tied to their launch ---
+def check_graph():
+    out = os.path.join(WORK, "graph.json")
+    p = profile_run(["--steps", "0:4"], out, [PY, PROG, "graph"])
+    check("graph replay under linfuse profile", p.returncode == 0 and os.path.exists(out), p.stderr[-2000:])
+    if not os.path.exists(out):
+        return
+    ev = load(out)["traceEvents"]
+    launches = {e["args"]["correlation"]: e for e in ev if e.get("name") == "cudaGraphLaunch"}
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    per = collections.Counter(e["args"].get("correlation") for e in kernels)
+    check("graph: 5 replays, each a cudaGraphLaunch", len(launches) == 5, "%d" % len(launches))
+    check("graph: every kernel tied to a graph launch, with its graph ids",
+          all(e["args"].get("correlation") in launches and "graph id" in e["args"] for e in kernels),
+          "%d kernels" % len(kernels))
+    check("graph: each replay's node kernels (5: 3 GEMMs, gelu, mul)",
+          sorted(per[c] for c in launches) == [5] * 5, str(dict(per)))
+    s = json.loads(sh([BIN, "trace", "summary", out, "--json"]).stdout)["ranks"][0]
+    check("graph: trace summary counts them as graph kernels", s["graph_kernels_per_step"] == 5 and
+          s["kernels_per_step"] == 5, str(s))
+
+
+# --- 4. two torchrun ranks, merged ---
+def check_ranks():
+    import torch
+    if torch.cuda.device_count() < 2:
+        print("ranks: skipped: this machine has %d GPU (two are needed)" % torch.cuda.device_count())
+        return
+    out = os.path.join(WORK, "ranks")
+    p = profile_run([], out, [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", PROG, "dist"])
+    files = sorted(glob.glob(os.path.join(out, "*_rank*.json")))
+    check("torchrun: two rank files", p.returncode == 0 and len(files) == 2, "%s %s" % (files, p.stderr[-1500:]))
+    if len(files) != 2:
+        return
+    merged = os.path.join(WORK, "merged.json")
+    m = sh([BIN, "trace", "merge"] + files + ["-o", merged])
+    s = sh([BIN, "trace", "summary", merged])
+    check("torchrun: trace merge joins them", m.returncode == 0 and s.stdout.count("rank=") == 2, m.stderr + s.stdout)
+
+
+# --- how a process ends, and the filters ---
+def kernels_in(path):
+    return [e for e in load(path)["traceEvents"] if e.get("cat") == "kernel"] if path and os.path.exists(path) else []
+
+
+def check_endings():
+    out = os.path.join(WORK, "exit_thread.json")
+    p = profile_run([], out, [PY, PROG, "exit-thread"])
+    check("exit(3) from a thread: status 3, trace written", p.returncode == 3 and len(kernels_in(out)) >= 10,
+          "exit %d, %d kernels" % (p.returncode, len(kernels_in(out))))
+    for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C in Python)")):
+        out = os.path.join(WORK, "killed_%d.json" % sig)
+        proc = subprocess.Popen([BIN, "profile", "--row-limit", "0", "-o", out, "--", PY, PROG, "loop", "60"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdout.readline()  # "ready"
+        time.sleep(2)
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=120)
+        err = proc.stderr.read()
+        check("%s: status %d, trace written" % (name, rc), rc in (128 + sig, 1) and len(kernels_in(out)) > 10,
+              "%d kernels; %s" % (len(kernels_in(out)), err[-500:]))
+    out = os.path.join(WORK, "duration.json")
+    t = time.time()
+    p = profile_run(["--duration", "3"], out, [PY, PROG, "loop", "12"])
+    k = kernels_in(out)
+    span = (max(e["ts"] + e["dur"] for e in k) - min(e["ts"] for e in k)) / 1e6 if k else 0
+    check("--duration 3: the trace stops, the program runs on (%.1f s of kernels, %.0f s run)" % (span, time.time() - t),
+          p.returncode == 0 and k and span < 3.5)
+    out = os.path.join(WORK, "capture.json")
+    p = profile_run(["--capture-range", "mlp_fwd"], out, [PY, PROG, "mlp", "eager", "nvtx"])
+    ev = [e for e in load(out)["traceEvents"] if e.get("ph") == "X"] if os.path.exists(out) else []
+    names = collections.Counter(e["name"] for e in ev if e.get("cat") == "user_annotation")
+    kernels = sum(e.get("cat") == "kernel" for e in ev)
+    check("--capture-range mlp_fwd: its 5 forwards' 25 kernels, no step ranges", p.returncode == 0 and
+          kernels == 25 and names == {"mlp_fwd": 5}, "%d kernels, ranges %s" % (kernels, dict(names)))
+    out = os.path.join(WORK, "kernels_only.json")
+    p = profile_run(["--kernels-only"], out, [PY, PROG, "mlp", "eager", "nvtx"])
+    ev = [e for e in load(out)["traceEvents"] if e.get("ph") == "X"] if os.path.exists(out) else []
+    cats = collections.Counter(e.get("cat") for e in ev)
+    check("--kernels-only: kernels and ranges, no calls", p.returncode == 0 and cats["kernel"] >= 40 and
+          cats["cuda_runtime"] == 0 and cats["cuda_driver"] == 0 and cats["user_annotation"] >= 10, str(dict(cats)))
+
+
+def main():
+    subprocess.run(["nvidia-smi", "-L"])
+    check_mlp("eager")
+    check_mlp("compile")
+    check_kernels_mlp()
+    check_graph()
+    check_ranks()
+    check_endings()
+    print("profile_check: %d checks, %d failed" % (checks, fails))
+    sys.exit(1 if fails else 0)
+
+
+main()
