@@ -32,7 +32,7 @@ build:
 # host compiler either way: the gcc build has compiled them once). Then ThreadSanitizer on the
 # tests that run threads.
 space := $(subst ,, )
-TSAN_TESTS := test_threads test_profiler test_ops test_compile
+TSAN_TESTS := test_threads test_profiler test_ops test_compile test_inject
 test:
 	@scripts/deps.sh test
 	CC=gcc cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
@@ -59,6 +59,9 @@ test-gpu:
 	@if python3 -c 'import torch, transformers, safetensors' 2>/dev/null; then \
 		tests/gpu/hf_mlp_check.py ./$(BUILD)/linfuse $(BUILD)/hf-check; \
 	else echo 'hf_mlp_check: skipped (needs torch, transformers and safetensors)'; fi
+	@if python3 -c 'import torch' 2>/dev/null; then \
+		tests/gpu/profile_check.py ./$(BUILD)/linfuse $(BUILD)/profile-check; \
+	else echo 'profile_check: skipped (needs torch)'; fi
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
