@@ -3,7 +3,7 @@
 #ifndef LF_CLI_EXP_MODELS_H
 #define LF_CLI_EXP_MODELS_H
 
-#include "cli/experiments.h"
+#include "cli/exp_cfg.h"
 
 typedef struct model {
     lf_tensor *x, *w, *b; /* x: the input; w, b: matmul-add's operands */
@@ -19,6 +19,9 @@ void exp_model_free(model *m);
 typedef struct exp_memory {
     double params, input, work;
 } exp_memory;
+
+/* The MLP an experiment runs: random at its sizes, or its --weights layer (dims from the file). */
+lf_status lf_exp_build_mlp(const exp_cfg *c, lf_rng *rng, lf_nn_gated_mlp *m);
 
 /* Per model: build it (weights, input), run one forward, print its shape, estimate its memory. */
 lf_status exp_build_matmul_add(const exp_cfg *c, lf_rng *rng, model *m);

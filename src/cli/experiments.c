@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/exp_models.h"
 #include "cli/experiments.h"
+#include "cli/tp_run.h"
 #include "linfuse/io.h"
 #include "linfuse/trace.h"
 
@@ -30,10 +31,42 @@ enum {
 };
 
 enum opt_id {
-    O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
-    O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
-    O_NO_ACT_EPILOGUE, O_GATED, O_FP8, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
-    O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_NO_GEMM_AUTOTUNE, O_COUNT
+    O_SIZE,
+    O_BATCHED,
+    O_WARM,
+    O_BATCH,
+    O_IN_DIM,
+    O_OUT_DIM,
+    O_NO_BIAS,
+    O_SEQ,
+    O_DIM,
+    O_HIDDEN,
+    O_VARIANT,
+    O_COMPILE,
+    O_NO_CUDA_GRAPH,
+    O_COMPILE_VERBOSE,
+    O_NO_FOLD_VIEWS,
+    O_NO_BIAS_EPILOGUE,
+    O_NO_POINTWISE_FUSION,
+    O_NO_ACT_EPILOGUE,
+    O_GATED,
+    O_FP8,
+    O_DEVICE,
+    O_DTYPE,
+    O_OUT,
+    O_WAIT,
+    O_WARMUP_STEPS,
+    O_ACTIVE,
+    O_REPEAT,
+    O_ROW_LIMIT,
+    O_THREADS,
+    O_TP,
+    O_CHUNKS,
+    O_WEIGHTS,
+    O_PREFIX,
+    O_ACT,
+    O_NO_GEMM_AUTOTUNE,
+    O_COUNT
 };
 
 typedef struct flag_def {
@@ -53,25 +86,38 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"seq", 1, O_SEQ, 0}, T_MLP, "--seq N", "sequence length (128)"},
     {{"dim", 1, O_DIM, 0}, T_MLP, "--dim N", "model dimension (768)"},
     {{"hidden", 1, O_HIDDEN, 0}, T_MLP, "--hidden N", "hidden dimension (3072)"},
-    {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated|fp8",
+    {{"variant", 1, O_VARIANT, 0},
+     T_VARIANT,
+     "--variant fused|gated|fp8",
      "fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels); gated: one gated GEMM over "
      "[Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down (two; where the device has no gated kernel for "
      "the shape, the trace says why and a GEMM plus the fused kernel run); fp8: weights quantized once (gate and "
      "up per channel, down in 128 x 128 blocks), x per token, the gated GEMM in FP8 writing h in e4m3 with 1 x 128 "
      "block scales, down in FP8 (three kernels; where the device has no FP8 GEMM, the trace says why and gated "
      "runs)"},
-    {{"compile", 0, O_COMPILE, 0}, T_COMPILE, "--compile",
+    {{"compile", 0, O_COMPILE, 0},
+     T_COMPILE,
+     "--compile",
      "capture one forward, fuse, replay a plan (on CUDA one graph launch); the flags below need it"},
     {{"no-cuda-graph", 0, O_NO_CUDA_GRAPH, 0}, T_COMPILE, "--no-cuda-graph", "launch the plan kernel by kernel"},
-    {{"compile-verbose", 0, O_COMPILE_VERBOSE, 0}, T_COMPILE, "--compile-verbose",
+    {{"compile-verbose", 0, O_COMPILE_VERBOSE, 0},
+     T_COMPILE,
+     "--compile-verbose",
      "print the plan, each pass and generated kernels' paths"},
     {{"no-fold-views", 0, O_NO_FOLD_VIEWS, 0}, T_COMPILE, "--no-fold-views", "keep view ops in the plan"},
-    {{"no-bias-epilogue", 0, O_NO_BIAS_EPILOGUE, 0}, T_COMPILE, "--no-bias-epilogue", "add the bias in a kernel of its own"},
-    {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0}, T_COMPILE, "--no-pointwise-fusion",
+    {{"no-bias-epilogue", 0, O_NO_BIAS_EPILOGUE, 0},
+     T_COMPILE,
+     "--no-bias-epilogue",
+     "add the bias in a kernel of its own"},
+    {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0},
+     T_COMPILE,
+     "--no-pointwise-fusion",
      "one kernel per pointwise op"},
     {{"no-act-epilogue", 0, O_NO_ACT_EPILOGUE, 0}, T_COMPILE, "--no-act-epilogue", "activations not folded into GEMMs"},
     {{"gated", 0, O_GATED, 0}, T_GATE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
-    {{"fp8", 0, O_FP8, 0}, T_GATE, "--fp8",
+    {{"fp8", 0, O_FP8, 0},
+     T_GATE,
+     "--fp8",
      "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
      "compile time; down stays bf16); elsewhere the plan says why"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
@@ -80,23 +126,37 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"wait", 1, O_WAIT, 0}, 0, "--wait N", "schedule: steps skipped at the start of a window (1)"},
     {{"warmup-steps", 1, O_WARMUP_STEPS, 0}, 0, "--warmup-steps N", "schedule: steps run traced but discarded (1)"},
     {{"active", 1, O_ACTIVE, 0}, 0, "--active N", "schedule: steps kept in a window's trace (3)"},
-    {{"repeat", 1, O_REPEAT, 0}, 0, "--repeat N",
+    {{"repeat", 1, O_REPEAT, 0},
+     0,
+     "--repeat N",
      "schedule: windows to record, 1 to 16 (1); each window's trace and table are written"},
     {{"row-limit", 1, O_ROW_LIMIT, 0}, 0, "--row-limit N", "table rows printed (25)"},
-    {{"threads", 1, O_THREADS, 0}, 0, "--threads N",
+    {{"threads", 1, O_THREADS, 0},
+     0,
+     "--threads N",
      "CPU threads (default: OMP_NUM_THREADS when set, else one per core)"},
-    {{"tp", 1, O_TP, 0}, T_MLP, "--tp N",
+    {{"tp", 1, O_TP, 0},
+     T_MLP,
+     "--tp N",
      "tensor parallel over N GPUs (Megatron's split, NCCL): one thread per GPU, or under torchrun one process "
      "per GPU (N = WORLD_SIZE); each rank writes <file>_rank<R>.json"},
-    {{"weights", 1, O_WEIGHTS, 0}, T_MLP, "--weights FILE|DIR",
+    {{"weights", 1, O_WEIGHTS, 0},
+     T_MLP,
+     "--weights FILE|DIR",
      "a real layer from a Hugging Face checkpoint (safetensors file, index or directory): dim and hidden from it"},
     {{"prefix", 1, O_PREFIX, 0}, T_MLP, "--prefix NAME", "the layer's names in it (model.layers.0.mlp)"},
-    {{"act", 1, O_ACT, 0}, T_MLP, "--act silu|gelu_tanh|gelu",
+    {{"act", 1, O_ACT, 0},
+     T_MLP,
+     "--act silu|gelu_tanh|gelu",
      "the activation: SwiGLU's silu, GeGLU's gelu_tanh (default; with --weights the config.json's)"},
-    {{"no-gemm-autotune", 0, O_NO_GEMM_AUTOTUNE, 0}, 0, "--no-gemm-autotune",
+    {{"no-gemm-autotune", 0, O_NO_GEMM_AUTOTUNE, 0},
+     0,
+     "--no-gemm-autotune",
      "on a GPU, take cuBLASLt's first choice for each GEMM instead of the fastest of its candidates as timed "
      "once and cached on disk (also LINFUSE_GEMM_AUTOTUNE=0)"},
-    {{"chunks", 1, O_CHUNKS, 0}, T_MLP, "--chunks N",
+    {{"chunks", 1, O_CHUNKS, 0},
+     T_MLP,
+     "--chunks N",
      "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
 
@@ -115,13 +175,13 @@ typedef struct exp_def {
 } exp_def;
 
 static const exp_def exps[EXP_COUNT] = {
-    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
-                        0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add, exp_forward_matmul_add},
+    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled",
+                        T_SIZE | T_COMPILE, 0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add,
+                        exp_forward_matmul_add},
     [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
                     exp_shape_linear, exp_memory_linear, exp_build_linear, exp_forward_linear},
     [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled",
-                        T_MLP | T_COMPILE | T_GATE, 64,
-                        exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
+                        T_MLP | T_COMPILE | T_GATE, 64, exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
     /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
     [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
                          "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
@@ -171,8 +231,9 @@ void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)
 
 static void usage(FILE *f, exp_kind k)
 {
-    fprintf(f, "usage: linfuse %s [flags]\n%s. The defaults are the blog's sizes; each recorded window's trace\n"
-               "and table are written to DIR/%s/.\n",
+    fprintf(f,
+            "usage: linfuse %s [flags]\n%s. The defaults are the blog's sizes; each recorded window's trace\n"
+            "and table are written to DIR/%s/.\n",
             exps[k].name, exps[k].what, exps[k].name);
     for (int i = 0; i < O_COUNT; i++)
         if (takes(k, &flag_defs[i])) {
@@ -239,7 +300,9 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
     while ((id = lf_cli_next(&a, &v)) != LF_CLI_END) {
         int ok = 1;
         switch (id) {
-        case LF_CLI_HELP: usage(stdout, k); return -1;
+        case LF_CLI_HELP:
+            usage(stdout, k);
+            return -1;
         case LF_CLI_BAD:
             other_commands(k, a.bad);
             usage(stderr, k);
@@ -247,16 +310,36 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         case LF_CLI_WORD:
             fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
-        case O_SIZE: ok = lf_cli_int(cmd, "--size", v, 1, big, &c->size); break;
-        case O_BATCHED: c->batched = 1; break;
-        case O_WARM: c->warm = 1; break;
-        case O_BATCH: ok = lf_cli_int(cmd, "--batch", v, 1, big, &c->batch); break;
-        case O_IN_DIM: ok = lf_cli_int(cmd, "--in-dim", v, 1, big, &c->in_dim); break;
-        case O_OUT_DIM: ok = lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim); break;
-        case O_NO_BIAS: c->no_bias = 1; break;
-        case O_SEQ: ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq); break;
-        case O_DIM: ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim), dims_given = 1; break;
-        case O_HIDDEN: ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden), dims_given = 1; break;
+        case O_SIZE:
+            ok = lf_cli_int(cmd, "--size", v, 1, big, &c->size);
+            break;
+        case O_BATCHED:
+            c->batched = 1;
+            break;
+        case O_WARM:
+            c->warm = 1;
+            break;
+        case O_BATCH:
+            ok = lf_cli_int(cmd, "--batch", v, 1, big, &c->batch);
+            break;
+        case O_IN_DIM:
+            ok = lf_cli_int(cmd, "--in-dim", v, 1, big, &c->in_dim);
+            break;
+        case O_OUT_DIM:
+            ok = lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim);
+            break;
+        case O_NO_BIAS:
+            c->no_bias = 1;
+            break;
+        case O_SEQ:
+            ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq);
+            break;
+        case O_DIM:
+            ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim), dims_given = 1;
+            break;
+        case O_HIDDEN:
+            ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden), dims_given = 1;
+            break;
         case O_VARIANT: {
             const int pv = lf_mlp_variant_parse(v);
             if (pv != LF_MLP_FUSED && pv != LF_MLP_GATED && pv != LF_MLP_FP8) {
@@ -266,15 +349,33 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             c->variant = (lf_mlp_variant)pv;
             break;
         }
-        case O_COMPILE: c->compile = 1; break;
-        case O_NO_CUDA_GRAPH: c->no_cuda_graph = compile_flag = 1; break;
-        case O_COMPILE_VERBOSE: c->compile_verbose = compile_flag = 1; break;
-        case O_NO_FOLD_VIEWS: c->passes &= ~(unsigned)LF_PASS_FOLD_VIEWS, compile_flag = 1; break;
-        case O_NO_BIAS_EPILOGUE: c->passes &= ~(unsigned)LF_PASS_BIAS_EPILOGUE, compile_flag = 1; break;
-        case O_NO_POINTWISE_FUSION: c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION, compile_flag = 1; break;
-        case O_NO_ACT_EPILOGUE: c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE, compile_flag = 1; break;
-        case O_GATED: c->passes |= LF_PASS_GATED_GEMM, compile_flag = 1; break;
-        case O_FP8: c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8, compile_flag = 1; break;
+        case O_COMPILE:
+            c->compile = 1;
+            break;
+        case O_NO_CUDA_GRAPH:
+            c->no_cuda_graph = compile_flag = 1;
+            break;
+        case O_COMPILE_VERBOSE:
+            c->compile_verbose = compile_flag = 1;
+            break;
+        case O_NO_FOLD_VIEWS:
+            c->passes &= ~(unsigned)LF_PASS_FOLD_VIEWS, compile_flag = 1;
+            break;
+        case O_NO_BIAS_EPILOGUE:
+            c->passes &= ~(unsigned)LF_PASS_BIAS_EPILOGUE, compile_flag = 1;
+            break;
+        case O_NO_POINTWISE_FUSION:
+            c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION, compile_flag = 1;
+            break;
+        case O_NO_ACT_EPILOGUE:
+            c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE, compile_flag = 1;
+            break;
+        case O_GATED:
+            c->passes |= LF_PASS_GATED_GEMM, compile_flag = 1;
+            break;
+        case O_FP8:
+            c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8, compile_flag = 1;
+            break;
         case O_DEVICE:
             if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
                 fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
@@ -295,31 +396,56 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             }
             c->out_dir = v;
             break;
-        case O_WAIT: ok = lf_cli_int(cmd, "--wait", v, 0, 1000, &x), c->sched.wait = (int)x; break;
-        case O_WARMUP_STEPS: ok = lf_cli_int(cmd, "--warmup-steps", v, 0, 1000, &x), c->sched.warmup = (int)x; break;
-        case O_ACTIVE: ok = lf_cli_int(cmd, "--active", v, 1, 1000, &x), c->sched.active = (int)x; break;
+        case O_WAIT:
+            ok = lf_cli_int(cmd, "--wait", v, 0, 1000, &x), c->sched.wait = (int)x;
+            break;
+        case O_WARMUP_STEPS:
+            ok = lf_cli_int(cmd, "--warmup-steps", v, 0, 1000, &x), c->sched.warmup = (int)x;
+            break;
+        case O_ACTIVE:
+            ok = lf_cli_int(cmd, "--active", v, 1, 1000, &x), c->sched.active = (int)x;
+            break;
         /* the library's schedule takes repeat 0 as "forever"; a command must end, so it takes 1..16 */
-        case O_REPEAT: ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x; break;
-        case O_ROW_LIMIT: ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x; break;
-        case O_THREADS: ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x; break;
-        case O_TP: ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x; break;
-        case O_CHUNKS: ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x; break;
-        case O_WEIGHTS: c->weights = v; break;
-        case O_NO_GEMM_AUTOTUNE: lf_gemm_autotune_set(0); break;
-        case O_PREFIX: c->prefix = v; break;
+        case O_REPEAT:
+            ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x;
+            break;
+        case O_ROW_LIMIT:
+            ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x;
+            break;
+        case O_THREADS:
+            ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x;
+            break;
+        case O_TP:
+            ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x;
+            break;
+        case O_CHUNKS:
+            ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x;
+            break;
+        case O_WEIGHTS:
+            c->weights = v;
+            break;
+        case O_NO_GEMM_AUTOTUNE:
+            lf_gemm_autotune_set(0);
+            break;
+        case O_PREFIX:
+            c->prefix = v;
+            break;
         case O_ACT:
             if (lf_cli_act(cmd, v, &c->act) != LF_EXIT_OK)
                 return LF_EXIT_USAGE;
             act_given = 1;
             break;
-        default: ok = 0; break;
+        default:
+            ok = 0;
+            break;
         }
         if (!ok)
             return LF_EXIT_USAGE;
     }
     if (c->weights || c->prefix) { /* a real layer: its sizes and activation come with it */
         if (!c->weights || !c->prefix || dims_given) {
-            fprintf(stderr, "%s: --weights and --prefix go together, and the layer's sizes come from it (no --dim, --hidden)\n",
+            fprintf(stderr,
+                    "%s: --weights and --prefix go together, and the layer's sizes come from it (no --dim, --hidden)\n",
                     cmd);
             return LF_EXIT_USAGE;
         }
@@ -480,11 +606,11 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
     char shape[96], base[4400];
     lf_exp_shape(c, shape, sizeof shape);
     /* the mode says how the forward ran: eager, kernels (the hand-fused middle) or gated */
-    const char *mode = c->compile                      ? "compile"
+    const char *mode = c->compile                           ? "compile"
                        : !(exps[c->kind].takes & T_VARIANT) ? "eager"
-                       : c->variant == LF_MLP_GATED     ? "gated"
-                       : c->variant == LF_MLP_FP8       ? "fp8"
-                                                        : "kernels";
+                       : c->variant == LF_MLP_GATED         ? "gated"
+                       : c->variant == LF_MLP_FP8           ? "fp8"
+                                                            : "kernels";
     if (!c->compile && c->variant == LF_MLP_FP8 && (exps[c->kind].takes & T_VARIANT) &&
         lf_fp8_supported(c->device) != LF_OK) { /* the files are named by what ran, and the reason said whole */
         fprintf(stderr, "linfuse %s: --variant fp8: %s; the gated %s forward runs instead\n", name, lf_last_error(),

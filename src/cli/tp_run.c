@@ -14,7 +14,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/experiments.h"
+#include "cli/exp_models.h"
+#include "cli/tp_run.h"
 #include "linfuse/dist.h"
 #include "linfuse/io.h"
 #include "linfuse/trace.h"
