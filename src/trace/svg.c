@@ -141,11 +141,47 @@ lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn)
                    step, (long long)lo, (long long)hi, step >= lo && step <= hi ? " (not every number between)" : "");
 }
 
-int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone)
+/* One drawing: the window [lo, hi] in ns, its title, the events in it as items in lanes. */
+typedef struct drawing {
+    const lf_trace *t;
+    FILE *f;
+    int64_t lo, hi;
+    const char *title;
+    item *it; /* the window's events, by start */
+    int64_t ni;
+    lane *ln; /* host lanes, then device lanes, at most 64 */
+    int nl;
+    double bottom; /* below the last lane */
+    double span, plot;
+} drawing;
+
+/* The page's x for time ns. */
+static double x_of(const drawing *d, double ns)
 {
-    /* the window: the step's range, the first at its number (a merged trace has one per rank) */
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    const char *title = "whole trace";
+    return LEFT + (ns - (double)d->lo) / d->span * d->plot;
+}
+
+/* The end of the step [lo, hi] widened so that the device work launched in it, which often runs
+ * after the host has moved on, is drawn whole. */
+static int64_t step_end(const lf_trace *t, int64_t lo, int64_t hi)
+{
+    int64_t *when = lf_trace_launch_times(t);
+    int64_t end = hi;
+    for (int64_t i = 0; when && i < t->n; i++)
+        if (lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_GPU_ANNOTATION && when[i] >= lo &&
+            when[i] <= hi && t->ev[i].ts_ns + t->ev[i].dur_ns > end)
+            end = t->ev[i].ts_ns + t->ev[i].dur_ns;
+    free(when);
+    return end;
+}
+
+/* The window: step's range, the first at its number (a merged trace has one per rank), or the
+ * first step with step < 0, or the whole trace when it has none; 0, -1 out of memory, -2 no
+ * such step. */
+static int pick_window(drawing *d, int step)
+{
+    const lf_trace *t = d->t;
+    d->lo = INT64_MAX, d->hi = INT64_MIN, d->title = "whole trace";
     int64_t *steps = malloc((size_t)(t->n + 1) * sizeof *steps), ns = 0, pick = -1;
     if (!steps)
         return -1;
@@ -156,87 +192,87 @@ int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, in
     for (int64_t k = 0; k < ns && pick < 0; k++)
         if (step < 0 || lf_trace_step_number(&t->ev[steps[k]]) == step)
             pick = steps[k];
-    if (pick < 0 && step >= 0) {
-        free(steps);
+    free(steps);
+    if (pick < 0 && step >= 0)
         return -2;
-    }
     if (pick >= 0) {
         const lf_trace_event *s = &t->ev[pick];
-        lo = s->ts_ns, hi = s->ts_ns + s->dur_ns, title = s->name;
-        /* device work launched in the step often runs after the host has moved on: widen the
-         * window so the step's kernels are drawn whole */
-        int64_t *when = lf_trace_launch_times(t);
-        int64_t end = hi;
-        for (int64_t i = 0; when && i < t->n; i++)
-            if (lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_GPU_ANNOTATION && when[i] >= lo &&
-                when[i] <= hi && t->ev[i].ts_ns + t->ev[i].dur_ns > end)
-                end = t->ev[i].ts_ns + t->ev[i].dur_ns;
-        free(when);
-        hi = end;
+        d->lo = s->ts_ns, d->hi = s->ts_ns + s->dur_ns, d->title = s->name;
+        d->hi = step_end(t, d->lo, d->hi);
     } else {
         for (int64_t i = 0; i < t->n; i++)
             if (t->ev[i].dur_ns >= 0 && t->ev[i].cat != LF_TC_OTHER) {
-                lo = t->ev[i].ts_ns < lo ? t->ev[i].ts_ns : lo;
-                hi = t->ev[i].ts_ns + t->ev[i].dur_ns > hi ? t->ev[i].ts_ns + t->ev[i].dur_ns : hi;
+                d->lo = t->ev[i].ts_ns < d->lo ? t->ev[i].ts_ns : d->lo;
+                d->hi = t->ev[i].ts_ns + t->ev[i].dur_ns > d->hi ? t->ev[i].ts_ns + t->ev[i].dur_ns : d->hi;
             }
     }
-    free(steps);
-    if (lo > hi) /* nothing to draw: an empty window at 0 (found by the fuzzer) */
-        lo = hi = 0;
-    if (hi <= lo)
-        hi = lo + 1;
-    /* the items in the window, grouped into lanes, nested into rows */
-    item *it = malloc((size_t)(t->n + 1) * sizeof *it);
-    lane *ln = calloc(64, sizeof *ln);
-    int64_t ni = 0;
-    int nl = 0;
-    if (!it || !ln) {
-        free(it), free(ln);
-        return -1;
-    }
+    if (d->lo > d->hi) /* nothing to draw: an empty window at 0 (found by the fuzzer) */
+        d->lo = d->hi = 0;
+    if (d->hi <= d->lo)
+        d->hi = d->lo + 1;
+    return 0;
+}
+
+/* The items in the window, grouped into lanes (a host thread's, or a device stream's), by start. */
+static void collect_items(drawing *d)
+{
+    const lf_trace *t = d->t;
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_event *e = &t->ev[i];
         if (e->dur_ns < 0 || e->cat == LF_TC_OTHER || e->cat == LF_TC_MEMORY || e->cat == LF_TC_OVERHEAD ||
-            e->cat == LF_TC_GPU_ANNOTATION || e->ts_ns + e->dur_ns < lo || e->ts_ns > hi)
+            e->cat == LF_TC_GPU_ANNOTATION || e->ts_ns + e->dur_ns < d->lo || e->ts_ns > d->hi)
             continue;
         int dev = lf_trace_cat_is_device(e->cat), l;
-        for (l = 0; l < nl; l++)
-            if (ln[l].pid == e->pid && ln[l].tid == e->tid && ln[l].device == dev)
+        for (l = 0; l < d->nl; l++)
+            if (d->ln[l].pid == e->pid && d->ln[l].tid == e->tid && d->ln[l].device == dev)
                 break;
-        if (l == nl) {
-            if (nl == 64)
+        if (l == d->nl) {
+            if (d->nl == 64)
                 continue; /* more lanes than a page can show */
-            ln[nl++] = (lane){e->pid, e->tid, dev, 1, 0};
+            d->ln[d->nl++] = (lane){e->pid, e->tid, dev, 1, 0};
         }
-        it[ni++] = (item){i, l, 0};
+        d->it[d->ni++] = (item){i, l, 0};
     }
-    qsort_r(it, (size_t)ni, sizeof *it, by_start, (void *)t);
-    for (int l = 0; l < nl; l++) { /* rows: depth in each lane's nesting */
+    qsort_r(d->it, (size_t)d->ni, sizeof *d->it, by_start, (void *)t);
+}
+
+/* Each item's row: its depth in its host lane's nesting (device lanes have one row); then the
+ * lanes placed down the page, host lanes first. */
+static void place_rows(drawing *d)
+{
+    for (int l = 0; l < d->nl; l++) {
         int64_t stack_end[64];
         int depth = 0;
-        for (int64_t k = 0; k < ni; k++) {
-            if (it[k].lane != l)
+        for (int64_t k = 0; k < d->ni; k++) {
+            if (d->it[k].lane != l)
                 continue;
-            const lf_trace_event *e = &t->ev[it[k].i];
+            const lf_trace_event *e = &d->t->ev[d->it[k].i];
             while (depth > 0 && e->ts_ns >= stack_end[depth - 1])
                 depth--;
-            it[k].row = ln[l].device ? 0 : depth;
-            if (!ln[l].device && depth < 63)
+            d->it[k].row = d->ln[l].device ? 0 : depth;
+            if (!d->ln[l].device && depth < 63)
                 stack_end[depth++] = e->ts_ns + e->dur_ns;
-            if (it[k].row + 1 > ln[l].depth)
-                ln[l].depth = it[k].row + 1;
+            if (d->it[k].row + 1 > d->ln[l].depth)
+                d->ln[l].depth = d->it[k].row + 1;
         }
     }
-    /* host lanes first, then device lanes */
     double y = TOP;
     for (int pass = 0; pass < 2; pass++)
-        for (int l = 0; l < nl; l++)
-            if (ln[l].device == pass) {
-                ln[l].y = y;
-                y += ln[l].depth * ROW + LANE_GAP;
+        for (int l = 0; l < d->nl; l++)
+            if (d->ln[l].device == pass) {
+                d->ln[l].y = y;
+                y += d->ln[l].depth * ROW + LANE_GAP;
             }
-    const double height = y + 40, span = (double)(hi - lo), plot = WIDTH - LEFT - RIGHT;
-#define X(ns_) (LEFT + ((double)(ns_) - (double)lo) / span * plot)
+    d->bottom = y;
+    d->span = (double)(d->hi - d->lo);
+    d->plot = WIDTH - LEFT - RIGHT;
+}
+
+/* The SVG's start, the title and the trace's name. */
+static void put_header(const drawing *d, const char *path, int standalone)
+{
+    FILE *f = d->f;
+    const double height = d->bottom + 40;
     if (standalone)
         fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f,
@@ -248,16 +284,22 @@ int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, in
                "</marker></defs>\n");
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">");
-    xml_text(f, title, 80);
+    xml_text(f, d->title, 80);
     fprintf(f, " \xe2\x80\x94 ");
-    put_time(f, span);
+    put_time(f, d->span);
     fprintf(f, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">");
-    xml_text(f, t->meta.trace_name ? t->meta.trace_name : path, 160);
+    xml_text(f, d->t->meta.trace_name ? d->t->meta.trace_name : path, 160);
     fprintf(f, "</text>\n");
-    /* time axis with grid lines */
-    double st = tick_step(span);
-    for (double tk = 0; tk <= span + 1e-9; tk += st) {
-        double x = X(lo + tk);
+}
+
+/* The time axis with grid lines, and each lane's name. */
+static void put_axis_and_lanes(const drawing *d)
+{
+    FILE *f = d->f;
+    const lf_trace *t = d->t;
+    const double y = d->bottom, st = tick_step(d->span);
+    for (double tk = 0; tk <= d->span + 1e-9; tk += st) {
+        double x = x_of(d, (double)d->lo + tk);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#eee\"/>\n", x, TOP - 4, x, y);
         fprintf(f, "<text class=\"tick\" x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\" fill=\"#555\">", x, y + 16);
         put_time(f, tk);
@@ -265,24 +307,30 @@ int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, in
     }
     fprintf(f, "<line x1=\"%d\" y1=\"%.0f\" x2=\"%d\" y2=\"%.0f\" stroke=\"#555\"/>\n", LEFT, y + 2, WIDTH - RIGHT,
             y + 2);
-    /* lane labels */
-    for (int l = 0; l < nl; l++) {
-        fprintf(f, "<text class=\"lane\" x=\"10\" y=\"%.0f\" font-weight=\"bold\">", ln[l].y + 15);
+    for (int l = 0; l < d->nl; l++) {
+        const lane *ln = &d->ln[l];
+        fprintf(f, "<text class=\"lane\" x=\"10\" y=\"%.0f\" font-weight=\"bold\">", ln->y + 15);
         const char *nm = NULL;
         for (int64_t k = 0; k < t->n_tracks && !nm; k++)
-            if (t->tracks[k].pid == ln[l].pid && t->tracks[k].tid == ln[l].tid)
+            if (t->tracks[k].pid == ln->pid && t->tracks[k].tid == ln->tid)
                 nm = t->tracks[k].name;
         char fallback[64];
-        snprintf(fallback, sizeof fallback, "%s %lld/%lld", ln[l].device ? "device" : "thread", (long long)ln[l].pid,
-                 (long long)ln[l].tid);
+        snprintf(fallback, sizeof fallback, "%s %lld/%lld", ln->device ? "device" : "thread", (long long)ln->pid,
+                 (long long)ln->tid);
         xml_text(f, nm ? nm : fallback, 30);
         fprintf(f, "</text>\n");
     }
-    /* slices */
-    for (int64_t k = 0; k < ni; k++) {
-        const lf_trace_event *e = &t->ev[it[k].i];
-        int64_t a = e->ts_ns < lo ? lo : e->ts_ns, b = e->ts_ns + e->dur_ns > hi ? hi : e->ts_ns + e->dur_ns;
-        double x0 = X(a), w = X(b) - x0, ry = ln[it[k].lane].y + it[k].row * ROW;
+}
+
+/* Every item as a box with its name (whole in its tooltip). */
+static void put_slices(const drawing *d)
+{
+    FILE *f = d->f;
+    for (int64_t k = 0; k < d->ni; k++) {
+        const lf_trace_event *e = &d->t->ev[d->it[k].i];
+        int64_t a = e->ts_ns < d->lo ? d->lo : e->ts_ns;
+        int64_t b = e->ts_ns + e->dur_ns > d->hi ? d->hi : e->ts_ns + e->dur_ns;
+        double x0 = x_of(d, (double)a), w = x_of(d, (double)b) - x0, ry = d->ln[d->it[k].lane].y + d->it[k].row * ROW;
         if (w < 1)
             w = 1;
         fprintf(f, "<g class=\"%s\"><title>", lf_trace_cat_name(e->cat));
@@ -301,26 +349,49 @@ int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, in
         }
         fprintf(f, "</g>\n");
     }
-    /* flow arrows: from the launching lane to the device slice */
-    for (int64_t k = 0; k < ni; k++) {
-        const lf_trace_event *e = &t->ev[it[k].i];
+}
+
+/* Flow arrows: from the launching host lane down to each device slice. */
+static void put_flows(const drawing *d)
+{
+    for (int64_t k = 0; k < d->ni; k++) {
+        const lf_trace_event *e = &d->t->ev[d->it[k].i];
         if (!lf_trace_cat_is_device(e->cat) || e->flow_pid < 0)
             continue;
         int hl = -1;
-        for (int l = 0; l < nl && hl < 0; l++)
-            if (!ln[l].device && ln[l].pid == e->flow_pid && ln[l].tid == e->flow_tid)
+        for (int l = 0; l < d->nl && hl < 0; l++)
+            if (!d->ln[l].device && d->ln[l].pid == e->flow_pid && d->ln[l].tid == e->flow_tid)
                 hl = l;
         if (hl < 0)
             continue;
-        double x = X(e->ts_ns), y0 = ln[hl].y + ln[hl].depth * ROW - 3, y1 = ln[it[k].lane].y;
-        fprintf(f,
+        double x = x_of(d, (double)e->ts_ns), y0 = d->ln[hl].y + d->ln[hl].depth * ROW - 3, y1 = d->ln[d->it[k].lane].y;
+        fprintf(d->f,
                 "<line class=\"flow\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\" "
                 "stroke-width=\"1\" marker-end=\"url(#arrow)\"/>\n",
                 x, y0, x, y1 - 1);
     }
+}
+
+int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone)
+{
+    drawing d = {.t = t, .f = f};
+    const int picked = pick_window(&d, step);
+    if (picked < 0)
+        return picked;
+    d.it = malloc((size_t)(t->n + 1) * sizeof *d.it);
+    d.ln = calloc(64, sizeof *d.ln);
+    if (!d.it || !d.ln) {
+        free(d.it), free(d.ln);
+        return -1;
+    }
+    collect_items(&d);
+    place_rows(&d);
+    put_header(&d, path, standalone);
+    put_axis_and_lanes(&d);
+    put_slices(&d);
+    put_flows(&d);
     fprintf(f, "</svg>\n");
-#undef X
-    free(it), free(ln);
+    free(d.it), free(d.ln);
     return ferror(f) ? -1 : 0;
 }
 
