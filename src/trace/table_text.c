@@ -99,6 +99,206 @@ static void fmt_pct(char *buf, size_t cap, double part, double total)
         snprintf(buf, cap, "%.2f%%", part * 100.0 / total);
 }
 
+/* The text table's columns: headers, widths, which is left-aligned; the headers that name the
+ * device ("Self CUDA") are made here. */
+typedef struct columns {
+    const char *heads[24];
+    int w[24], left[24];
+    int n, fixed;        /* columns; those up to "# of Calls" */
+    int shapes_w, src_w; /* Input Shapes' and Source Location's widths */
+    char h_self[32], h_selfp[32], h_total[32], h_avg[32], h_mem[32], h_smem[32], h_flops[32];
+} columns;
+
+/* The name column: the widest name + 4, at most MAX_NAME. */
+static int name_width(const lf_table *tab)
+{
+    int name_w = 0;
+    for (int64_t i = 0; i < tab->n_rows; i++) {
+        const size_t l = lf_term_width(tab->rows[i].name, SIZE_MAX);
+        name_w = l > (size_t)name_w ? (l > MAX_NAME ? MAX_NAME : (int)l) : name_w;
+    }
+    name_w += 4;
+    return name_w > MAX_NAME ? MAX_NAME : name_w;
+}
+
+/* Input Shapes: its width from the longest, at most 80. */
+static int shapes_width(const lf_table *tab)
+{
+    int shapes_w = 0;
+    for (int64_t i = 0; i < tab->n_rows; i++) {
+        const size_t l = lf_term_width(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", SIZE_MAX);
+        shapes_w = l + 4 > (size_t)shapes_w ? (l > MAX_SHAPES ? MAX_SHAPES : (int)l + 4) : shapes_w;
+    }
+    return shapes_w > MAX_SHAPES ? MAX_SHAPES : shapes_w;
+}
+
+/* Source Location: from the longest frame, 19 to 75. */
+static int source_width(const lf_table *tab)
+{
+    int src_w = 0;
+    for (int64_t i = 0; i < tab->n_rows; i++)
+        for (int f = 0; f < tab->rows[i].n_stack; f++) {
+            const size_t l = lf_term_width(tab->rows[i].stack[f], SIZE_MAX);
+            src_w = l + 4 > (size_t)src_w ? (l > MAX_SRC ? MAX_SRC : (int)l + 4) : src_w;
+        }
+    return src_w > MAX_SRC ? MAX_SRC : src_w < 19 ? 19 : src_w;
+}
+
+/* The columns tab shows, as PyTorch's: name, CPU times, device times, memory, calls; then Input
+ * Shapes, Total <unit>; and Source Location, left-aligned, last (PyTorch puts its header before
+ * the FLOPs but its values after them; here both go last). */
+static void plan_columns(const lf_table *tab, columns *k)
+{
+    const char *dl = tab->device_label;
+    snprintf(k->h_self, sizeof k->h_self, "Self %s", dl);
+    snprintf(k->h_selfp, sizeof k->h_selfp, "Self %s %%", dl);
+    snprintf(k->h_total, sizeof k->h_total, "%s total", dl);
+    snprintf(k->h_avg, sizeof k->h_avg, "%s time avg", dl);
+    snprintf(k->h_mem, sizeof k->h_mem, "%s Mem", dl);
+    snprintf(k->h_smem, sizeof k->h_smem, "Self %s Mem", dl);
+    static const char *const fixed[6] = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
+    k->n = 0;
+    for (int c = 0; c < 6; c++)
+        k->heads[k->n++] = fixed[c];
+    if (tab->has_device) {
+        k->heads[k->n++] = k->h_self, k->heads[k->n++] = k->h_selfp;
+        k->heads[k->n++] = k->h_total, k->heads[k->n++] = k->h_avg;
+    }
+    if (tab->has_cpu_mem)
+        k->heads[k->n++] = "CPU Mem", k->heads[k->n++] = "Self CPU Mem";
+    if (tab->has_device_mem)
+        k->heads[k->n++] = k->h_mem, k->heads[k->n++] = k->h_smem;
+    k->heads[k->n++] = "# of Calls";
+    k->fixed = k->n;
+    int shapes_col = -1, src_col = -1;
+    if (tab->has_input_shapes) {
+        k->shapes_w = shapes_width(tab);
+        shapes_col = k->n;
+        k->heads[k->n++] = "Input Shapes";
+    }
+    if (tab->has_flops) {
+        snprintf(k->h_flops, sizeof k->h_flops, "Total %s", tab->flops_unit);
+        k->heads[k->n++] = k->h_flops;
+    }
+    if (tab->stack_depth) {
+        k->src_w = source_width(tab);
+        src_col = k->n;
+        k->heads[k->n++] = "Source Location";
+    }
+    /* PyTorch's widths: the name column, then 12 for every other (a longer header such as "CUDA
+     * time avg" just sticks out). A device label longer than "CUDA" widens its columns instead,
+     * so a linfuse CPU table stays aligned. */
+    const int name_w = name_width(tab);
+    for (int c = 0; c < k->n; c++) {
+        k->w[c] = c ? 12 : name_w;
+        k->left[c] = 0;
+        if (c >= 6 && c < k->fixed && strlen(dl) > 4 && (int)strlen(k->heads[c]) > k->w[c])
+            k->w[c] = (int)strlen(k->heads[c]);
+        if (c == shapes_col)
+            k->w[c] = k->shapes_w;
+        if (c == src_col)
+            k->w[c] = k->src_w, k->left[c] = 1;
+    }
+}
+
+/* A line of dashes under every column. */
+static void put_separator(lf_sbuf *b, const columns *k)
+{
+    for (int c = 0; c < k->n; c++)
+        for (int i = 0; i < k->w[c] + 2; i++)
+            lf_sbuf_printf(b, "%c", i < k->w[c] ? '-' : ' ');
+    lf_sbuf_printf(b, "\n");
+}
+
+/* The cells of row r that every table has: its CPU and device times, memory and calls (in buf,
+ * pointed to from cell from index 1 on); how many there are. */
+static int put_time_cells(const lf_table *tab, const lf_table_row *r, char buf[14][32], const char **cell)
+{
+    fmt_pct(buf[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
+    fmt_us(buf[1], 32, r->self_cpu_us);
+    if (r->is_async) /* PyTorch prints the integer 0 for an async event's share */
+        snprintf(buf[2], 32, "0");
+    else
+        fmt_pct(buf[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
+    fmt_us(buf[3], 32, r->cpu_total_us);
+    fmt_us(buf[4], 32, r->count ? r->cpu_total_us / (double)r->count : 0);
+    fmt_us(buf[5], 32, r->self_device_us);
+    fmt_pct(buf[6], 32, r->self_device_us, tab->self_device_total_us);
+    fmt_us(buf[7], 32, r->device_total_us);
+    fmt_us(buf[8], 32, r->count ? r->device_total_us / (double)r->count : 0);
+    fmt_mem(buf[9], 32, r->cpu_mem);
+    fmt_mem(buf[10], 32, r->self_cpu_mem);
+    fmt_mem(buf[11], 32, r->device_mem);
+    fmt_mem(buf[12], 32, r->self_device_mem);
+    snprintf(buf[13], 32, "%lld", (long long)r->count);
+    int nc = 1;
+    for (int c = 0; c < 5; c++)
+        cell[nc++] = buf[c];
+    for (int c = 5; tab->has_device && c < 9; c++)
+        cell[nc++] = buf[c];
+    if (tab->has_cpu_mem)
+        cell[nc++] = buf[9], cell[nc++] = buf[10];
+    if (tab->has_device_mem)
+        cell[nc++] = buf[11], cell[nc++] = buf[12];
+    cell[nc++] = buf[13];
+    return nc;
+}
+
+/* Row r: its cells, and with a stack its outer frames on lines of their own, then an empty line,
+ * as PyTorch's. */
+static void put_row(lf_sbuf *b, const lf_table *tab, const columns *k, const lf_table_row *r)
+{
+    char name[4 * MAX_NAME + 8], cells[14][32], shapes[4 * MAX_SHAPES + 1], flops[64], src[4 * MAX_SRC + 8];
+    const char *cell[24];
+    lf_term_cut(name, sizeof name, r->name, MAX_NAME - 3);
+    cell[0] = name;
+    int nc = put_time_cells(tab, r, cells, cell);
+    if (tab->has_input_shapes) { /* Python's str(shapes)[:width] */
+        lf_term_cut(shapes, sizeof shapes, r->input_shapes ? r->input_shapes : "[]", 0);
+        shapes[lf_utf8_prefix(shapes, (size_t)k->shapes_w, NULL)] = '\0';
+        cell[nc++] = shapes;
+    }
+    if (tab->has_flops) {
+        if (r->flops <= 0)
+            snprintf(flops, sizeof flops, "--");
+        else
+            snprintf(flops, sizeof flops, "%8.3f", r->flops * tab->flops_scale);
+        cell[nc++] = flops;
+    }
+    if (tab->stack_depth) {
+        trim_path(src, sizeof src, r->n_stack ? r->stack[0] : "", k->src_w);
+        cell[nc++] = src;
+    }
+    for (int c = 0; c < nc; c++)
+        put_cell_aligned(b, cell[c], k->w[c], k->left[c]);
+    lf_sbuf_printf(b, "\n");
+    if (!tab->stack_depth)
+        return;
+    for (int f = 1; f <= (r->n_stack > 1 ? r->n_stack : 1); f++) {
+        trim_path(src, sizeof src, f < r->n_stack ? r->stack[f] : "", k->src_w);
+        for (int c = 0; c < k->n; c++)
+            put_cell_aligned(b, c == k->n - 1 ? src : "", k->w[c], k->left[c]);
+        lf_sbuf_printf(b, "\n");
+    }
+}
+
+/* Under the table: the totals, its warnings, the events the profiler dropped. */
+static void put_footers(lf_sbuf *b, const lf_table *tab)
+{
+    char tot[32];
+    fmt_us(tot, sizeof tot, tab->self_cpu_total_us);
+    lf_sbuf_printf(b, "Self CPU time total: %s\n", tot);
+    if (tab->has_device) {
+        fmt_us(tot, sizeof tot, tab->self_device_total_us);
+        lf_sbuf_printf(b, "Self %s time total: %s\n", tab->device_label, tot);
+    }
+    if (tab->warning[0])
+        lf_sbuf_printf(b, "%s", tab->warning);
+    if (tab->dropped_events > 0)
+        lf_sbuf_printf(b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
+                       (long long)tab->dropped_events);
+}
+
 lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text)
 {
     LF_CHECK_PTR(tab, "lf_table_format", "tab");
@@ -109,168 +309,18 @@ lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **te
     int64_t limit = o && o->row_limit > 0 ? o->row_limit : tab->n_rows;
     if (limit > tab->n_rows)
         limit = tab->n_rows;
-    int name_w = 0;
-    for (int64_t i = 0; i < tab->n_rows; i++) {
-        const size_t l = lf_term_width(tab->rows[i].name, SIZE_MAX);
-        name_w = l > (size_t)name_w ? (l > MAX_NAME ? MAX_NAME : (int)l) : name_w;
-    }
-    name_w += 4;
-    if (name_w > MAX_NAME)
-        name_w = MAX_NAME;
-    const char *dl = tab->device_label;
-    char h_self[32], h_selfp[32], h_total[32], h_avg[32];
-    snprintf(h_self, sizeof h_self, "Self %s", dl);
-    snprintf(h_selfp, sizeof h_selfp, "Self %s %%", dl);
-    snprintf(h_total, sizeof h_total, "%s total", dl);
-    snprintf(h_avg, sizeof h_avg, "%s time avg", dl);
-    const char *heads[24];
-    int ncol = 0;
-    const char *fixed[6] = {"Name", "Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"};
-    for (int c = 0; c < 6; c++)
-        heads[ncol++] = fixed[c];
-    if (tab->has_device) {
-        heads[ncol++] = h_self, heads[ncol++] = h_selfp, heads[ncol++] = h_total, heads[ncol++] = h_avg;
-    }
-    char h_mem[32], h_smem[32];
-    snprintf(h_mem, sizeof h_mem, "%s Mem", dl);
-    snprintf(h_smem, sizeof h_smem, "Self %s Mem", dl);
-    if (tab->has_cpu_mem)
-        heads[ncol++] = "CPU Mem", heads[ncol++] = "Self CPU Mem";
-    if (tab->has_device_mem)
-        heads[ncol++] = h_mem, heads[ncol++] = h_smem;
-    heads[ncol++] = "# of Calls";
-    const int fixed_cols = ncol;
-    /* then, as PyTorch: Input Shapes (its width from the longest, at most 80), Total <unit>;
-     * and Source Location, left-aligned, last (PyTorch puts its header before the FLOPs but its
-     * values after them; here both go last) */
-    char h_flops[32];
-    int shapes_w = 0, src_w = 0, shapes_col = -1, src_col = -1;
-    if (tab->has_input_shapes) {
-        for (int64_t i = 0; i < tab->n_rows; i++) {
-            const size_t l = lf_term_width(tab->rows[i].input_shapes ? tab->rows[i].input_shapes : "[]", SIZE_MAX);
-            shapes_w = l + 4 > (size_t)shapes_w ? (l > MAX_SHAPES ? MAX_SHAPES : (int)l + 4) : shapes_w;
-        }
-        shapes_w = shapes_w > MAX_SHAPES ? MAX_SHAPES : shapes_w;
-        shapes_col = ncol;
-        heads[ncol++] = "Input Shapes";
-    }
-    if (tab->has_flops) {
-        snprintf(h_flops, sizeof h_flops, "Total %s", tab->flops_unit);
-        heads[ncol++] = h_flops;
-    }
-    if (tab->stack_depth) {
-        for (int64_t i = 0; i < tab->n_rows; i++)
-            for (int f = 0; f < tab->rows[i].n_stack; f++) {
-                const size_t l = lf_term_width(tab->rows[i].stack[f], SIZE_MAX);
-                src_w = l + 4 > (size_t)src_w ? (l > MAX_SRC ? MAX_SRC : (int)l + 4) : src_w;
-            }
-        src_w = src_w > MAX_SRC ? MAX_SRC : src_w < 19 ? 19 : src_w;
-        src_col = ncol;
-        heads[ncol++] = "Source Location";
-    }
-    /* PyTorch's widths: the name column, then 12 for every other (a longer header such as
-     * "CUDA time avg" just sticks out). A device label longer than "CUDA" widens its columns
-     * instead, so a linfuse CPU table stays aligned. */
-    int w[24], left[24] = {0};
-    for (int c = 0; c < ncol; c++) {
-        w[c] = c ? 12 : name_w;
-        if (c >= 6 && c < fixed_cols && strlen(dl) > 4 && (int)strlen(heads[c]) > w[c])
-            w[c] = (int)strlen(heads[c]);
-        if (c == shapes_col)
-            w[c] = shapes_w;
-        if (c == src_col)
-            w[c] = src_w, left[c] = 1;
-    }
+    columns k;
+    plan_columns(tab, &k);
     lf_sbuf b = {0};
-#define SEP_LINE()                                              \
-    do {                                                        \
-        for (int c = 0; c < ncol; c++)                          \
-            for (int k = 0; k < w[c] + 2; k++)                  \
-                lf_sbuf_printf(&b, "%c", k < w[c] ? '-' : ' '); \
-        lf_sbuf_printf(&b, "\n");                               \
-    } while (0)
-    SEP_LINE();
-    for (int c = 0; c < ncol; c++)
-        put_cell_aligned(&b, heads[c], w[c], left[c]);
+    put_separator(&b, &k);
+    for (int c = 0; c < k.n; c++)
+        put_cell_aligned(&b, k.heads[c], k.w[c], k.left[c]);
     lf_sbuf_printf(&b, "\n");
-    SEP_LINE();
-    for (int64_t i = 0; i < limit; i++) {
-        const lf_table_row *r = &tab->rows[i];
-        char name[4 * MAX_NAME + 8], cells[10][32];
-        lf_term_cut(name, sizeof name, r->name, MAX_NAME - 3);
-        fmt_pct(cells[0], 32, r->self_cpu_us, tab->self_cpu_total_us);
-        fmt_us(cells[1], 32, r->self_cpu_us);
-        if (r->is_async) /* PyTorch prints the integer 0 for an async event's share */
-            snprintf(cells[2], 32, "0");
-        else
-            fmt_pct(cells[2], 32, r->cpu_total_us, tab->self_cpu_total_us);
-        fmt_us(cells[3], 32, r->cpu_total_us);
-        fmt_us(cells[4], 32, r->count ? r->cpu_total_us / (double)r->count : 0);
-        fmt_us(cells[5], 32, r->self_device_us);
-        fmt_pct(cells[6], 32, r->self_device_us, tab->self_device_total_us);
-        fmt_us(cells[7], 32, r->device_total_us);
-        fmt_us(cells[8], 32, r->count ? r->device_total_us / (double)r->count : 0);
-        char mem[4][32], count[32];
-        fmt_mem(mem[0], 32, r->cpu_mem);
-        fmt_mem(mem[1], 32, r->self_cpu_mem);
-        fmt_mem(mem[2], 32, r->device_mem);
-        fmt_mem(mem[3], 32, r->self_device_mem);
-        snprintf(count, sizeof count, "%lld", (long long)r->count);
-        const char *cell[24];
-        int nc = 0;
-        cell[nc++] = name;
-        for (int c = 0; c < 5; c++)
-            cell[nc++] = cells[c];
-        for (int c = 5; tab->has_device && c < 9; c++)
-            cell[nc++] = cells[c];
-        if (tab->has_cpu_mem)
-            cell[nc++] = mem[0], cell[nc++] = mem[1];
-        if (tab->has_device_mem)
-            cell[nc++] = mem[2], cell[nc++] = mem[3];
-        cell[nc++] = count;
-        char shapes[4 * MAX_SHAPES + 1], flops[64], src[4 * MAX_SRC + 8];
-        if (tab->has_input_shapes) { /* Python's str(shapes)[:width] */
-            lf_term_cut(shapes, sizeof shapes, r->input_shapes ? r->input_shapes : "[]", 0);
-            shapes[lf_utf8_prefix(shapes, (size_t)shapes_w, NULL)] = '\0';
-            cell[nc++] = shapes;
-        }
-        if (tab->has_flops) {
-            if (r->flops <= 0)
-                snprintf(flops, sizeof flops, "--");
-            else
-                snprintf(flops, sizeof flops, "%8.3f", r->flops * tab->flops_scale);
-            cell[nc++] = flops;
-        }
-        if (tab->stack_depth) {
-            trim_path(src, sizeof src, r->n_stack ? r->stack[0] : "", src_w);
-            cell[nc++] = src;
-        }
-        for (int c = 0; c < nc; c++)
-            put_cell_aligned(&b, cell[c], w[c], left[c]);
-        lf_sbuf_printf(&b, "\n");
-        if (tab->stack_depth) { /* the outer frames on lines of their own, then an empty line, as PyTorch */
-            for (int f = 1; f <= (r->n_stack > 1 ? r->n_stack : 1); f++) {
-                trim_path(src, sizeof src, f < r->n_stack ? r->stack[f] : "", src_w);
-                for (int c = 0; c < ncol; c++)
-                    put_cell_aligned(&b, c == ncol - 1 ? src : "", w[c], left[c]);
-                lf_sbuf_printf(&b, "\n");
-            }
-        }
-    }
-    SEP_LINE();
-#undef SEP_LINE
-    char tot[32];
-    fmt_us(tot, sizeof tot, tab->self_cpu_total_us);
-    lf_sbuf_printf(&b, "Self CPU time total: %s\n", tot);
-    if (tab->has_device) {
-        fmt_us(tot, sizeof tot, tab->self_device_total_us);
-        lf_sbuf_printf(&b, "Self %s time total: %s\n", dl, tot);
-    }
-    if (tab->warning[0])
-        lf_sbuf_printf(&b, "%s", tab->warning);
-    if (tab->dropped_events > 0)
-        lf_sbuf_printf(&b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
-                       (long long)tab->dropped_events);
+    put_separator(&b, &k);
+    for (int64_t i = 0; i < limit; i++)
+        put_row(&b, tab, &k, &tab->rows[i]);
+    put_separator(&b, &k);
+    put_footers(&b, tab);
     if (b.oom) {
         free(b.p);
         return lf_fail(LF_ENOMEM, "lf_table_format: out of memory");
