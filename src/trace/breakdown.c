@@ -204,140 +204,191 @@ done:
     return st;
 }
 
-lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
+/* What the breakdown works from: the steps (by start, with their numbers), the launch calls (by
+ * correlation), the device work placed in steps, and scratch for the sweep and the durations. */
+typedef struct census {
+    const lf_trace *t;
+    int64_t n;
+    int64_t *when; /* each event's launch time (lf_trace_launch_times) */
+    lf_span *steps;
+    int64_t *step_no, n_steps;
+    corr *calls;
+    int64_t n_calls;
+    work *w;
+    int64_t nw;
+    edge *e;     /* (2 nw) */
+    double *dur; /* (nw) */
+    double *delays;
+    int64_t n_delays;
+    int64_t *order;
+    lf_strmap names; /* work by name: its index in out->kernels */
+} census;
+
+static lf_status oom(void)
 {
-    LF_CHECK_PTR(t, "lf_trace_breakdown", "t");
-    LF_CHECK_PTR(out, "lf_trace_breakdown", "out");
-    memset(out, 0, sizeof *out);
-    out->runtime_cutoff_us = 50, out->delay_cutoff_us = 100;
+    return lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
+}
+
+static void census_free(census *c)
+{
+    free(c->when), free(c->steps), free(c->step_no), free(c->calls), free(c->w), free(c->e), free(c->dur);
+    free(c->delays), free(c->order);
+    lf_strmap_free(&c->names);
+}
+
+static lf_status census_init(census *c, const lf_trace *t)
+{
     const int64_t n = t->n;
-    int64_t *when = lf_trace_launch_times(t), n_steps = 0, n_calls = 0, nw = 0;
-    lf_span *steps = malloc((size_t)(n + 1) * sizeof *steps);
-    int64_t *step_no = malloc((size_t)(n + 1) * sizeof *step_no);
-    corr *calls = malloc((size_t)(n + 1) * sizeof *calls);
-    work *w = malloc((size_t)(n + 1) * sizeof *w);
-    edge *e = malloc((size_t)(2 * n + 2) * sizeof *e);
-    double *dur = malloc((size_t)(n + 1) * sizeof *dur), *delays = malloc((size_t)(n + 1) * sizeof *delays);
-    int64_t *order = malloc((size_t)(n + 1) * sizeof *order);
-    lf_strmap names = {0};
-    lf_status st = LF_OK;
-    if (!when || !steps || !step_no || !calls || !w || !e || !dur || !delays || !order || !lf_strmap_init(&names, n)) {
-        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory for %lld events", (long long)n);
-        goto done;
-    }
-    /* the steps, sorted by start, with their numbers; launch calls by correlation */
-    for (int64_t i = 0; i < n; i++) {
-        const lf_trace_event *ev = &t->ev[i];
+    *c = (census){.t = t, .n = n};
+    c->when = lf_trace_launch_times(t);
+    c->steps = malloc((size_t)(n + 1) * sizeof *c->steps);
+    c->step_no = malloc((size_t)(n + 1) * sizeof *c->step_no);
+    c->calls = malloc((size_t)(n + 1) * sizeof *c->calls);
+    c->w = malloc((size_t)(n + 1) * sizeof *c->w);
+    c->e = malloc((size_t)(2 * n + 2) * sizeof *c->e);
+    c->dur = malloc((size_t)(n + 1) * sizeof *c->dur);
+    c->delays = malloc((size_t)(n + 1) * sizeof *c->delays);
+    c->order = malloc((size_t)(n + 1) * sizeof *c->order);
+    if (!c->when || !c->steps || !c->step_no || !c->calls || !c->w || !c->e || !c->dur || !c->delays || !c->order ||
+        !lf_strmap_init(&c->names, n))
+        return lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory for %lld events", (long long)n);
+    return LF_OK;
+}
+
+/* The steps, sorted by start, with their numbers; launch calls by correlation. */
+static void find_steps_and_calls(census *c)
+{
+    for (int64_t i = 0; i < c->n; i++) {
+        const lf_trace_event *ev = &c->t->ev[i];
         if (ev->cat == LF_TC_USER_ANNOTATION && !strncmp(ev->name, "ProfilerStep#", 13)) {
-            steps[n_steps] = (lf_span){ev->ts_ns, ev->ts_ns + ev->dur_ns};
-            step_no[n_steps++] = strtoll(ev->name + 13, NULL, 10);
+            c->steps[c->n_steps] = (lf_span){ev->ts_ns, ev->ts_ns + ev->dur_ns};
+            c->step_no[c->n_steps++] = strtoll(ev->name + 13, NULL, 10);
         }
         if ((ev->cat == LF_TC_RUNTIME || ev->cat == LF_TC_DRIVER) && ev->correlation)
-            calls[n_calls++] = (corr){ev->correlation, i};
+            c->calls[c->n_calls++] = (corr){ev->correlation, i};
     }
-    for (int64_t a = 1; a < n_steps; a++) /* few steps: insertion sort keeps numbers with spans */
-        for (int64_t b = a; b > 0 && steps[b].lo < steps[b - 1].lo; b--) {
-            lf_span s = steps[b];
-            steps[b] = steps[b - 1], steps[b - 1] = s;
-            int64_t k = step_no[b];
-            step_no[b] = step_no[b - 1], step_no[b - 1] = k;
+    for (int64_t a = 1; a < c->n_steps; a++) /* few steps: insertion sort keeps numbers with spans */
+        for (int64_t b = a; b > 0 && c->steps[b].lo < c->steps[b - 1].lo; b--) {
+            lf_span s = c->steps[b];
+            c->steps[b] = c->steps[b - 1], c->steps[b - 1] = s;
+            int64_t k = c->step_no[b];
+            c->step_no[b] = c->step_no[b - 1], c->step_no[b - 1] = k;
         }
-    qsort(calls, (size_t)n_calls, sizeof *calls, by_id);
-    /* device work: its step by launch, its GPU, its kind; launches and graph replays */
-    int64_t n_delays = 0;
-    for (int64_t i = 0; i < n; i++) {
+    qsort(c->calls, (size_t)c->n_calls, sizeof *c->calls, by_id);
+}
+
+/* The step event i was launched in (the last to start at or before its launch), 0 for a trace
+ * without steps, -1 when it was launched outside every step. */
+static int64_t step_of(const census *c, int64_t i)
+{
+    if (!c->n_steps)
+        return 0;
+    int64_t a = 0, b = c->n_steps;
+    while (a < b) {
+        int64_t mid = (a + b) / 2;
+        if (c->steps[mid].lo <= c->when[i])
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    return a == 0 || c->when[i] > c->steps[a - 1].hi ? -1 : a - 1;
+}
+
+/* Device work: its step by launch, its GPU, its kind, its name's index; how launches kept up. */
+static lf_status place_work(census *c, lf_breakdown *out)
+{
+    const lf_trace *t = c->t;
+    for (int64_t i = 0; i < c->n; i++) {
         const lf_trace_event *ev = &t->ev[i];
         if (!is_work(ev))
             continue;
-        int64_t s = 0;
-        if (n_steps) {
-            int64_t a = 0, b = n_steps;
-            while (a < b) {
-                int64_t mid = (a + b) / 2;
-                if (steps[mid].lo <= when[i])
-                    a = mid + 1;
-                else
-                    b = mid;
-            }
-            if (a == 0 || when[i] > steps[a - 1].hi)
-                continue; /* launched outside every step */
-            s = a - 1;
-        }
-        const int64_t c = find_corr(calls, n_calls, ev->correlation);
-        const int graph = c >= 0 && is_graph_launch(&t->ev[c]);
-        w[nw++] = (work){
-            s, ev->device >= 0 ? ev->device : ev->pid, ev->ts_ns, ev->ts_ns + ev->dur_ns, when[i], kind_of(ev), graph};
-        lf_strmap_entry *k = lf_strmap_get(&names, ev->name, 0);
-        if (!k) {
-            st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
-            goto done;
-        }
-        if (k->val < 0)
-            k->val = out->n_kernels++;
-        if (ev->cat == LF_TC_KERNEL && c >= 0 && !graph) {
-            const lf_trace_event *call = &t->ev[c];
+        const int64_t s = step_of(c, i);
+        if (s < 0)
+            continue;
+        const int64_t k = find_corr(c->calls, c->n_calls, ev->correlation);
+        const int graph = k >= 0 && is_graph_launch(&t->ev[k]);
+        c->w[c->nw++] = (work){
+            s,    ev->device >= 0 ? ev->device : ev->pid, ev->ts_ns, ev->ts_ns + ev->dur_ns, c->when[i], kind_of(ev),
+            graph};
+        lf_strmap_entry *name = lf_strmap_get(&c->names, ev->name, 0);
+        if (!name)
+            return oom();
+        if (name->val < 0)
+            name->val = out->n_kernels++;
+        if (ev->cat == LF_TC_KERNEL && k >= 0 && !graph) {
+            const lf_trace_event *call = &t->ev[k];
             out->launched++;
             out->short_kernels += ev->dur_ns < call->dur_ns;
             out->slow_calls += (double)call->dur_ns / 1e3 > out->runtime_cutoff_us;
-            delays[n_delays] = (double)(ev->ts_ns - call->ts_ns) / 1e3;
-            out->late_kernels += delays[n_delays] > out->delay_cutoff_us;
-            n_delays++;
+            c->delays[c->n_delays] = (double)(ev->ts_ns - call->ts_ns) / 1e3;
+            out->late_kernels += c->delays[c->n_delays] > out->delay_cutoff_us;
+            c->n_delays++;
         }
     }
-    if (n_delays) {
-        qsort(delays, (size_t)n_delays, sizeof *delays, by_double);
-        out->delay_median_us = quantile(delays, n_delays, 0.5);
-        out->delay_p90_us = quantile(delays, n_delays, 0.9);
-        out->delay_max_us = delays[n_delays - 1];
+    if (c->n_delays) {
+        qsort(c->delays, (size_t)c->n_delays, sizeof *c->delays, by_double);
+        out->delay_median_us = quantile(c->delays, c->n_delays, 0.5);
+        out->delay_p90_us = quantile(c->delays, c->n_delays, 0.9);
+        out->delay_max_us = c->delays[c->n_delays - 1];
     }
-    /* steps x GPUs */
+    return LF_OK;
+}
+
+/* Steps x GPUs: each group of work swept. */
+static lf_status sweep_steps(census *c, lf_breakdown *out)
+{
+    work *w = c->w;
+    const int64_t nw = c->nw;
     qsort(w, (size_t)nw, sizeof *w, by_step_dev_lo);
     int64_t groups = 0;
     for (int64_t i = 0; i < nw; i++)
         groups += i == 0 || w[i].step != w[i - 1].step || w[i].dev != w[i - 1].dev;
-    out->steps = calloc((size_t)(groups + 1), sizeof *out->steps);
-    out->kernels = calloc((size_t)(out->n_kernels + 1), sizeof *out->kernels);
-    if (!out->steps || !out->kernels) {
-        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
-        goto done;
-    }
+    if (!(out->steps = calloc((size_t)(groups + 1), sizeof *out->steps)))
+        return oom();
     for (int64_t i = 0; i < nw;) {
         int64_t j = i;
         while (j < nw && w[j].step == w[i].step && w[j].dev == w[i].dev)
             j++;
         lf_breakdown_step *o = &out->steps[out->n_steps++];
-        o->step = n_steps ? step_no[w[i].step] : -1;
+        o->step = c->n_steps ? c->step_no[w[i].step] : -1;
         o->device = w[i].dev;
-        sweep(w + i, j - i, e, o);
+        sweep(w + i, j - i, c->e, o);
         i = j;
     }
-    /* each name's durations, sorted: the events by name, then by duration */
+    return LF_OK;
+}
+
+/* Each name's durations, sorted (the events by name, then by duration), and their statistics;
+ * the names by total time. */
+static lf_status kernel_stats(census *c, lf_breakdown *out)
+{
+    const lf_trace *t = c->t;
+    if (!(out->kernels = calloc((size_t)(out->n_kernels + 1), sizeof *out->kernels)))
+        return oom();
     int64_t m = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (is_work(&t->ev[i]) && lf_strmap_find(&names, t->ev[i].name, 0))
-            order[m++] = i;
+    for (int64_t i = 0; i < c->n; i++)
+        if (is_work(&t->ev[i]) && lf_strmap_find(&c->names, t->ev[i].name, 0))
+            c->order[m++] = i;
     for (int64_t i = 0; i < m; i++) {
-        const lf_trace_event *ev = &t->ev[order[i]];
-        lf_kernel_stats *k = &out->kernels[lf_strmap_find(&names, ev->name, 0)->val];
+        const lf_trace_event *ev = &t->ev[c->order[i]];
+        lf_kernel_stats *k = &out->kernels[lf_strmap_find(&c->names, ev->name, 0)->val];
         k->name = ev->name;
         k->count++;
     }
     /* a slot per event, grouped by name: prefix sums of the counts */
     int64_t *start = calloc((size_t)(out->n_kernels + 1), sizeof *start);
-    if (!start) {
-        st = lf_fail(LF_ENOMEM, "lf_trace_breakdown: out of memory");
-        goto done;
-    }
+    if (!start)
+        return oom();
     for (int64_t k = 1; k <= out->n_kernels; k++)
         start[k] = start[k - 1] + out->kernels[k - 1].count;
     for (int64_t i = 0; i < m; i++) {
-        const lf_trace_event *ev = &t->ev[order[i]];
-        int64_t k = lf_strmap_find(&names, ev->name, 0)->val;
-        dur[start[k]++] = (double)ev->dur_ns / 1e3;
+        const lf_trace_event *ev = &t->ev[c->order[i]];
+        int64_t k = lf_strmap_find(&c->names, ev->name, 0)->val;
+        c->dur[start[k]++] = (double)ev->dur_ns / 1e3;
     }
     for (int64_t k = 0, at = 0; k < out->n_kernels; k++) {
         lf_kernel_stats *ks = &out->kernels[k];
-        double *v = dur + at;
+        double *v = c->dur + at;
         qsort(v, (size_t)ks->count, sizeof *v, by_double);
         for (int64_t q = 0; q < ks->count; q++)
             ks->total_us += v[q];
@@ -347,11 +398,28 @@ lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
     }
     free(start);
     qsort(out->kernels, (size_t)out->n_kernels, sizeof *out->kernels, by_total);
-    /* graph replays: each launch's kernels, by the op whose External id the launch carries */
-    st = graph_replays(t, calls, n_calls, out);
-done:
-    free(when), free(steps), free(step_no), free(calls), free(w), free(e), free(dur), free(delays), free(order);
-    lf_strmap_free(&names);
+    return LF_OK;
+}
+
+lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
+{
+    LF_CHECK_PTR(t, "lf_trace_breakdown", "t");
+    LF_CHECK_PTR(out, "lf_trace_breakdown", "out");
+    memset(out, 0, sizeof *out);
+    out->runtime_cutoff_us = 50, out->delay_cutoff_us = 100;
+    census c;
+    lf_status st = census_init(&c, t);
+    if (st == LF_OK) {
+        find_steps_and_calls(&c);
+        st = place_work(&c, out);
+    }
+    if (st == LF_OK)
+        st = sweep_steps(&c, out);
+    if (st == LF_OK)
+        st = kernel_stats(&c, out);
+    if (st == LF_OK) /* graph replays: each launch's kernels, by the op whose External id the launch carries */
+        st = graph_replays(t, c.calls, c.n_calls, out);
+    census_free(&c);
     if (st != LF_OK)
         lf_breakdown_free(out);
     return st;
@@ -366,118 +434,142 @@ void lf_breakdown_free(lf_breakdown *b)
     b->n_steps = b->n_kernels = b->n_graphs = 0;
 }
 
+#define put lf_sbuf_printf
+
+/* The breakdown as one JSON object (names whole). */
+static void format_json(const lf_breakdown *b, int64_t rank, lf_sbuf *o)
+{
+    put(o, "{");
+    if (rank >= 0)
+        put(o, "\"rank\": %lld, ", (long long)rank);
+    put(o, "\"steps\": [");
+    for (int64_t i = 0; i < b->n_steps; i++) {
+        const lf_breakdown_step *s = &b->steps[i];
+        put(o,
+            "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": "
+            "%.3f, "
+            "\"memory_us\": %.3f, \"idle_us\": %.3f, \"idle_host_us\": %.3f, \"idle_other_us\": %.3f, "
+            "\"comm_total_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
+            i ? "," : "", (long long)s->step, (long long)s->device, s->window_us, s->compute_us, s->comm_us,
+            s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us, s->comm_total_us, (long long)s->kernels,
+            (long long)s->graph_kernels);
+    }
+    put(o, "],\n \"kernels\": [");
+    for (int64_t i = 0; i < b->n_kernels; i++) {
+        const lf_kernel_stats *k = &b->kernels[i];
+        put(o, "%s\n  {\"name\": ", i ? "," : "");
+        lf_sbuf_json_str(o, k->name);
+        put(o,
+            ", \"count\": %lld, \"total_us\": %.3f, \"min_us\": %.3f, \"median_us\": %.3f, \"p90_us\": %.3f, "
+            "\"max_us\": %.3f}",
+            (long long)k->count, k->total_us, k->min_us, k->median_us, k->p90_us, k->max_us);
+    }
+    put(o,
+        "],\n \"launches\": {\"kernels\": %lld, \"shorter_than_launch\": %lld, \"delay_median_us\": %.3f, "
+        "\"delay_p90_us\": %.3f, \"delay_max_us\": %.3f, \"runtime_cutoff_us\": %g, \"calls_over_cutoff\": %lld, "
+        "\"delay_cutoff_us\": %g, \"delays_over_cutoff\": %lld},\n \"graphs\": [",
+        (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
+        b->runtime_cutoff_us, (long long)b->slow_calls, b->delay_cutoff_us, (long long)b->late_kernels);
+    for (int64_t i = 0; i < b->n_graphs; i++) {
+        const lf_graph_stats *g = &b->graphs[i];
+        put(o, "%s\n  {\"op\": ", i ? "," : "");
+        lf_sbuf_json_str(o, g->op);
+        put(o, ", \"launches\": %lld, \"kernels\": %lld, \"device_us\": %.3f}", (long long)g->launches,
+            (long long)g->kernels, g->device_us);
+    }
+    put(o, "]}");
+}
+
+/* The text's table of steps x GPUs. */
+static void put_steps_text(const lf_breakdown *b, int64_t rank, lf_sbuf *o)
+{
+    const char *who = rank >= 0 ? "rank " : "";
+    char r[32] = "";
+    if (rank >= 0)
+        snprintf(r, sizeof r, "%lld: ", (long long)rank);
+    put(o, "%s%sdevice time per step (us): the window from the step's first device work to its last\n", who, r);
+    put(o, "%8s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s\n", "step", "gpu", "window", "compute", "comm", "memory",
+        "idle", "idle:host", "idle:other", "kernels", "graph");
+    for (int64_t i = 0; i < b->n_steps; i++) {
+        const lf_breakdown_step *s = &b->steps[i];
+        char step[24];
+        snprintf(step, sizeof step, s->step >= 0 ? "#%lld" : "all", (long long)s->step);
+        put(o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step, (long long)s->device,
+            s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us,
+            (long long)s->kernels, (long long)s->graph_kernels);
+    }
+    if (!b->n_steps)
+        put(o, "  (no device work)\n");
+}
+
+/* The text's launch line. */
+static void put_launches_text(const lf_breakdown *b, lf_sbuf *o)
+{
+    if (b->launched)
+        put(o,
+            "\nlaunches: %lld kernels launched one by one; %lld shorter than their launch call; launch to start "
+            "median %.3fus, p90 %.3fus, max %.3fus; %lld launch calls over %gus, %lld kernels started over %gus "
+            "after their launch\n",
+            (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
+            (long long)b->slow_calls, b->runtime_cutoff_us, (long long)b->late_kernels, b->delay_cutoff_us);
+    else /* linfuse's CPU kernels, or a trace of a graph alone: nothing to say about launches */
+        put(o, "\nlaunches: no kernel here has a launch call of its own (CPU kernels run where they are called; "
+               "a graph's kernels are listed under its replays)\n");
+}
+
+/* The breakdown as text: names cut as PyTorch's table cuts them, wider where two would look
+ * alike, safe for a terminal (names, keep: room for the longer list of kernels and graphs). */
+static void format_text(const lf_breakdown *b, int64_t rank, lf_sbuf *o, const char **names, size_t *keep)
+{
+    put_steps_text(b, rank, o);
+    for (int64_t i = 0; names && i < b->n_kernels; i++)
+        names[i] = b->kernels[i].name;
+    if (!names || !keep || !lf_term_keeps(names, b->n_kernels, LF_TERM_NAME_KEEP, keep))
+        o->oom = 1;
+    put(o, "\nkernels by total time (us):\n%12s %8s %10s %10s %10s %10s  %s\n", "total", "count", "min", "median",
+        "p90", "max", "name");
+    for (int64_t i = 0; i < b->n_kernels && !o->oom; i++) {
+        const lf_kernel_stats *k = &b->kernels[i];
+        put(o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  ", k->total_us, (long long)k->count, k->min_us, k->median_us,
+            k->p90_us, k->max_us);
+        lf_sbuf_term_str(o, k->name, keep[i]);
+        put(o, "\n");
+    }
+    put_launches_text(b, o);
+    for (int64_t i = 0; names && i < b->n_graphs; i++)
+        names[i] = b->graphs[i].op;
+    if (b->n_graphs && !o->oom && !lf_term_keeps(names, b->n_graphs, LF_TERM_NAME_KEEP, keep))
+        o->oom = 1;
+    if (!b->n_graphs || o->oom)
+        return;
+    put(o, "\nCUDA graph replays, by the op that launched them:\n%10s %16s %18s  %s\n", "launches", "kernels/launch",
+        "device us/launch", "op");
+    for (int64_t i = 0; i < b->n_graphs; i++) {
+        const lf_graph_stats *g = &b->graphs[i];
+        put(o, "%10lld %16.1f %18.3f  ", (long long)g->launches, (double)g->kernels / (double)g->launches,
+            g->device_us / (double)g->launches);
+        lf_sbuf_term_str(o, g->op, keep[i]);
+        put(o, "\n");
+    }
+}
+
+#undef put
+
 lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, char **text)
 {
     LF_CHECK_PTR(b, "lf_breakdown_format", "b");
     LF_CHECK_PTR(text, "lf_breakdown_format", "text");
     *text = NULL;
     lf_sbuf o = {0};
-#define put lf_sbuf_printf
     if (json) {
-        put(&o, "{");
-        if (rank >= 0)
-            put(&o, "\"rank\": %lld, ", (long long)rank);
-        put(&o, "\"steps\": [");
-        for (int64_t i = 0; i < b->n_steps; i++) {
-            const lf_breakdown_step *s = &b->steps[i];
-            put(&o,
-                "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": "
-                "%.3f, "
-                "\"memory_us\": %.3f, \"idle_us\": %.3f, \"idle_host_us\": %.3f, \"idle_other_us\": %.3f, "
-                "\"comm_total_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
-                i ? "," : "", (long long)s->step, (long long)s->device, s->window_us, s->compute_us, s->comm_us,
-                s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us, s->comm_total_us, (long long)s->kernels,
-                (long long)s->graph_kernels);
-        }
-        put(&o, "],\n \"kernels\": [");
-        for (int64_t i = 0; i < b->n_kernels; i++) {
-            const lf_kernel_stats *k = &b->kernels[i];
-            put(&o, "%s\n  {\"name\": ", i ? "," : "");
-            lf_sbuf_json_str(&o, k->name);
-            put(&o,
-                ", \"count\": %lld, \"total_us\": %.3f, \"min_us\": %.3f, \"median_us\": %.3f, \"p90_us\": %.3f, "
-                "\"max_us\": %.3f}",
-                (long long)k->count, k->total_us, k->min_us, k->median_us, k->p90_us, k->max_us);
-        }
-        put(&o,
-            "],\n \"launches\": {\"kernels\": %lld, \"shorter_than_launch\": %lld, \"delay_median_us\": %.3f, "
-            "\"delay_p90_us\": %.3f, \"delay_max_us\": %.3f, \"runtime_cutoff_us\": %g, \"calls_over_cutoff\": %lld, "
-            "\"delay_cutoff_us\": %g, \"delays_over_cutoff\": %lld},\n \"graphs\": [",
-            (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us, b->delay_max_us,
-            b->runtime_cutoff_us, (long long)b->slow_calls, b->delay_cutoff_us, (long long)b->late_kernels);
-        for (int64_t i = 0; i < b->n_graphs; i++) {
-            const lf_graph_stats *g = &b->graphs[i];
-            put(&o, "%s\n  {\"op\": ", i ? "," : "");
-            lf_sbuf_json_str(&o, g->op);
-            put(&o, ", \"launches\": %lld, \"kernels\": %lld, \"device_us\": %.3f}", (long long)g->launches,
-                (long long)g->kernels, g->device_us);
-        }
-        put(&o, "]}");
+        format_json(b, rank, &o);
     } else {
-        const char *who = rank >= 0 ? "rank " : "";
-        char r[32] = "";
-        if (rank >= 0)
-            snprintf(r, sizeof r, "%lld: ", (long long)rank);
-        put(&o, "%s%sdevice time per step (us): the window from the step's first device work to its last\n", who, r);
-        put(&o, "%8s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s\n", "step", "gpu", "window", "compute", "comm",
-            "memory", "idle", "idle:host", "idle:other", "kernels", "graph");
-        for (int64_t i = 0; i < b->n_steps; i++) {
-            const lf_breakdown_step *s = &b->steps[i];
-            char step[24];
-            snprintf(step, sizeof step, s->step >= 0 ? "#%lld" : "all", (long long)s->step);
-            put(&o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step,
-                (long long)s->device, s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us,
-                s->idle_host_us, s->idle_other_us, (long long)s->kernels, (long long)s->graph_kernels);
-        }
-        if (!b->n_steps)
-            put(&o, "  (no device work)\n");
-        /* names cut as PyTorch's table cuts them, wider where two would look alike, safe for a
-         * terminal; --json has them whole */
         const int64_t nn = b->n_kernels > b->n_graphs ? b->n_kernels : b->n_graphs;
         const char **names = malloc((size_t)(nn + 1) * sizeof *names);
         size_t *keep = malloc((size_t)(nn + 1) * sizeof *keep);
-        for (int64_t i = 0; names && i < b->n_kernels; i++)
-            names[i] = b->kernels[i].name;
-        if (!names || !keep || !lf_term_keeps(names, b->n_kernels, LF_TERM_NAME_KEEP, keep))
-            o.oom = 1;
-        put(&o, "\nkernels by total time (us):\n%12s %8s %10s %10s %10s %10s  %s\n", "total", "count", "min", "median",
-            "p90", "max", "name");
-        for (int64_t i = 0; i < b->n_kernels && !o.oom; i++) {
-            const lf_kernel_stats *k = &b->kernels[i];
-            put(&o, "%12.3f %8lld %10.3f %10.3f %10.3f %10.3f  ", k->total_us, (long long)k->count, k->min_us,
-                k->median_us, k->p90_us, k->max_us);
-            lf_sbuf_term_str(&o, k->name, keep[i]);
-            put(&o, "\n");
-        }
-        if (b->launched)
-            put(&o,
-                "\nlaunches: %lld kernels launched one by one; %lld shorter than their launch call; launch to start "
-                "median %.3fus, p90 %.3fus, max %.3fus; %lld launch calls over %gus, %lld kernels started over %gus "
-                "after their launch\n",
-                (long long)b->launched, (long long)b->short_kernels, b->delay_median_us, b->delay_p90_us,
-                b->delay_max_us, (long long)b->slow_calls, b->runtime_cutoff_us, (long long)b->late_kernels,
-                b->delay_cutoff_us);
-        else /* linfuse's CPU kernels, or a trace of a graph alone: nothing to say about launches */
-            put(&o, "\nlaunches: no kernel here has a launch call of its own (CPU kernels run where they are called; "
-                    "a graph's kernels are listed under its replays)\n");
-        for (int64_t i = 0; names && i < b->n_graphs; i++)
-            names[i] = b->graphs[i].op;
-        if (b->n_graphs && !o.oom && !lf_term_keeps(names, b->n_graphs, LF_TERM_NAME_KEEP, keep))
-            o.oom = 1;
-        if (b->n_graphs && !o.oom) {
-            put(&o, "\nCUDA graph replays, by the op that launched them:\n%10s %16s %18s  %s\n", "launches",
-                "kernels/launch", "device us/launch", "op");
-            for (int64_t i = 0; i < b->n_graphs; i++) {
-                const lf_graph_stats *g = &b->graphs[i];
-                put(&o, "%10lld %16.1f %18.3f  ", (long long)g->launches, (double)g->kernels / (double)g->launches,
-                    g->device_us / (double)g->launches);
-                lf_sbuf_term_str(&o, g->op, keep[i]);
-                put(&o, "\n");
-            }
-        }
+        format_text(b, rank, &o, names, keep);
         free(names), free(keep);
     }
-#undef put
     if (o.oom) {
         free(o.p);
         return lf_fail(LF_ENOMEM, "lf_breakdown_format: out of memory");
