@@ -148,25 +148,176 @@ static const lf_name_count *find(const lf_strmap *m, const lf_name_count *l, con
 
 typedef enum { GONE, NEW, SAME } change;
 
-/* Call f for each name of a not in b (GONE), of b not in a (NEW), in both (SAME); ia and ib
- * index a's and b's names. */
-#define EACH_CHANGE(la, na, ia, lb, nb, ib, BODY)                               \
-    do {                                                                        \
-        for (int64_t i_ = 0; i_ < (na); i_++) {                                 \
-            const lf_name_count *x = &(la)[i_], *y = find((ib), (lb), x->name); \
-            change ch = y ? SAME : GONE;                                        \
-            BODY;                                                               \
-        }                                                                       \
-        for (int64_t i_ = 0; i_ < (nb); i_++) {                                 \
-            const lf_name_count *y = &(lb)[i_], *x = NULL;                      \
-            if (find((ia), (la), y->name))                                      \
-                continue;                                                       \
-            change ch = NEW;                                                    \
-            BODY;                                                               \
-        }                                                                       \
-    } while (0)
+/* A name of either profile: x its count in A, y in B (NULL where it has none). */
+typedef struct change_item {
+    const lf_name_count *x, *y;
+    change ch;
+} change_item;
+
+/* The names of la not in lb (GONE) or in both (SAME), in la's order, then those of lb not in la
+ * (NEW), in lb's; *n of them. NULL when memory ran out. */
+static change_item *list_changes(const lf_name_count *la, int64_t na, const lf_name_count *lb, int64_t nb, int64_t *n)
+{
+    lf_strmap ia = {0}, ib = {0};
+    change_item *c = malloc((size_t)(na + nb + 1) * sizeof *c);
+    *n = 0;
+    if (c && index_names(&ia, la, na) && index_names(&ib, lb, nb)) {
+        for (int64_t i = 0; i < na; i++) {
+            const lf_name_count *y = find(&ib, lb, la[i].name);
+            c[(*n)++] = (change_item){&la[i], y, y ? SAME : GONE};
+        }
+        for (int64_t i = 0; i < nb; i++)
+            if (!find(&ia, la, lb[i].name))
+                c[(*n)++] = (change_item){NULL, &lb[i], NEW};
+    } else {
+        free(c);
+        c = NULL;
+    }
+    lf_strmap_free(&ia), lf_strmap_free(&ib);
+    return c;
+}
 
 static const char *const change_names[] = {"vanished", "appeared", "stayed"};
+
+/* Two step profiles side by side: their device work's and CPU ops' changes, counted. */
+typedef struct diff {
+    const lf_step_profile *a, *b;
+    change_item *k, *op; /* device work, CPU ops */
+    int64_t nk, nop;
+    int k_gone, k_new, k_same, o_gone, o_new;
+} diff;
+
+static const char *name_of(const change_item *c)
+{
+    return (c->x ? c->x : c->y)->name;
+}
+
+/* The diff as one JSON object (names whole). */
+static void diff_json(const diff *d, lf_sbuf *o)
+{
+    const lf_step_profile *a = d->a, *b = d->b;
+    put(o, "{\"steps\": [%lld, %lld], \"kernels_per_step\": [%g, %g], \"cpu_ops_per_step\": [%g, %g], ",
+        (long long)a->steps, (long long)b->steps, a->kernels_per_step, b->kernels_per_step, a->ops_per_step,
+        b->ops_per_step);
+    put(o, "\"launches_per_step\": [%g, %g], \"occupancy_queries_per_step\": [%g, %g], ", a->launches_per_step,
+        b->launches_per_step, a->occupancy_per_step, b->occupancy_per_step);
+    put(o, "\"cpu_us_per_step\": [%.3f, %.3f], \"device_us_per_step\": [%.3f, %.3f],\n \"kernels\": [",
+        a->cpu_ns_per_step / 1e3, b->cpu_ns_per_step / 1e3, a->device_ns_per_step / 1e3, b->device_ns_per_step / 1e3);
+    for (int64_t i = 0; i < d->nk; i++) {
+        const lf_name_count *x = d->k[i].x, *y = d->k[i].y;
+        put(o, "%s\n  {\"name\": ", i ? "," : "");
+        lf_sbuf_json_str(o, name_of(&d->k[i]));
+        put(o, ", \"change\": \"%s\", \"per_step\": [%g, %g], \"us_per_step\": [%.3f, %.3f]%s}",
+            change_names[d->k[i].ch], x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0,
+            y ? y->ns_per_step / 1e3 : 0, d->k[i].ch == SAME ? ", \"same_work\": true" : "");
+    }
+    put(o, "],\n \"cpu_ops\": [");
+    for (int64_t i = 0; i < d->nop; i++) {
+        const lf_name_count *x = d->op[i].x, *y = d->op[i].y;
+        const change ch = d->op[i].ch;
+        put(o, "%s\n  {\"name\": ", i ? "," : "");
+        lf_sbuf_json_str(o, name_of(&d->op[i]));
+        put(o, ", \"change\": \"%s\", \"per_step\": [%g, %g]}",
+            ch == GONE  ? "removed"
+            : ch == NEW ? "added"
+                        : "stayed",
+            x ? x->per_step : 0, y ? y->per_step : 0);
+    }
+    put(o, "]}\n");
+}
+
+/* The per-step numbers of A and B, a line each. */
+static void put_per_step(const diff *d, lf_sbuf *o)
+{
+    const lf_step_profile *a = d->a, *b = d->b;
+    char t1[32], t2[32];
+    put(o, "%-30s %14s %14s\n", "per step", "A", "B");
+    put(o, "%-30s %14g %14g\n", "kernels", a->kernels_per_step, b->kernels_per_step);
+    put(o, "%-30s %14g %14g\n", "CPU ops", a->ops_per_step, b->ops_per_step);
+    put(o, "%-30s %14g %14g\n", "launches", a->launches_per_step, b->launches_per_step);
+    put(o, "%-30s %14g %14g\n", "occupancy queries", a->occupancy_per_step, b->occupancy_per_step);
+    put(o, "%-30s %14s %14s\n", "CPU time (step wall time)", lf_fmt_time(t1, sizeof t1, a->cpu_ns_per_step),
+        lf_fmt_time(t2, sizeof t2, b->cpu_ns_per_step));
+    put(o, "%-30s %14s %14s\n", "device time", lf_fmt_time(t1, sizeof t1, a->device_ns_per_step),
+        lf_fmt_time(t2, sizeof t2, b->device_ns_per_step));
+}
+
+/* Each piece of device work, then each CPU op whose count changed; names last, cut to keep (the
+ * device work's, then the ops'), so two kernels that differ late in a long name are cut apart. */
+static void put_changes(const diff *d, lf_sbuf *o, const size_t *keep)
+{
+    char t1[32], t2[32];
+    put(o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
+    for (int64_t i = 0; i < d->nk; i++) {
+        const lf_name_count *x = d->k[i].x, *y = d->k[i].y;
+        put(o, "  %-9s %5g -> %-5g %12s -> %-12s ", change_names[d->k[i].ch], x ? x->per_step : 0, y ? y->per_step : 0,
+            lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0), lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0));
+        lf_sbuf_term_str(o, name_of(&d->k[i]), keep[i]);
+        put(o, "%s\n", d->k[i].ch == SAME ? "  (same name: same work)" : "");
+    }
+    put(o, "CPU ops per step: count A -> B, name\n");
+    for (int64_t i = 0; i < d->nop; i++) {
+        const lf_name_count *x = d->op[i].x, *y = d->op[i].y;
+        const change ch = d->op[i].ch;
+        if (ch == SAME && x->per_step == y->per_step)
+            continue;
+        put(o, "  %-9s %5g -> %-5g ",
+            ch == GONE  ? "removed"
+            : ch == NEW ? "added"
+                        : "changed",
+            x ? x->per_step : 0, y ? y->per_step : 0);
+        lf_sbuf_term_str(o, name_of(&d->op[i]), keep[d->nk + i]);
+        put(o, "\n");
+    }
+}
+
+/* The paragraph a person would write. */
+static void put_summary(const diff *d, lf_sbuf *o)
+{
+    const lf_step_profile *a = d->a, *b = d->b;
+    put(o, "\nIn summary: B runs %g kernel%s per step where A ran %g", b->kernels_per_step,
+        b->kernels_per_step == 1 ? "" : "s", a->kernels_per_step);
+    if (d->k_gone || d->k_new)
+        put(o, " (%d vanished, %d appeared)", d->k_gone, d->k_new);
+    put(o, "; %d piece%s of device work kept %s exact name%s, so %s the same work. ", d->k_same,
+        d->k_same == 1 ? "" : "s", d->k_same == 1 ? "its" : "their", d->k_same == 1 ? "" : "s",
+        d->k_same == 1 ? "it does" : "they do");
+    put(o, "The CPU side went from %g to %g ops per step", a->ops_per_step, b->ops_per_step);
+    if (d->o_gone || d->o_new)
+        put(o, " (%d kinds of op removed, %d added)", d->o_gone, d->o_new);
+    put(o, " and from %g to %g launches. ", a->launches_per_step, b->launches_per_step);
+    double dd = b->device_ns_per_step - a->device_ns_per_step, dc = b->cpu_ns_per_step - a->cpu_ns_per_step;
+    char d1[32], d2[32], d3[32], c1[32], c2[32], c3[32];
+    put(o, "Device time per step %s by %s (%s -> %s); CPU time per step %s by %s (%s -> %s).\n",
+        dd <= 0 ? "fell" : "rose", lf_fmt_time(d1, sizeof d1, dd < 0 ? -dd : dd),
+        lf_fmt_time(d2, sizeof d2, a->device_ns_per_step), lf_fmt_time(d3, sizeof d3, b->device_ns_per_step),
+        dc <= 0 ? "fell" : "rose", lf_fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
+        lf_fmt_time(c2, sizeof c2, a->cpu_ns_per_step), lf_fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
+}
+
+/* The diff as text: names as PyTorch's table cuts them (55 characters), wider where two would
+ * look alike, made safe for a terminal (--json has them whole). 0 when memory ran out. */
+static int diff_text(const diff *d, lf_sbuf *o)
+{
+    const char **names = malloc((size_t)(d->nk + d->nop + 1) * sizeof *names);
+    size_t *keep = malloc((size_t)(d->nk + d->nop + 1) * sizeof *keep);
+    if (!names || !keep) {
+        free(names), free(keep);
+        return 0;
+    }
+    for (int64_t i = 0; i < d->nk; i++)
+        names[i] = name_of(&d->k[i]);
+    for (int64_t i = 0; i < d->nop; i++)
+        names[d->nk + i] = name_of(&d->op[i]);
+    if (!lf_term_keeps(names, d->nk, LF_TERM_NAME_KEEP, keep) ||
+        !lf_term_keeps(names + d->nk, d->nop, LF_TERM_NAME_KEEP, keep + d->nk))
+        o->oom = 1;
+    put_per_step(d, o);
+    put_changes(d, o, keep);
+    put_summary(d, o);
+    free(names), free(keep);
+    return 1;
+}
 
 lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int as_json, char **text)
 {
@@ -174,123 +325,23 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
     LF_CHECK_PTR(b, "lf_trace_diff", "b");
     LF_CHECK_PTR(text, "lf_trace_diff", "text");
     *text = NULL;
+    diff d = {.a = a, .b = b};
+    d.k = list_changes(a->kernels, a->n_kernels, b->kernels, b->n_kernels, &d.nk);
+    d.op = list_changes(a->ops, a->n_ops, b->ops, b->n_ops, &d.nop);
     lf_sbuf o = {0};
-    lf_strmap ka = {0}, kb = {0}, oa = {0}, ob = {0};
-    if (!index_names(&ka, a->kernels, a->n_kernels) || !index_names(&kb, b->kernels, b->n_kernels) ||
-        !index_names(&oa, a->ops, a->n_ops) || !index_names(&ob, b->ops, b->n_ops)) {
-        lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
-        return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
-    }
-    int k_gone = 0, k_new = 0, k_same = 0, o_gone = 0, o_new = 0;
-    EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, (void)x; (void)y; k_gone += ch == GONE;
-                k_new += ch == NEW; k_same += ch == SAME);
-    EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)x; (void)y; o_gone += ch == GONE;
-                o_new += ch == NEW);
-    if (as_json) {
-        put(&o, "{\"steps\": [%lld, %lld], \"kernels_per_step\": [%g, %g], \"cpu_ops_per_step\": [%g, %g], ",
-            (long long)a->steps, (long long)b->steps, a->kernels_per_step, b->kernels_per_step, a->ops_per_step,
-            b->ops_per_step);
-        put(&o, "\"launches_per_step\": [%g, %g], \"occupancy_queries_per_step\": [%g, %g], ", a->launches_per_step,
-            b->launches_per_step, a->occupancy_per_step, b->occupancy_per_step);
-        put(&o, "\"cpu_us_per_step\": [%.3f, %.3f], \"device_us_per_step\": [%.3f, %.3f],\n \"kernels\": [",
-            a->cpu_ns_per_step / 1e3, b->cpu_ns_per_step / 1e3, a->device_ns_per_step / 1e3,
-            b->device_ns_per_step / 1e3);
-        int first = 1;
-        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
-            const lf_name_count *any = x ? x : y;
-            put(&o, "%s\n  {\"name\": ", first ? "" : ",");
-            lf_sbuf_json_str(&o, any->name);
-            put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g], \"us_per_step\": [%.3f, %.3f]%s}", change_names[ch],
-                x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0, y ? y->ns_per_step / 1e3 : 0,
-                ch == SAME ? ", \"same_work\": true" : "");
-            first = 0;
-        });
-        put(&o, "],\n \"cpu_ops\": [");
-        first = 1;
-        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
-            const lf_name_count *any = x ? x : y;
-            put(&o, "%s\n  {\"name\": ", first ? "" : ",");
-            lf_sbuf_json_str(&o, any->name);
-            put(&o, ", \"change\": \"%s\", \"per_step\": [%g, %g]}",
-                ch == GONE  ? "removed"
-                : ch == NEW ? "added"
-                            : "stayed",
-                x ? x->per_step : 0, y ? y->per_step : 0);
-            first = 0;
-        });
-        put(&o, "]}\n");
+    if (!d.k || !d.op) {
+        o.oom = 1;
     } else {
-        /* names as PyTorch's table cuts them (55 characters), wider where two would look alike,
-         * made safe for a terminal; --json has them whole */
-        const char **kn = malloc((size_t)(a->n_kernels + b->n_kernels + a->n_ops + b->n_ops + 1) * sizeof *kn);
-        size_t *keep = malloc((size_t)(a->n_kernels + b->n_kernels + a->n_ops + b->n_ops + 1) * sizeof *keep);
-        int64_t nkn = 0, non = 0, at = 0;
-        if (!kn || !keep) {
-            free(kn), free(keep);
-            lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
-            return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
-        }
-        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, (void)ch;
-                    kn[nkn++] = (x ? x : y)->name);
-        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, (void)ch; kn[nkn + non++] = (x ? x : y)->name);
-        if (!lf_term_keeps(kn, nkn, LF_TERM_NAME_KEEP, keep) ||
-            !lf_term_keeps(kn + nkn, non, LF_TERM_NAME_KEEP, keep + nkn))
+        for (int64_t i = 0; i < d.nk; i++)
+            d.k_gone += d.k[i].ch == GONE, d.k_new += d.k[i].ch == NEW, d.k_same += d.k[i].ch == SAME;
+        for (int64_t i = 0; i < d.nop; i++)
+            d.o_gone += d.op[i].ch == GONE, d.o_new += d.op[i].ch == NEW;
+        if (as_json)
+            diff_json(&d, &o);
+        else if (!diff_text(&d, &o))
             o.oom = 1;
-        char t1[32], t2[32];
-        put(&o, "%-30s %14s %14s\n", "per step", "A", "B");
-        put(&o, "%-30s %14g %14g\n", "kernels", a->kernels_per_step, b->kernels_per_step);
-        put(&o, "%-30s %14g %14g\n", "CPU ops", a->ops_per_step, b->ops_per_step);
-        put(&o, "%-30s %14g %14g\n", "launches", a->launches_per_step, b->launches_per_step);
-        put(&o, "%-30s %14g %14g\n", "occupancy queries", a->occupancy_per_step, b->occupancy_per_step);
-        put(&o, "%-30s %14s %14s\n", "CPU time (step wall time)", lf_fmt_time(t1, sizeof t1, a->cpu_ns_per_step),
-            lf_fmt_time(t2, sizeof t2, b->cpu_ns_per_step));
-        put(&o, "%-30s %14s %14s\n", "device time", lf_fmt_time(t1, sizeof t1, a->device_ns_per_step),
-            lf_fmt_time(t2, sizeof t2, b->device_ns_per_step));
-        /* names last: two kernels that differ late in a long name are cut apart */
-        put(&o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
-        EACH_CHANGE(a->kernels, a->n_kernels, &ka, b->kernels, b->n_kernels, &kb, {
-            const lf_name_count *any = x ? x : y;
-            put(&o, "  %-9s %5g -> %-5g %12s -> %-12s ", change_names[ch], x ? x->per_step : 0, y ? y->per_step : 0,
-                lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0), lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0));
-            lf_sbuf_term_str(&o, any->name, keep[at++]);
-            put(&o, "%s\n", ch == SAME ? "  (same name: same work)" : "");
-        });
-        put(&o, "CPU ops per step: count A -> B, name\n");
-        EACH_CHANGE(a->ops, a->n_ops, &oa, b->ops, b->n_ops, &ob, {
-            const lf_name_count *any = x ? x : y;
-            const size_t k = keep[at++];
-            if (ch != SAME || x->per_step != y->per_step) {
-                put(&o, "  %-9s %5g -> %-5g ",
-                    ch == GONE  ? "removed"
-                    : ch == NEW ? "added"
-                                : "changed",
-                    x ? x->per_step : 0, y ? y->per_step : 0);
-                lf_sbuf_term_str(&o, any->name, k);
-                put(&o, "\n");
-            }
-        });
-        /* the paragraph a person would write */
-        put(&o, "\nIn summary: B runs %g kernel%s per step where A ran %g", b->kernels_per_step,
-            b->kernels_per_step == 1 ? "" : "s", a->kernels_per_step);
-        if (k_gone || k_new)
-            put(&o, " (%d vanished, %d appeared)", k_gone, k_new);
-        put(&o, "; %d piece%s of device work kept %s exact name%s, so %s the same work. ", k_same,
-            k_same == 1 ? "" : "s", k_same == 1 ? "its" : "their", k_same == 1 ? "" : "s",
-            k_same == 1 ? "it does" : "they do");
-        put(&o, "The CPU side went from %g to %g ops per step", a->ops_per_step, b->ops_per_step);
-        if (o_gone || o_new)
-            put(&o, " (%d kinds of op removed, %d added)", o_gone, o_new);
-        put(&o, " and from %g to %g launches. ", a->launches_per_step, b->launches_per_step);
-        double dd = b->device_ns_per_step - a->device_ns_per_step, dc = b->cpu_ns_per_step - a->cpu_ns_per_step;
-        char d1[32], d2[32], d3[32], c1[32], c2[32], c3[32];
-        put(&o, "Device time per step %s by %s (%s -> %s); CPU time per step %s by %s (%s -> %s).\n",
-            dd <= 0 ? "fell" : "rose", lf_fmt_time(d1, sizeof d1, dd < 0 ? -dd : dd),
-            lf_fmt_time(d2, sizeof d2, a->device_ns_per_step), lf_fmt_time(d3, sizeof d3, b->device_ns_per_step),
-            dc <= 0 ? "fell" : "rose", lf_fmt_time(c1, sizeof c1, dc < 0 ? -dc : dc),
-            lf_fmt_time(c2, sizeof c2, a->cpu_ns_per_step), lf_fmt_time(c3, sizeof c3, b->cpu_ns_per_step));
-        free(kn), free(keep);
     }
-    lf_strmap_free(&ka), lf_strmap_free(&kb), lf_strmap_free(&oa), lf_strmap_free(&ob);
+    free(d.k), free(d.op);
     if (o.oom) {
         free(o.p);
         return lf_fail(LF_ENOMEM, "lf_trace_diff: out of memory");
