@@ -387,6 +387,106 @@ static int64_t step_drawn(const lf_trace *t, int step)
     return step < 0 ? first : step;
 }
 
+/* The title, the reading in one line, and the device with its peaks (o's, else its datasheet's
+ * where the trace names a known GPU: *peak_tf, *peak_gbps). */
+static lf_status put_heading(lf_sbuf *b, const lf_trace *t, const lf_report_opts *o, device_kind dk, double *peak_tf,
+                             double *peak_gbps)
+{
+    const lf_trace_meta *m = &t->meta;
+    put(b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>linfuse report: ");
+    html(b, m->trace_name ? m->trace_name : "trace");
+    put(b, "</title><style>%s</style></head><body>\n<h1>", STYLE);
+    html(b, m->trace_name ? m->trace_name : "trace");
+    put(b, "</h1>\n");
+    lf_trace_summary s;
+    LF_TRY(lf_trace_summarize(t, &s));
+    char line[360], dev[128] = "";
+    lf_trace_summary_line(&s, line, sizeof line);
+    double kt = 0, kg = 0;
+    *peak_tf = o->peak_tflops, *peak_gbps = o->peak_gbps;
+    const int known = dk == ON_GPU && known_peaks(m->device_properties, &kt, &kg, dev, sizeof dev);
+    if (*peak_tf <= 0 && known)
+        *peak_tf = kt;
+    if (*peak_gbps <= 0 && known)
+        *peak_gbps = kg;
+    put(b, "<p><b>");
+    html(b, line);
+    put(b, "</b><br>%lld steps, %.3f us a step on the host, %.3f us of %s time a step; device: ", (long long)s.steps,
+        s.step_ns / 1e3, s.device_ns_per_step / 1e3, dk == ON_CPU ? "CPU kernel" : "device");
+    if (dk == ON_CPU)
+        put(b, "CPU (linfuse's CPU kernels; no GPU in this trace)");
+    else if (dk == ON_NONE)
+        put(b, "none (the trace has host events only)");
+    else
+        html(b, dev[0] ? dev : m->device_label ? m->device_label : "GPU");
+    if (*peak_tf > 0)
+        put(b, " (peaks %g TFLOP/s, %g GB/s%s)", *peak_tf, *peak_gbps, known && !o->peak_tflops ? ", datasheet" : "");
+    put(b, "</p>\n");
+    return LF_OK;
+}
+
+/* The timeline of one step (o->step's, else the first), drawn inline. */
+static lf_status put_timeline(lf_sbuf *b, const lf_trace *t, const lf_report_opts *o)
+{
+    const int64_t shown = step_drawn(t, o->step);
+    if (shown >= 0)
+        put(b, "<h2>One step on the timeline: ProfilerStep#%lld</h2>\n<div class=\"timeline\">\n", (long long)shown);
+    else
+        put(b, "<h2>The timeline (the trace has no steps)</h2>\n<div class=\"timeline\">\n");
+    char *svg = NULL;
+    size_t svg_n = 0;
+    FILE *mf = open_memstream(&svg, &svg_n);
+    int drawn = mf ? lf_trace_svg_draw(t, o->step, mf, t->meta.trace_name ? t->meta.trace_name : "trace", 0) : -1;
+    if (mf)
+        fclose(mf);
+    if (drawn == -2) {
+        free(svg);
+        return lf_trace_step_missing(t, o->step, "lf_trace_report");
+    }
+    put(b, "%s</div>\n", drawn == 0 && svg ? svg : "(could not draw)");
+    free(svg);
+    return LF_OK;
+}
+
+/* PyTorch's table, its 30 rows of most device time. */
+static lf_status put_table(lf_sbuf *b, const lf_trace *t)
+{
+    lf_table tab;
+    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 30};
+    char *tt = NULL;
+    LF_TRY(lf_table_build_opts(t, &to, &tab));
+    lf_status st = lf_table_format(&tab, &to, &tt);
+    lf_table_free(&tab);
+    LF_TRY(st);
+    put(b, "<h2>key_averages().table()</h2>\n<pre>");
+    html_escaped(b, tt); /* its lines already safe: lf_table_format's */
+    put(b, "</pre>\n");
+    free(tt);
+    return LF_OK;
+}
+
+/* What changed from this trace (A, the baseline) to the other (B): lf_trace_diff(t, other). */
+static lf_status put_diff(lf_sbuf *b, const lf_trace *t, const lf_trace *other)
+{
+    lf_step_profile pa, pb;
+    char *dt = NULL;
+    LF_TRY(lf_step_profile_build(t, &pa));
+    lf_status st = lf_step_profile_build(other, &pb);
+    if (st == LF_OK) {
+        st = lf_trace_diff(&pa, &pb, 0, &dt);
+        lf_step_profile_free(&pb);
+    }
+    lf_step_profile_free(&pa);
+    LF_TRY(st);
+    put(b, "<h2>What changed from this trace (A) to ");
+    html(b, other->meta.trace_name ? other->meta.trace_name : "the other trace");
+    put(b, " (B)</h2>\n<pre>");
+    html_escaped(b, dt); /* its lines already safe: lf_trace_diff's */
+    put(b, "</pre>\n");
+    free(dt);
+    return LF_OK;
+}
+
 lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text)
 {
     LF_CHECK_PTR(t, "lf_trace_report", "t");
@@ -396,111 +496,33 @@ lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const l
     if (!o)
         o = &d;
     lf_sbuf b = {0};
-    const lf_trace_meta *m = &t->meta;
     const device_kind dk = device_of(t);
-    put(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>linfuse report: ");
-    html(&b, m->trace_name ? m->trace_name : "trace");
-    put(&b, "</title><style>%s</style></head><body>\n<h1>", STYLE);
-    html(&b, m->trace_name ? m->trace_name : "trace");
-    put(&b, "</h1>\n");
-    /* the reading in one line, and the device */
-    lf_trace_summary s;
-    lf_status st = lf_trace_summarize(t, &s);
-    if (st != LF_OK)
-        goto fail;
-    char line[360], dev[128] = "";
-    lf_trace_summary_line(&s, line, sizeof line);
-    double peak_tf = o->peak_tflops, peak_gbps = o->peak_gbps, kt = 0, kg = 0;
-    const int known = dk == ON_GPU && known_peaks(m->device_properties, &kt, &kg, dev, sizeof dev);
-    if (peak_tf <= 0 && known)
-        peak_tf = kt;
-    if (peak_gbps <= 0 && known)
-        peak_gbps = kg;
-    put(&b, "<p><b>");
-    html(&b, line);
-    put(&b, "</b><br>%lld steps, %.3f us a step on the host, %.3f us of %s time a step; device: ", (long long)s.steps,
-        s.step_ns / 1e3, s.device_ns_per_step / 1e3, dk == ON_CPU ? "CPU kernel" : "device");
-    if (dk == ON_CPU)
-        put(&b, "CPU (linfuse's CPU kernels; no GPU in this trace)");
-    else if (dk == ON_NONE)
-        put(&b, "none (the trace has host events only)");
-    else
-        html(&b, dev[0] ? dev : m->device_label ? m->device_label : "GPU");
-    if (peak_tf > 0)
-        put(&b, " (peaks %g TFLOP/s, %g GB/s%s)", peak_tf, peak_gbps, known && !o->peak_tflops ? ", datasheet" : "");
-    put(&b, "</p>\n");
-    /* the timeline of one step */
-    const int64_t shown = step_drawn(t, o->step);
-    if (shown >= 0)
-        put(&b, "<h2>One step on the timeline: ProfilerStep#%lld</h2>\n<div class=\"timeline\">\n", (long long)shown);
-    else
-        put(&b, "<h2>The timeline (the trace has no steps)</h2>\n<div class=\"timeline\">\n");
-    char *svg = NULL;
-    size_t svg_n = 0;
-    FILE *mf = open_memstream(&svg, &svg_n);
-    int drawn = mf ? lf_trace_svg_draw(t, o->step, mf, m->trace_name ? m->trace_name : "trace", 0) : -1;
-    if (mf)
-        fclose(mf);
-    if (drawn == -2) {
-        free(svg);
-        free(b.p);
-        return lf_trace_step_missing(t, o->step, "lf_trace_report");
-    }
-    put(&b, "%s</div>\n", drawn == 0 && svg ? svg : "(could not draw)");
-    free(svg);
+    double peak_tf = 0, peak_gbps = 0;
+    lf_status st = put_heading(&b, t, o, dk, &peak_tf, &peak_gbps);
+    if (st == LF_OK)
+        st = put_timeline(&b, t, o);
     /* the breakdown and each kernel's rate: what a trace with device work has */
-    if (dk == ON_NONE)
+    if (st == LF_OK && dk == ON_NONE)
         put(&b, "<h2>Device work</h2>\n<p>None: the trace has host events only (no kernels, copies or "
                 "memsets), so there is no breakdown or roofline to draw.</p>\n");
-    else if ((st = put_breakdown(&b, t, dk)) != LF_OK || (st = put_kernels(&b, t, dk, peak_tf, peak_gbps)) != LF_OK)
-        goto fail;
-    /* PyTorch's table */
-    lf_table tab;
-    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 30};
-    char *tt = NULL;
-    if ((st = lf_table_build_opts(t, &to, &tab)) != LF_OK)
-        goto fail;
-    st = lf_table_format(&tab, &to, &tt);
-    lf_table_free(&tab);
-    if (st != LF_OK)
-        goto fail;
-    put(&b, "<h2>key_averages().table()</h2>\n<pre>");
-    html_escaped(&b, tt); /* its lines already safe: lf_table_format's */
-    put(&b, "</pre>\n");
-    free(tt);
-    /* and what changed from this trace (A, the baseline) to the other (B): lf_trace_diff(t, other) */
-    if (other) {
-        lf_step_profile pa, pb;
-        char *dt = NULL;
-        if ((st = lf_step_profile_build(t, &pa)) != LF_OK)
-            goto fail;
-        if ((st = lf_step_profile_build(other, &pb)) == LF_OK) {
-            st = lf_trace_diff(&pa, &pb, 0, &dt);
-            lf_step_profile_free(&pb);
-        }
-        lf_step_profile_free(&pa);
-        if (st != LF_OK)
-            goto fail;
-        put(&b, "<h2>What changed from this trace (A) to ");
-        html(&b, other->meta.trace_name ? other->meta.trace_name : "the other trace");
-        put(&b, " (B)</h2>\n<pre>");
-        html_escaped(&b, dt); /* its lines already safe: lf_trace_diff's */
-        put(&b, "</pre>\n");
-        free(dt);
-    }
+    else if (st == LF_OK && (st = put_breakdown(&b, t, dk)) == LF_OK)
+        st = put_kernels(&b, t, dk, peak_tf, peak_gbps);
+    if (st == LF_OK)
+        st = put_table(&b, t);
+    if (st == LF_OK && other)
+        st = put_diff(&b, t, other);
     put(&b,
         "<p style=\"color:#888\">Written by linfuse %s. Nothing in this file is loaded from anywhere.</p>\n"
         "</body></html>\n",
         lf_version());
-    if (b.oom) {
+    if (st == LF_OK && b.oom)
+        st = lf_fail(LF_ENOMEM, "lf_trace_report: out of memory");
+    if (st != LF_OK) {
         free(b.p);
-        return lf_fail(LF_ENOMEM, "lf_trace_report: out of memory");
+        return st;
     }
     *text = b.p;
     return LF_OK;
-fail:
-    free(b.p);
-    return st;
 }
 
 static int put_text(FILE *f, void *ctx)
