@@ -375,38 +375,97 @@ static lf_status skip_value(reader *r, int depth)
     return LF_OK;
 }
 
-/* One element of traceEvents, already parsed. */
+/* A flow start ("ph": "s"): which host track launched the work of its correlation id. */
+static lf_status add_flow_start(reader *r, json_t *e)
+{
+    if (r->n_flows == r->cap_flows) {
+        size_t cap = r->cap_flows ? 2 * r->cap_flows : 1024;
+        flow_start *f = realloc(r->flows, cap * sizeof *f);
+        if (!f)
+            return lf_fail(LF_ENOMEM, "%s: out of memory for flows", r->name);
+        r->flows = f;
+        r->cap_flows = cap;
+    }
+    r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1)};
+    return LF_OK;
+}
+
+/* Metadata ("ph": "M"): a thread's name, and a merged trace's process (rank) names. */
+static lf_status add_metadata(reader *r, json_t *e, json_t *args)
+{
+    const char *what = json_string_value(json_object_get(e, "name"));
+    const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
+    if (what && nm && !strcmp(what, "thread_name") && get_int(e, "tid", -1) != LF_TRACK_PROCESS)
+        return lf_trace_name_thread(r->t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
+    if (what && nm && !strcmp(what, "process_name") && r->t->meta.merged_ranks) /* "rank R" */
+        return lf_trace_name_track(r->t, get_int(e, "pid", -1), LF_TRACK_PROCESS, nm);
+    return LF_OK;
+}
+
+/* An event's FLOPs: its args' "FLOPs" (or "flops"), else for a CPU op PyTorch's count from its
+ * shapes, remembered (the trace keeps those only under with_flops, known at the end). */
+static lf_status read_flops(reader *r, json_t *args, lf_trace_event *ev)
+{
+    json_t *fl = json_object_get(args, "FLOPs");
+    if (!fl)
+        fl = json_object_get(args, "flops");
+    ev->flops = json_is_number(fl) ? json_number_value(fl) : 0;
+    if (fl || ev->cat != LF_TC_CPU_OP || (ev->flops = lf_trace_shape_flops(ev->name, args)) <= 0)
+        return LF_OK;
+    if (r->n_shape_flops == r->cap_shape_flops) {
+        size_t cap = r->cap_shape_flops ? 2 * r->cap_shape_flops : 256;
+        int64_t *g = realloc(r->shape_flops, cap * sizeof *g);
+        if (!g)
+            return lf_fail(LF_ENOMEM, "%s: out of memory", r->name);
+        r->shape_flops = g, r->cap_shape_flops = cap;
+    }
+    r->shape_flops[r->n_shape_flops++] = lf_trace_count(r->t); /* the index this event gets */
+    return LF_OK;
+}
+
+/* What an event's args say: ids, device, FLOPs, bytes, a [memory] event's sizes, and the input
+ * shapes, types and strides as text (*dims, *types, *strides: the caller frees them). */
+static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *ev, char **dims, char **types,
+                           char **strides)
+{
+    ev->ext_id = get_int(args, "External id", 0);
+    ev->correlation = get_int(args, "correlation", 0);
+    ev->device = get_int(args, "device", -1);
+    LF_TRY(read_flops(r, args, ev));
+    json_t *by = json_object_get(args, "bytes");
+    ev->bytes = json_is_number(by) ? json_number_value(by) : 0;
+    if (is_mem) {
+        ev->mem_bytes = get_int(args, "Bytes", 0);
+        ev->mem_total_allocated = get_int(args, "Total Allocated", 0);
+        ev->mem_total_reserved = get_int(args, "Total Reserved", ev->mem_total_allocated);
+        ev->mem_device_type = get_int(args, "Device Type", 0);
+        if (ev->mem_device_type)
+            ev->device = get_int(args, "Device Id", 0);
+        ev->mem_addr = get_int(args, "Addr", 0);
+    }
+    *dims = spaced(dump_compact(json_object_get(args, "Input Dims")));
+    *types = spaced(dump_compact(json_object_get(args, "Input type")));
+    *strides = spaced(dump_compact(json_object_get(args, "Input Strides")));
+    ev->input_dims = *dims, ev->input_types = *types, ev->input_strides = *strides;
+    return LF_OK;
+}
+
+/* One element of traceEvents, already parsed: a complete event ("X") or a [memory] instant
+ * becomes a trace event; flow starts and metadata are kept; the rest carries nothing the tools
+ * use. */
 static lf_status add_event(reader *r, json_t *e, size_t i)
 {
     const char *path = r->name;
-    lf_trace *t = r->t;
     const char *ph = json_string_value(json_object_get(e, "ph"));
     if (!ph)
         return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] has no \"ph\" string", path, i);
     json_t *args = json_object_get(e, "args");
     if (args && !json_is_object(args))
         args = NULL;
-    if (!strcmp(ph, "s")) {
-        if (r->n_flows == r->cap_flows) {
-            size_t cap = r->cap_flows ? 2 * r->cap_flows : 1024;
-            flow_start *f = realloc(r->flows, cap * sizeof *f);
-            if (!f)
-                return lf_fail(LF_ENOMEM, "%s: out of memory for flows", path);
-            r->flows = f;
-            r->cap_flows = cap;
-        }
-        r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1)};
-        return LF_OK;
-    }
-    if (!strcmp(ph, "M")) {
-        const char *what = json_string_value(json_object_get(e, "name"));
-        const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
-        if (what && nm && !strcmp(what, "thread_name") && get_int(e, "tid", -1) != LF_TRACK_PROCESS)
-            return lf_trace_name_thread(t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
-        if (what && nm && !strcmp(what, "process_name") && r->t->meta.merged_ranks) /* "rank R" */
-            return lf_trace_name_track(t, get_int(e, "pid", -1), LF_TRACK_PROCESS, nm);
-        return LF_OK;
-    }
+    if (!strcmp(ph, "s"))
+        return add_flow_start(r, e);
+    if (!strcmp(ph, "M"))
+        return add_metadata(r, e, args);
     const char *name = json_string_value(json_object_get(e, "name"));
     int is_mem = !strcmp(ph, "i") && name && !strcmp(name, "[memory]");
     if (strcmp(ph, "X") && !is_mem)
@@ -430,41 +489,9 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         ev.dur_ns -= 2;
     }
     char *dims = NULL, *types = NULL, *strides = NULL;
-    if (args) {
-        ev.ext_id = get_int(args, "External id", 0);
-        ev.correlation = get_int(args, "correlation", 0);
-        ev.device = get_int(args, "device", -1);
-        json_t *fl = json_object_get(args, "FLOPs");
-        if (!fl)
-            fl = json_object_get(args, "flops");
-        ev.flops = json_is_number(fl) ? json_number_value(fl) : 0;
-        if (!fl && ev.cat == LF_TC_CPU_OP && (ev.flops = lf_trace_shape_flops(name, args)) > 0) {
-            if (r->n_shape_flops == r->cap_shape_flops) {
-                size_t cap = r->cap_shape_flops ? 2 * r->cap_shape_flops : 256;
-                int64_t *g = realloc(r->shape_flops, cap * sizeof *g);
-                if (!g)
-                    return lf_fail(LF_ENOMEM, "%s: out of memory", path);
-                r->shape_flops = g, r->cap_shape_flops = cap;
-            }
-            r->shape_flops[r->n_shape_flops++] = lf_trace_count(t); /* the index this event gets */
-        }
-        json_t *by = json_object_get(args, "bytes");
-        ev.bytes = json_is_number(by) ? json_number_value(by) : 0;
-        if (is_mem) {
-            ev.mem_bytes = get_int(args, "Bytes", 0);
-            ev.mem_total_allocated = get_int(args, "Total Allocated", 0);
-            ev.mem_total_reserved = get_int(args, "Total Reserved", ev.mem_total_allocated);
-            ev.mem_device_type = get_int(args, "Device Type", 0);
-            if (ev.mem_device_type)
-                ev.device = get_int(args, "Device Id", 0);
-            ev.mem_addr = get_int(args, "Addr", 0);
-        }
-        dims = spaced(dump_compact(json_object_get(args, "Input Dims")));
-        types = spaced(dump_compact(json_object_get(args, "Input type")));
-        strides = spaced(dump_compact(json_object_get(args, "Input Strides")));
-        ev.input_dims = dims, ev.input_types = types, ev.input_strides = strides;
-    }
-    lf_status st = lf_trace_add(t, &ev);
+    lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
+    if (st == LF_OK)
+        st = lf_trace_add(r->t, &ev);
     free(dims), free(types), free(strides);
     return st;
 }
@@ -589,69 +616,118 @@ static lf_status top_raw(reader *r, const char **out, json_t **parsed)
     return LF_OK;
 }
 
+/* One top-level field of a trace object, its key k (len bytes) read: the events, the profiler's
+ * flags and linfuse's, the device's properties and the run's ranks; any other skipped. *seen:
+ * traceEvents was read (a second is refused). A table of cases, read best as one. */
+static lf_status top_field(reader *r, const char *k, size_t len, int *seen)
+{
+    lf_trace_meta *m = lf_trace_meta_of(r->t);
+    int64_t v = 0;
+#define KEY(s) (len == sizeof(s) - 1 && !memcmp(k, s, len))
+    if (KEY("traceEvents")) {
+        if (*seen)
+            return fail_at(r, r->pos, "two \"traceEvents\" arrays");
+        LF_TRY(events_array(r));
+        *seen = 1;
+    } else if (KEY("baseTimeNanoseconds")) {
+        LF_TRY(top_int(r, &m->base_ns));
+    } else if (KEY("record_shapes")) {
+        LF_TRY(top_int(r, &v));
+        m->record_shapes = v != 0;
+    } else if (KEY("profile_memory")) {
+        LF_TRY(top_int(r, &v));
+        m->profile_memory = v != 0;
+    } else if (KEY("with_flops")) {
+        LF_TRY(top_int(r, &v));
+        m->with_flops = v != 0;
+    } else if (KEY("linfuse_dropped_events")) {
+        LF_TRY(top_int(r, &m->dropped_events));
+    } else if (KEY("linfuse_merged_ranks")) {
+        LF_TRY(top_int(r, &v));
+        m->merged_ranks = v > 0 && v <= 4096 ? v : 0;
+    } else if (KEY("deviceProperties")) {
+        LF_TRY(top_raw(r, &m->device_properties, NULL));
+    } else if (KEY("distributedInfo")) {
+        json_t *di = NULL;
+        LF_TRY(top_raw(r, &m->distributed_info, &di));
+        json_t *rk = json_object_get(di, "rank"), *ws_ = json_object_get(di, "world_size");
+        if (json_is_integer(rk) && json_integer_value(rk) >= 0)
+            m->rank = json_integer_value(rk);
+        if (json_is_integer(ws_) && json_integer_value(ws_) > 0)
+            m->world_size = json_integer_value(ws_);
+        json_decref(di);
+    } else {
+        LF_TRY(skip_value(r, 1));
+    }
+#undef KEY
+    return LF_OK;
+}
+
+/* A trace object: its fields, one of which must be traceEvents. */
+static lf_status top_object(reader *r)
+{
+    if (!take(r, '{'))
+        return fail_at(r, r->pos, "not valid JSON: a trace is an object or an array");
+    int seen = 0;
+    if (!take(r, '}'))
+        do {
+            const char *at;
+            char k[32]; /* the key, copied: its text may be given back past here */
+            size_t len;
+            LF_TRY(raw_string(r, &at, &len));
+            memcpy(k, at, len < sizeof k ? len : sizeof k);
+            if (!take(r, ':'))
+                return fail_at(r, r->pos, "not valid JSON: expected ':'");
+            LF_TRY(top_field(r, k, len, &seen));
+        } while (take(r, ','));
+    if (!take(r, '}'))
+        return fail_at(r, r->pos, "not valid JSON: expected ',' or '}'");
+    if (!seen)
+        return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
+    return LF_OK;
+}
+
+/* Device events learn which host track launched them from the flow starts. */
+static void link_flows(reader *r)
+{
+    if (!r->n_flows)
+        return;
+    qsort(r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
+    for (int64_t i = 0; i < r->t->n; i++) {
+        lf_trace_event *ev = &r->t->ev[i];
+        if (!lf_trace_cat_is_device(ev->cat) || !ev->correlation)
+            continue;
+        flow_start key = {ev->correlation, 0, 0};
+        flow_start *f = bsearch(&key, r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
+        if (f)
+            ev->flow_pid = f->pid, ev->flow_tid = f->tid;
+    }
+}
+
+/* The device label: CUDA unless every kernel ran on linfuse's CPU device. */
+static const char *device_label(const lf_trace *t)
+{
+    int cuda = 0, cpu_dev = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        if (lf_trace_cat_is_device(t->ev[i].cat)) {
+            if (!strncmp(t->ev[i].name, "lf_cpu_", 7))
+                cpu_dev = 1;
+            else
+                cuda = 1;
+        }
+    return cpu_dev && !cuda ? "CPU-dev" : "CUDA";
+}
+
+/* A whole trace: an object with traceEvents, or a bare array of events; then what needs every
+ * event (FLOPs from shapes only under with_flops, flows, the device label). */
 static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
     ws(r);
-    if (have(r, 1) && r->p[r->pos] == '[') {
+    if (have(r, 1) && r->p[r->pos] == '[')
         LF_TRY(events_array(r));
-    } else {
-        if (!take(r, '{'))
-            return fail_at(r, r->pos, "not valid JSON: a trace is an object or an array");
-        int seen = 0;
-        if (!take(r, '}'))
-            do {
-                const char *at;
-                char k[32]; /* the key, copied: its text may be given back past here */
-                size_t len;
-                LF_TRY(raw_string(r, &at, &len));
-                memcpy(k, at, len < sizeof k ? len : sizeof k);
-                if (!take(r, ':'))
-                    return fail_at(r, r->pos, "not valid JSON: expected ':'");
-                int64_t v = 0;
-#define KEY(s) (len == sizeof(s) - 1 && !memcmp(k, s, len))
-                if (KEY("traceEvents")) {
-                    if (seen)
-                        return fail_at(r, r->pos, "two \"traceEvents\" arrays");
-                    LF_TRY(events_array(r));
-                    seen = 1;
-                } else if (KEY("baseTimeNanoseconds")) {
-                    LF_TRY(top_int(r, &m->base_ns));
-                } else if (KEY("record_shapes")) {
-                    LF_TRY(top_int(r, &v));
-                    m->record_shapes = v != 0;
-                } else if (KEY("profile_memory")) {
-                    LF_TRY(top_int(r, &v));
-                    m->profile_memory = v != 0;
-                } else if (KEY("with_flops")) {
-                    LF_TRY(top_int(r, &v));
-                    m->with_flops = v != 0;
-                } else if (KEY("linfuse_dropped_events")) {
-                    LF_TRY(top_int(r, &m->dropped_events));
-                } else if (KEY("linfuse_merged_ranks")) {
-                    LF_TRY(top_int(r, &v));
-                    m->merged_ranks = v > 0 && v <= 4096 ? v : 0;
-                } else if (KEY("deviceProperties")) {
-                    LF_TRY(top_raw(r, &m->device_properties, NULL));
-                } else if (KEY("distributedInfo")) {
-                    json_t *di = NULL;
-                    LF_TRY(top_raw(r, &m->distributed_info, &di));
-                    json_t *rk = json_object_get(di, "rank"), *ws_ = json_object_get(di, "world_size");
-                    if (json_is_integer(rk) && json_integer_value(rk) >= 0)
-                        m->rank = json_integer_value(rk);
-                    if (json_is_integer(ws_) && json_integer_value(ws_) > 0)
-                        m->world_size = json_integer_value(ws_);
-                    json_decref(di);
-                } else {
-                    LF_TRY(skip_value(r, 1));
-                }
-#undef KEY
-            } while (take(r, ','));
-        if (!take(r, '}'))
-            return fail_at(r, r->pos, "not valid JSON: expected ',' or '}'");
-        if (!seen)
-            return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
-    }
+    else
+        LF_TRY(top_object(r));
     ws(r); /* to the source's end: a gzip trace's CRCs and members checked */
     if (have(r, 1))
         return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
@@ -659,29 +735,8 @@ static lf_status parse_doc(reader *r)
     if (!m->with_flops)
         for (size_t i = 0; i < r->n_shape_flops; i++)
             r->t->ev[r->shape_flops[i]].flops = 0;
-    /* device events learn which host track launched them from the flow starts */
-    if (r->n_flows) {
-        qsort(r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
-        for (int64_t i = 0; i < r->t->n; i++) {
-            lf_trace_event *ev = &r->t->ev[i];
-            if (!lf_trace_cat_is_device(ev->cat) || !ev->correlation)
-                continue;
-            flow_start key = {ev->correlation, 0, 0};
-            flow_start *f = bsearch(&key, r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
-            if (f)
-                ev->flow_pid = f->pid, ev->flow_tid = f->tid;
-        }
-    }
-    /* the device label: CUDA unless every kernel ran on linfuse's CPU device */
-    int cuda = 0, cpu_dev = 0;
-    for (int64_t i = 0; i < r->t->n; i++)
-        if (lf_trace_cat_is_device(r->t->ev[i].cat)) {
-            if (!strncmp(r->t->ev[i].name, "lf_cpu_", 7))
-                cpu_dev = 1;
-            else
-                cuda = 1;
-        }
-    m->device_label = cpu_dev && !cuda ? "CPU-dev" : "CUDA";
+    link_flows(r);
+    m->device_label = device_label(r->t);
     return LF_OK;
 }
 
