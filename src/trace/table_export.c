@@ -8,8 +8,10 @@
 
 static const char *kind_of(const lf_table_row *r)
 {
-    return r->is_async ? "async" : r->is_device ? (r->is_annotation ? "device_annotation" : "device")
-                                 : r->is_annotation ? "annotation" : "op";
+    return r->is_async        ? "async"
+           : r->is_device     ? (r->is_annotation ? "device_annotation" : "device")
+           : r->is_annotation ? "annotation"
+                              : "op";
 }
 
 /* A share of a total in percent, as the text table computes it; 0 for a zero total. */
@@ -19,11 +21,11 @@ static double pct(double part, double total)
 }
 
 /* The columns, in the text table's order; CSV's header and JSON's keys. */
-static const char *const cols[] = {"name",           "kind",           "self_cpu_pct",    "self_cpu_us",
-                                   "cpu_total_pct",  "cpu_total_us",   "cpu_avg_us",      "self_device_us",
-                                   "self_device_pct", "device_total_us", "device_avg_us",  "cpu_mem_bytes",
-                                   "self_cpu_mem_bytes", "device_mem_bytes", "self_device_mem_bytes", "calls",
-                                   "flops"};
+static const char *const cols[] = {
+    "name",          "kind",          "self_cpu_pct",       "self_cpu_us",      "cpu_total_pct",
+    "cpu_total_us",  "cpu_avg_us",    "self_device_us",     "self_device_pct",  "device_total_us",
+    "device_avg_us", "cpu_mem_bytes", "self_cpu_mem_bytes", "device_mem_bytes", "self_device_mem_bytes",
+    "calls",         "flops"};
 enum { N_COLS = sizeof cols / sizeof cols[0] };
 
 static void row_numbers(const lf_table *tab, const lf_table_row *r, double v[N_COLS])
@@ -55,81 +57,103 @@ static void put_num(lf_sbuf *b, int col, double v)
         lf_sbuf_printf(b, "%.3f", v);
 }
 
+/* CSV's header line: the columns, then the shapes and the stack where the table has them. */
+static void put_csv_header(lf_sbuf *b, const lf_table *tab)
+{
+    for (int c = 0; c < N_COLS; c++)
+        lf_sbuf_printf(b, "%s%s", c ? "," : "", cols[c]);
+    if (tab->has_input_shapes)
+        lf_sbuf_printf(b, ",input_shapes");
+    if (tab->stack_depth)
+        lf_sbuf_printf(b, ",stack");
+    lf_sbuf_printf(b, "\n");
+}
+
+/* Row r as a CSV line: its stack's frames innermost first, joined by " <- ". */
+static void put_csv_row(lf_sbuf *b, const lf_table *tab, const lf_table_row *r, const double v[N_COLS])
+{
+    lf_sbuf_csv_field(b, r->name);
+    lf_sbuf_printf(b, ",%s", kind_of(r));
+    for (int c = 2; c < N_COLS; c++) {
+        lf_sbuf_printf(b, ",");
+        put_num(b, c, v[c]);
+    }
+    if (tab->has_input_shapes) {
+        lf_sbuf_printf(b, ",");
+        lf_sbuf_csv_field(b, r->input_shapes ? r->input_shapes : "[]");
+    }
+    if (tab->stack_depth) {
+        lf_sbuf s = {0};
+        for (int f = 0; f < r->n_stack; f++)
+            lf_sbuf_printf(&s, "%s%s", f ? " <- " : "", r->stack[f]);
+        lf_sbuf_printf(b, ",");
+        lf_sbuf_csv_field(b, s.p ? s.p : "");
+        b->oom |= s.oom;
+        free(s.p);
+    }
+    lf_sbuf_printf(b, "\n");
+}
+
+/* JSON's start: the table's totals and warnings, then its rows' array opened. */
+static void put_json_header(lf_sbuf *b, const lf_table *tab)
+{
+    lf_sbuf_printf(b, "{\"device\": ");
+    lf_sbuf_json_str(b, tab->device_label);
+    lf_sbuf_printf(b, ", \"self_cpu_total_us\": %.3f, \"self_device_total_us\": %.3f, \"dropped_events\": %lld",
+                   tab->self_cpu_total_us, tab->self_device_total_us, (long long)tab->dropped_events);
+    lf_sbuf_printf(b, ", \"warnings\": ");
+    lf_sbuf_json_str(b, tab->warning);
+    lf_sbuf_printf(b, ", \"rows\": [");
+}
+
+/* Row r as a JSON object (the i-th: a comma before all but the first); the shapes as JSON, not a
+ * string, when they are JSON. */
+static void put_json_row(lf_sbuf *b, const lf_table *tab, const lf_table_row *r, const double v[N_COLS], int64_t i)
+{
+    lf_sbuf_printf(b, "%s\n  {\"name\": ", i ? "," : "");
+    lf_sbuf_json_str(b, r->name);
+    lf_sbuf_printf(b, ", \"kind\": \"%s\"", kind_of(r));
+    for (int c = 2; c < N_COLS; c++) {
+        lf_sbuf_printf(b, ", \"%s\": ", cols[c]);
+        put_num(b, c, v[c]);
+    }
+    if (tab->has_input_shapes) {
+        const char *sh = r->input_shapes ? r->input_shapes : "[]";
+        json_t *parsed = json_loads(sh, JSON_DECODE_ANY, NULL);
+        lf_sbuf_printf(b, ", \"input_shapes\": ");
+        if (parsed)
+            lf_sbuf_printf(b, "%s", sh);
+        else
+            lf_sbuf_json_str(b, sh);
+        json_decref(parsed);
+    }
+    if (tab->stack_depth) {
+        lf_sbuf_printf(b, ", \"stack\": [");
+        for (int f = 0; f < r->n_stack; f++) {
+            lf_sbuf_printf(b, "%s", f ? ", " : "");
+            lf_sbuf_json_str(b, r->stack[f]);
+        }
+        lf_sbuf_printf(b, "]");
+    }
+    lf_sbuf_printf(b, "}");
+}
+
 lf_status lf_table_format_data(const lf_table *tab, const lf_table_opts *o, char **text)
 {
     int64_t limit = o->row_limit > 0 && o->row_limit < tab->n_rows ? o->row_limit : tab->n_rows;
     lf_sbuf b = {0};
     const int csv = o->style == LF_TABLE_CSV;
-    if (csv) {
-        for (int c = 0; c < N_COLS; c++)
-            lf_sbuf_printf(&b, "%s%s", c ? "," : "", cols[c]);
-        if (tab->has_input_shapes)
-            lf_sbuf_printf(&b, ",input_shapes");
-        if (tab->stack_depth)
-            lf_sbuf_printf(&b, ",stack");
-        lf_sbuf_printf(&b, "\n");
-    } else {
-        lf_sbuf_printf(&b, "{\"device\": ");
-        lf_sbuf_json_str(&b, tab->device_label);
-        lf_sbuf_printf(&b, ", \"self_cpu_total_us\": %.3f, \"self_device_total_us\": %.3f, \"dropped_events\": %lld",
-                       tab->self_cpu_total_us, tab->self_device_total_us, (long long)tab->dropped_events);
-        lf_sbuf_printf(&b, ", \"warnings\": ");
-        lf_sbuf_json_str(&b, tab->warning);
-        lf_sbuf_printf(&b, ", \"rows\": [");
-    }
+    if (csv)
+        put_csv_header(&b, tab);
+    else
+        put_json_header(&b, tab);
     for (int64_t i = 0; i < limit; i++) {
-        const lf_table_row *r = &tab->rows[i];
         double v[N_COLS];
-        row_numbers(tab, r, v);
-        if (csv) {
-            lf_sbuf_csv_field(&b, r->name);
-            lf_sbuf_printf(&b, ",%s", kind_of(r));
-            for (int c = 2; c < N_COLS; c++) {
-                lf_sbuf_printf(&b, ",");
-                put_num(&b, c, v[c]);
-            }
-            if (tab->has_input_shapes) {
-                lf_sbuf_printf(&b, ",");
-                lf_sbuf_csv_field(&b, r->input_shapes ? r->input_shapes : "[]");
-            }
-            if (tab->stack_depth) { /* frames innermost first, joined by " <- " */
-                lf_sbuf s = {0};
-                for (int f = 0; f < r->n_stack; f++)
-                    lf_sbuf_printf(&s, "%s%s", f ? " <- " : "", r->stack[f]);
-                lf_sbuf_printf(&b, ",");
-                lf_sbuf_csv_field(&b, s.p ? s.p : "");
-                b.oom |= s.oom;
-                free(s.p);
-            }
-            lf_sbuf_printf(&b, "\n");
-            continue;
-        }
-        lf_sbuf_printf(&b, "%s\n  {\"name\": ", i ? "," : "");
-        lf_sbuf_json_str(&b, r->name);
-        lf_sbuf_printf(&b, ", \"kind\": \"%s\"", kind_of(r));
-        for (int c = 2; c < N_COLS; c++) {
-            lf_sbuf_printf(&b, ", \"%s\": ", cols[c]);
-            put_num(&b, c, v[c]);
-        }
-        if (tab->has_input_shapes) { /* the shapes as JSON, not a string, when they are JSON */
-            const char *sh = r->input_shapes ? r->input_shapes : "[]";
-            json_t *parsed = json_loads(sh, JSON_DECODE_ANY, NULL);
-            lf_sbuf_printf(&b, ", \"input_shapes\": ");
-            if (parsed)
-                lf_sbuf_printf(&b, "%s", sh);
-            else
-                lf_sbuf_json_str(&b, sh);
-            json_decref(parsed);
-        }
-        if (tab->stack_depth) {
-            lf_sbuf_printf(&b, ", \"stack\": [");
-            for (int f = 0; f < r->n_stack; f++) {
-                lf_sbuf_printf(&b, "%s", f ? ", " : "");
-                lf_sbuf_json_str(&b, r->stack[f]);
-            }
-            lf_sbuf_printf(&b, "]");
-        }
-        lf_sbuf_printf(&b, "}");
+        row_numbers(tab, &tab->rows[i], v);
+        if (csv)
+            put_csv_row(&b, tab, &tab->rows[i], v);
+        else
+            put_json_row(&b, tab, &tab->rows[i], v, i);
     }
     if (!csv)
         lf_sbuf_printf(&b, "%s]}\n", limit ? "\n" : "");
