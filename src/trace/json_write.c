@@ -136,9 +136,9 @@ static void put_meta(FILE *f, const char *what, int64_t pid, int64_t tid, const 
     fputs("}}", f);
 }
 
-static int write_all(const lf_trace *t, FILE *f, const char *path)
+/* The trace's top-level fields before its events: the schema, the device, the profiler's flags. */
+static void put_header(FILE *f, const lf_trace_meta *m)
 {
-    const lf_trace_meta *m = &t->meta;
     fprintf(f, "{\n  \"schemaVersion\": 1,\n  \"deviceProperties\": %s,\n",
             m->device_properties ? m->device_properties : "[]");
     if (m->distributed_info)
@@ -154,14 +154,16 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
     fprintf(f, "  \"linfuse_dropped_events\": %" PRId64 ",\n", m->dropped_events);
     fprintf(f, "  \"trace_id\": \"%016" PRIx64 "\",\n", (uint64_t)m->base_ns ^ UINT64_C(0x9e3779b97f4a7c15));
     fprintf(f, "  \"displayTimeUnit\": \"ms\",\n  \"baseTimeNanoseconds\": %" PRId64 ",\n", m->base_ns);
-    fputs("  \"traceEvents\": [\n", f);
-    int first = 1;
+}
+
+/* Every event, each device event's flow after it; the last end, in ns. */
+static int64_t put_events(FILE *f, const lf_trace *t)
+{
     int64_t end_ns = 0;
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_event *e = &t->ev[i];
-        if (!first)
+        if (i)
             fputs(",\n", f);
-        first = 0;
         if (e->cat == LF_TC_MEMORY)
             put_memory(f, e, i);
         else
@@ -175,7 +177,13 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
             put_flow(f, 'f', e->correlation, e->pid, e->tid, e->ts_ns);
         }
     }
-    /* M events: processes, then named tracks */
+    return end_ns;
+}
+
+/* The M events: processes (the host's, the CPU kernels', CUPTI's overhead), then named tracks. */
+static void put_tracks(FILE *f, const lf_trace *t)
+{
+    const lf_trace_meta *m = &t->meta;
     int64_t host_pid = -1;
     int overhead = 0;
     for (int64_t i = 0; i < t->n; i++) {
@@ -183,7 +191,7 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
         if (host_pid < 0 && !lf_trace_cat_is_device(t->ev[i].cat) && t->ev[i].cat != LF_TC_OVERHEAD)
             host_pid = t->ev[i].pid;
     }
-    if (first)
+    if (!t->n)
         fputs("{\"name\": \"Trace\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": 0, \"tid\": 0, \"args\": {}}", f);
     int named_host = 0;
     for (int64_t i = 0; i < t->n_tracks; i++)
@@ -209,11 +217,20 @@ static int write_all(const lf_trace *t, FILE *f, const char *path)
         put_meta(f, "thread_name", t->tracks[i].pid, t->tracks[i].tid, "name", t->tracks[i].name, 0);
         put_meta(f, "thread_sort_index", t->tracks[i].pid, t->tracks[i].tid, "sort_index", NULL, t->tracks[i].tid);
     }
+}
+
+/* The whole trace as Kineto writes it; 1 when every write went through. */
+static int write_all(const lf_trace *t, FILE *f, const char *path)
+{
+    put_header(f, &t->meta);
+    fputs("  \"traceEvents\": [\n", f);
+    const int64_t end_ns = put_events(f, t);
+    put_tracks(f, t);
     fputs(",\n{\"name\": \"Record Window End\", \"ph\": \"i\", \"s\": \"g\", \"pid\": \"\", \"tid\": \"\", \"ts\": ",
           f);
     put_us(f, end_ns);
     fputs("}\n  ],\n  \"traceName\": ", f);
-    put_str(f, m->trace_name ? m->trace_name : path);
+    put_str(f, t->meta.trace_name ? t->meta.trace_name : path);
     fputs("\n}\n", f);
     return !ferror(f);
 }
