@@ -279,6 +279,217 @@ static void other_commands(exp_kind k, const char *bad)
     }
 }
 
+/* What parsing has seen beyond c itself, for the checks after the flags. */
+typedef struct seen_flags {
+    const char *device; /* --device's word */
+    int compile_flag;   /* a flag that needs --compile */
+    int dims_given, act_given;
+} seen_flags;
+
+enum { FLAG_BAD = 0, FLAG_OK = 1, FLAG_NOT_MINE = -1 };
+
+/* The model's flags: sizes, variant, a real layer and its activation. FLAG_OK, FLAG_BAD (said),
+ * or FLAG_NOT_MINE. */
+static int model_flag(exp_cfg *c, const char *cmd, int id, const char *v, seen_flags *sf)
+{
+    const int64_t big = INT64_C(1) << 40;
+    switch (id) {
+    case O_SIZE:
+        return lf_cli_int(cmd, "--size", v, 1, big, &c->size);
+    case O_BATCHED:
+        c->batched = 1;
+        return FLAG_OK;
+    case O_WARM:
+        c->warm = 1;
+        return FLAG_OK;
+    case O_BATCH:
+        return lf_cli_int(cmd, "--batch", v, 1, big, &c->batch);
+    case O_IN_DIM:
+        return lf_cli_int(cmd, "--in-dim", v, 1, big, &c->in_dim);
+    case O_OUT_DIM:
+        return lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim);
+    case O_NO_BIAS:
+        c->no_bias = 1;
+        return FLAG_OK;
+    case O_SEQ:
+        return lf_cli_int(cmd, "--seq", v, 1, big, &c->seq);
+    case O_DIM:
+        sf->dims_given = 1;
+        return lf_cli_int(cmd, "--dim", v, 1, big, &c->dim);
+    case O_HIDDEN:
+        sf->dims_given = 1;
+        return lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden);
+    case O_VARIANT: {
+        const int pv = lf_mlp_variant_parse(v);
+        if (pv != LF_MLP_FUSED && pv != LF_MLP_GATED && pv != LF_MLP_FP8) {
+            fprintf(stderr, "%s: --variant must be fused, gated or fp8, got '%s'\n", cmd, v);
+            return FLAG_BAD;
+        }
+        c->variant = (lf_mlp_variant)pv;
+        return FLAG_OK;
+    }
+    case O_WEIGHTS:
+        c->weights = v;
+        return FLAG_OK;
+    case O_PREFIX:
+        c->prefix = v;
+        return FLAG_OK;
+    case O_ACT:
+        sf->act_given = 1;
+        return lf_cli_act(cmd, v, &c->act) == LF_EXIT_OK;
+    default:
+        return FLAG_NOT_MINE;
+    }
+}
+
+/* --compile and the flags that need it (each pass's off switch, the gated and FP8 passes). */
+static int compile_flag(exp_cfg *c, int id, seen_flags *sf)
+{
+    switch (id) {
+    case O_COMPILE:
+        c->compile = 1;
+        return FLAG_OK;
+    case O_NO_CUDA_GRAPH:
+        c->no_cuda_graph = 1;
+        break;
+    case O_COMPILE_VERBOSE:
+        c->compile_verbose = 1;
+        break;
+    case O_NO_FOLD_VIEWS:
+        c->passes &= ~(unsigned)LF_PASS_FOLD_VIEWS;
+        break;
+    case O_NO_BIAS_EPILOGUE:
+        c->passes &= ~(unsigned)LF_PASS_BIAS_EPILOGUE;
+        break;
+    case O_NO_POINTWISE_FUSION:
+        c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION;
+        break;
+    case O_NO_ACT_EPILOGUE:
+        c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE;
+        break;
+    case O_GATED:
+        c->passes |= LF_PASS_GATED_GEMM;
+        break;
+    case O_FP8:
+        c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8;
+        break;
+    default:
+        return FLAG_NOT_MINE;
+    }
+    sf->compile_flag = 1;
+    return FLAG_OK;
+}
+
+/* Where and how it runs: device, dtype, output, the profiler's schedule, threads, GPUs. */
+static int run_flag(exp_cfg *c, const char *cmd, int id, const char *v, seen_flags *sf)
+{
+    int64_t x = 0;
+    int ok;
+    switch (id) {
+    case O_DEVICE:
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
+            fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
+            return FLAG_BAD;
+        }
+        sf->device = v;
+        return FLAG_OK;
+    case O_DTYPE:
+        if (lf_dtype_parse(v, &c->dtype) != LF_OK) {
+            fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
+            return FLAG_BAD;
+        }
+        return FLAG_OK;
+    case O_OUT:
+        if (!*v) {
+            fprintf(stderr, "%s: --out needs a directory\n", cmd);
+            return FLAG_BAD;
+        }
+        c->out_dir = v;
+        return FLAG_OK;
+    case O_WAIT:
+        ok = lf_cli_int(cmd, "--wait", v, 0, 1000, &x), c->sched.wait = (int)x;
+        return ok;
+    case O_WARMUP_STEPS:
+        ok = lf_cli_int(cmd, "--warmup-steps", v, 0, 1000, &x), c->sched.warmup = (int)x;
+        return ok;
+    case O_ACTIVE:
+        ok = lf_cli_int(cmd, "--active", v, 1, 1000, &x), c->sched.active = (int)x;
+        return ok;
+    /* the library's schedule takes repeat 0 as "forever"; a command must end, so it takes 1..16 */
+    case O_REPEAT:
+        ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x;
+        return ok;
+    case O_ROW_LIMIT:
+        ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x;
+        return ok;
+    case O_THREADS:
+        ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x;
+        return ok;
+    case O_TP:
+        ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x;
+        return ok;
+    case O_CHUNKS:
+        ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x;
+        return ok;
+    case O_NO_GEMM_AUTOTUNE:
+        lf_gemm_autotune_set(0);
+        return FLAG_OK;
+    default:
+        return FLAG_NOT_MINE;
+    }
+}
+
+/* What the flags say together: a real layer's sizes and activation read from it, flags that need
+ * another, and the device chosen (auto: CUDA where it is). LF_EXIT_OK or LF_EXIT_USAGE (said). */
+static int check_flags(exp_cfg *c, const char *cmd, const seen_flags *sf)
+{
+    if (c->weights || c->prefix) { /* a real layer: its sizes and activation come with it */
+        if (!c->weights || !c->prefix || sf->dims_given) {
+            fprintf(stderr,
+                    "%s: --weights and --prefix go together, and the layer's sizes come from it (no --dim, --hidden)\n",
+                    cmd);
+            return LF_EXIT_USAGE;
+        }
+        if (lf_cli_mlp_shape(cmd, c->weights, c->prefix, &c->dim, &c->hidden) != LF_EXIT_OK)
+            return LF_EXIT_USAGE;
+        if (!sf->act_given && lf_hf_config_act(c->weights, &c->act) != LF_OK) {
+            fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
+            return LF_EXIT_USAGE;
+        }
+    }
+    if (sf->compile_flag && !c->compile) {
+        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --no-...) need --compile\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    /* torchrun's RANK is read only when --tp asks for a split (tp_run.c): set in a shell for another
+     * program, it must not turn a one-device run into a distributed one */
+    const int split = c->tp > 1 || c->tp < 0;
+    if (c->variant == LF_MLP_FP8 && split) {
+        fprintf(stderr, "%s: --variant fp8 runs on one device; --tp takes fused or gated\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if (c->chunks && c->tp == 0) {
+        fprintf(stderr, "%s: --chunks needs --tp\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if (split && !strcmp(sf->device, "cpu")) {
+        fprintf(stderr, "%s: --tp runs on GPUs (NCCL); the cpu has no collectives\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if (split && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
+        fprintf(stderr, "%s: --tp: %s\n", cmd, lf_last_error());
+        return LF_EXIT_USAGE;
+    }
+    if (!strcmp(sf->device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
+        fprintf(stderr, "%s: --device cuda: %s; use --device cpu\n", cmd, lf_last_error());
+        return LF_EXIT_USAGE;
+    }
+    c->device = !strcmp(sf->device, "cuda") || (!strcmp(sf->device, "auto") && lf_device_available(LF_DEVICE_CUDA))
+                    ? LF_DEVICE_CUDA
+                    : LF_DEVICE_CPU;
+    return LF_EXIT_OK;
+}
+
 /* Parse argv (argv[0] is the experiment's name) into c. Returns LF_EXIT_OK, LF_EXIT_USAGE, or
  * -1 when --help was printed. */
 static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
@@ -293,199 +504,32 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             opts[n++] = flag_defs[i].opt;
     lf_cli_args a;
     lf_cli_args_init(&a, cmd, argc, argv, opts, n);
-    const char *device = "auto", *v;
-    int compile_flag = 0, id, dims_given = 0, act_given = 0;
-    int64_t x;
-    const int64_t big = INT64_C(1) << 40;
+    seen_flags sf = {.device = "auto"};
+    const char *v;
+    int id;
     while ((id = lf_cli_next(&a, &v)) != LF_CLI_END) {
-        int ok = 1;
-        switch (id) {
-        case LF_CLI_HELP:
+        if (id == LF_CLI_HELP) {
             usage(stdout, k);
             return -1;
-        case LF_CLI_BAD:
+        }
+        if (id == LF_CLI_BAD) {
             other_commands(k, a.bad);
             usage(stderr, k);
             return LF_EXIT_USAGE;
-        case LF_CLI_WORD:
+        }
+        if (id == LF_CLI_WORD) {
             fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
-        case O_SIZE:
-            ok = lf_cli_int(cmd, "--size", v, 1, big, &c->size);
-            break;
-        case O_BATCHED:
-            c->batched = 1;
-            break;
-        case O_WARM:
-            c->warm = 1;
-            break;
-        case O_BATCH:
-            ok = lf_cli_int(cmd, "--batch", v, 1, big, &c->batch);
-            break;
-        case O_IN_DIM:
-            ok = lf_cli_int(cmd, "--in-dim", v, 1, big, &c->in_dim);
-            break;
-        case O_OUT_DIM:
-            ok = lf_cli_int(cmd, "--out-dim", v, 1, big, &c->out_dim);
-            break;
-        case O_NO_BIAS:
-            c->no_bias = 1;
-            break;
-        case O_SEQ:
-            ok = lf_cli_int(cmd, "--seq", v, 1, big, &c->seq);
-            break;
-        case O_DIM:
-            ok = lf_cli_int(cmd, "--dim", v, 1, big, &c->dim), dims_given = 1;
-            break;
-        case O_HIDDEN:
-            ok = lf_cli_int(cmd, "--hidden", v, 1, big, &c->hidden), dims_given = 1;
-            break;
-        case O_VARIANT: {
-            const int pv = lf_mlp_variant_parse(v);
-            if (pv != LF_MLP_FUSED && pv != LF_MLP_GATED && pv != LF_MLP_FP8) {
-                fprintf(stderr, "%s: --variant must be fused, gated or fp8, got '%s'\n", cmd, v);
-                return LF_EXIT_USAGE;
-            }
-            c->variant = (lf_mlp_variant)pv;
-            break;
         }
-        case O_COMPILE:
-            c->compile = 1;
-            break;
-        case O_NO_CUDA_GRAPH:
-            c->no_cuda_graph = compile_flag = 1;
-            break;
-        case O_COMPILE_VERBOSE:
-            c->compile_verbose = compile_flag = 1;
-            break;
-        case O_NO_FOLD_VIEWS:
-            c->passes &= ~(unsigned)LF_PASS_FOLD_VIEWS, compile_flag = 1;
-            break;
-        case O_NO_BIAS_EPILOGUE:
-            c->passes &= ~(unsigned)LF_PASS_BIAS_EPILOGUE, compile_flag = 1;
-            break;
-        case O_NO_POINTWISE_FUSION:
-            c->passes &= ~(unsigned)LF_PASS_POINTWISE_FUSION, compile_flag = 1;
-            break;
-        case O_NO_ACT_EPILOGUE:
-            c->passes &= ~(unsigned)LF_PASS_ACT_EPILOGUE, compile_flag = 1;
-            break;
-        case O_GATED:
-            c->passes |= LF_PASS_GATED_GEMM, compile_flag = 1;
-            break;
-        case O_FP8:
-            c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8, compile_flag = 1;
-            break;
-        case O_DEVICE:
-            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-                fprintf(stderr, "%s: --device must be auto, cpu or cuda, got '%s'\n", cmd, v);
-                return LF_EXIT_USAGE;
-            }
-            device = v;
-            break;
-        case O_DTYPE:
-            if (lf_dtype_parse(v, &c->dtype) != LF_OK) {
-                fprintf(stderr, "%s: --dtype: %s\n", cmd, lf_last_error());
-                return LF_EXIT_USAGE;
-            }
-            break;
-        case O_OUT:
-            if (!*v) {
-                fprintf(stderr, "%s: --out needs a directory\n", cmd);
-                return LF_EXIT_USAGE;
-            }
-            c->out_dir = v;
-            break;
-        case O_WAIT:
-            ok = lf_cli_int(cmd, "--wait", v, 0, 1000, &x), c->sched.wait = (int)x;
-            break;
-        case O_WARMUP_STEPS:
-            ok = lf_cli_int(cmd, "--warmup-steps", v, 0, 1000, &x), c->sched.warmup = (int)x;
-            break;
-        case O_ACTIVE:
-            ok = lf_cli_int(cmd, "--active", v, 1, 1000, &x), c->sched.active = (int)x;
-            break;
-        /* the library's schedule takes repeat 0 as "forever"; a command must end, so it takes 1..16 */
-        case O_REPEAT:
-            ok = lf_cli_int(cmd, "--repeat", v, 1, EXP_MAX_WINDOWS, &x), c->sched.repeat = (int)x;
-            break;
-        case O_ROW_LIMIT:
-            ok = lf_cli_int(cmd, "--row-limit", v, 1, 100000, &x), c->row_limit = (int)x;
-            break;
-        case O_THREADS:
-            ok = lf_cli_int(cmd, "--threads", v, 1, 4096, &x), c->threads = (int)x;
-            break;
-        case O_TP:
-            ok = lf_cli_int(cmd, "--tp", v, 1, LF_MAX_DEVICE_INDEX, &x), c->tp = (int)x;
-            break;
-        case O_CHUNKS:
-            ok = lf_cli_int(cmd, "--chunks", v, 1, 64, &x), c->chunks = (int)x;
-            break;
-        case O_WEIGHTS:
-            c->weights = v;
-            break;
-        case O_NO_GEMM_AUTOTUNE:
-            lf_gemm_autotune_set(0);
-            break;
-        case O_PREFIX:
-            c->prefix = v;
-            break;
-        case O_ACT:
-            if (lf_cli_act(cmd, v, &c->act) != LF_EXIT_OK)
-                return LF_EXIT_USAGE;
-            act_given = 1;
-            break;
-        default:
-            ok = 0;
-            break;
-        }
-        if (!ok)
+        int ok = model_flag(c, cmd, id, v, &sf);
+        if (ok == FLAG_NOT_MINE)
+            ok = compile_flag(c, id, &sf);
+        if (ok == FLAG_NOT_MINE)
+            ok = run_flag(c, cmd, id, v, &sf);
+        if (ok != FLAG_OK)
             return LF_EXIT_USAGE;
     }
-    if (c->weights || c->prefix) { /* a real layer: its sizes and activation come with it */
-        if (!c->weights || !c->prefix || dims_given) {
-            fprintf(stderr,
-                    "%s: --weights and --prefix go together, and the layer's sizes come from it (no --dim, --hidden)\n",
-                    cmd);
-            return LF_EXIT_USAGE;
-        }
-        if (lf_cli_mlp_shape(cmd, c->weights, c->prefix, &c->dim, &c->hidden) != LF_EXIT_OK)
-            return LF_EXIT_USAGE;
-        if (!act_given && lf_hf_config_act(c->weights, &c->act) != LF_OK) {
-            fprintf(stderr, "%s: --act: %s; say which (--act silu|gelu_tanh|gelu)\n", cmd, lf_last_error());
-            return LF_EXIT_USAGE;
-        }
-    }
-    if (compile_flag && !c->compile) {
-        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --no-...) need --compile\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    /* torchrun's RANK is read only when --tp asks for a split (tp_run.c): set in a shell for another
-     * program, it must not turn a one-device run into a distributed one */
-    if (c->variant == LF_MLP_FP8 && (c->tp > 1 || c->tp < 0)) {
-        fprintf(stderr, "%s: --variant fp8 runs on one device; --tp takes fused or gated\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    if (c->chunks && c->tp == 0) {
-        fprintf(stderr, "%s: --chunks needs --tp\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    if ((c->tp > 1 || c->tp < 0) && !strcmp(device, "cpu")) {
-        fprintf(stderr, "%s: --tp runs on GPUs (NCCL); the cpu has no collectives\n", cmd);
-        return LF_EXIT_USAGE;
-    }
-    if ((c->tp > 1 || c->tp < 0) && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
-        fprintf(stderr, "%s: --tp: %s\n", cmd, lf_last_error());
-        return LF_EXIT_USAGE;
-    }
-    if (!strcmp(device, "cuda") && lf_device_require(LF_DEVICE_CUDA) != LF_OK) {
-        fprintf(stderr, "%s: --device cuda: %s; use --device cpu\n", cmd, lf_last_error());
-        return LF_EXIT_USAGE;
-    }
-    c->device = !strcmp(device, "cuda") || (!strcmp(device, "auto") && lf_device_available(LF_DEVICE_CUDA))
-                    ? LF_DEVICE_CUDA
-                    : LF_DEVICE_CPU;
-    return LF_EXIT_OK;
+    return check_flags(c, cmd, &sf);
 }
 
 /* --- a run --- */
@@ -599,13 +643,12 @@ static lf_status model_build(const exp_cfg *c, model *m)
     return s;
 }
 
-/* The run itself, into dir (made and proved writable). */
-static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
+/* The path every file of the run starts with: <dir>/<shape>[_<layer>]_<dtype>_<cold|warm>_<mode>,
+ * the mode saying how the forward ran (eager, kernels: the hand-fused middle, gated, fp8 or
+ * compile; gated where fp8 was asked for and the device has no FP8 GEMM, said). 0 when too long. */
+static int name_outputs(const exp_cfg *c, const char *dir, const char *shape, char *base, size_t cap)
 {
     const char *name = exps[c->kind].name;
-    char shape[96], base[4400];
-    lf_exp_shape(c, shape, sizeof shape);
-    /* the mode says how the forward ran: eager, kernels (the hand-fused middle) or gated */
     const char *mode = c->compile                           ? "compile"
                        : !(exps[c->kind].takes & T_VARIANT) ? "eager"
                        : c->variant == LF_MLP_GATED         ? "gated"
@@ -624,17 +667,74 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
         layer[0] = '_';
         lf_cli_file_word(layer + 1, sizeof layer - 1, p);
     }
-    if (snprintf(base, sizeof base, "%s/%s%s_%s_%s_%s", dir, shape, layer, lf_dtype_name(c->dtype),
-                 c->warm ? "warm" : "cold", mode) >= (int)sizeof base) {
+    if (snprintf(base, cap, "%s/%s%s_%s_%s_%s", dir, shape, layer, lf_dtype_name(c->dtype), c->warm ? "warm" : "cold",
+                 mode) >= (int)cap) {
         fprintf(stderr, "linfuse %s: --out: path too long\n", name);
-        return LF_EXIT_USAGE;
+        return 0;
     }
+    return 1;
+}
+
+/* --compile: the first call's work, once, before the profiled steps (its time into r). */
+static lf_status compile_model(const exp_cfg *c, fwd_ctx *fc, lf_compiled **compiled, exp_result *r, int print)
+{
+    lf_compile_opts co = lf_compile_opts_default();
+    co.name = exps[c->kind].label;
+    co.passes = c->passes;
+    co.no_cuda_graph = c->no_cuda_graph;
+    co.verbose = c->compile_verbose;
+    lf_tensor *x = fc->m->x;
+    lf_status s = lf_compile(compiled, compiled_forward, fc, 1, &x, &co);
+    if (s != LF_OK)
+        return s;
+    lf_compiled_stats st = lf_compiled_get_stats(*compiled);
+    if (print)
+        printf("compile: %.1f ms, once before the profiled steps; each step replays a plan of %d kernel%s%s%s\n",
+               st.compile_ms, st.kernels, st.kernels == 1 ? "" : "s", st.views ? " and view ops" : "",
+               st.graph ? " as one CUDA graph launch" : "");
+    r->compile_ms = st.compile_ms;
+    return LF_OK;
+}
+
+/* The profiled steps: warm-up forwards first when asked (the blog's --warmup), then the
+ * schedule's steps, each window written by window_ready as it completes (*pp: the profiler, for
+ * the caller to free). */
+static lf_status profile_steps(const exp_cfg *c, const model *m, lf_compiled *compiled, run_ctx *rc, lf_profiler **pp)
+{
+    lf_status s = LF_OK;
+    for (int i = 0; c->warm && i < 3 && s == LF_OK; i++)
+        s = forward(c, m, compiled);
+    lf_profiler *p = NULL;
+    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, rc);
+    if (s == LF_OK)
+        s = lf_prof_start(&p, &po);
+    *pp = p;
+    int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
+    for (int i = 0; i < steps && s == LF_OK && rc->st == LF_OK && !rc->write_failed; i++) {
+        lf_prof_range_push(exps[c->kind].label);
+        s = forward(c, m, compiled);
+        lf_prof_range_pop();
+        if (s == LF_OK)
+            s = lf_prof_step(p);
+    }
+    if (p && s == LF_OK)
+        s = lf_prof_stop(p);
+    return s == LF_OK ? rc->st : s;
+}
+
+/* The run itself, into dir (made and proved writable). */
+static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
+{
+    const char *name = exps[c->kind].name;
+    char shape[96], base[4400];
+    lf_exp_shape(c, shape, sizeof shape);
+    if (!name_outputs(c, dir, shape, base, sizeof base))
+        return LF_EXIT_USAGE;
     lf_cpu_set_threads(c->threads);
     if (c->tp > 1 || c->tp < 0) { /* the MLP over several GPUs */
         exp_tp_job j = {c, name, exps[c->kind].label, base, c->variant, NULL};
         return lf_exp_run_tp(&j, r, print);
     }
-
     model m;
     lf_status s = model_build(c, &m);
     if (s != LF_OK) {
@@ -645,44 +745,14 @@ static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
     }
     lf_compiled *compiled = NULL;
     fwd_ctx fc = {c, &m};
-    if (c->compile) { /* the first call's work, once, before the profiled steps */
-        lf_compile_opts co = lf_compile_opts_default();
-        co.name = exps[c->kind].label;
-        co.passes = c->passes;
-        co.no_cuda_graph = c->no_cuda_graph;
-        co.verbose = c->compile_verbose;
-        s = lf_compile(&compiled, compiled_forward, &fc, 1, &m.x, &co);
-        if (s != LF_OK) {
-            fprintf(stderr, "linfuse %s: --compile: %s\n", name, lf_last_error());
-            exp_model_free(&m);
-            return LF_EXIT_FAIL;
-        }
-        lf_compiled_stats st = lf_compiled_get_stats(compiled);
-        if (print)
-            printf("compile: %.1f ms, once before the profiled steps; each step replays a plan of %d kernel%s%s%s\n",
-                   st.compile_ms, st.kernels, st.kernels == 1 ? "" : "s", st.views ? " and view ops" : "",
-                   st.graph ? " as one CUDA graph launch" : "");
-        r->compile_ms = st.compile_ms;
+    if (c->compile && compile_model(c, &fc, &compiled, r, print) != LF_OK) {
+        fprintf(stderr, "linfuse %s: --compile: %s\n", name, lf_last_error());
+        exp_model_free(&m);
+        return LF_EXIT_FAIL;
     }
-    for (int i = 0; c->warm && i < 3 && s == LF_OK; i++) /* the blog's --warmup: run before profiling */
-        s = forward(c, &m, compiled);
     run_ctx rc = {c, r, base, print, LF_OK, 0};
     lf_profiler *p = NULL;
-    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, &rc);
-    if (s == LF_OK)
-        s = lf_prof_start(&p, &po);
-    int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
-    for (int i = 0; i < steps && s == LF_OK && rc.st == LF_OK && !rc.write_failed; i++) {
-        lf_prof_range_push(exps[c->kind].label);
-        s = forward(c, &m, compiled);
-        lf_prof_range_pop();
-        if (s == LF_OK)
-            s = lf_prof_step(p);
-    }
-    if (p && s == LF_OK)
-        s = lf_prof_stop(p);
-    if (s == LF_OK)
-        s = rc.st;
+    s = profile_steps(c, &m, compiled, &rc, &p);
     int code = LF_EXIT_OK;
     if (s != LF_OK) {
         fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
