@@ -7,20 +7,43 @@
 #include "cli/cli.h"
 #include "cli/experiments.h"
 
-int lf_cli_tour(int argc, char **argv)
+/* the blog's order: matmul-add, linear, the MLP eager, then compiled; then kernels-mlp with the
+ * hand-fused middle, and with the gated GEMM that goes beyond the blog; the last over 2 GPUs */
+enum { RUNS = 7 };
+static const struct {
+    exp_kind kind;
+    int compile;
+    lf_mlp_variant variant;
+    const char *changed;
+} runs[RUNS] = {
+    {EXP_MATMUL_ADD, 0, LF_MLP_EAGER, "matmul then add: two kernels, the add re-reads the GEMM's output"},
+    {EXP_LINEAR, 0, LF_MLP_EAGER,
+     "linear: t() is a view (no kernel); the bias rides in the GEMM's epilogue: one kernel"},
+    {EXP_SIMPLE_MLP, 0, LF_MLP_EAGER, "GeGLU: gelu and mul are two more passes over the [tokens, hidden] intermediate"},
+    {EXP_SIMPLE_MLP, 1, LF_MLP_EAGER, "compiled: gelu*mul generated as one kernel, no ops dispatched per step"},
+    {EXP_KERNELS_MLP, 0, LF_MLP_FUSED, "gelu and mul hand-fused: one pass reads g and u once"},
+    {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "gated GEMM: gelu(g)*u in the epilogue; g and u never reach memory"},
+    {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "2 GPUs (Megatron's split): half the hidden each, then one NCCL all-reduce"},
+};
+
+/* The tour's flags (--out DIR, into *out): -1 to go on, else the exit status (--help printed,
+ * or a wrong flag said). */
+static int parse(int argc, char **argv, const char **out)
 {
-    const char *out = "traces", *v;
+    const char *v;
     enum { T_OUT };
     const lf_cli_opt opts[] = {{"out", 1, T_OUT, 0}};
     lf_cli_args a;
     lf_cli_args_init(&a, "linfuse tour", argc, argv, opts, 1);
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
         if (id == T_OUT && *v) {
-            out = v;
+            *out = v;
         } else if (id == LF_CLI_HELP) {
-            printf("usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and "
-                   "kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the gated MLP over 2 "
-                   "GPUs when there are two, writes their traces to DIR (traces), and prints what changed between them.\n");
+            printf(
+                "usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and "
+                "kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the gated MLP over 2 "
+                "GPUs when there are two, writes their traces to DIR (traces), and prints what changed between "
+                "them.\n");
             return LF_EXIT_OK;
         } else {
             if (id == T_OUT)
@@ -30,27 +53,14 @@ int lf_cli_tour(int argc, char **argv)
             return LF_EXIT_USAGE;
         }
     }
-    /* the blog's order: matmul-add, linear, the MLP eager, then compiled; then kernels-mlp with
-     * the hand-fused middle, and with the gated GEMM that goes beyond the blog */
-    enum { RUNS = 7 };
-    static const struct {
-        exp_kind kind;
-        int compile;
-        lf_mlp_variant variant;
-        const char *changed;
-    } runs[RUNS] = {
-        {EXP_MATMUL_ADD, 0, LF_MLP_EAGER, "matmul then add: two kernels, the add re-reads the GEMM's output"},
-        {EXP_LINEAR, 0, LF_MLP_EAGER, "linear: t() is a view (no kernel); the bias rides in the GEMM's epilogue: one kernel"},
-        {EXP_SIMPLE_MLP, 0, LF_MLP_EAGER, "GeGLU: gelu and mul are two more passes over the [tokens, hidden] intermediate"},
-        {EXP_SIMPLE_MLP, 1, LF_MLP_EAGER, "compiled: gelu*mul generated as one kernel, no ops dispatched per step"},
-        {EXP_KERNELS_MLP, 0, LF_MLP_FUSED, "gelu and mul hand-fused: one pass reads g and u once"},
-        {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "gated GEMM: gelu(g)*u in the epilogue; g and u never reach memory"},
-        {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "2 GPUs (Megatron's split): half the hidden each, then one NCCL all-reduce"},
-    };
-    /* the last run goes past one GPU, where there are two or more */
+    return -1;
+}
+
+/* Each run's configuration on the default device, into out; the MLPs smaller on a CPU, with a
+ * note saying so. How many runs there are: the last only where there are two GPUs. */
+static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out)
+{
     const int n_runs = lf_device_count(LF_DEVICE_CUDA) >= 2 ? RUNS : RUNS - 1;
-    exp_cfg cfg[RUNS];
-    const char *notes[RUNS] = {NULL};
     for (int k = 0; k < n_runs; k++) {
         lf_exp_defaults(&cfg[k], runs[k].kind);
         cfg[k].tp = k == RUNS - 1 ? 2 : 0;
@@ -58,12 +68,40 @@ int lf_cli_tour(int argc, char **argv)
         cfg[k].variant = runs[k].variant;
         cfg[k].out_dir = out;
         cfg[k].device = lf_device_available(LF_DEVICE_CUDA) ? LF_DEVICE_CUDA : LF_DEVICE_CPU;
+        notes[k] = NULL;
         if (cfg[k].device == LF_DEVICE_CPU && (cfg[k].kind == EXP_SIMPLE_MLP || cfg[k].kind == EXP_KERNELS_MLP)) {
             /* 64 x 128 tokens through three 768x3072 GEMMs is ~0.4 s a forward on a small CPU */
             cfg[k].batch = 8;
             notes[k] = "batch 64 -> 8 on the CPU, so the tour takes seconds";
         }
     }
+    return n_runs;
+}
+
+/* The blog's conclusion table, measured: each run's kernels, ops and times per forward. */
+static void print_table(const exp_cfg cfg[RUNS], const exp_result res[RUNS], char setup[RUNS][160], int n_runs)
+{
+    printf("\n%-44s %8s %8s %14s %14s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "CPU/fwd", "what changed");
+    for (int k = 0; k < n_runs; k++)
+        printf("%-44s %8g %8g %11.3f ms %11.3f ms  %s\n", setup[k], res[k].sum.kernels_per_step,
+               res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6,
+               runs[k].changed);
+    printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "
+           "wall time%s)\n",
+           cfg[0].device == LF_DEVICE_CPU
+               ? ";\n on the CPU the kernels run on the same cores, so both columns measure the same seconds"
+               : "");
+}
+
+int lf_cli_tour(int argc, char **argv)
+{
+    const char *out = "traces";
+    const int rc = parse(argc, argv, &out);
+    if (rc >= 0)
+        return rc;
+    exp_cfg cfg[RUNS];
+    const char *notes[RUNS];
+    const int n_runs = plan_runs(cfg, notes, out);
     printf("linfuse tour: the blog's experiments on %s, %s, schedule wait=1 warmup=1 active=3\n\n",
            lf_device_name(cfg[0].device), lf_dtype_name(cfg[0].dtype));
     exp_result res[RUNS];
@@ -78,20 +116,11 @@ int lf_cli_tour(int argc, char **argv)
         fflush(stdout);
         if (notes[k])
             printf("      note: %s\n", notes[k]);
-        int rc = lf_exp_run(&cfg[k], &res[k], 0);
-        if (rc != LF_EXIT_OK)
-            return rc;
+        int code = lf_exp_run(&cfg[k], &res[k], 0);
+        if (code != LF_EXIT_OK)
+            return code;
         printf("      %s\n      trace: %s\n", res[k].summary, res[k].json_path);
     }
-    printf("\n%-44s %8s %8s %14s %14s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "CPU/fwd",
-           "what changed");
-    for (int k = 0; k < n_runs; k++)
-        printf("%-44s %8g %8g %11.3f ms %11.3f ms  %s\n", setup[k], res[k].sum.kernels_per_step,
-               res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6, runs[k].changed);
-    printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "
-           "wall time%s)\n",
-           cfg[0].device == LF_DEVICE_CPU
-               ? ";\n on the CPU the kernels run on the same cores, so both columns measure the same seconds"
-               : "");
+    print_table(cfg, res, setup, n_runs);
     return LF_EXIT_OK;
 }
