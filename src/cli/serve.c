@@ -264,116 +264,181 @@ static char *read_file_whole(const char *cmd, const char *file, int64_t max_byte
     return data;
 }
 
-int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes)
+/* The one trace being served, and the listening socket and its clients. */
+typedef struct server {
+    const char *cmd;
+    const char *data; /* the trace's bytes, as read */
+    size_t size;
+    int gz;
+    char name[256]; /* the one name it answers to */
+    int s;          /* the listening socket */
+    client *cl;     /* MAX_CLIENTS slots */
+    int once;
+} server;
+
+/* The trace, read whole (file or "-": standard input) and checked to be JSON or gzip by its
+ * first bytes: *data (the caller frees it), or NULL with the exit status in *rc. */
+static char *load_trace(const char *cmd, const char *file, int64_t max_bytes, size_t *size, int *gz, int *rc)
 {
-    const char *cmd = "linfuse trace serve";
     const int from_stdin = !strcmp(file, "-");
-    size_t size = 0;
-    int rc = LF_EXIT_USAGE;
-    char *data =
-        from_stdin ? read_stdin_whole(cmd, max_bytes, &size) : read_file_whole(cmd, file, max_bytes, &size, &rc);
+    *rc = LF_EXIT_USAGE;
+    char *data = from_stdin ? read_stdin_whole(cmd, max_bytes, size) : read_file_whole(cmd, file, max_bytes, size, rc);
     if (!data)
-        return rc;
-    if (from_stdin && !size) {
+        return NULL;
+    if (from_stdin && !*size) {
         fprintf(stderr, "%s: standard input: is empty, expected a trace\n", cmd);
         free(data);
-        return LF_EXIT_USAGE;
+        *rc = LF_EXIT_USAGE;
+        return NULL;
     }
-    const int gz = size >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
-    size_t at = gz ? 0 : (size >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0);
-    while (!gz && at < size && strchr(" \t\r\n", data[at]) && data[at])
+    const size_t n = *size;
+    *gz = n >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
+    size_t at = *gz ? 0 : (n >= 3 && !memcmp(data, "\xef\xbb\xbf", 3) ? 3 : 0);
+    while (!*gz && at < n && strchr(" \t\r\n", data[at]) && data[at])
         at++;
-    if (!gz && (at == size || (data[at] != '{' && data[at] != '['))) {
+    if (!*gz && (at == n || (data[at] != '{' && data[at] != '['))) {
         fprintf(stderr, "%s: %s: neither a JSON trace nor a gzip one\n", cmd, file);
         free(data);
-        return LF_EXIT_USAGE;
+        *rc = LF_EXIT_USAGE;
+        return NULL;
     }
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    return data;
+}
+
+/* Listen on 127.0.0.1:port (0: any free port; *bound: the one it got), every client slot free;
+ * 0 with the reason said when it cannot. */
+static int listen_local(server *sv, int port, int *bound)
+{
+    int one = 1;
+    sv->s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* this machine only */
     socklen_t al = sizeof a;
-    client *cl = calloc(MAX_CLIENTS, sizeof *cl);
-    if (!cl || s < 0 || setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 64) != 0 ||
-        getsockname(s, (struct sockaddr *)&a, &al) != 0) {
-        fprintf(stderr, "%s: cannot listen on 127.0.0.1:%d: %s\n", cmd, port, !cl ? "out of memory" : strerror(errno));
-        if (s >= 0)
-            close(s);
-        free(cl);
-        free(data);
-        return LF_EXIT_FAIL;
+    sv->cl = calloc(MAX_CLIENTS, sizeof *sv->cl);
+    if (!sv->cl || sv->s < 0 || setsockopt(sv->s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(sv->s, (struct sockaddr *)&a, sizeof a) != 0 || listen(sv->s, 64) != 0 ||
+        getsockname(sv->s, (struct sockaddr *)&a, &al) != 0) {
+        fprintf(stderr, "%s: cannot listen on 127.0.0.1:%d: %s\n", sv->cmd, port,
+                !sv->cl ? "out of memory" : strerror(errno));
+        return 0;
     }
     for (int i = 0; i < MAX_CLIENTS; i++)
-        cl[i].fd = -1;
-    char name[256], url[400];
-    if (from_stdin) /* named for what it is, so Perfetto reads it right */
-        snprintf(name, sizeof name, "%s", gz ? "stdin.json.gz" : "stdin.json");
-    else
-        served_name(file, name, sizeof name);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/%s", ntohs(a.sin_port), name);
-    printf("serving %s (%zu bytes) at %s\nopen it in Perfetto: %s/#!/?url=%s\n%s", from_stdin ? "standard input" : file,
-           size, url, ORIGIN, url, once ? "(this exits once the trace has been sent)\n" : "(Ctrl-C stops it)\n");
-    fflush(stdout);
-    signal(SIGPIPE, SIG_IGN);
-    rc = LF_EXIT_OK;
-    for (int done = 0; !done;) {
+        sv->cl[i].fd = -1;
+    *bound = ntohs(a.sin_port);
+    return 1;
+}
+
+/* Each client poll() woke: its request taken, or its reply given on; 1 when --once's trace has
+ * gone whole (the server is done). */
+static int serve_ready(server *sv, const struct pollfd *pf, int64_t now)
+{
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        client *c = &sv->cl[i];
+        if (c->fd < 0 || pf[i + 1].fd != c->fd || !pf[i + 1].revents)
+            continue;
+        int all = 0;
+        if (!c->sending && !take_request(c, sv->name, sv->data, sv->size, sv->gz, now)) {
+            drop(c);
+        } else if (c->sending && !give_reply(c, now, &all)) {
+            const int sent = all && c->is_trace;
+            if (sent) {
+                printf("sent %s\n", sv->name);
+                fflush(stdout);
+            }
+            drop(c);
+            if (sent && sv->once)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every connection waiting, each in a slot (the one waiting longest on its request gives way
+ * when none is free); 0, or the exit status when accept fails for good. */
+static int accept_waiting(server *sv, int64_t now)
+{
+    for (;;) {
+        int c = accept4(sv->s, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EMFILE && errno != ENFILE) {
+                fprintf(stderr, "%s: accept: %s\n", sv->cmd, strerror(errno));
+                return LF_EXIT_FAIL;
+            }
+            return 0;
+        }
+        const int slot = pick_slot(sv->cl);
+        if (sv->cl[slot].fd >= 0)
+            drop(&sv->cl[slot]);
+        sv->cl[slot] = (client){.fd = c, .since = now, .deadline = now + HEAD_MS};
+    }
+}
+
+/* Serve until stopped (or with once, until the trace has been sent); the exit status. */
+static int serve_loop(server *sv)
+{
+    for (;;) {
         struct pollfd pf[MAX_CLIENTS + 1];
         int64_t now = now_ms(), wake = now + 60000;
-        pf[0] = (struct pollfd){s, POLLIN, 0};
+        pf[0] = (struct pollfd){sv->s, POLLIN, 0};
         for (int i = 0; i < MAX_CLIENTS; i++) {
-            pf[i + 1] = (struct pollfd){cl[i].fd, (short)(cl[i].sending ? POLLOUT : POLLIN), 0};
-            if (cl[i].fd >= 0 && cl[i].deadline < wake)
-                wake = cl[i].deadline;
+            const client *c = &sv->cl[i];
+            pf[i + 1] = (struct pollfd){c->fd, (short)(c->sending ? POLLOUT : POLLIN), 0};
+            if (c->fd >= 0 && c->deadline < wake)
+                wake = c->deadline;
         }
         int r = poll(pf, MAX_CLIENTS + 1, wake > now ? (int)(wake - now) : 0);
         if (r < 0 && errno != EINTR) {
-            fprintf(stderr, "%s: poll: %s\n", cmd, strerror(errno));
-            rc = LF_EXIT_FAIL;
-            break;
+            fprintf(stderr, "%s: poll: %s\n", sv->cmd, strerror(errno));
+            return LF_EXIT_FAIL;
         }
         now = now_ms();
-        for (int i = 0; r > 0 && i < MAX_CLIENTS && !done; i++) {
-            client *c = &cl[i];
-            if (c->fd < 0 || pf[i + 1].fd != c->fd || !pf[i + 1].revents)
-                continue;
-            int all = 0;
-            if (!c->sending && !take_request(c, name, data, size, gz, now))
-                drop(c);
-            else if (c->sending && !give_reply(c, now, &all)) {
-                if (all && c->is_trace) {
-                    printf("sent %s\n", name);
-                    fflush(stdout);
-                    done = once;
-                }
-                drop(c);
-            }
-        }
+        const int done = r > 0 && serve_ready(sv, pf, now);
         for (int i = 0; i < MAX_CLIENTS; i++) /* a client past its deadline is dropped, not waited for */
-            if (cl[i].fd >= 0 && now >= cl[i].deadline)
-                drop(&cl[i]);
-        while (!done && r > 0 && (pf[0].revents & POLLIN)) { /* every connection waiting, each in a slot */
-            int c = accept4(s, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (c < 0) {
-                if (errno == EINTR || errno == ECONNABORTED)
-                    continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EMFILE && errno != ENFILE) {
-                    fprintf(stderr, "%s: accept: %s\n", cmd, strerror(errno));
-                    rc = LF_EXIT_FAIL;
-                    done = 1;
-                }
-                break;
-            }
-            const int slot = pick_slot(cl);
-            if (cl[slot].fd >= 0)
-                drop(&cl[slot]);
-            cl[slot] = (client){.fd = c, .since = now, .deadline = now + HEAD_MS};
+            if (sv->cl[i].fd >= 0 && now >= sv->cl[i].deadline)
+                drop(&sv->cl[i]);
+        if (done)
+            return LF_EXIT_OK;
+        if (r > 0 && (pf[0].revents & POLLIN)) {
+            const int rc = accept_waiting(sv, now);
+            if (rc)
+                return rc;
         }
     }
-    for (int i = 0; i < MAX_CLIENTS; i++)
-        if (cl[i].fd >= 0)
-            drop(&cl[i]);
-    free(cl);
-    close(s);
+}
+
+int lf_cli_trace_serve(const char *file, int port, int once, int64_t max_bytes)
+{
+    server sv = {.cmd = "linfuse trace serve", .s = -1, .once = once};
+    const int from_stdin = !strcmp(file, "-");
+    int rc = LF_EXIT_USAGE, bound = 0;
+    char *data = load_trace(sv.cmd, file, max_bytes, &sv.size, &sv.gz, &rc);
+    if (!data)
+        return rc;
+    sv.data = data;
+    if (!listen_local(&sv, port, &bound)) {
+        rc = LF_EXIT_FAIL;
+    } else {
+        char url[400];
+        if (from_stdin) /* named for what it is, so Perfetto reads it right */
+            snprintf(sv.name, sizeof sv.name, "%s", sv.gz ? "stdin.json.gz" : "stdin.json");
+        else
+            served_name(file, sv.name, sizeof sv.name);
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/%s", bound, sv.name);
+        printf("serving %s (%zu bytes) at %s\nopen it in Perfetto: %s/#!/?url=%s\n%s",
+               from_stdin ? "standard input" : file, sv.size, url, ORIGIN, url,
+               once ? "(this exits once the trace has been sent)\n" : "(Ctrl-C stops it)\n");
+        fflush(stdout);
+        signal(SIGPIPE, SIG_IGN);
+        rc = serve_loop(&sv);
+        for (int i = 0; i < MAX_CLIENTS; i++)
+            if (sv.cl[i].fd >= 0)
+                drop(&sv.cl[i]);
+    }
+    free(sv.cl);
+    if (sv.s >= 0)
+        close(sv.s);
     free(data);
     return rc;
 }
