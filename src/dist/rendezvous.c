@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,137 +197,192 @@ static int read_hello(pending *p)
     }
 }
 
+/* Rank 0's side of a meeting: its sockets, the connections not yet placed, the ranks placed. */
+typedef struct meeting {
+    const char *addr;
+    int port, world;
+    size_t n; /* the blob's bytes, as each rank must expect */
+    int timeout_ms;
+    int64_t deadline;
+    char id[MAX_ID]; /* the run's id */
+    int lfd[MAX_LISTEN], n_lfd;
+    pending *pend; /* MAX_PENDING slots */
+    int peers[LF_DIST_MAX_RANKS], n_peers;
+    int refused;
+    char why[MSG_CAP];               /* why the group fails: told to every rank */
+    char last_refusal[MSG_CAP + 64]; /* the last connection refused, and why */
+} meeting;
+
+/* Why the group fails, in words cut to fit the reply every rank gets. */
+static void fail_group(meeting *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_group(meeting *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->why, sizeof m->why, fmt, ap);
+    va_end(ap);
+}
+
+/* A whole hello from p: admitted as its rank, refused (a wrong run id, rank or duplicate: the
+ * meeting goes on), or taken as the group's failure (a wrong world or build: m->why). */
+static void place_hello(meeting *m, pending *p)
+{
+    char bad[MSG_CAP] = "";
+    const hello h = p->h;
+    if (h.id_bytes != strlen(m->id) || memcmp(p->id, m->id, h.id_bytes))
+        snprintf(bad, sizeof bad, "its run id is not this run's (TORCHELASTIC_RUN_ID, else MASTER_ADDR:port)");
+    else if (h.world != (uint32_t)m->world)
+        fail_group(m, "rank %u counts a world of %u ranks, rank 0 counts %d (WORLD_SIZE)", h.rank, h.world, m->world);
+    else if (h.blob_bytes != m->n)
+        fail_group(m, "rank %u expects %u bytes, rank 0 hands %zu (different builds)", h.rank, h.blob_bytes, m->n);
+    else if (h.rank == 0 || h.rank >= (uint32_t)m->world)
+        snprintf(bad, sizeof bad, "it says it is rank %u, not one of ranks 1 to %d (RANK)", h.rank, m->world - 1);
+    else if (m->peers[h.rank] >= 0)
+        snprintf(bad, sizeof bad, "a second rank %u in a world of %d (RANK)", h.rank, m->world);
+    if (bad[0]) {
+        snprintf(m->last_refusal, sizeof m->last_refusal, "%s from %s", bad, p->from);
+        m->refused++;
+        refuse(p, bad);
+    } else {
+        m->peers[m->why[0] ? 0 : h.rank] = p->fd; /* a fatal hello: told why with the rest (slot 0 is rank 0's own) */
+        p->fd = -1;
+        m->n_peers += !m->why[0];
+    }
+}
+
+/* The pending connections poll() woke: what each has sent of its hello read, and placed once
+ * whole. */
+static void take_hellos(meeting *m, const struct pollfd *pf)
+{
+    for (int i = 0; i < MAX_PENDING && !m->why[0]; i++) {
+        pending *p = &m->pend[i];
+        if (p->fd < 0 || pf[m->n_lfd + i].fd != p->fd || !pf[m->n_lfd + i].revents)
+            continue;
+        const int got = read_hello(p);
+        if (got < 0)
+            refuse(p, p->got >= sizeof p->h ? "not a linfuse rendezvous hello (another program, or another "
+                                              "version of linfuse)"
+                                            : "closed before its hello");
+        else if (got > 0)
+            place_hello(m, p);
+    }
+}
+
+/* Connections that said no hello in time are refused. */
+static void expire_pending(meeting *m, int64_t t)
+{
+    for (int i = 0; i < MAX_PENDING; i++)
+        if (m->pend[i].fd >= 0 && t >= m->pend[i].deadline) {
+            m->refused++;
+            snprintf(m->last_refusal, sizeof m->last_refusal, "a connection from %s said no hello within %.1f s",
+                     m->pend[i].from, secs(HELLO_MS));
+            refuse(&m->pend[i], "no hello within the deadline");
+        }
+}
+
+/* Every connection waiting on listener fd, each in a slot: the oldest pending makes room. */
+static void accept_pending(meeting *m, int fd, int64_t t)
+{
+    for (;;) {
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        int c = accept4(fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (c < 0)
+            return;
+        int slot = 0;
+        for (int i = 0; i < MAX_PENDING; i++) {
+            if (m->pend[i].fd < 0) {
+                slot = i;
+                break;
+            }
+            if (m->pend[i].deadline < m->pend[slot].deadline)
+                slot = i;
+        }
+        if (m->pend[slot].fd >= 0)
+            refuse(&m->pend[slot], "too many connections waiting; the oldest makes room");
+        m->pend[slot] = (pending){.fd = c, .deadline = t + HELLO_MS < m->deadline ? t + HELLO_MS : m->deadline};
+        peer_name(&sa, m->pend[slot].from, sizeof m->pend[slot].from);
+    }
+}
+
+/* Wait until world - 1 ranks are placed, the deadline passes, or the group fails (m->why). */
+static void gather_ranks(meeting *m)
+{
+    while (m->n_peers < m->world - 1 && !m->why[0]) {
+        struct pollfd pf[MAX_LISTEN + MAX_PENDING];
+        const int64_t now = now_ms();
+        int64_t wake = m->deadline;
+        for (int i = 0; i < m->n_lfd; i++)
+            pf[i] = (struct pollfd){m->lfd[i], POLLIN, 0};
+        for (int i = 0; i < MAX_PENDING; i++) {
+            pf[m->n_lfd + i] = (struct pollfd){m->pend[i].fd, POLLIN, 0};
+            if (m->pend[i].fd >= 0 && m->pend[i].deadline < wake)
+                wake = m->pend[i].deadline;
+        }
+        if (now >= m->deadline) {
+            fail_group(m, "rank 0 waited %.1f s on %s:%d for %d of the %d ranks; %d never came%s%s",
+                       secs(m->timeout_ms), m->addr, m->port, m->world - 1, m->world, m->world - 1 - m->n_peers,
+                       m->refused ? "; refused: " : "", m->last_refusal);
+            return;
+        }
+        int r = poll(pf, (nfds_t)(m->n_lfd + MAX_PENDING), (int)(wake - now < 1000 ? wake - now : 1000));
+        if (r < 0 && errno != EINTR) {
+            fail_group(m, "rank 0: poll: %s", strerror(errno));
+            return;
+        }
+        const int64_t t = now_ms();
+        if (r > 0)
+            take_hellos(m, pf);
+        expire_pending(m, t);
+        for (int l = 0; l < m->n_lfd && r > 0 && !m->why[0]; l++)
+            if (pf[l].revents & POLLIN)
+                accept_pending(m, m->lfd[l], t);
+    }
+}
+
+/* Every rank placed hears the outcome, then (on success) gets the blob; their sockets close. */
+static void answer_ranks(meeting *m, const void *blob)
+{
+    reply rp = {MAGIC, m->why[0] ? 1u : 0u, {0}};
+    snprintf(rp.msg, sizeof rp.msg, "%s", m->why);
+    const int64_t send_deadline = now_ms() + m->timeout_ms;
+    for (int i = 0; i < m->world; i++) {
+        if (m->peers[i] < 0)
+            continue;
+        if (io_all(m->peers[i], &rp, sizeof rp, 1, send_deadline) && !m->why[0])
+            io_all(m->peers[i], (void *)blob, m->n, 1, send_deadline);
+        close(m->peers[i]);
+    }
+}
+
 /* rank 0: gather world - 1 ranks carrying this run's id, then hand each the blob (or the reason
  * the group failed) */
 static lf_status serve(const char *addr, int port, int world, const void *blob, size_t n, int timeout_ms)
 {
-    char id[MAX_ID];
-    if (!run_id(addr, port, id, sizeof id))
+    meeting m = {.addr = addr, .port = port, .world = world, .n = n, .timeout_ms = timeout_ms};
+    if (!run_id(addr, port, m.id, sizeof m.id))
         return lf_fail(LF_EINVAL, "rendezvous: the run's id (TORCHELASTIC_RUN_ID) is longer than %d bytes", MAX_ID - 1);
-    int lfd[MAX_LISTEN], n_lfd = 0;
-    LF_TRY(listen_on(addr, port, lfd, &n_lfd));
-    pending *pend = calloc(MAX_PENDING, sizeof *pend);
-    if (!pend) {
-        for (int i = 0; i < n_lfd; i++)
-            close(lfd[i]);
+    LF_TRY(listen_on(addr, port, m.lfd, &m.n_lfd));
+    m.pend = calloc(MAX_PENDING, sizeof *m.pend);
+    if (!m.pend) {
+        for (int i = 0; i < m.n_lfd; i++)
+            close(m.lfd[i]);
         return lf_fail(LF_ENOMEM, "rendezvous: out of memory");
     }
     for (int i = 0; i < MAX_PENDING; i++)
-        pend[i].fd = -1;
-    int peers[LF_DIST_MAX_RANKS], n_peers = 0, refused = 0;
+        m.pend[i].fd = -1;
     for (int i = 0; i < world; i++)
-        peers[i] = -1;
-    char why[MSG_CAP] = "", last_refusal[MSG_CAP + 64] = "";
-    const int64_t deadline = now_ms() + timeout_ms;
-    while (n_peers < world - 1 && !why[0]) {
-        struct pollfd pf[MAX_LISTEN + MAX_PENDING];
-        const int64_t now = now_ms();
-        int64_t wake = deadline;
-        for (int i = 0; i < n_lfd; i++)
-            pf[i] = (struct pollfd){lfd[i], POLLIN, 0};
-        for (int i = 0; i < MAX_PENDING; i++) {
-            pf[n_lfd + i] = (struct pollfd){pend[i].fd, POLLIN, 0};
-            if (pend[i].fd >= 0 && pend[i].deadline < wake)
-                wake = pend[i].deadline;
-        }
-        if (now >= deadline) {
-            snprintf(why, sizeof why, "rank 0 waited %.1f s on %s:%d for %d of the %d ranks; %d never came%s%s",
-                     secs(timeout_ms), addr, port, world - 1, world, world - 1 - n_peers, refused ? "; refused: " : "",
-                     last_refusal);
-            break;
-        }
-        int r = poll(pf, (nfds_t)(n_lfd + MAX_PENDING), (int)(wake - now < 1000 ? wake - now : 1000));
-        if (r < 0 && errno != EINTR) {
-            snprintf(why, sizeof why, "rank 0: poll: %s", strerror(errno));
-            break;
-        }
-        const int64_t t = now_ms();
-        for (int i = 0; i < MAX_PENDING && r > 0 && !why[0]; i++) {
-            pending *p = &pend[i];
-            if (p->fd < 0 || pf[n_lfd + i].fd != p->fd || !pf[n_lfd + i].revents)
-                continue;
-            const int got = read_hello(p);
-            if (got < 0) {
-                refuse(p, p->got >= sizeof p->h ? "not a linfuse rendezvous hello (another program, or another "
-                                                  "version of linfuse)"
-                                                : "closed before its hello");
-                continue;
-            }
-            if (got == 0)
-                continue;
-            char bad[MSG_CAP] = "";
-            const hello h = p->h;
-            if (h.id_bytes != strlen(id) || memcmp(p->id, id, h.id_bytes))
-                snprintf(bad, sizeof bad, "its run id is not this run's (TORCHELASTIC_RUN_ID, else MASTER_ADDR:port)");
-            else if (h.world != (uint32_t)world)
-                snprintf(why, sizeof why, "rank %u counts a world of %u ranks, rank 0 counts %d (WORLD_SIZE)", h.rank,
-                         h.world, world);
-            else if (h.blob_bytes != n)
-                snprintf(why, sizeof why, "rank %u expects %u bytes, rank 0 hands %zu (different builds)", h.rank,
-                         h.blob_bytes, n);
-            else if (h.rank == 0 || h.rank >= (uint32_t)world)
-                snprintf(bad, sizeof bad, "it says it is rank %u, not one of ranks 1 to %d (RANK)", h.rank, world - 1);
-            else if (peers[h.rank] >= 0)
-                snprintf(bad, sizeof bad, "a second rank %u in a world of %d (RANK)", h.rank, world);
-            if (bad[0]) {
-                snprintf(last_refusal, sizeof last_refusal, "%s from %s", bad, p->from);
-                refused++;
-                refuse(p, bad);
-            } else {
-                peers[why[0] ? 0 : h.rank] = p->fd; /* a fatal hello: told why with the rest (slot 0 is rank 0's own) */
-                p->fd = -1;
-                n_peers += !why[0];
-            }
-        }
-        for (int i = 0; i < MAX_PENDING; i++)
-            if (pend[i].fd >= 0 && t >= pend[i].deadline) {
-                refused++;
-                snprintf(last_refusal, sizeof last_refusal, "a connection from %s said no hello within %.1f s",
-                         pend[i].from, secs(HELLO_MS));
-                refuse(&pend[i], "no hello within the deadline");
-            }
-        for (int l = 0; l < n_lfd && r > 0 && !why[0]; l++) {
-            if (!(pf[l].revents & POLLIN))
-                continue;
-            for (;;) { /* every connection waiting, each in a slot: the oldest pending makes room */
-                struct sockaddr_storage sa;
-                socklen_t sl = sizeof sa;
-                int c = accept4(lfd[l], (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                if (c < 0)
-                    break;
-                int slot = 0;
-                for (int i = 0; i < MAX_PENDING; i++) {
-                    if (pend[i].fd < 0) {
-                        slot = i;
-                        break;
-                    }
-                    if (pend[i].deadline < pend[slot].deadline)
-                        slot = i;
-                }
-                if (pend[slot].fd >= 0)
-                    refuse(&pend[slot], "too many connections waiting; the oldest makes room");
-                pend[slot] = (pending){.fd = c, .deadline = t + HELLO_MS < deadline ? t + HELLO_MS : deadline};
-                peer_name(&sa, pend[slot].from, sizeof pend[slot].from);
-            }
-        }
-    }
+        m.peers[i] = -1;
+    m.deadline = now_ms() + timeout_ms;
+    gather_ranks(&m);
     for (int i = 0; i < MAX_PENDING; i++)
-        if (pend[i].fd >= 0)
-            close(pend[i].fd);
-    free(pend);
-    for (int i = 0; i < n_lfd; i++)
-        close(lfd[i]);
-    reply rp = {MAGIC, why[0] ? 1u : 0u, {0}};
-    snprintf(rp.msg, sizeof rp.msg, "%s", why);
-    const int64_t send_deadline = now_ms() + timeout_ms;
-    for (int i = 0; i < world; i++) {
-        if (peers[i] < 0)
-            continue;
-        if (io_all(peers[i], &rp, sizeof rp, 1, send_deadline) && !why[0])
-            io_all(peers[i], (void *)blob, n, 1, send_deadline);
-        close(peers[i]);
-    }
-    return why[0] ? lf_fail(LF_EIO, "rendezvous: %s", why) : LF_OK;
+        if (m.pend[i].fd >= 0)
+            close(m.pend[i].fd);
+    free(m.pend);
+    for (int i = 0; i < m.n_lfd; i++)
+        close(m.lfd[i]);
+    answer_ranks(&m, blob);
+    return m.why[0] ? lf_fail(LF_EIO, "rendezvous: %s", m.why) : LF_OK;
 }
 
 /* rank r > 0: reach rank 0 (retrying while it is not yet listening), say who we are, wait */
