@@ -36,9 +36,20 @@ static const struct {
     const char *name;
     int size; /* bytes per element */
     int lf;   /* lf_dtype, or -1: a dtype linfuse neither computes in nor stores */
-} dtypes[] = {{"BF16", 2, LF_DTYPE_BF16}, {"F16", 2, LF_DTYPE_F16}, {"F32", 4, LF_DTYPE_F32}, {"F64", 8, -1},
-              {"I64", 8, -1},  {"I32", 4, -1},  {"I16", 2, -1},  {"I8", 1, -1},  {"U64", 8, -1},
-              {"U32", 4, -1},  {"U16", 2, -1},  {"U8", 1, -1},   {"BOOL", 1, -1}, {"F8_E4M3", 1, LF_DTYPE_F8E4M3},
+} dtypes[] = {{"BF16", 2, LF_DTYPE_BF16},
+              {"F16", 2, LF_DTYPE_F16},
+              {"F32", 4, LF_DTYPE_F32},
+              {"F64", 8, -1},
+              {"I64", 8, -1},
+              {"I32", 4, -1},
+              {"I16", 2, -1},
+              {"I8", 1, -1},
+              {"U64", 8, -1},
+              {"U32", 4, -1},
+              {"U16", 2, -1},
+              {"U8", 1, -1},
+              {"BOOL", 1, -1},
+              {"F8_E4M3", 1, LF_DTYPE_F8E4M3},
               {"F8_E5M2", 1, -1}};
 
 static int by_begin(const void *a, const void *b)
@@ -87,7 +98,82 @@ static lf_status header_len(const unsigned char *p, size_t size, const char *nam
                    (unsigned long long)*n, ST_MAX_HEADER);
 }
 
-/* Check and index a file's header: hdr, its n bytes of JSON, in a file of size bytes. */
+/* One tensor's entry of the header (key: its name, v: its dtype, shape and data_offsets) into t:
+ * a known dtype, at most 8 dims that are sizes, offsets inside the data that hold exactly its
+ * bytes. */
+static lf_status parse_tensor(const st_file *f, const char *name, const char *key, json_t *v, st_tensor *t)
+{
+    json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
+           *off = json_object_get(v, "data_offsets");
+    if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) || !json_is_array(off) ||
+        json_array_size(off) != 2)
+        return lf_fail(LF_EINVAL,
+                       "%s: tensor \"%.200s\" lacks a dtype string, a shape array or data_offsets [begin, end]", name,
+                       key);
+    t->dtype = -2;
+    for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
+        if (!strcmp(json_string_value(dt), dtypes[k].name))
+            t->dtype = dtypes[k].lf, t->esize = dtypes[k].size, t->dtype_name = dtypes[k].name;
+    if (t->dtype == -2)
+        return lf_fail(LF_EINVAL, "%s: tensor \"%.200s\" has an unknown dtype \"%.40s\"", name, key,
+                       json_string_value(dt));
+    if (json_array_size(shape) > 8)
+        return lf_fail(LF_EINVAL, "%s: tensor \"%.200s\" has %zu dims", name, key, json_array_size(shape));
+    t->ndim = (int)json_array_size(shape);
+    uint64_t elems = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        json_t *e = json_array_get(shape, (size_t)d);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            __builtin_mul_overflow(elems, (uint64_t)json_integer_value(e), &elems))
+            return lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": shape dim %d is not a size", name, key, d);
+        t->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
+    }
+    json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
+    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+        json_integer_value(e) < json_integer_value(b) || (uint64_t)json_integer_value(e) > f->data_size)
+        return lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": data_offsets [%lld, %lld] out of the %zu data bytes", name,
+                       key, json_is_integer(b) ? (long long)json_integer_value(b) : -1LL,
+                       json_is_integer(e) ? (long long)json_integer_value(e) : -1LL, f->data_size);
+    t->begin = (uint64_t)json_integer_value(b), t->end = (uint64_t)json_integer_value(e);
+    uint64_t bytes;
+    if (__builtin_mul_overflow(elems, (uint64_t)t->esize, &bytes) || bytes != t->end - t->begin)
+        return lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": its shape of %s is %llu bytes, its offsets hold %llu", name,
+                       key, t->dtype_name, (unsigned long long)elems * (unsigned long long)t->esize,
+                       (unsigned long long)(t->end - t->begin));
+    if (!(t->name = strdup(key)))
+        return lf_fail(LF_ENOMEM, "%s: out of memory", name);
+    return LF_OK;
+}
+
+/* The data: every byte some tensor's, no two tensors sharing one. */
+static lf_status check_coverage(const st_file *f, const char *name)
+{
+    st_tensor **order = malloc((f->n ? f->n : 1) * sizeof *order);
+    if (!order)
+        return lf_fail(LF_ENOMEM, "%s: out of memory", name);
+    for (size_t i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
+    qsort(order, f->n, sizeof *order, by_begin);
+    lf_status s = LF_OK;
+    uint64_t at = 0;
+    for (size_t i = 0; s == LF_OK && i < f->n; i++) {
+        if (order[i]->begin < at)
+            s = lf_fail(LF_EINVAL, "%s: tensors \"%.200s\" and \"%.200s\" overlap", name, order[i - 1]->name,
+                        order[i]->name);
+        else if (order[i]->begin > at)
+            s = lf_fail(LF_EINVAL, "%s: data bytes %llu to %llu belong to no tensor", name, (unsigned long long)at,
+                        (unsigned long long)order[i]->begin);
+        at = order[i]->end > at ? order[i]->end : at;
+    }
+    if (s == LF_OK && at != f->data_size)
+        s = lf_fail(LF_EINVAL, "%s: the file has %llu bytes after the last tensor's data", name,
+                    (unsigned long long)(f->data_size - at));
+    free(order);
+    return s;
+}
+
+/* Check and index a file's header: hdr, its n bytes of JSON (a JSON object of tensors and
+ * __metadata__), in a file of size bytes whose data its tensors cover exactly. */
 static lf_status parse(st_file *f, const char *name, const unsigned char *hdr, uint64_t n, size_t size)
 {
     if (n < 2)
@@ -118,92 +204,17 @@ static lf_status parse(st_file *f, const char *name, const unsigned char *hdr, u
     {
         if (s != LF_OK)
             break;
-        if (!strcmp(key, "__metadata__")) {
-            if (!json_is_object(v)) {
-                s = lf_fail(LF_EINVAL, "%s: __metadata__ is not an object", name);
-            } else {
-                f->metadata = json_incref(v);
-            }
-            continue;
+        if (strcmp(key, "__metadata__")) {
+            if ((s = parse_tensor(f, name, key, v, &f->t[f->n])) == LF_OK)
+                f->n++;
+        } else if (!json_is_object(v)) {
+            s = lf_fail(LF_EINVAL, "%s: __metadata__ is not an object", name);
+        } else {
+            f->metadata = json_incref(v);
         }
-        st_tensor *t = &f->t[f->n];
-        json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape"),
-               *off = json_object_get(v, "data_offsets");
-        if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) || !json_is_array(off) ||
-            json_array_size(off) != 2) {
-            s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\" lacks a dtype string, a shape array or data_offsets [begin, end]",
-                        name, key);
-            break;
-        }
-        t->dtype = -2;
-        for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
-            if (!strcmp(json_string_value(dt), dtypes[k].name))
-                t->dtype = dtypes[k].lf, t->esize = dtypes[k].size, t->dtype_name = dtypes[k].name;
-        if (t->dtype == -2) {
-            s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\" has an unknown dtype \"%.40s\"", name, key,
-                        json_string_value(dt));
-            break;
-        }
-        if (json_array_size(shape) > 8) {
-            s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\" has %zu dims", name, key, json_array_size(shape));
-            break;
-        }
-        t->ndim = (int)json_array_size(shape);
-        uint64_t elems = 1;
-        for (int d = 0; d < t->ndim && s == LF_OK; d++) {
-            json_t *e = json_array_get(shape, (size_t)d);
-            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-                __builtin_mul_overflow(elems, (uint64_t)json_integer_value(e), &elems))
-                s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": shape dim %d is not a size", name, key, d);
-            else
-                t->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
-        }
-        json_t *b = json_array_get(off, 0), *e = json_array_get(off, 1);
-        if (s == LF_OK && (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
-                           json_integer_value(e) < json_integer_value(b) ||
-                           (uint64_t)json_integer_value(e) > f->data_size))
-            s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": data_offsets [%lld, %lld] out of the %zu data bytes", name, key,
-                        json_is_integer(b) ? (long long)json_integer_value(b) : -1LL,
-                        json_is_integer(e) ? (long long)json_integer_value(e) : -1LL, f->data_size);
-        if (s != LF_OK)
-            break;
-        t->begin = (uint64_t)json_integer_value(b), t->end = (uint64_t)json_integer_value(e);
-        uint64_t bytes;
-        if (__builtin_mul_overflow(elems, (uint64_t)t->esize, &bytes) || bytes != t->end - t->begin) {
-            s = lf_fail(LF_EINVAL, "%s: tensor \"%.200s\": its shape of %s is %llu bytes, its offsets hold %llu", name,
-                        key, t->dtype_name, (unsigned long long)elems * (unsigned long long)t->esize,
-                        (unsigned long long)(t->end - t->begin));
-            break;
-        }
-        if (!(t->name = strdup(key)))
-            s = lf_fail(LF_ENOMEM, "%s: out of memory", name);
-        else
-            f->n++;
     }
     json_decref(h);
-    /* the data: every byte some tensor's, no two tensors sharing one */
-    st_tensor **order = s == LF_OK ? malloc((f->n ? f->n : 1) * sizeof *order) : NULL;
-    if (s == LF_OK && !order)
-        s = lf_fail(LF_ENOMEM, "%s: out of memory", name);
-    for (size_t i = 0; s == LF_OK && i < f->n; i++)
-        order[i] = &f->t[i];
-    if (s == LF_OK)
-        qsort(order, f->n, sizeof *order, by_begin);
-    uint64_t at = 0;
-    for (size_t i = 0; s == LF_OK && i < f->n; i++) {
-        if (order[i]->begin < at)
-            s = lf_fail(LF_EINVAL, "%s: tensors \"%.200s\" and \"%.200s\" overlap", name, order[i - 1]->name,
-                        order[i]->name);
-        else if (order[i]->begin > at)
-            s = lf_fail(LF_EINVAL, "%s: data bytes %llu to %llu belong to no tensor", name, (unsigned long long)at,
-                        (unsigned long long)order[i]->begin);
-        at = order[i]->end > at ? order[i]->end : at;
-    }
-    if (s == LF_OK && at != f->data_size)
-        s = lf_fail(LF_EINVAL, "%s: the file has %llu bytes after the last tensor's data", name,
-                    (unsigned long long)(f->data_size - at));
-    free(order);
-    return s;
+    return s == LF_OK ? check_coverage(f, name) : s;
 }
 
 static void file_free(st_file *f)
