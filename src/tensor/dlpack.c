@@ -103,6 +103,64 @@ static void run_deleter(void *ctx)
         mt->deleter(mt);
 }
 
+/* The linfuse device of a DLPack device: kDLCPU and pinned host memory (the CPU reads it as any
+ * other) are the CPU, kDLCUDA device N GPU N; anything else is refused by name. */
+static lf_status device_from_dl(DLDevice dv, lf_device *dev, int *index)
+{
+    *index = 0;
+    switch (dv.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+        *dev = LF_DEVICE_CPU;
+        return LF_OK;
+    case kDLCUDA:
+        if (dv.device_id < 0 || dv.device_id >= LF_MAX_DEVICE_INDEX)
+            return lf_fail(LF_EDEVICE, "lf_tensor_from_dlpack: kDLCUDA device %d: linfuse takes GPUs 0 to %d",
+                           dv.device_id, LF_MAX_DEVICE_INDEX - 1);
+        *dev = LF_DEVICE_CUDA;
+        *index = dv.device_id;
+        return LF_OK;
+    default:
+        return lf_fail(LF_EDEVICE,
+                       "lf_tensor_from_dlpack: device type %d (%s): linfuse takes kDLCPU, kDLCUDAHost and kDLCUDA",
+                       (int)dv.device_type, dl_device_name((int)dv.device_type));
+    }
+}
+
+/* d's strides in elements (contiguous ones where it gives none); negative ones refused. */
+static lf_status strides_from_dl(const DLTensor *d, int64_t stride[LF_MAX_DIMS])
+{
+    if (!d->strides) {
+        lf_contiguous_strides(d->ndim, d->shape, stride);
+        return LF_OK;
+    }
+    for (int i = 0; i < d->ndim; i++) {
+        if (d->strides[i] < 0)
+            return lf_fail(LF_ESHAPE,
+                           "lf_tensor_from_dlpack: stride %lld of dim %d is negative: linfuse takes strides >= 0 "
+                           "(make the array contiguous first)",
+                           (long long)d->strides[i], i);
+        stride[i] = d->strides[i];
+    }
+    return LF_OK;
+}
+
+/* The farthest element the view reaches from the data pointer (*last), counting offset; refused
+ * past 2^62 bytes of elements of es bytes. */
+static lf_status reach_of(const DLTensor *d, const int64_t *stride, int64_t offset, size_t es, uint64_t *last)
+{
+    *last = (uint64_t)offset;
+    for (int i = 0; i < d->ndim; i++) {
+        uint64_t step;
+        if (__builtin_mul_overflow((uint64_t)(d->shape[i] - 1), (uint64_t)stride[i], &step) ||
+            __builtin_add_overflow(*last, step, last))
+            return lf_fail(LF_EOVERFLOW, "lf_tensor_from_dlpack: shape and strides reach past 2^64 elements");
+    }
+    if (*last >= ((uint64_t)1 << 62) / es)
+        return lf_fail(LF_EOVERFLOW, "lf_tensor_from_dlpack: shape and strides reach past 2^62 bytes");
+    return LF_OK;
+}
+
 lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
 {
     LF_CHECK_PTR(out, "lf_tensor_from_dlpack", "out");
@@ -110,24 +168,8 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     LF_CHECK_PTR(mt, "lf_tensor_from_dlpack", "mt");
     const DLTensor *d = &mt->dl_tensor;
     lf_device dev;
-    int index = 0;
-    switch (d->device.device_type) {
-    case kDLCPU:
-    case kDLCUDAHost: /* pinned host memory: the CPU reads it as any other */
-        dev = LF_DEVICE_CPU;
-        break;
-    case kDLCUDA:
-        if (d->device.device_id < 0 || d->device.device_id >= LF_MAX_DEVICE_INDEX)
-            return lf_fail(LF_EDEVICE, "lf_tensor_from_dlpack: kDLCUDA device %d: linfuse takes GPUs 0 to %d",
-                           d->device.device_id, LF_MAX_DEVICE_INDEX - 1);
-        dev = LF_DEVICE_CUDA;
-        index = d->device.device_id;
-        break;
-    default:
-        return lf_fail(LF_EDEVICE,
-                       "lf_tensor_from_dlpack: device type %d (%s): linfuse takes kDLCPU, kDLCUDAHost and kDLCUDA",
-                       (int)d->device.device_type, dl_device_name((int)d->device.device_type));
-    }
+    int index;
+    LF_TRY(device_from_dl(d->device, &dev, &index));
     lf_dtype dt = LF_DTYPE_F32;
     LF_TRY(dtype_from_dl(d->dtype, &dt));
     if (d->ndim < 1 || d->ndim > LF_MAX_DIMS)
@@ -143,35 +185,17 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     int64_t numel;
     LF_TRY(lf_shape_check("lf_tensor_from_dlpack", d->ndim, d->shape, dt, &numel));
     int64_t stride[LF_MAX_DIMS];
-    if (d->strides) {
-        for (int i = 0; i < d->ndim; i++) {
-            if (d->strides[i] < 0)
-                return lf_fail(LF_ESHAPE,
-                               "lf_tensor_from_dlpack: stride %lld of dim %d is negative: linfuse takes strides >= 0 "
-                               "(make the array contiguous first)",
-                               (long long)d->strides[i], i);
-            stride[i] = d->strides[i];
-        }
-    } else {
-        lf_contiguous_strides(d->ndim, d->shape, stride);
-    }
-    /* the bytes the view reaches, from the data pointer: offset + the farthest element + one */
+    LF_TRY(strides_from_dl(d, stride));
     const int64_t offset = (int64_t)(d->byte_offset / es);
-    uint64_t last = (uint64_t)offset;
-    for (int i = 0; i < d->ndim; i++) {
-        uint64_t step;
-        if (__builtin_mul_overflow((uint64_t)(d->shape[i] - 1), (uint64_t)stride[i], &step) ||
-            __builtin_add_overflow(last, step, &last))
-            return lf_fail(LF_EOVERFLOW, "lf_tensor_from_dlpack: shape and strides reach past 2^64 elements");
-    }
-    if (last >= ((uint64_t)1 << 62) / es)
-        return lf_fail(LF_EOVERFLOW, "lf_tensor_from_dlpack: shape and strides reach past 2^62 bytes");
+    uint64_t last;
+    LF_TRY(reach_of(d, stride, offset, es, &last));
     lf_tensor *t = calloc(1, sizeof *t);
     lf_storage *s = malloc(sizeof *s);
     if (!t || !s) {
         free(t), free(s);
         return lf_fail(LF_ENOMEM, "lf_tensor_from_dlpack: out of host memory for a tensor header");
     }
+    /* the storage: the bytes the view reaches, the producer's deleter run when the last view goes */
     atomic_init(&s->refs, 1);
     s->device = dev;
     s->index = index;
