@@ -188,9 +188,9 @@ static int fastest(const lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, lt_
     float best_ms = 0;
     /* on the GPU's own stream, after the caller's work so far (the operands' producers) */
     cudaEvent_t ready = NULL;
-    if (lf_cuda_stream(d) != d->stream &&
-        (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
-         cudaEventRecord(ready, lf_cuda_stream(d)) != cudaSuccess || cudaStreamWaitEvent(d->stream, ready, 0) != cudaSuccess))
+    if (lf_cuda_stream(d) != d->stream && (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess ||
+                                           cudaEventRecord(ready, lf_cuda_stream(d)) != cudaSuccess ||
+                                           cudaStreamWaitEvent(d->stream, ready, 0) != cudaSuccess))
         goto done;
     if (cudaMallocAsync(&out, bytes, d->stream) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
         cudaEventCreate(&e1) != cudaSuccess)
@@ -257,10 +257,9 @@ static int may_time(const lf_cuda_dev *d)
            cudaStreamIsCapturing(lf_cuda_stream(d), &cap) == cudaSuccess && cap == cudaStreamCaptureStatusNone;
 }
 
-/* Descriptors for c and its algorithm on GPU d: the one measured fastest in an earlier run (the
- * disk cache) when cuBLASLt still accepts it, else the fastest of cuBLASLt's first CANDIDATES
- * timed now on g's operands when that may be done (may_time), else cuBLASLt's first choice. */
-static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan *pl)
+/* The matmul's descriptor: fp32 accumulation, the operands' ops, the epilogue and its bias
+ * type, and for FP8 the scales' modes. */
+static lf_status describe_matmul(const lf_gemm *g, const lt_call *c, lt_plan *pl)
 {
     LF_CU_TRY(CUBLASLT,
               cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); /* fp32 accumulate; no TF32 */
@@ -273,21 +272,27 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
         LF_CU_TRY(CUBLASLT,
                   cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    if (c->scaled) { /* FP8 as torch._scaled_mm's: row-wise (a vector over each operand's outer dim), or
-                      * blockwise: the weight (cuBLAS's A) in 128 x 128 blocks, x (its B) in 1 x 128
-                      * ones (lf_scale_mode's layouts, probed on an H200: docs/gpu_notes.md) */
-        const int32_t amode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
-                                             : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-                      bmode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
-                                             : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        LF_CU_TRY(CUBLASLT,
-                  cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
-        LF_CU_TRY(CUBLASLT,
-                  cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
-        /* the heuristic refuses a vector mode whose pointers are unset (CUBLAS_STATUS_INVALID_VALUE,
-         * seen on the H200): this call's, replaced at every launch */
-        LF_TRY(set_call_pointers(g, c, pl));
-    }
+    if (!c->scaled)
+        return LF_OK;
+    /* FP8 as torch._scaled_mm's: row-wise (a vector over each operand's outer dim), or blockwise:
+     * the weight (cuBLAS's A) in 128 x 128 blocks, x (its B) in 1 x 128 ones (lf_scale_mode's
+     * layouts, probed on an H200: docs/gpu_notes.md) */
+    const int32_t amode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                         : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                  bmode = c->scaled == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                         : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    LF_CU_TRY(CUBLASLT,
+              cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
+    LF_CU_TRY(CUBLASLT,
+              cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
+    /* the heuristic refuses a vector mode whose pointers are unset (CUBLAS_STATUS_INVALID_VALUE,
+     * seen on the H200): this call's, replaced at every launch */
+    return set_call_pointers(g, c, pl);
+}
+
+/* The four matrices' layouts: A and B as stored (op applied by the descriptor), C and D m x n. */
+static lf_status describe_layouts(const lt_call *c, lt_plan *pl)
+{
     cudaDataType_t in = cuda_type(c->dt), out = cuda_type(c->out_dt);
     uint64_t arows = (uint64_t)(c->ta == CUBLAS_OP_N ? c->m : c->k),
              acols = (uint64_t)(c->ta == CUBLAS_OP_N ? c->k : c->m);
@@ -298,6 +303,14 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
     LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->c, c->has_c ? cuda_type(c->c_dt) : out, (uint64_t)c->m,
                                                    (uint64_t)c->n, c->ldc));
     LF_CU_TRY(CUBLASLT, cublasLtMatrixLayoutCreate(&pl->d, out, (uint64_t)c->m, (uint64_t)c->n, c->ldc));
+    return LF_OK;
+}
+
+/* cuBLASLt's candidates for the plan (res, *found of them, best first): within our workspace and
+ * the operands' alignment, split-K reduced in fp32 only. */
+static lf_status ask_heuristic(const lf_cuda_dev *d, const lt_call *c, const lt_plan *pl,
+                               cublasLtMatmulHeuristicResult_t res[CANDIDATES], int *found)
+{
     cublasLtMatmulPreference_t pref = NULL;
     LF_CU_TRY(CUBLASLT, cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = LF_CUDA_WORKSPACE_BYTES;
@@ -315,19 +328,19 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
     if (s == LF_OK)
         s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                                        &schemes, sizeof schemes));
-    cublasLtMatmulHeuristicResult_t res[CANDIDATES];
-    int found = 0;
+    *found = 0;
     if (s == LF_OK)
         s = LF_CU_CHECK(CUBLASLT, cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)d->lt, pl->desc, pl->a, pl->b, pl->c,
-                                                                 pl->d, pref, CANDIDATES, res, &found));
+                                                                 pl->d, pref, CANDIDATES, res, found));
     cublasLtMatmulPreferenceDestroy(pref);
-    LF_TRY(s);
-    if (!found)
-        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: cuBLASLt has no algorithm for %lldx%lldx%lld %s (epilogue %d)",
-                       (long long)c->n, (long long)c->m, (long long)c->k, lf_dtype_name(c->dt), (int)c->epi);
-    pl->algo = res[0].algo;
-    if (!lf_gemm_autotune_enabled())
-        return LF_OK;
+    return s;
+}
+
+/* With autotune on: the plan measured before on this GPU (kept on disk) while cuBLASLt still takes
+ * it, else the fastest of the candidates timed now, remembered. */
+static void tune_algo(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan *pl,
+                      cublasLtMatmulHeuristicResult_t *res, int found)
+{
     cublasLtMatmulAlgo_t kept;
     cublasLtMatmulHeuristicResult_t check;
     if (lf_cuda_tune_get(d, c, sizeof *c, &kept, sizeof kept)) {
@@ -336,7 +349,7 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
                 CUBLAS_STATUS_SUCCESS &&
             check.workspaceSize <= LF_CUDA_WORKSPACE_BYTES) {
             pl->algo = kept;
-            return LF_OK;
+            return;
         }
     }
     if (found > 1 && may_time(d)) {
@@ -346,6 +359,24 @@ static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gem
             lf_cuda_tune_put(d, c, sizeof *c, &pl->algo, sizeof pl->algo);
         }
     }
+}
+
+/* Descriptors for c and its algorithm on GPU d: the one measured fastest in an earlier run (the
+ * disk cache) when cuBLASLt still accepts it, else the fastest of cuBLASLt's first CANDIDATES
+ * timed now on g's operands when that may be done (may_time), else cuBLASLt's first choice. */
+static lf_status plan_build(const lf_cuda_dev *d, const lt_call *c, const lf_gemm *g, lt_plan *pl)
+{
+    LF_TRY(describe_matmul(g, c, pl));
+    LF_TRY(describe_layouts(c, pl));
+    cublasLtMatmulHeuristicResult_t res[CANDIDATES];
+    int found = 0;
+    LF_TRY(ask_heuristic(d, c, pl, res, &found));
+    if (!found)
+        return lf_fail(LF_EUNSUPPORTED, "cuda gemm: cuBLASLt has no algorithm for %lldx%lldx%lld %s (epilogue %d)",
+                       (long long)c->n, (long long)c->m, (long long)c->k, lf_dtype_name(c->dt), (int)c->epi);
+    pl->algo = res[0].algo;
+    if (lf_gemm_autotune_enabled())
+        tune_algo(d, c, g, pl, res, found);
     return LF_OK;
 }
 
@@ -417,7 +448,7 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
     }
     lf_cuda_time_end(d, info, tm);
     if (info) {
-        const lf_cuda_family fam = gemv                                       ? LF_CUDA_KF_GEMV
+        const lf_cuda_family fam = gemv                                   ? LF_CUDA_KF_GEMV
                                    : c.kernel == LF_GATED_KERNEL_PINGPONG ? LF_CUDA_KF_GATED_PINGPONG
                                    : c.kernel == LF_GATED_KERNEL_OFFLOAD  ? LF_CUDA_KF_GATED_OFFLOAD
                                                                           : LF_CUDA_KF_GATED_COOPERATIVE;
