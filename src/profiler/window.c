@@ -14,7 +14,6 @@
  * N", one per thread). */
 enum { LF_CPU_DEVICE_PID = 1 << 24 };
 
-
 static void put_dims(char *buf, size_t cap, const lf_rec *r, int what)
 {
     size_t n = 0;
@@ -129,12 +128,18 @@ static void fit_in_range(const source_sink *k, lf_trace_event *c)
 static lf_trace_cat dev_cat(lf_dev_event_kind k)
 {
     switch (k) {
-    case LF_DEV_KERNEL: return LF_TC_KERNEL;
-    case LF_DEV_MEMCPY: return LF_TC_MEMCPY;
-    case LF_DEV_MEMSET: return LF_TC_MEMSET;
-    case LF_DEV_RUNTIME: return LF_TC_RUNTIME;
-    case LF_DEV_DRIVER: return LF_TC_DRIVER;
-    default: return LF_TC_OVERHEAD;
+    case LF_DEV_KERNEL:
+        return LF_TC_KERNEL;
+    case LF_DEV_MEMCPY:
+        return LF_TC_MEMCPY;
+    case LF_DEV_MEMSET:
+        return LF_TC_MEMSET;
+    case LF_DEV_RUNTIME:
+        return LF_TC_RUNTIME;
+    case LF_DEV_DRIVER:
+        return LF_TC_DRIVER;
+    default:
+        return LF_TC_OVERHEAD;
     }
 }
 
@@ -209,168 +214,241 @@ static int64_t cpu_lane(const lf_tbuf *bufs, int64_t tid)
     return lane;
 }
 
-lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, int64_t t_end, lf_trace **out)
-{
+/* A window being built into a trace: the profiler, the trace, the clock mapping (stamps to
+ * CLOCK_MONOTONIC ns, then to ns since the trace's base), and the collectives seen. */
+typedef struct building {
+    lf_profiler *p;
     lf_trace *t;
-    LF_TRY(lf_trace_create(&t));
-    const lf_clock_map cm = lf_prof_clock_map(p->tick0, p->mono0);
-    lf_trace_meta *m = lf_trace_meta_of(t);
-    /* Kineto's base: epoch ns floored to a 7,889,238 s boundary; ts are offsets from it */
+    lf_trace_meta *m;
+    lf_clock_map cm;
+    int64_t t_begin, t_end; /* the window, in stamps */
+    int64_t to_base;        /* CLOCK_MONOTONIC ns -> ns since the trace's base */
+    int64_t pid;
+    coll_note *colls;
+    int n_colls;
+} building;
+
+/* An op's or range's args as text, alive until its event is added. */
+typedef struct arg_text {
+    char dims[512], types[256], strides[512], coll[768];
+} arg_text;
+
+/* The trace's base and flags: Kineto's base is epoch ns floored to a 7,889,238 s boundary, and
+ * every ts is an offset from it. */
+static lf_status set_meta(building *w)
+{
+    lf_profiler *p = w->p;
+    lf_trace_meta *m = w->m;
     const int64_t span = INT64_C(7889238) * 1000000000;
-    const int64_t real_begin = p->real0 + (lf_prof_to_ns(&cm, t_begin) - p->mono0);
+    const int64_t real_begin = p->real0 + (lf_prof_to_ns(&w->cm, w->t_begin) - p->mono0);
     m->base_ns = real_begin / span * span;
-    const int64_t to_base = p->real0 - p->mono0 - m->base_ns; /* mono ns -> ns since base */
+    w->to_base = p->real0 - p->mono0 - m->base_ns; /* mono ns -> ns since base */
     m->record_shapes = p->o.record_shapes;
     m->profile_memory = p->o.profile_memory;
     m->with_flops = p->o.with_flops;
     m->device_label = "CPU-dev";
     m->cpu_device_pid = -1;
-    if (p->dist_info && lf_trace_set_distributed_info(t, p->dist_info) != LF_OK) {
-        lf_trace_free(t);
+    if (p->dist_info && lf_trace_set_distributed_info(w->t, p->dist_info) != LF_OK)
         return LF_EINVAL;
-    }
-    int64_t dropped = atomic_load(&p->lost);
-    const int64_t pid = (int64_t)getpid();
-    lf_status st = LF_OK;
-    coll_note *colls = NULL;
-    int n_colls = 0;
-    for (lf_tbuf *b = bufs; b && st == LF_OK; b = b->next) {
-        dropped += b->lost;
-        int named = 0, lane_used = 0;
-        const int64_t lane = cpu_lane(bufs, b->tid); /* one CPU-kernel lane per thread: kernels of two
-                                                       * threads overlap in time and must not share one */
-        for (lf_rec_chunk *c = b->head; c && st == LF_OK; c = c->next) {
-            int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
-            for (int64_t i = 0; i < n && st == LF_OK; i++) {
-                const lf_rec *r = &c->rec[i];
-                if (r->t0 < t_begin || r->t0 > t_end ||
-                    (r->kind == REC_KERNEL && r->device != LF_DEVICE_CPU && p->source)) {
-                    lf_prof_spend_timing((lf_rec *)r); /* the device source reports these kernels itself */
-                    continue;
-                }
-                int64_t t1 = r->t1 < 0 || r->t1 > t_end ? t_end : r->t1; /* still open: ends with the window */
-                const int64_t ns0 = lf_prof_to_ns(&cm, r->t0);                   /* stamps to CLOCK_MONOTONIC ns */
-                lf_trace_event e = {.name = r->name,
-                                    .pid = pid,
-                                    .tid = b->tid,
-                                    .ts_ns = ns0 + to_base,
-                                    .dur_ns = lf_prof_to_ns(&cm, t1) - ns0,
-                                    .device = -1,
-                                    .flow_ts = -1,
-                                    .flow_pid = -1,
-                                    .flow_tid = -1};
-                char dims[512], types[256], strides[512], coll[768];
-                switch (r->kind) {
-                case REC_OP:
-                case REC_RANGE:
-                    e.cat = r->kind == REC_OP ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
-                    e.ext_id = r->ext_id;
-                    e.flops = r->flops;
-                    if (r->kind == REC_OP && collective_args(coll, sizeof coll, r)) {
-                        e.extra_args = coll;
-                        coll_note *nc = realloc(colls, (size_t)(n_colls + 1) * sizeof *nc);
-                        char *copy = strdup(coll);
-                        if (nc && copy) {
-                            colls = nc;
-                            colls[n_colls++] = (coll_note){r->ext_id, copy};
-                        } else {
-                            free(copy);
-                            if (nc)
-                                colls = nc;
-                        }
-                    }
-                    if (r->n_args && r->u.args && (p->o.record_shapes || r->kind != REC_OP ||
-                                                   r->op != LF_OP_RECORD_PARAM_COMMS)) {
-                        put_dims(dims, sizeof dims, r, 0);
-                        put_dims(strides, sizeof strides, r, 1);
-                        put_dims(types, sizeof types, r, 2);
-                        e.input_dims = dims, e.input_strides = strides, e.input_types = types;
-                    }
-                    break;
-                case REC_KERNEL:
-                    e.cat = LF_TC_KERNEL;
-                    if (r->u.k.timing) { /* timed on the device: its clock, placed on ours */
-                        int64_t a = 0, z = 0;
-                        int ok = r->u.k.resolve(r->u.k.timing, &a, &z) == 0;
-                        ((lf_rec *)r)->u.k.timing = NULL;
-                        e.flow_ts = ns0 + to_base;
-                        if (ok) {
-                            e.ts_ns = a + to_base;
-                            e.dur_ns = z - a;
-                        }
-                    }
-                    e.ext_id = r->ext_id;
-                    e.correlation = r->u.k.corr;
-                    e.flops = r->flops;
-                    e.bytes = r->u.k.bytes;
-                    e.device = r->unit;
-                    e.flow_pid = pid, e.flow_tid = b->tid;
-                    if (r->device == LF_DEVICE_CPU) {
-                        e.pid = LF_CPU_DEVICE_PID;
-                        e.tid = lane;
-                        m->cpu_device_pid = LF_CPU_DEVICE_PID;
-                        lane_used = 1;
-                    } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
-                        e.pid = r->unit;
-                        e.tid = r->stream;
-                        m->device_label = "CUDA";
-                    }
-                    break;
-                default:
-                    e.cat = LF_TC_MEMORY;
-                    e.dur_ns = -1;
-                    e.mem_bytes = r->u.m.bytes;
-                    e.mem_total_allocated = r->u.m.total;
-                    e.mem_total_reserved = r->u.m.reserved;
-                    e.mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
-                    e.device = r->device == LF_DEVICE_CPU ? -1 : r->unit; /* the GPU's ordinal */
-                    e.mem_addr = r->u.m.addr;
-                    break;
-                }
-                st = lf_trace_add(t, &e);
-                if (st == LF_OK && !named) {
-                    char nm[64];
-                    snprintf(nm, sizeof nm, "thread %lld (linfuse)", (long long)b->tid);
-                    st = lf_trace_name_thread(t, pid, b->tid, nm);
-                    named = 1;
-                }
-            }
-        }
-        if (st == LF_OK && lane_used) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "cpu stream %lld ", (long long)lane);
-            st = lf_trace_name_thread(t, LF_CPU_DEVICE_PID, lane, nm);
-        }
-    }
-    if (st == LF_OK && p->source) {
-        source_sink k = {t, lf_prof_to_ns(&cm, t_begin), lf_prof_to_ns(&cm, t_end), to_base, LF_OK, NULL, 0, colls, n_colls};
-        const int64_t n = lf_trace_count(t);
-        host_span *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
-        for (int64_t i = 0; spans && i < n; i++) {
-            const lf_trace_event *e = lf_trace_get(t, i);
-            if ((e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION) && e->dur_ns >= 0)
-                spans[k.n_spans++] = (host_span){e->tid, e->ts_ns, e->ts_ns + e->dur_ns};
-        }
-        if (spans)
-            qsort(spans, (size_t)k.n_spans, sizeof *spans, span_cmp);
-        k.spans = spans;
-        dropped += p->source->drain(&k, sink_add);
-        free(spans);
-        st = k.st;
-        m->device_label = "CUDA";
-        m->device_properties = p->source->properties ? p->source->properties() : NULL;
-    }
-    for (int i = 0; i < n_colls; i++)
-        free(colls[i].args);
-    free(colls);
-    if (st == LF_OK)
-        st = name_streams(t);
-    m->dropped_events = dropped;
-    if (st != LF_OK) {
-        lf_trace_free(t);
-        return st;
-    }
-    *out = t;
     return LF_OK;
 }
 
+/* Remember a collective's description under its op's External id, for the kernels the device
+ * source reports under it (dropped, not fatal, when memory runs out). */
+static void note_collective(building *w, int64_t ext_id, const char *args)
+{
+    coll_note *nc = realloc(w->colls, (size_t)(w->n_colls + 1) * sizeof *nc);
+    char *copy = strdup(args);
+    if (nc && copy) {
+        w->colls = nc;
+        w->colls[w->n_colls++] = (coll_note){ext_id, copy};
+    } else {
+        free(copy);
+        if (nc)
+            w->colls = nc;
+    }
+}
+
+/* An op or range: its External id, FLOPs, a collective's args, and its inputs' shapes, strides and
+ * types (an op's only under record_shapes, except record_param_comms's). */
+static void host_event(building *w, const lf_rec *r, lf_trace_event *e, arg_text *a)
+{
+    e->cat = r->kind == REC_OP ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
+    e->ext_id = r->ext_id;
+    e->flops = r->flops;
+    if (r->kind == REC_OP && collective_args(a->coll, sizeof a->coll, r)) {
+        e->extra_args = a->coll;
+        note_collective(w, r->ext_id, a->coll);
+    }
+    if (r->n_args && r->u.args && (w->p->o.record_shapes || r->kind != REC_OP || r->op != LF_OP_RECORD_PARAM_COMMS)) {
+        put_dims(a->dims, sizeof a->dims, r, 0);
+        put_dims(a->strides, sizeof a->strides, r, 1);
+        put_dims(a->types, sizeof a->types, r, 2);
+        e->input_dims = a->dims, e->input_strides = a->strides, e->input_types = a->types;
+    }
+}
+
+/* A kernel linfuse timed itself: a CPU kernel on thread tid's lane of the CPU device, a GPU one
+ * (timed with events, its clock placed on ours) on its device and stream, as Kineto's. ns0: its
+ * launch, in CLOCK_MONOTONIC ns. */
+static void kernel_event(building *w, const lf_rec *r, int64_t tid, int64_t lane, int64_t ns0, lf_trace_event *e)
+{
+    e->cat = LF_TC_KERNEL;
+    if (r->u.k.timing) {
+        int64_t a = 0, z = 0;
+        int ok = r->u.k.resolve(r->u.k.timing, &a, &z) == 0;
+        ((lf_rec *)r)->u.k.timing = NULL;
+        e->flow_ts = ns0 + w->to_base;
+        if (ok) {
+            e->ts_ns = a + w->to_base;
+            e->dur_ns = z - a;
+        }
+    }
+    e->ext_id = r->ext_id;
+    e->correlation = r->u.k.corr;
+    e->flops = r->flops;
+    e->bytes = r->u.k.bytes;
+    e->device = r->unit;
+    e->flow_pid = w->pid, e->flow_tid = tid;
+    if (r->device == LF_DEVICE_CPU) {
+        e->pid = LF_CPU_DEVICE_PID;
+        e->tid = lane;
+        w->m->cpu_device_pid = LF_CPU_DEVICE_PID;
+    } else { /* GPU kernels: pid = device index, tid = stream, as Kineto */
+        e->pid = r->unit;
+        e->tid = r->stream;
+        w->m->device_label = "CUDA";
+    }
+}
+
+/* An allocation or free: a [memory] instant with the running totals. */
+static void memory_event(const lf_rec *r, lf_trace_event *e)
+{
+    e->cat = LF_TC_MEMORY;
+    e->dur_ns = -1;
+    e->mem_bytes = r->u.m.bytes;
+    e->mem_total_allocated = r->u.m.total;
+    e->mem_total_reserved = r->u.m.reserved;
+    e->mem_device_type = r->device == LF_DEVICE_CPU ? 0 : 1;
+    e->device = r->device == LF_DEVICE_CPU ? -1 : r->unit; /* the GPU's ordinal */
+    e->mem_addr = r->u.m.addr;
+}
+
+/* Record r of thread tid as a trace event (one still open ends with the window). */
+static lf_status add_record(building *w, const lf_rec *r, int64_t tid, int64_t lane)
+{
+    int64_t t1 = r->t1 < 0 || r->t1 > w->t_end ? w->t_end : r->t1;
+    const int64_t ns0 = lf_prof_to_ns(&w->cm, r->t0);
+    lf_trace_event e = {.name = r->name,
+                        .pid = w->pid,
+                        .tid = tid,
+                        .ts_ns = ns0 + w->to_base,
+                        .dur_ns = lf_prof_to_ns(&w->cm, t1) - ns0,
+                        .device = -1,
+                        .flow_ts = -1,
+                        .flow_pid = -1,
+                        .flow_tid = -1};
+    arg_text a;
+    if (r->kind == REC_OP || r->kind == REC_RANGE)
+        host_event(w, r, &e, &a);
+    else if (r->kind == REC_KERNEL)
+        kernel_event(w, r, tid, lane, ns0, &e);
+    else
+        memory_event(r, &e);
+    return lf_trace_add(w->t, &e);
+}
+
+/* Thread buffer b's records inside the window, its thread named once it has one, and its CPU
+ * kernels' lane named when it has any (one lane per thread: kernels of two threads overlap in
+ * time and must not share one). Kernels the device source reports itself are left to it. */
+static lf_status add_thread(building *w, const lf_tbuf *b, int64_t lane)
+{
+    lf_status st = LF_OK;
+    int named = 0, lane_used = 0;
+    for (lf_rec_chunk *c = b->head; c && st == LF_OK; c = c->next) {
+        int64_t n = atomic_load_explicit(&c->n, memory_order_acquire);
+        for (int64_t i = 0; i < n && st == LF_OK; i++) {
+            const lf_rec *r = &c->rec[i];
+            if (r->t0 < w->t_begin || r->t0 > w->t_end ||
+                (r->kind == REC_KERNEL && r->device != LF_DEVICE_CPU && w->p->source)) {
+                lf_prof_spend_timing((lf_rec *)r); /* the device source reports these kernels itself */
+                continue;
+            }
+            lane_used |= r->kind == REC_KERNEL && r->device == LF_DEVICE_CPU;
+            st = add_record(w, r, b->tid, lane);
+            if (st == LF_OK && !named) {
+                char nm[64];
+                snprintf(nm, sizeof nm, "thread %lld (linfuse)", (long long)b->tid);
+                st = lf_trace_name_thread(w->t, w->pid, b->tid, nm);
+                named = 1;
+            }
+        }
+    }
+    if (st == LF_OK && lane_used) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "cpu stream %lld ", (long long)lane);
+        st = lf_trace_name_thread(w->t, LF_CPU_DEVICE_PID, lane, nm);
+    }
+    return st;
+}
+
+/* The device source's events of the window (its API calls fitted inside the host ranges that
+ * hold them), the device's properties; *dropped: what the source lost. */
+static lf_status add_device_events(building *w, int64_t *dropped)
+{
+    lf_profiler *p = w->p;
+    source_sink k = {.t = w->t,
+                     .lo = lf_prof_to_ns(&w->cm, w->t_begin),
+                     .hi = lf_prof_to_ns(&w->cm, w->t_end),
+                     .to_base = w->to_base,
+                     .st = LF_OK,
+                     .colls = w->colls,
+                     .n_colls = w->n_colls};
+    const int64_t n = lf_trace_count(w->t);
+    host_span *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+    for (int64_t i = 0; spans && i < n; i++) {
+        const lf_trace_event *e = lf_trace_get(w->t, i);
+        if ((e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION) && e->dur_ns >= 0)
+            spans[k.n_spans++] = (host_span){e->tid, e->ts_ns, e->ts_ns + e->dur_ns};
+    }
+    if (spans)
+        qsort(spans, (size_t)k.n_spans, sizeof *spans, span_cmp);
+    k.spans = spans;
+    *dropped += p->source->drain(&k, sink_add);
+    free(spans);
+    w->m->device_label = "CUDA";
+    w->m->device_properties = p->source->properties ? p->source->properties() : NULL;
+    return k.st;
+}
+
+lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, int64_t t_end, lf_trace **out)
+{
+    building w = {.p = p, .t_begin = t_begin, .t_end = t_end, .pid = (int64_t)getpid()};
+    LF_TRY(lf_trace_create(&w.t));
+    w.cm = lf_prof_clock_map(p->tick0, p->mono0);
+    w.m = lf_trace_meta_of(w.t);
+    if (set_meta(&w) != LF_OK) {
+        lf_trace_free(w.t);
+        return LF_EINVAL;
+    }
+    int64_t dropped = atomic_load(&p->lost);
+    lf_status st = LF_OK;
+    for (lf_tbuf *b = bufs; b && st == LF_OK; b = b->next) {
+        dropped += b->lost;
+        st = add_thread(&w, b, cpu_lane(bufs, b->tid));
+    }
+    if (st == LF_OK && p->source)
+        st = add_device_events(&w, &dropped);
+    for (int i = 0; i < w.n_colls; i++)
+        free(w.colls[i].args);
+    free(w.colls);
+    if (st == LF_OK)
+        st = name_streams(w.t);
+    w.m->dropped_events = dropped;
+    if (st != LF_OK) {
+        lf_trace_free(w.t);
+        return st;
+    }
+    *out = w.t;
+    return LF_OK;
+}
