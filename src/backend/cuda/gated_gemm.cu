@@ -48,6 +48,11 @@ namespace lf {
 namespace gated {
 using namespace coop;
 
+// Long, and read best as one (as the ping-pong and offload bodies are): the producer's branch and
+// the consumers' (mainloop, then the epilogue over their own accumulator registers) are the two
+// sides of one pipeline, their barriers' phases and register budgets (setmaxnreg) set against
+// each other; split, the 128-float accumulator would cross calls and the order of waits, fences
+// and stores that the pipeline's correctness rests on would no longer be read in one place.
 // x: tensor map over (M, K) bf16 row-major in 128-row boxes; w: over (2H, K) bf16, [Wg; Wu] in
 // blocks of G rows, 128-row boxes; out: over (M, H) bf16, written in 64 x 64 boxes; act(g) * u
 // with ACT one of LF_ACT_GELU_TANH, LF_ACT_SILU. The maps stay in the kernel's parameter space

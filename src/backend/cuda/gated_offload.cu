@@ -44,6 +44,8 @@ template <int ACT> __device__ __forceinline__ uint4 act_mul8(uint4 g, uint4 u)
 }
 #endif
 
+// Long, and read best as one, for the reason coop_body's comment gives (gated_gemm.cu): the
+// producer, the epilogue warps and the consumers are one pipeline, its barriers read in one place.
 template <int ACT, bool FP8, bool QOUT>
 __device__ __forceinline__ void offload_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out,
                                              const float *sa, const float *sb, float *ds, int ds_ld, int M, int H,

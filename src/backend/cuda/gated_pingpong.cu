@@ -26,6 +26,8 @@ namespace lf {
 namespace gated {
 using namespace pp;
 
+// Long, and read best as one, for the reason coop_body's comment gives (gated_gemm.cu): the
+// producer and the two consumers taking turns are one pipeline, its barriers read in one place.
 // QOUT (an e4m3 h) is the cooperative kernel's alone: a ping-pong tile holds 64 of a row's 128
 // columns, half a scale's block. ds and ds_ld are unused here.
 template <int ACT, bool FP8, bool QOUT>
