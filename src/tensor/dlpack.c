@@ -167,7 +167,7 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     *out = NULL;
     LF_CHECK_PTR(mt, "lf_tensor_from_dlpack", "mt");
     const DLTensor *d = &mt->dl_tensor;
-    lf_device dev;
+    lf_device dev = LF_DEVICE_CPU; /* set by device_from_dl; -O3 cannot see it */
     int index;
     LF_TRY(device_from_dl(d->device, &dev, &index));
     lf_dtype dt = LF_DTYPE_F32;
