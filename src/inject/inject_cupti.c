@@ -180,7 +180,9 @@ static void from_kernel(const CUpti_ActivityKernel10 *k, lfi_rec *o)
                    .graph_node_id = k->graphNodeId};
 }
 
-/* One CUPTI record as an lfi_rec (name may point into buf); 0 for the kinds not kept. */
+/* One CUPTI record as an lfi_rec (name may point into buf); 0 for the kinds not kept. Over 80
+ * lines: one case per CUPTI record kind, each its struct's fields copied over, read best whole
+ * (and unchanged since the H200 runs of bench/RESULTS.md). */
 static int convert(const CUpti_Activity *r, lfi_rec *o, char *buf, size_t cap)
 {
     switch (r->kind) {
