@@ -30,43 +30,13 @@ enum {
     T_GATE = 1 << 5,    /* --compile's --gated and --fp8: two GEMMs meeting in act(a)*b, an MLP's */
 };
 
+/* The flags and the experiments are tables: a row a line, as written. */
+/* clang-format off */
 enum opt_id {
-    O_SIZE,
-    O_BATCHED,
-    O_WARM,
-    O_BATCH,
-    O_IN_DIM,
-    O_OUT_DIM,
-    O_NO_BIAS,
-    O_SEQ,
-    O_DIM,
-    O_HIDDEN,
-    O_VARIANT,
-    O_COMPILE,
-    O_NO_CUDA_GRAPH,
-    O_COMPILE_VERBOSE,
-    O_NO_FOLD_VIEWS,
-    O_NO_BIAS_EPILOGUE,
-    O_NO_POINTWISE_FUSION,
-    O_NO_ACT_EPILOGUE,
-    O_GATED,
-    O_FP8,
-    O_DEVICE,
-    O_DTYPE,
-    O_OUT,
-    O_WAIT,
-    O_WARMUP_STEPS,
-    O_ACTIVE,
-    O_REPEAT,
-    O_ROW_LIMIT,
-    O_THREADS,
-    O_TP,
-    O_CHUNKS,
-    O_WEIGHTS,
-    O_PREFIX,
-    O_ACT,
-    O_NO_GEMM_AUTOTUNE,
-    O_COUNT
+    O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
+    O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
+    O_NO_ACT_EPILOGUE, O_GATED, O_FP8, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
+    O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_NO_GEMM_AUTOTUNE, O_COUNT
 };
 
 typedef struct flag_def {
@@ -86,38 +56,25 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"seq", 1, O_SEQ, 0}, T_MLP, "--seq N", "sequence length (128)"},
     {{"dim", 1, O_DIM, 0}, T_MLP, "--dim N", "model dimension (768)"},
     {{"hidden", 1, O_HIDDEN, 0}, T_MLP, "--hidden N", "hidden dimension (3072)"},
-    {{"variant", 1, O_VARIANT, 0},
-     T_VARIANT,
-     "--variant fused|gated|fp8",
+    {{"variant", 1, O_VARIANT, 0}, T_VARIANT, "--variant fused|gated|fp8",
      "fused: gate, up, one hand-fused gelu_tanh(g)*u kernel, down (four kernels); gated: one gated GEMM over "
      "[Wg; Wu] whose epilogue writes gelu_tanh(g)*u, then down (two; where the device has no gated kernel for "
      "the shape, the trace says why and a GEMM plus the fused kernel run); fp8: weights quantized once (gate and "
      "up per channel, down in 128 x 128 blocks), x per token, the gated GEMM in FP8 writing h in e4m3 with 1 x 128 "
      "block scales, down in FP8 (three kernels; where the device has no FP8 GEMM, the trace says why and gated "
      "runs)"},
-    {{"compile", 0, O_COMPILE, 0},
-     T_COMPILE,
-     "--compile",
+    {{"compile", 0, O_COMPILE, 0}, T_COMPILE, "--compile",
      "capture one forward, fuse, replay a plan (on CUDA one graph launch); the flags below need it"},
     {{"no-cuda-graph", 0, O_NO_CUDA_GRAPH, 0}, T_COMPILE, "--no-cuda-graph", "launch the plan kernel by kernel"},
-    {{"compile-verbose", 0, O_COMPILE_VERBOSE, 0},
-     T_COMPILE,
-     "--compile-verbose",
+    {{"compile-verbose", 0, O_COMPILE_VERBOSE, 0}, T_COMPILE, "--compile-verbose",
      "print the plan, each pass and generated kernels' paths"},
     {{"no-fold-views", 0, O_NO_FOLD_VIEWS, 0}, T_COMPILE, "--no-fold-views", "keep view ops in the plan"},
-    {{"no-bias-epilogue", 0, O_NO_BIAS_EPILOGUE, 0},
-     T_COMPILE,
-     "--no-bias-epilogue",
-     "add the bias in a kernel of its own"},
-    {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0},
-     T_COMPILE,
-     "--no-pointwise-fusion",
+    {{"no-bias-epilogue", 0, O_NO_BIAS_EPILOGUE, 0}, T_COMPILE, "--no-bias-epilogue", "add the bias in a kernel of its own"},
+    {{"no-pointwise-fusion", 0, O_NO_POINTWISE_FUSION, 0}, T_COMPILE, "--no-pointwise-fusion",
      "one kernel per pointwise op"},
     {{"no-act-epilogue", 0, O_NO_ACT_EPILOGUE, 0}, T_COMPILE, "--no-act-epilogue", "activations not folded into GEMMs"},
     {{"gated", 0, O_GATED, 0}, T_GATE, "--gated", "two GEMMs meeting in act(a)*b become one gated GEMM"},
-    {{"fp8", 0, O_FP8, 0},
-     T_GATE,
-     "--fp8",
+    {{"fp8", 0, O_FP8, 0}, T_GATE, "--fp8",
      "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
      "compile time; down stays bf16); elsewhere the plan says why"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
@@ -126,37 +83,23 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"wait", 1, O_WAIT, 0}, 0, "--wait N", "schedule: steps skipped at the start of a window (1)"},
     {{"warmup-steps", 1, O_WARMUP_STEPS, 0}, 0, "--warmup-steps N", "schedule: steps run traced but discarded (1)"},
     {{"active", 1, O_ACTIVE, 0}, 0, "--active N", "schedule: steps kept in a window's trace (3)"},
-    {{"repeat", 1, O_REPEAT, 0},
-     0,
-     "--repeat N",
+    {{"repeat", 1, O_REPEAT, 0}, 0, "--repeat N",
      "schedule: windows to record, 1 to 16 (1); each window's trace and table are written"},
     {{"row-limit", 1, O_ROW_LIMIT, 0}, 0, "--row-limit N", "table rows printed (25)"},
-    {{"threads", 1, O_THREADS, 0},
-     0,
-     "--threads N",
+    {{"threads", 1, O_THREADS, 0}, 0, "--threads N",
      "CPU threads (default: OMP_NUM_THREADS when set, else one per core)"},
-    {{"tp", 1, O_TP, 0},
-     T_MLP,
-     "--tp N",
+    {{"tp", 1, O_TP, 0}, T_MLP, "--tp N",
      "tensor parallel over N GPUs (Megatron's split, NCCL): one thread per GPU, or under torchrun one process "
      "per GPU (N = WORLD_SIZE); each rank writes <file>_rank<R>.json"},
-    {{"weights", 1, O_WEIGHTS, 0},
-     T_MLP,
-     "--weights FILE|DIR",
+    {{"weights", 1, O_WEIGHTS, 0}, T_MLP, "--weights FILE|DIR",
      "a real layer from a Hugging Face checkpoint (safetensors file, index or directory): dim and hidden from it"},
     {{"prefix", 1, O_PREFIX, 0}, T_MLP, "--prefix NAME", "the layer's names in it (model.layers.0.mlp)"},
-    {{"act", 1, O_ACT, 0},
-     T_MLP,
-     "--act silu|gelu_tanh|gelu",
+    {{"act", 1, O_ACT, 0}, T_MLP, "--act silu|gelu_tanh|gelu",
      "the activation: SwiGLU's silu, GeGLU's gelu_tanh (default; with --weights the config.json's)"},
-    {{"no-gemm-autotune", 0, O_NO_GEMM_AUTOTUNE, 0},
-     0,
-     "--no-gemm-autotune",
+    {{"no-gemm-autotune", 0, O_NO_GEMM_AUTOTUNE, 0}, 0, "--no-gemm-autotune",
      "on a GPU, take cuBLASLt's first choice for each GEMM instead of the fastest of its candidates as timed "
      "once and cached on disk (also LINFUSE_GEMM_AUTOTUNE=0)"},
-    {{"chunks", 1, O_CHUNKS, 0},
-     T_MLP,
-     "--chunks N",
+    {{"chunks", 1, O_CHUNKS, 0}, T_MLP, "--chunks N",
      "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
 
@@ -175,18 +118,19 @@ typedef struct exp_def {
 } exp_def;
 
 static const exp_def exps[EXP_COUNT] = {
-    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled",
-                        T_SIZE | T_COMPILE, 0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add,
-                        exp_forward_matmul_add},
+    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
+                        0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add, exp_forward_matmul_add},
     [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
                     exp_shape_linear, exp_memory_linear, exp_build_linear, exp_forward_linear},
     [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled",
-                        T_MLP | T_COMPILE | T_GATE, 64, exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
+                        T_MLP | T_COMPILE | T_GATE, 64,
+                        exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
     /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
     [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
                          "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
                          exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
 };
+/* clang-format on */
 
 const char *lf_exp_name(exp_kind k)
 {
