@@ -513,10 +513,12 @@ def main():
                 pre + "up_proj.weight": ("F32", [H, D], f32(H * D)), pre + "down_proj.weight": ("F32", [D, H], f32(D * H))})
             attack("checkpoint", what, mlp(d, y, "--act", "silu", "--dtype", "f32"), 2,
                    lambda o, e: None if "gate_proj.weight" in e else "wrong: the tensor is not named")
-        # a write past `ulimit -f`: EFBIG, exit 1, nothing left (SIGXFSZ killed it mid-write)
-        fsize = ["sh", "-c", 'ulimit -f 0; exec "$0" "$@"', bin_]
+        # a write past `ulimit -f`: EFBIG, exit 1, nothing left (SIGXFSZ killed it mid-write). 2 KiB,
+        # not 0: LLVM's OpenMP runtime writes a 1 KiB file in /dev/shm at start-up (clang's build)
+        fsize = ["sh", "-c", 'ulimit -f 4; exec "$0" "$@"', bin_]
         restore()
-        attack("checkpoint", "mlp past ulimit -f", fsize + mlp(ck, os.path.join(ck, "big.safetensors"))[1:], 1,
+        XB = st_file(w("xbig.safetensors"), {"x": ("F32", [256, D], f32(256 * D))})  # y past 2 KiB
+        attack("checkpoint", "mlp past ulimit -f", fsize + mlp(ck, os.path.join(ck, "big.safetensors"), inp=XB)[1:], 1,
                lambda o, e: inputs_kept(o, e) or (None if not os.path.exists(os.path.join(ck, "big.safetensors")) else
                                                   "data lost: a partial output"))
         attack("checkpoint", "simple-mlp past ulimit -f", fsize + ["simple-mlp", "--out", w("fsize", "new"), "--batch", "1",

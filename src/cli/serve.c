@@ -120,7 +120,8 @@ static int give_reply(client *c, int64_t now, int *all)
     *all = 0;
     for (;;) {
         const int in_head = c->head_at < c->head_n;
-        const char *p = in_head ? c->head + c->head_at : c->body + c->body_at;
+        /* a reply with no body (HEAD, an error) has no body pointer to offset */
+        const char *p = in_head ? c->head + c->head_at : c->body ? c->body + c->body_at : NULL;
         size_t left = in_head ? c->head_n - c->head_at : c->body_n - c->body_at;
         if (!left) {
             *all = c->head_n > 0;
