@@ -127,6 +127,14 @@ check "svg draws the step asked for" 0 grep -q 'font-weight="bold">ProfilerStep#
 check "svg --step 2" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 2 -o "$work/s2.svg"
 check "svg --step 2 is ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerStep#2 ' "$work/s2.svg"
 check "svg: the first step by default" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" -o "$work/s0.svg"
+# a write past `ulimit -f` (2 KiB: LLVM's OpenMP runtime needs 1 KiB at start-up): EFBIG, exit 1,
+# nothing left (SIGXFSZ used to kill the verb mid-write and leave its temporary)
+check "svg past ulimit -f" 1 sh -c 'ulimit -f 4; exec "$0" "$@"' "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" \
+    -o "$work/fsize.svg"
+contains "svg past ulimit -f" "File too large"
+checks=$((checks + 1))
+[ ! -e "$work/fsize.svg" ] && [ -z "$(find "$work" -name 'fsize.svg*')" ] ||
+    { fails=$((fails + 1)); echo "FAIL: svg past ulimit -f left files behind"; }
 check "svg: the default is ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerStep#2 ' "$work/s0.svg"
 check "svg bad step" 2 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" --step 9 -o "$work/x.svg"
 contains "svg bad step: the range" "no ProfilerStep#9; its steps are ProfilerStep#2 to #4"

@@ -122,6 +122,11 @@ static int help_env(void)
 
 int main(int argc, char **argv)
 {
+    /* the signal dispositions `linfuse profile` hands its command: the tool's as it started */
+    lf_profile_note_signals();
+    /* every command's writes: past `ulimit -f` a write fails with EFBIG and is cleaned up as a
+     * full disk is, instead of SIGXFSZ killing the run mid-write */
+    lf_cli_ignore_sigxfsz();
     if (argc < 2) {
         usage(stderr);
         return LF_EXIT_USAGE;

@@ -361,8 +361,7 @@ static void place_file(const out_place *p, trace_file *t, int n, int cmd_pid)
 
 int lf_cli_profile(int argc, char **argv)
 {
-    lf_profile_note_signals();
-    profile_opts o;
+    profile_opts o; /* the dispositions CMD gets were noted when the tool started (main.c) */
     int rc = parse(argc, argv, &o);
     if (rc != LF_EXIT_OK)
         return rc < 0 ? LF_EXIT_OK : rc;
