@@ -125,6 +125,7 @@ typedef struct reader {
     size_t ev_start, ev_index; /* the event jansson is being fed: where it starts, its index */
     int64_t max_events;        /* the read limit over an event's size in memory */
     lf_status err;             /* the reader's own refusal (a value too long, too many events), reported */
+    int64_t n_with_cat;        /* events that name their category (Kineto's traces: all of them) */
     char msg[300];             /* instead of what the parse says after it */
 } reader;
 
@@ -475,6 +476,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     lf_trace_event ev = {.name = name, .device = -1, .flow_ts = -1, .flow_pid = -1, .flow_tid = -1, .dur_ns = -1};
     const char *cat = json_string_value(json_object_get(e, "cat"));
     ev.cat = is_mem ? LF_TC_MEMORY : cat ? cat_of(cat) : LF_TC_OTHER;
+    r->n_with_cat += cat != NULL;
     ev.pid = get_int(e, "pid", -1);
     ev.tid = get_int(e, "tid", -1);
     if (!get_us(e, "ts", &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns)))
@@ -724,7 +726,8 @@ static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
     ws(r);
-    if (have(r, 1) && r->p[r->pos] == '[')
+    const int bare = have(r, 1) && r->p[r->pos] == '[';
+    if (bare)
         LF_TRY(events_array(r));
     else
         LF_TRY(top_object(r));
@@ -735,6 +738,13 @@ static lf_status parse_doc(reader *r)
     if (!m->with_flops)
         for (size_t i = 0; i < r->n_shape_flops; i++)
             r->t->ev[r->shape_flops[i]].flops = 0;
+    /* PyTorch's profiler without Kineto (torch.autograd.kineto_available() false, as Debian's
+     * torch) exports a bare array of complete events with no category: its ops and
+     * record_function ranges, which its own table lists alike. Read them as ops. */
+    if (bare && r->n_with_cat == 0)
+        for (int64_t i = 0; i < r->t->n; i++)
+            if (r->t->ev[i].cat == LF_TC_OTHER && r->t->ev[i].dur_ns >= 0)
+                r->t->ev[i].cat = LF_TC_CPU_OP;
     link_flows(r);
     m->device_label = device_label(r->t);
     return LF_OK;
