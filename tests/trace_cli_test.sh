@@ -51,7 +51,7 @@ check "diff mlp" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref
 contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared); 3 pieces of device work kept their exact names"
 contains "diff fused" "0 -> 1          0.000us -> 37.440us     triton_poi_fused__unsafe_view_gelu_mul_0"
 contains "diff units" "CPU time (step wall time)           322.279us      456.563us"
-contains "diff same work" "(same name: same work)"
+contains "diff same work" "(same kernel)"
 contains "diff ops" "removed       1 -> 0     aten::gelu"
 # names cut as PyTorch's table cuts them (55 characters), but never into two alike: the vanished
 # elementwise kernels share their first 62 characters, so each keeps 16 past them; --json has

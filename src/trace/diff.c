@@ -250,10 +250,14 @@ static void put_changes(const diff *d, lf_sbuf *o, const size_t *keep)
     put(o, "\ndevice work (kernels, copies, memsets) per step: count A -> B, time A -> B, name\n");
     for (int64_t i = 0; i < d->nk; i++) {
         const lf_name_count *x = d->k[i].x, *y = d->k[i].y;
-        put(o, "  %-9s %5g -> %-5g %12s -> %-12s ", change_names[d->k[i].ch], x ? x->per_step : 0, y ? y->per_step : 0,
-            lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0), lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0));
+        /* in both traces, launched as often (stayed) or not (changed): the same kernel, its
+         * launches' sizes may differ */
+        const int more_or_less = d->k[i].ch == SAME && x->per_step != y->per_step;
+        put(o, "  %-9s %5g -> %-5g %12s -> %-12s ", more_or_less ? "changed" : change_names[d->k[i].ch],
+            x ? x->per_step : 0, y ? y->per_step : 0, lf_fmt_time(t1, sizeof t1, x ? x->ns_per_step : 0),
+            lf_fmt_time(t2, sizeof t2, y ? y->ns_per_step : 0));
         lf_sbuf_term_str(o, name_of(&d->k[i]), keep[i]);
-        put(o, "%s\n", d->k[i].ch == SAME ? "  (same name: same work)" : "");
+        put(o, "%s\n", d->k[i].ch == SAME ? "  (same kernel)" : "");
     }
     put(o, "CPU ops per step: count A -> B, name\n");
     for (int64_t i = 0; i < d->nop; i++) {
