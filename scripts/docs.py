@@ -18,8 +18,9 @@ have to run, as timings change. Commands run from the repository root through
 standing for the binary given.
 
 Every ```c block is compiled (`cc -std=c11 -Wall -Wextra -Werror -fsyntax-only` against
-include/): lines from a column-0 function definition to its closing `}` at file scope, the rest
-as the body of a function. A snippet that continues an earlier one names what it uses in a
+include/): its #include lines and the lines from a column-0 function definition to its closing
+`}` at file scope, the rest as the body of a function; nothing is included for it, so a snippet
+pasted into a file needs only a main() around it. A snippet that continues an earlier one names what it uses in a
 `<!-- c: DECLARATIONS -->` line just above it.
 
 `check` also fails when a command that `linfuse --help` lists (or a trace verb `linfuse trace
@@ -146,7 +147,7 @@ def compile_snippet(prelude, code):
             inside = line != "}"
         else:
             body.append(line)
-    src = "\n".join(["#include <stdio.h>", "#include <stdlib.h>"] + top +
+    src = "\n".join(top +
                     ["int main(void)", "{", prelude] + body + ["return 0;", "}", ""])
     with tempfile.NamedTemporaryFile("w", suffix=".c", delete=False) as f:
         f.write(src)
