@@ -109,7 +109,8 @@ static void test_nn_errors(void)
     FAILS(LF_EINVAL, "'rng' is NULL", lf_nn_linear_init(&l, &ok, NULL));
     mo.hidden = 32;
     mo.act = LF_ACT_RELU;
-    FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf", lf_nn_gated_mlp_init(&m, &mo, &rng));
+    FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf",
+          lf_nn_gated_mlp_init(&m, &mo, &rng));
     mo.act = LF_ACT_SILU;
     OK(lf_nn_gated_mlp_init(&m, &mo, &rng));
     int64_t bad_x[2] = {5, 15};
@@ -121,7 +122,8 @@ static void test_nn_errors(void)
     if (!lf_device_available(LF_DEVICE_CUDA)) {
         lf_tensor *gu = m.gate_up;
         FAILS(LF_EDEVICE, NULL, lf_nn_gated_mlp_to_device(&m, LF_DEVICE_CUDA));
-        CHECK(m.gate_up == gu && lf_tensor_shares_storage(m.gate.weight, gu), "a failed move leaves the module as it was");
+        CHECK(m.gate_up == gu && lf_tensor_shares_storage(m.gate.weight, gu),
+              "a failed move leaves the module as it was");
     }
     lf_tensor_free(x);
     lf_nn_gated_mlp_free(&m);
@@ -145,8 +147,8 @@ static void test_forward_out(void)
     lf_rng rng;
     lf_rng_seed(&rng, 41);
     lf_nn_gated_mlp m;
-    lf_nn_gated_mlp_opts o = {.dim = 24, .hidden = 40, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU,
-                              .act = LF_ACT_SILU};
+    lf_nn_gated_mlp_opts o = {
+        .dim = 24, .hidden = 40, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU, .act = LF_ACT_SILU};
     OK(lf_nn_gated_mlp_init(&m, &o, &rng));
     OK(lf_nn_gated_mlp_quantize_fp8(&m));
     const int64_t xs[3] = {3, 7, 24};
@@ -184,6 +186,36 @@ static void test_forward_out(void)
             }
         CHECK(same && rest_nan, "%s: into a strided y: its rows only, the same bits",
               lf_mlp_variant_name((lf_mlp_variant)v));
+        /* y as every other column: no GEMM writes it in place, so the result goes through the
+         * workspace and is copied */
+        lf_tensor *wide = NULL, *yc = NULL;
+        const int64_t ws2[3] = {3, 7, 48};
+        OK(lf_tensor_empty(&wide, LF_DTYPE_BF16, 3, ws2, LF_DEVICE_CPU));
+        OK(lf_tensor_fill(wide, NAN));
+        OK(lf_tensor_as_strided(&yc, wide, 3, xs, (int64_t[]){7 * 48, 48, 2}, 1));
+        allocs_seen = 0;
+        lf_tensor_set_alloc_observer(count_allocs, NULL);
+        s = lf_nn_gated_mlp_forward_out(&m, (lf_mlp_variant)v, x, yc, ws);
+        lf_tensor_set_alloc_observer(NULL, NULL);
+        CHECK(s == LF_OK && allocs_seen == 0, "%s: into every other column: %s, %d allocations",
+              lf_mlp_variant_name((lf_mlp_variant)v), s == LF_OK ? "ok" : lf_last_error(), allocs_seen);
+        const uint16_t *wb = lf_tensor_data(wide);
+        same = 1, rest_nan = 1;
+        for (int64_t t = 0; t < 21; t++)
+            for (int64_t j = 0; j < 24; j++) {
+                same &= wb[t * 48 + 1 + 2 * j] == r[t * 24 + j];
+                rest_nan &= isnan(lf_f32_from_bf16(wb[t * 48 + 2 * j]));
+            }
+        CHECK(same && rest_nan, "%s: into every other column, the same bits there and nothing elsewhere",
+              lf_mlp_variant_name((lf_mlp_variant)v));
+        lf_tensor_free(yc), lf_tensor_free(wide);
+        /* a workspace that holds y too: refused, not scribbled over */
+        lf_tensor *blob = NULL, *yin = NULL;
+        const int64_t bn = wsn / 2 + 1;
+        OK(lf_tensor_empty(&blob, LF_DTYPE_BF16, 1, &bn, LF_DEVICE_CPU));
+        OK(lf_tensor_as_strided(&yin, blob, 3, xs, (int64_t[]){7 * 24, 24, 1}, 0));
+        FAILS(LF_EINVAL, "overlap", lf_nn_gated_mlp_forward_out(&m, (lf_mlp_variant)v, x, yin, blob));
+        lf_tensor_free(yin), lf_tensor_free(blob);
         lf_tensor *small = NULL;
         const int64_t sn = wsn - 1;
         OK(lf_tensor_empty(&small, LF_DTYPE_F8E4M3, 1, &sn, LF_DEVICE_CPU));

@@ -22,7 +22,15 @@ extern "C" {
  * they return, and a GEMM shape's first call times cuBLASLt's candidates (lf_gemm_autotune_set
  * turns that off). Per thread and per GPU: it applies to the calling thread's current GPU
  * (lf_device_select). stream is a cudaStream_t; NULL is the legacy default stream (PyTorch's
- * default stream). LF_EDEVICE where there is no GPU. */
+ * default stream); cudaStreamPerThread is refused (LF_EINVAL: it names another stream on each
+ * thread). Each stream linfuse is handed gets a cuBLASLt workspace of 32 MiB at once, kept for
+ * the process (64 streams at most, LF_EDEVICE with the reason past that); LF_EDEVICE where there
+ * is no GPU.
+ * What the caller keeps in mind, as with PyTorch's caching allocator: a block of linfuse's is
+ * reused only for work on the stream it was taken for, so a tensor linfuse made on one stream and
+ * the caller used on another must not be freed until that other stream's work on it is done
+ * (synchronize it, or free it in that stream's order); and blocks cached for a stream the caller
+ * destroyed stay cached until an allocation fails and the cache is given back. */
 LF_API lf_status lf_cuda_set_stream(void *stream);
 /* Back to linfuse's own stream, for the calling thread's GPU. */
 LF_API lf_status lf_cuda_use_own_stream(void);

@@ -93,11 +93,14 @@ LF_API lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tens
 LF_API lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
                                           lf_tensor **y);
 /* The forward for programs that own their memory (a framework's allocator, a CUDA graph being
- * captured): y (..., dim), an existing tensor of x's leading shape, dtype and device (any strides)
- * gets the result, and every intermediate the variant needs is carved from workspace, a
- * contiguous tensor on x's device of at least lf_nn_gated_mlp_workspace bytes (any dtype: its
- * bytes are used), so linfuse takes no memory and, on a caller's stream (lf_cuda_set_stream),
- * synchronizes nothing. The workspace may be reused by the next forward queued on the same
+ * captured): y (..., dim), an existing tensor of x's leading shape, dtype and device (any strides
+ * whose leading dims flatten into one: where the GEMM cannot write y in place, its result goes
+ * through the workspace and is copied) gets the result, and every intermediate the variant needs
+ * is carved from workspace, a contiguous tensor on x's device of at least
+ * lf_nn_gated_mlp_workspace bytes (any dtype: its bytes are used; apart from x and y in memory),
+ * so linfuse takes no memory and, on a caller's stream (lf_cuda_set_stream), synchronizes
+ * nothing. Any tensor the calling thread makes on x's device while this runs (an observer's,
+ * say) is carved from the workspace too. The workspace may be reused by the next forward queued on the same
  * stream. The fp8 variant needs FP8 weights (lf_nn_gated_mlp_quantize_fp8) and, where the device
  * has none, runs the gated variant, as lf_nn_gated_mlp_forward_variant does. */
 LF_API lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y,

@@ -70,7 +70,8 @@ lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o
     /* gate then up, drawn in that order as two nn.Linear(dim, hidden) would be */
     const double bound = 1.0 / sqrt((double)o->dim);
     int64_t gu[2] = {2 * o->hidden, o->dim};
-    lf_nn_linear_opts outo = {o->hidden, o->dim, 0, o->dtype, LF_DEVICE_CPU};
+    lf_nn_linear_opts outo = {
+        .in_features = o->hidden, .out_features = o->dim, .bias = 0, .dtype = o->dtype, .device = LF_DEVICE_CPU};
     lf_status s = lf_tensor_empty(&m->gate_up, o->dtype, 2, gu, LF_DEVICE_CPU);
     if (s == LF_OK)
         s = lf_tensor_fill_uniform(m->gate_up, rng, -bound, bound);
@@ -92,6 +93,10 @@ lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o
 
 lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act)
 {
+    if (!m) { /* the weights are the module's "also when this fails": freed, as they would be */
+        lf_tensor_free(gate_up);
+        lf_tensor_free(down_weight);
+    }
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_from_weights", "m");
     memset(m, 0, sizeof *m);
     if (!gate_up || !down_weight || !gated_act(act)) {
@@ -100,7 +105,8 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
         if (!gated_act(act))
             return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: act %s: gelu_tanh, silu or gelu_erf",
                            lf_act_name(act));
-        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: argument '%s' is NULL", gate_up ? "down_weight" : "gate_up");
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: argument '%s' is NULL",
+                       gate_up ? "down_weight" : "gate_up");
     }
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
     lf_status s = LF_OK;
@@ -112,7 +118,8 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
                     "lf_nn_gated_mlp_from_weights: gate_up %s (%s) and down %s (%s): expected a contiguous (2H, D) "
                     "and a (D, H) of one dtype and device",
                     lf_fmt_shape(a, sizeof a, gate_up->ndim, gate_up->shape), lf_dtype_name(gate_up->dtype),
-                    lf_fmt_shape(b, sizeof b, down_weight->ndim, down_weight->shape), lf_dtype_name(down_weight->dtype));
+                    lf_fmt_shape(b, sizeof b, down_weight->ndim, down_weight->shape),
+                    lf_dtype_name(down_weight->dtype));
     if (s == LF_OK) {
         m->dim = gate_up->shape[1];
         m->hidden = gate_up->shape[0] / 2;
@@ -360,8 +367,7 @@ lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant v, con
     return s;
 }
 
-lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
-                                          lf_tensor **y)
+lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y)
 {
     LF_CHECK_PTR(m, "lf_nn_gated_mlp_forward", "m");
     LF_CHECK_PTR(y, "lf_nn_gated_mlp_forward", "y");
@@ -401,8 +407,9 @@ lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, 
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_workspace: variant %d is not eager, fused, gated or fp8", (int)v);
     const size_t es = lf_dtype_size(m->gate_up->dtype);
     const int64_t T = tokens, H = m->hidden, D = m->dim, T4 = LF_SCALE_LD(tokens);
-    /* the x copy reshape makes when x's leading dims do not flatten in place */
-    size_t n = piece(T, D, es);
+    /* the x copy reshape makes when x's leading dims do not flatten in place, y's result when the
+     * GEMM cannot write y where it is (then copied), and the arena's alignment of its start */
+    size_t n = piece(T, D, es) + piece(T4, D, es) + 256;
     /* gated: h; fused: g, u, h; eager: g, act(g), u, h; a gated GEMM that falls back: its g||u */
     const size_t h = piece(T, H, es), gu = piece(T, 2 * H, es);
     const size_t gated = h + gu, fused = 3 * h, eager = 4 * h;
@@ -416,6 +423,27 @@ lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, 
     return LF_OK;
 }
 
+/* The bytes t's elements span, [*lo, *hi). */
+static void byte_span(const lf_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    const int64_t es = (int64_t)lf_dtype_size(t->dtype);
+    int64_t far = 0;
+    for (int i = 0; i < t->ndim; i++)
+        far += (t->shape[i] - 1) * t->stride[i];
+    *lo = (uintptr_t)lf_tensor_data(t);
+    *hi = *lo + (uintptr_t)((far + 1) * es);
+}
+
+/* Whether two tensors' spans meet: by address, so two views of one memory through different
+ * storages (two DLPack imports, say) are seen too. */
+static int bytes_overlap(const lf_tensor *a, const lf_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_span(a, &alo, &ahi);
+    byte_span(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
 /* y's checks: x's leading shape with dim columns, x's dtype and device. */
 static lf_status check_y(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_tensor *y)
 {
@@ -424,7 +452,8 @@ static lf_status check_y(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_
     for (int i = 0; same && i < x->ndim - 1; i++)
         same = y->shape[i] == x->shape[i];
     if (!same)
-        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward_out: y is %s; for x %s it must be x's shape with dim = %lld last",
+        return lf_fail(LF_ESHAPE,
+                       "lf_nn_gated_mlp_forward_out: y is %s; for x %s it must be x's shape with dim = %lld last",
                        lf_fmt_shape(a, sizeof a, y->ndim, y->shape), lf_fmt_shape(b, sizeof b, x->ndim, x->shape),
                        (long long)m->dim);
     if (y->dtype != x->dtype || lf_tensor_device(y) != lf_tensor_device(x) ||
@@ -437,20 +466,29 @@ static lf_status check_y(const lf_nn_gated_mlp *m, const lf_tensor *x, const lf_
     return LF_OK;
 }
 
-/* The forward's result into y (its 2-D view, y2), inside the arena: the down GEMM writes y2 itself;
- * fp8's padded result (a multiple of 4 tokens) is copied. */
+/* Whether a GEMM writes y2 where it is: rows of contiguous elements, 16-byte aligned and 16 bytes
+ * apart (what cuBLASLt's bf16 and FP8 GEMMs take), else the result goes through the arena. */
+static int writes_in_place(const lf_tensor *y2)
+{
+    const int64_t es = (int64_t)lf_dtype_size(y2->dtype);
+    return y2->stride[1] == 1 && (y2->stride[0] * es) % 16 == 0 && (uintptr_t)lf_tensor_data(y2) % 16 == 0;
+}
+
+/* The forward's result into y (its 2-D view, y2), inside the arena: the down GEMM writes y2 itself
+ * where it can; a y of other strides, and fp8's result padded to 4 tokens, are copied. */
 static lf_status forward_into(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y2)
 {
     const int64_t T = y2->shape[0];
     int64_t flat[2] = {T, m->dim};
     lf_tensor *x2 = NULL, *h = NULL, *dt = NULL, *r = NULL;
+    const int in_place = writes_in_place(y2);
     if (v == LF_MLP_FP8 && (!m->gate_up_q || !m->down_q))
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_forward_out: the fp8 variant needs FP8 weights; call "
                                   "lf_nn_gated_mlp_quantize_fp8 once after loading");
     lf_status s = lf_reshape(&x2, x, 2, flat);
     const int fp8 = v == LF_MLP_FP8 && s == LF_OK && lf_fp8_supported(lf_tensor_device(x)) == LF_OK;
     if (s == LF_OK && fp8) {
-        if (T % 4 == 0 && y2->stride[1] == 1) { /* the block-scaled GEMM writes y itself */
+        if (T % 4 == 0 && in_place) { /* the block-scaled GEMM writes y itself */
             lf_tensor *xq = NULL, *xs = NULL, *wt = NULL, *hs = NULL;
             s = lf_quantize_fp8_rows(&xq, &xs, x2, T);
             if (s == LF_OK)
@@ -476,8 +514,10 @@ static lf_status forward_into(const lf_nn_gated_mlp *m, lf_mlp_variant v, const 
         s = lf_nn_gated_mlp_middle(m, v == LF_MLP_FP8 ? LF_MLP_GATED : v, x2, &h);
         if (s == LF_OK)
             s = lf_t(&dt, m->down.weight);
-        if (s == LF_OK)
+        if (s == LF_OK && in_place)
             s = lf_mm_out(y2, h, dt);
+        else if (s == LF_OK && (s = lf_mm(&r, h, dt)) == LF_OK) /* r from the arena */
+            s = lf_copy_out(y2, r);
         if (v == LF_MLP_FP8)
             lf_ops_note_end();
     }
@@ -510,6 +550,8 @@ lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v
     if (have < need)
         return lf_fail(LF_ENOMEM, "%s: workspace has %zu bytes, the %s variant needs %zu for %lld tokens", fn, have,
                        lf_mlp_variant_name(v), need, (long long)T);
+    if (bytes_overlap(workspace, x) || bytes_overlap(workspace, y) || bytes_overlap(x, y))
+        return lf_fail(LF_EINVAL, "%s: workspace, x and y must be apart in memory (two of them overlap)", fn);
     lf_tensor *y2 = NULL; /* (tokens, dim): y's leading dims as one */
     lf_status s = y->ndim == 1 ? lf_tensor_unsqueeze(&y2, y, 0) : lf_tensor_flatten(&y2, y, 0, y->ndim - 2);
     if (s != LF_OK)
@@ -555,19 +597,20 @@ lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, con
         if (snprintf(name[i], sizeof name[i], "%s.%s.weight", prefix, part[i]) >= (int)sizeof name[i])
             s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: prefix too long");
         else if (!lf_st_has(st, name[i]))
-            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: the checkpoint has no \"%.300s\" (prefix \"%.200s\")", name[i],
-                        prefix);
+            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: the checkpoint has no \"%.300s\" (prefix \"%.200s\")",
+                        name[i], prefix);
         else /* converted to dtype, or FP8 dequantized with its scales */
             s = lf_st_get_as(st, name[i], dtype, &w[i]);
     }
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP], c[LF_SHAPE_STR_CAP];
-    if (s == LF_OK && (w[0]->ndim != 2 || w[1]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] != w[1]->shape[0] ||
-                       w[0]->shape[1] != w[1]->shape[1] || w[2]->shape[0] != w[0]->shape[1] ||
-                       w[2]->shape[1] != w[0]->shape[0]))
+    if (s == LF_OK &&
+        (w[0]->ndim != 2 || w[1]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] != w[1]->shape[0] ||
+         w[0]->shape[1] != w[1]->shape[1] || w[2]->shape[0] != w[0]->shape[1] || w[2]->shape[1] != w[0]->shape[0]))
         s = lf_fail(LF_ESHAPE,
                     "lf_nn_gated_mlp_load: %s: gate_proj %s, up_proj %s, down_proj %s: expected (H, D), (H, D), (D, H)",
                     prefix, lf_fmt_shape(a, sizeof a, w[0]->ndim, w[0]->shape),
-                    lf_fmt_shape(b, sizeof b, w[1]->ndim, w[1]->shape), lf_fmt_shape(c, sizeof c, w[2]->ndim, w[2]->shape));
+                    lf_fmt_shape(b, sizeof b, w[1]->ndim, w[1]->shape),
+                    lf_fmt_shape(c, sizeof c, w[2]->ndim, w[2]->shape));
     if (s == LF_OK && (w[0]->dtype != w[1]->dtype || w[0]->dtype != w[2]->dtype))
         s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: %s: the three weights are %s, %s, %s; expected one dtype", prefix,
                     lf_dtype_name(w[0]->dtype), lf_dtype_name(w[1]->dtype), lf_dtype_name(w[2]->dtype));

@@ -236,6 +236,9 @@ lf_status lf_tensor_to_dlpack(const lf_tensor *t, struct DLManagedTensor **out)
     LF_CHECK_PTR(t, "lf_tensor_to_dlpack", "t");
     if (!lf_dtype_known(t->dtype))
         return lf_fail(LF_EDTYPE, "lf_tensor_to_dlpack: the tensor's dtype %d is none linfuse has", (int)t->dtype);
+    if (t->ndim < 1 || t->ndim > LF_MAX_DIMS || !t->storage)
+        return lf_fail(LF_ESHAPE, "lf_tensor_to_dlpack: the tensor has %d dims (1 to %d) or no storage", t->ndim,
+                       LF_MAX_DIMS);
     exported *e = calloc(1, sizeof *e);
     if (!e)
         return lf_fail(LF_ENOMEM, "lf_tensor_to_dlpack: out of host memory");

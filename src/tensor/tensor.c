@@ -149,7 +149,9 @@ lf_arena *lf_tensor_arena_set(lf_arena *a)
 /* Storage carved from the thread's arena (tensor_impl.h). */
 static lf_status storage_from_arena(lf_storage **out, lf_arena *ar, size_t nbytes, const char *what)
 {
-    const size_t at = (ar->used + 255) & ~(size_t)255;
+    /* 256-byte aligned by address: a workspace handed in as a view may start anywhere */
+    const uintptr_t base = (uintptr_t)ar->base;
+    const size_t at = (size_t)(((base + ar->used + 255) & ~(uintptr_t)255) - base);
     if (at > ar->size || nbytes > ar->size - at)
         return lf_fail(LF_ENOMEM, "%s: the caller's workspace of %zu bytes is used up (%zu taken, %zu more asked)",
                        what, ar->size, ar->used, nbytes);

@@ -68,11 +68,20 @@ static void *cu_alloc(size_t n, int *index, void **tag, void *ctx)
         }
     pthread_mutex_unlock(&pool_lock);
     void *p = NULL;
-    if (LF_CU_CHECK(RUNTIME, cudaMalloc(&p, n)) != LF_OK) { /* out of memory: give the cache back, try once more */
+    /* A caller capturing a graph on its stream (torch.cuda.graph) would have its capture
+     * invalidated by cudaMalloc in the global mode: cudaMalloc is no stream work, and relaxed
+     * mode lets it run, as PyTorch's own allocator does (and lf_cuda_workspace). */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) { /* out of memory: give the cache back, try once more */
+        cudaGetLastError();
         release_pool(k);
-        if (LF_CU_CHECK(RUNTIME, cudaMalloc(&p, n)) != LF_OK)
-            return NULL; /* the tensor layer reports LF_ENOMEM with the size */
+        e = cudaMalloc(&p, n);
     }
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (LF_CU_CHECK(RUNTIME, e) != LF_OK)
+        return NULL; /* the tensor layer reports LF_ENOMEM with the size */
     pthread_mutex_lock(&pool_lock);
     pl->reserved += (int64_t)n;
     pthread_mutex_unlock(&pool_lock);

@@ -23,6 +23,11 @@ static lf_status cuda_set_stream(void *stream, int own)
     lf_cuda_dev *d = lf_cuda_cur();
     if (!d)
         return LF_EDEVICE;
+    /* one handle that names a different stream on every thread: blocks and workspaces keyed by
+     * it would be shared by threads whose work is not ordered */
+    if (!own && (cudaStream_t)stream == cudaStreamPerThread)
+        return lf_fail(LF_EINVAL, "lf_cuda_set_stream: cudaStreamPerThread names another stream on each thread; "
+                                  "pass the stream itself (for PyTorch, torch.cuda.current_stream().cuda_stream)");
     /* the stream's cuBLASLt workspace now, not inside a later call that must not allocate */
     if (!own && !lf_cuda_workspace(d, (cudaStream_t)stream))
         return LF_EDEVICE;
