@@ -1,7 +1,7 @@
 /* Device-independent half of the backend layer: the device table, checking GEMM and pointwise
- * descriptions, routing them to their device, and the float64 reference GEMM.
- * Layer: backend/. */
-#include <math.h>
+ * descriptions and routing them to their device, the one gated decision, and the settings a
+ * program gives the devices (the caller's stream, the gated schedule, GEMM plans). The float64
+ * reference is reference.c's. Layer: backend/. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,22 +15,6 @@
 lf_epilogue lf_epilogue_default(void)
 {
     return (lf_epilogue){.alpha = 1.0f, .beta = 0.0f, .bias_dtype = LF_DTYPE_F32, .gate_group = 1};
-}
-
-double lf_act_ref(lf_act act, double x)
-{
-    switch (act) {
-    case LF_ACT_RELU:
-        return x > 0 ? x : 0;
-    case LF_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
-        return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case LF_ACT_GELU_ERF:
-        return 0.5 * x * erfc(-x * 0.7071067811865476);
-    case LF_ACT_SILU:
-        return x / (1.0 + exp(-x));
-    default:
-        return x;
-    }
 }
 
 /* --- the device table: the CPU built in, other devices loaded from their modules on first ask --- */
@@ -272,15 +256,28 @@ lf_status lf_gemm_validate(const lf_gemm *g)
     return LF_OK;
 }
 
+/* b's choice for the valid paired-gate GEMM g: its backend's, or the fallback where it has no
+ * gated kernel. */
+static void gated_choose(const lf_backend_ops *b, const lf_gemm *g, lf_gated_choice *out)
+{
+    memset(out, 0, sizeof *out);
+    if (b->gated_choose) {
+        b->gated_choose(g, out);
+    } else {
+        out->kernel = LF_GATED_KERNEL_FALLBACK;
+        snprintf(out->why, sizeof out->why, "%s has no gated kernel", b->name);
+    }
+}
+
 lf_status lf_backend_gemm_supported(lf_device dev, const lf_gemm *g)
 {
     LF_TRY(lf_gemm_validate(g));
     const lf_backend_ops *b = lf_backend_for(dev);
     if (!b)
         return LF_EDEVICE;
-    if (g->ep.gate == LF_GATE_PAIRED) { /* the one gated decision */
+    if (g->ep.gate == LF_GATE_PAIRED) { /* the one gated decision (g validated just above) */
         lf_gated_choice c;
-        LF_TRY(lf_gated_choose(dev, g, &c));
+        gated_choose(b, g, &c);
         if (c.kernel == LF_GATED_KERNEL_FALLBACK)
             return lf_fail(LF_EUNSUPPORTED, "%s gemm: %s", b->name, c.why);
         return LF_OK;
@@ -328,7 +325,7 @@ lf_status lf_cuda_get_stream(void **stream)
     return s;
 }
 
-static const char *const gated_kernel_names[LF_GATED_KERNEL_COUNT] = {"epilogue", "gemv",     "cooperative",
+static const char *const gated_kernel_names[LF_GATED_KERNEL_COUNT] = {"epilogue", "gemv",    "cooperative",
                                                                       "pingpong", "offload", "fallback"};
 
 const char *lf_gated_kernel_name(lf_gated_kernel k)
@@ -346,12 +343,7 @@ lf_status lf_gated_choose(lf_device dev, const lf_gemm *g, lf_gated_choice *out)
     const lf_backend_ops *b = lf_backend_for(dev);
     if (!b)
         return LF_EDEVICE;
-    if (b->gated_choose) {
-        b->gated_choose(g, out);
-    } else {
-        out->kernel = LF_GATED_KERNEL_FALLBACK;
-        snprintf(out->why, sizeof out->why, "%s has no gated kernel", b->name);
-    }
+    gated_choose(b, g, out);
     return LF_OK;
 }
 
@@ -362,92 +354,6 @@ lf_status lf_backend_gemm(lf_device dev, const lf_gemm *g, lf_kernel_info *info)
     if (!b)
         return LF_EDEVICE;
     return b->gemm(g, info);
-}
-
-static double mat_get(const lf_matrix *m, int64_t i, int64_t j)
-{
-    return lf_load_f32(m->data, m->dtype, i * m->rs + j * m->cs);
-}
-
-/* Product term (i, k) x (k, j)'s scale in a scaled GEMM (row-wise, or a's 1 x 128 block times b's
- * 128 x 128 one). */
-static double term_scale(const lf_gemm *g, int64_t i, int64_t k, int64_t j)
-{
-    const lf_epilogue *ep = &g->ep;
-    const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
-    return (double)ep->a_scale[lf_scale_index(ep->blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K, i, k)] *
-           ep->b_scale[lf_scale_index(ep->blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K, j, k)];
-}
-
-/* Row i of an f8e4m3 D, computed into v: rounded to bf16 (in place), then quantized in 1 x 128 blocks. */
-static void store_blocks(const lf_gemm *g, int64_t i, double *v)
-{
-    const int64_t n = g->d.cols;
-    for (int64_t j = 0; j < n; j++)
-        v[j] = lf_f32_from_bf16(lf_bf16_from_f32((float)v[j]));
-    for (int64_t j0 = 0; j0 < n; j0 += LF_SCALE_BLOCK) {
-        const int64_t j1 = j0 + LF_SCALE_BLOCK < n ? j0 + LF_SCALE_BLOCK : n;
-        float amax = 0;
-        for (int64_t j = j0; j < j1; j++)
-            amax = fabsf((float)v[j]) > amax ? fabsf((float)v[j]) : amax;
-        const float sc = lf_fp8_scale_of(amax), inv = 1.f / sc;
-        g->ep.d_scale[lf_scale_index(LF_SCALE_1X128, g->d.rows, n, i, j0)] = sc;
-        for (int64_t j = j0; j < j1; j++)
-            ((uint8_t *)g->d.data)[i * g->d.rs + j * g->d.cs] = lf_f8e4m3_from_f32((float)v[j] * inv);
-    }
-}
-
-lf_status lf_gemm_reference(const lf_gemm *g)
-{
-    LF_TRY(lf_gemm_validate(g));
-    const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
-    const lf_epilogue *ep = &g->ep;
-    const int gated = ep->gate == LF_GATE_PAIRED;
-    double *row = NULL;
-    if (ep->d_scale) {
-        row = malloc((size_t)g->d.cols * sizeof *row);
-        if (!row)
-            return lf_fail(LF_ENOMEM, "lf_gemm_reference: no memory for a row of %lld", (long long)g->d.cols);
-        for (int64_t i = M; i < LF_SCALE_LD(M); i++) /* the padding rows of every block */
-            for (int64_t j = 0; j < g->d.cols; j += LF_SCALE_BLOCK)
-                ep->d_scale[lf_scale_index(LF_SCALE_1X128, M, g->d.cols, i, j)] = 1.f;
-    }
-    for (int64_t i = 0; i < M; i++) {
-        for (int64_t jo = 0; jo < g->d.cols; jo++) {
-            /* the one or two pre-gate columns this output needs */
-            int64_t cols[2] = {jo, -1};
-            if (gated) {
-                int64_t grp = ep->gate_group;
-                cols[0] = (jo / grp) * 2 * grp + jo % grp;
-                cols[1] = cols[0] + grp;
-            }
-            double z[2] = {0, 0};
-            for (int q = 0; q < 1 + gated; q++) {
-                int64_t j = cols[q];
-                double s = 0;
-                for (int64_t k = 0; k < K; k++)
-                    s += mat_get(&g->a, i, k) * mat_get(&g->b, k, j) * (ep->a_scale ? term_scale(g, i, k, j) : 1.0);
-                s *= ep->alpha;
-                if (g->c.data)
-                    s += ep->beta * mat_get(&g->c, i, j);
-                if (ep->bias)
-                    s += lf_load_f32(ep->bias, ep->bias_dtype, j);
-                z[q] = s;
-            }
-            double v = lf_act_ref(ep->act, z[0]);
-            if (gated)
-                v *= z[1];
-            if (row)
-                row[jo] = v;
-            else
-                lf_store_f32(g->d.data, g->d.dtype, i * g->d.rs + jo * g->d.cs, (float)v);
-        }
-        if (row)
-            store_blocks(g, i, row);
-    }
-    free(row);
-    (void)N;
-    return LF_OK;
 }
 
 lf_status lf_backend_pointwise(lf_device dev, const lf_pointwise *p, lf_kernel_info *info)

@@ -172,16 +172,12 @@ lf_status lf_nn_gated_mlp_to_device(lf_nn_gated_mlp *m, lf_device dev)
     return LF_OK;
 }
 
-lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
+/* The FP8 weights q (gate_up's codes and scales, down's codes and scales) made the module's,
+ * replacing any it had, when s is LF_OK; freed, and m (which may then be NULL) left as it was,
+ * otherwise. Returns s. */
+static lf_status take_fp8(lf_nn_gated_mlp *m, lf_tensor *q[4], lf_status s)
 {
-    LF_CHECK_PTR(m, "lf_nn_gated_mlp_quantize_fp8", "m");
-    if (!m->gate_up || !m->down.weight)
-        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_quantize_fp8: the module is not initialised");
-    lf_tensor *q[4] = {NULL};
-    lf_status s = lf_quantize_fp8(&q[0], &q[1], m->gate_up);
-    if (s == LF_OK)
-        s = lf_quantize_fp8_128x128(&q[2], &q[3], m->down.weight);
-    if (s != LF_OK) {
+    if (s != LF_OK) { /* m may be NULL here */
         for (int i = 0; i < 4; i++)
             lf_tensor_free(q[i]);
         return s;
@@ -192,6 +188,18 @@ lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
         *own[i] = q[i];
     }
     return LF_OK;
+}
+
+lf_status lf_nn_gated_mlp_quantize_fp8(lf_nn_gated_mlp *m)
+{
+    LF_CHECK_PTR(m, "lf_nn_gated_mlp_quantize_fp8", "m");
+    if (!m->gate_up || !m->down.weight)
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_quantize_fp8: the module is not initialised");
+    lf_tensor *q[4] = {NULL};
+    lf_status s = lf_quantize_fp8(&q[0], &q[1], m->gate_up);
+    if (s == LF_OK)
+        s = lf_quantize_fp8_128x128(&q[2], &q[3], m->down.weight);
+    return take_fp8(m, q, s);
 }
 
 /* Whether t is a contiguous (rows, cols) tensor of dtype dt on ref's device and unit. */
@@ -238,17 +246,7 @@ lf_status lf_nn_gated_mlp_set_fp8_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up
                             lf_device_name(lf_tensor_device(m->gate_up)), lf_tensor_device_index(m->gate_up),
                             (long long)D, (long long)H);
     }
-    if (s != LF_OK) { /* handed over: they go with the failure */
-        for (int i = 0; i < 4; i++)
-            lf_tensor_free(q[i]);
-        return s;
-    }
-    lf_tensor **own[4] = {&m->gate_up_q, &m->gate_up_scale, &m->down_q, &m->down_scale};
-    for (int i = 0; i < 4; i++) {
-        lf_tensor_free(*own[i]);
-        *own[i] = q[i];
-    }
-    return LF_OK;
+    return take_fp8(m, q, s); /* handed over: on a failure they go with it */
 }
 
 /* x (..., dim) flattened to (tokens, dim), f run on that, its (tokens, n) result viewed back as
