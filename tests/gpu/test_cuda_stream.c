@@ -83,8 +83,7 @@ static void test_stream_order(lf_nn_gated_mlp *m, const lf_tensor *x_old, const 
     OK(lf_cuda_get_stream(&got));
     CHECK(got == (void *)s, "lf_cuda_get_stream gives the caller's stream");
     CHECK(cuStreamWaitValue32((CUstream)s, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS, "stream waits");
-    CHECK(cudaMemcpyAsync(lf_tensor_data(x), lf_tensor_data(x_new), xbytes, cudaMemcpyDeviceToDevice, s) ==
-              cudaSuccess,
+    CHECK(cudaMemcpyAsync(lf_tensor_data(x), lf_tensor_data(x_new), xbytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess,
           "the caller's copy of the new x");
     signal(SIGALRM, on_alarm);
     alarm(20);
@@ -134,8 +133,35 @@ static void test_forward_out(lf_nn_gated_mlp *m, const lf_tensor *x, const lf_te
         CHECK(allocs == 0, "%s: %d allocations", lf_mlp_variant_name((lf_mlp_variant)v), allocs);
         CHECK(same_bytes(y, ref, (size_t)(T * D) * 2), "%s: the allocating forward's bits",
               lf_mlp_variant_name((lf_mlp_variant)v));
+        /* into every other column of a wider y poisoned with NaN: the columns' stride is 2, which
+         * no GEMM writes, so the forward goes through the workspace and a copy */
+        lf_tensor *wide = NULL, *yv = NULL;
+        const int64_t ws2[2] = {T, 2 * D};
+        OK(lf_tensor_empty(&wide, LF_DTYPE_BF16, 2, ws2, LF_DEVICE_CUDA));
+        cudaMemset(lf_tensor_data(wide), 0xff, (size_t)(T * D) * 4);
+        OK(lf_tensor_as_strided(&yv, wide, 2, x->shape, (int64_t[]){2 * D, 2}, 1));
+        OK(lf_cuda_set_stream(s));
+        st = lf_nn_gated_mlp_forward_out(m, (lf_mlp_variant)v, x, yv, ws);
+        OK(lf_cuda_use_own_stream());
+        CHECK(st == LF_OK, "%s into strided columns: %s", lf_mlp_variant_name((lf_mlp_variant)v), lf_last_error());
+        CHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream");
+        uint16_t *hw = malloc((size_t)(T * D) * 4), *hr = malloc((size_t)(T * D) * 2);
+        int same = hw && hr &&
+                   cudaMemcpy(hw, lf_tensor_data(wide), (size_t)(T * D) * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                   cudaMemcpy(hr, lf_tensor_data(ref), (size_t)(T * D) * 2, cudaMemcpyDeviceToHost) == cudaSuccess;
+        for (int64_t i = 0; same && i < T * D; i++)
+            same = hw[2 * i + 1] == hr[i] && hw[2 * i] == 0xffff;
+        CHECK(same, "%s into every other column of a NaN-filled y: those columns only, the same bits",
+              lf_mlp_variant_name((lf_mlp_variant)v));
+        free(hw), free(hr);
+        lf_tensor_free(yv), lf_tensor_free(wide);
         lf_tensor_free(ref), lf_tensor_free(y), lf_tensor_free(ws);
     }
+    /* the per-thread default stream is not a stream handle linfuse can order against another
+     * thread's work: refused, with what to pass instead */
+    CHECK(lf_cuda_set_stream(cudaStreamPerThread) != LF_OK && strstr(lf_last_error(), "PerThread"),
+          "cudaStreamPerThread refused: %s", lf_last_error());
+    OK(lf_cuda_use_own_stream());
     /* captured into the caller's graph */
     lf_tensor *xin = NULL, *y = NULL, *ws = NULL, *ref = NULL;
     size_t need = 0;
@@ -195,8 +221,8 @@ int main(void)
     lf_rng rng;
     lf_rng_seed(&rng, 77);
     lf_nn_gated_mlp m;
-    lf_nn_gated_mlp_opts o = {.dim = 512, .hidden = 1024, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU,
-                              .act = LF_ACT_SILU};
+    lf_nn_gated_mlp_opts o = {
+        .dim = 512, .hidden = 1024, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU, .act = LF_ACT_SILU};
     if (lf_nn_gated_mlp_init(&m, &o, &rng) || lf_nn_gated_mlp_to_device(&m, LF_DEVICE_CUDA) ||
         lf_nn_gated_mlp_quantize_fp8(&m)) {
         fprintf(stderr, "test_cuda_stream: %s\n", lf_last_error());
