@@ -5,8 +5,11 @@ compiled, compiled gated) against transformers' own LlamaMLP eager, under torch.
 under max-autotune (no CUDA graphs) at 8192 tokens, in one run. At a few tokens a forward only has to
 read its weights once (3 x 4096 x 14336 bf16 = 352 MB): the script measures the GPU's read
 bandwidth (a sum over a 2 GiB tensor) and prints the bandwidth each forward reached.
+At 16 tokens or fewer it then profiles linfuse's gated form (`linfuse kernels-mlp --variant gated`,
+20 steps) and prints each kernel's GPU time and the bandwidth its share of the weights was read at,
+beside the measured read ceiling.
 Timed as every bench/*_vs_torch.py is (torch_timing.py). usage: bench/llama_mlp_vs_torch.py build/linfuse [TOKENS,...] (default 1,16,512,8192)"""
-import sys
+import glob, json, subprocess, sys, tempfile
 
 import torch
 from transformers import LlamaConfig
@@ -55,3 +58,33 @@ with torch.no_grad():
                                                                   WEIGHTS / (us * 1e-6) / 1e9,
                                                                   100 * WEIGHTS / (us * 1e-6) / 1e9 / read_bw))
         print("best PyTorch mode: %s" % best_name, flush=True)
+
+
+def kernels(T, steps=20):
+    """{kernel name: us per step} of linfuse's gated MLP at T tokens, from its own trace"""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.argv[1], "kernels-mlp", "--device", "cuda", "--variant", "gated", "--batch", "1", "--seq", str(T),
+               "--dim", str(D), "--hidden", str(H), "--active", str(steps), "--out", out]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            sys.exit(run.stderr)
+        trace = sorted(glob.glob(out + "/kernels-mlp/*.json"))[-1]
+        events = json.load(open(trace))["traceEvents"]
+    per = {}
+    for e in events:
+        if e.get("cat") == "kernel":
+            per[e["name"]] = per.get(e["name"], 0.0) + e["dur"] / steps
+    return per
+
+
+for T in [t for t in TOKENS if t <= 16]:
+    print("\nlinfuse gated (GeGLU, as kernels-mlp runs it), %d token%s: each kernel's share of the weights "
+          "(GPU read ceiling %.0f GB/s)" % (T, "" if T == 1 else "s", read_bw))
+    total = 0.0
+    for name, us in sorted(kernels(T).items(), key=lambda kv: -kv[1]):
+        share = 2 * D * H * 2 if "gated" in name else D * H * 2 if ("gemv" in name or "nvjet" in name or "gemm" in name) else 0
+        total += us
+        bw = share / (us * 1e-6) / 1e9 if share else float("nan")
+        print("  %-70s %9.2f us %7.0f GB/s (%3.0f%%)" % (name[:70], us, bw, 100 * bw / read_bw))
+    print("  %-70s %9.2f us %7.0f GB/s (%3.0f%%)" % ("sum of the kernels", total, WEIGHTS / (total * 1e-6) / 1e9,
+                                                     100 * WEIGHTS / (total * 1e-6) / 1e9 / read_bw), flush=True)

@@ -198,6 +198,27 @@ static void gemm_cases(case_list *l)
             c.act = s == 0 ? LF_ACT_SILU : s == 1 ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF;
             add(l, c);
         }
+    /* A Linear at every token count from 1 to 17 (CUDA's GEMV at 1 to 16 in bf16, then cuBLASLt),
+     * with and without a bias, N not a multiple of the GEMV's 16 outputs a block; a K of 14336 (the
+     * down projection of Llama-3-8B's MLP), the smallest K the GEMV takes, a K it does not (not a
+     * multiple of 8) and an activation it has not: in f32 and f16 too (cuBLASLt everywhere). */
+    for (int64_t m = 1; m <= 17; m++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, m, 257, 136);
+        c.la = m % 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = (m / 2) % 2;
+        add(l, c);
+    }
+    static const int64_t lin[][4] = {/* M, N, K, act */
+                                     {16, 96, 14336, LF_ACT_NONE},
+                                     {1, 1031, 4096, LF_ACT_NONE},
+                                     {5, 40, 8, LF_ACT_NONE},
+                                     {3, 64, 132, LF_ACT_NONE},
+                                     {4, 64, 136, LF_ACT_GELU_TANH}};
+    for (int i = 0; i < 5; i++)
+        for (int d = 0; d < 3; d++) {
+            case_t c = mk(CASE_GEMM, dtypes[d], lin[i][0], lin[i][1], lin[i][2]);
+            c.lb = LAY_COL, c.bias = i % 2, c.act = (lf_act)lin[i][3];
+            add(l, c);
+        }
     /* FP8 through the backend (test_cuda_fp8's): cuBLASLt's scaled GEMM, row-wise and in blocks, and
      * the gated kernel's e4m3 form in every schedule, into poisoned outputs; then h written in
      * e4m3 with its 1 x 128 scales. */
