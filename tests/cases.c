@@ -198,10 +198,9 @@ static void gemm_cases(case_list *l)
             c.act = s == 0 ? LF_ACT_SILU : s == 1 ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF;
             add(l, c);
         }
-    /* A Linear at every token count from 1 to 17 (CUDA's GEMV at 1 to 16 in bf16, then cuBLASLt),
-     * with and without a bias, N not a multiple of the GEMV's 16 outputs a block; a K of 14336 (the
-     * down projection of Llama-3-8B's MLP), the smallest K the GEMV takes, a K it does not (not a
-     * multiple of 8) and an activation it has not: in f32 and f16 too (cuBLASLt everywhere). */
+    /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
+     * and without a bias, x in padded rows; a K of 14336 (the down projection of Llama-3-8B's
+     * MLP), K = 8 and 132, and an activation, in every dtype. */
     for (int64_t m = 1; m <= 17; m++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, m, 257, 136);
         c.la = m % 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = (m / 2) % 2;

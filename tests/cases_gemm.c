@@ -121,20 +121,6 @@ static void expect_gated_kernel(case_run *r, const gemm_ctx *x, const lf_gated_c
            "lf_gated_choose says %s, the kernel that ran is %s", lf_gated_kernel_name(k), nm ? nm : "(none)");
 }
 
-/* A GEMM without a gate on CUDA: a Linear at 1 to 16 bf16 tokens (x in rows of 16-byte multiples,
- * the weight seen transposed, no activation, C or alpha) runs on the GEMV, everything else on
- * cuBLASLt (where the gated kernels run, the GEMV runs too: compute capability 8.0 or newer). */
-static void expect_linear_kernel(case_run *r, const gemm_ctx *x, const char *nm)
-{
-    const case_t *c = x->c;
-    const int gemv = c->dt == LF_DTYPE_BF16 && c->act == LF_ACT_NONE && !c->c_input && c->alpha == 1.0f && x->M <= 16 &&
-                     x->K % 8 == 0 && (c->la == LAY_ROW || c->la == LAY_PAD16) && c->lb == LAY_COL;
-    if (!case_gated_here && gemv)
-        return;
-    EXPECT(r, nm && (strncmp(nm, "lf::gemv::gemv_", 15) == 0) == gemv, "%s ran %s", gemv ? "the GEMV's Linear" : "cuBLASLt",
-           nm ? nm : "(none)");
-}
-
 /* Whether CUDA must run c rather than skip it, by what linfuse says it takes (linfuse/cuda.h,
  * backend.h): cuBLASLt every layout with a unit stride in every dtype and epilogue but gelu_erf
  * and silu; where the gated kernels run at all, a gate in GeGLU's or SwiGLU's activation on bf16
@@ -182,8 +168,6 @@ static void gemm_run(case_run *r, void *ctxp)
     expect_report(r, x, &g, &info);
     if (c->group)
         expect_gated_kernel(r, x, &ch, info.name);
-    else if (r->dev == LF_DEVICE_CUDA)
-        expect_linear_kernel(r, x, info.name);
     double *got = expect_poison_kept(r, &x->d, "d");
     if (got && c->out_fp8) {
         double *gs = expect_poison_kept(r, &x->dsc, "d's scales"); /* padding rows too: every scale written */

@@ -1,9 +1,7 @@
 /* GEMMs on CUDA: cuBLASLt with the epilogue descriptor mapped onto its BIAS/GELU/RELU
  * epilogues (the calls PyTorch's addmm makes: docs/gpu_notes.md, "cuBLASLt"), one cached plan
- * per distinct call; a bf16 Linear at 1 to 16 tokens on our GEMV (gemv.cu), which reads the
- * weight faster than cuBLASLt's kernels there; and the paired-gate epilogue, which cuBLASLt has
- * no form of, on our kernels (gemv.cu at a few tokens, the Hopper kernel beyond: gated_gemm.cu).
- * Layer: backend/cuda. */
+ * per distinct call; and the paired-gate epilogue, which cuBLASLt has no form of, on our
+ * Hopper kernel (gated_gemm.cu). Layer: backend/cuda. */
 #include <cublasLt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -505,18 +503,6 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
         return LF_EDEVICE;
     if (g->ep.gate != LF_GATE_NONE)
         return gated_gemm(d, g, info);
-    if (lf_cuda_linear_gemv_supported(g)) { /* a few tokens: our GEMV reads the weight faster */
-        lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-        lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_linear_gemv_launch(g, lf_cuda_stream(d)));
-        if (s != LF_OK) {
-            lf_cuda_time_cancel(tm);
-            return s;
-        }
-        lf_cuda_time_end(d, info, tm);
-        if (info)
-            lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_LINEAR_GEMV, 0, 0, info);
-        return LF_OK;
-    }
     char why[256];
     if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);

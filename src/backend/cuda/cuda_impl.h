@@ -126,8 +126,7 @@ typedef enum lf_cuda_family {
     LF_CUDA_KF_GATED_PINGPONG,
     LF_CUDA_KF_GATED_OFFLOAD,
     LF_CUDA_KF_GEMV,
-    LF_CUDA_KF_QUANT,
-    LF_CUDA_KF_LINEAR_GEMV
+    LF_CUDA_KF_QUANT
 } lf_cuda_family;
 void lf_cuda_kernel_namer(const lf_kernel_key *key, char *buf, size_t cap);
 
@@ -150,11 +149,6 @@ void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
-/* A Linear (no activation, a bf16 bias or none) at 1 to 16 bf16 tokens: the same pass over the
- * weights as the gated GEMV (gemv.cu), which reads them faster than cuBLASLt's GEMMs at M <= 16
- * and overlaps the kernel before it (programmatic dependent launch on compute capability 9.0). */
-int lf_cuda_linear_gemv_supported(const lf_gemm *g);
-cudaError_t lf_cuda_linear_gemv_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
 
 /* --- fused pointwise kernels built with NVRTC (fused_nvrtc.c) --- */

@@ -2,8 +2,7 @@
  * epilogue> (CUPTI then reports cuBLAS's own kernel under it), the pointwise kernels as
  * lf_cuda_<op>_<dtype>[_strided], and the hand-written kernels by their own C++ names, so the
  * name in a trace is the symbol in the binary: lf::gated::gated_gemm_<dtype>_<act>_<tile>[_pingpong|
- * _offload|_to_f8e4m3], lf::gemv::gated_gemv_<dtype>_<act>,
- * lf::gemv::gemv_<dtype>_<layout>[_bias] (a Linear at a few tokens), lf_cuda_quantize_fp8_<dtype>_<mode>.
+ * _offload|_to_f8e4m3], lf::gemv::gated_gemv_<dtype>_<act>, lf_cuda_quantize_fp8_<dtype>_<mode>.
  * Layer: backend/cuda. */
 #include <stdio.h>
 
@@ -30,15 +29,9 @@ void lf_cuda_kernel_namer(const lf_kernel_key *k, char *buf, size_t cap)
     case LF_CUDA_KF_GEMV:
         snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, act);
         break;
-    case LF_CUDA_KF_LINEAR_GEMV:
-        lf_kernel_gemm_suffix(k, sfx, sizeof sfx);
-        snprintf(buf, cap, "lf::gemv::gemv_%s_%s", dt, sfx);
-        break;
     case LF_CUDA_KF_QUANT:
         snprintf(buf, cap, "lf_cuda_quantize_fp8_%s_%s", dt,
-                 k->op == LF_SCALE_1X128     ? "1x128"
-                 : k->op == LF_SCALE_128X128 ? "128x128"
-                                             : "rowwise");
+                 k->op == LF_SCALE_1X128 ? "1x128" : k->op == LF_SCALE_128X128 ? "128x128" : "rowwise");
         break;
     case LF_CUDA_KF_POINTWISE:
     default: {
