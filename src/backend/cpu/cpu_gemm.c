@@ -2,7 +2,8 @@
  * strides while packing (so nn, tn, nt and tt cost the same and nothing is transposed in
  * memory), bf16/f16 widened to f32 while packing, f32 accumulation in registers, and the
  * epilogue (alpha, C, bias, activation, gate) applied to each row-block of results while it
- * is still in L1. Threads split D into independent blocks; each packs its own operands.
+ * is still in L1. Threads split D into independent blocks; each packs its own operands. A few
+ * rows against an nn.Linear weight (decode) skip the packing: dot products (few_rows).
  *
  * Per thread, over its block of D:
  *   for each panel of NC output columns:     pack B (K x NC) into slivers of nr columns
@@ -263,6 +264,68 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
     }
 }
 
+/* A GEMM of LF_CPU_FEW_ROWS rows or fewer whose B columns run along k (an nn.Linear weight seen
+ * as W^T): each output a dot product read straight from B, the epilogue the tiled path's. At a
+ * decode step's one token, packing B cost more than the product (a one-token MLP on the CPU spent
+ * 25% of its time in pack_cols and 15% in a micro-kernel whose 12 rows were 11 of padding). The
+ * threads take runs of slivers; each converts A's rows to f32 in its own slot. */
+static lf_status few_rows(const plan *pl, int T)
+{
+    const lf_gemm *g = pl->g;
+    const lf_cpu_kernels *k = pl->k;
+    const int nr = k->nr;
+    const int64_t M = pl->M, K = pl->K, nsl = (pl->No + pl->nro - 1) / pl->nro;
+    const lf_matrix *a = &g->a, *b = &g->b;
+    const int f32 = b->dtype == LF_DTYPE_F32;
+    if (T > nsl)
+        T = (int)nsl;
+    /* a thread's slot: A in f32 (M, K), one B column widened to f32 (K), the strip (M, nr), one
+     * column's sums (M), the tile's columns and biases (nr each) */
+    const size_t floats = (size_t)(M * K + (f32 ? 0 : K) + M * nr + M + nr);
+    const size_t bytes = ((floats * sizeof(float) + (size_t)nr * sizeof(int64_t)) + 63) & ~(size_t)63;
+    lf_cpu_ws *ws;
+    LF_TRY(lf_cpu_ws_acquire(&ws, T, bytes));
+#pragma omp parallel num_threads(T) if (T > 1)
+    {
+        const int t = omp_get_thread_num();
+        char *slot = lf_cpu_ws_slot(ws, t);
+        int64_t *cols = (int64_t *)slot;
+        float *af = (float *)(cols + nr), *cb = af + M * K, *strip = cb + (f32 ? 0 : K), *sums = strip + M * nr,
+              *bias = sums + M;
+        for (int64_t r = 0; r < M; r++)
+            gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
+        for (int64_t s = nsl * t / T; s < nsl * (t + 1) / T; s++) {
+            const int64_t o = s * pl->nro;
+            for (int p = 0; p < nr; p++) {
+                const int64_t c = cols[p] = tile_col(pl, o, p);
+                bias[p] = c >= 0 && g->ep.bias ? lf_load_f32(g->ep.bias, g->ep.bias_dtype, c) : 0.0f;
+                const float *w = NULL;
+                if (c >= 0 && f32) {
+                    w = (const float *)b->data + c * b->cs;
+                } else if (c >= 0) {
+                    gather(b->data, b->dtype, c * b->cs, 1, K, cb, 1);
+                    w = cb;
+                }
+                k->dots(af, M, K, &w, 1, sums);
+                for (int64_t r = 0; r < M; r++)
+                    strip[r * nr + p] = sums[r];
+            }
+            lf_ep_strip es = {.g = g,
+                              .nr = nr,
+                              .i0 = 0,
+                              .rows = M,
+                              .o0 = o,
+                              .nout = (int)(pl->No - o < pl->nro ? pl->No - o : pl->nro),
+                              .cols = cols,
+                              .bias = bias,
+                              .acc = strip};
+            k->ep_strip(&es);
+        }
+    }
+    lf_cpu_ws_release(ws);
+    return LF_OK;
+}
+
 /* Split D among T threads as tm x tn blocks of whole micro-tiles: least work on the busiest
  * thread first, then the least packing (rows + columns per thread). */
 static void split(const plan *pl, int T, int *tm_out, int *tn_out)
@@ -330,6 +393,12 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
      * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. */
     if (flops < 3.2e7)
         T = 1;
+    if (pl.M <= LF_CPU_FEW_ROWS && (g->b.rs == 1 || pl.K == 1)) {
+        LF_TRY(few_rows(&pl, T));
+        if (info)
+            lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);
+        return LF_OK;
+    }
     int tm, tn;
     split(&pl, T, &tm, &tn);
     int64_t mt = (pl.M + mr - 1) / mr, nt = (pl.No + pl.nro - 1) / pl.nro;

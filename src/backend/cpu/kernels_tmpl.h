@@ -201,6 +201,41 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
     }
 }
 
+/* acc[r * nr + p] = a[r] . w_p for r < m and each of the nr tile positions p: a holds m rows of K
+ * floats, K apart; w_p is K floats (col[p], or zeros where col[p] is NULL). Up to four rows at
+ * once, so each w value loaded serves them all and four sums are in flight; each sum is vector
+ * partial sums in the instruction set's width, added at the end. */
+static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const *col, int nr, float *acc)
+{
+    for (int p = 0; p < nr; p++) {
+        const float *restrict w = col[p];
+        for (int64_t r0 = 0; r0 < m; r0 += 4) {
+            const int64_t n = m - r0 < 4 ? m - r0 : 4;
+            /* rows past m read the last real row again; their sums are not stored */
+            const float *restrict x0 = a + r0 * K, *restrict x1 = a + (r0 + (n > 1)) * K,
+                                  *restrict x2 = a + (r0 + (n > 2 ? 2 : n - 1)) * K,
+                                  *restrict x3 = a + (r0 + n - 1) * K;
+            float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+            if (w && n == 1) {
+#pragma omp simd reduction(+ : t0)
+                for (int64_t k = 0; k < K; k++)
+                    t0 += x0[k] * w[k];
+            } else if (w) {
+#pragma omp simd reduction(+ : t0, t1, t2, t3)
+                for (int64_t k = 0; k < K; k++) {
+                    t0 += x0[k] * w[k];
+                    t1 += x1[k] * w[k];
+                    t2 += x2[k] * w[k];
+                    t3 += x3[k] * w[k];
+                }
+            }
+            const float t[4] = {t0, t1, t2, t3};
+            for (int64_t i = 0; i < n; i++)
+                acc[(r0 + i) * nr + p] = t[i];
+        }
+    }
+}
+
 #define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_) \
     const lf_cpu_kernels LF_K(lf_cpu_kernels_) = { \
         .isa = (isa_),                             \
@@ -210,6 +245,7 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
         .pack_cols = (pack_),                      \
         .pack_rows = LF_K(pack_rows_),             \
         .ep_strip = LF_K(ep_strip_),               \
+        .dots = LF_K(dots_),                       \
         .act_row = LF_K(act_row_),                 \
         .act_mul_row = LF_K(act_mul_row_),         \
     }
