@@ -277,6 +277,8 @@ static lf_status few_rows(const plan *pl, int T)
     const int64_t M = pl->M, K = pl->K, nsl = (pl->No + pl->nro - 1) / pl->nro;
     const lf_matrix *a = &g->a, *b = &g->b;
     const int f32 = b->dtype == LF_DTYPE_F32;
+    if (nsl == 0 || M == 0)
+        return LF_OK;
     if (T > nsl)
         T = (int)nsl;
     /* a thread's slot: A in f32 (M, K), one B column widened to f32 (K), the strip (M, nr), one
