@@ -135,7 +135,8 @@ contains "gated: the gated GEMM" "lf_cpu_gemm_bf16_12x32_tn_gelu_tanh_gated"
 check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated --no-kernel 'gelu_tanh_mul'
 # a decode step's one token: the GEMMs take dot products from the weights, unpacked (1 x nr)
 check "kernels-mlp gated, 1 token" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 1 --dim 32 --hidden 48 --variant gated
-contains "gated, 1 token: the few-rows GEMM" "lf_cpu_gemm_bf16_1x32_tn_gelu_tanh_gated"
+contains "gated, 1 token: the few-rows GEMM (1 x the instruction set's nr)" "lf_cpu_gemm_bf16_1x"
+contains "gated, 1 token: the gated epilogue" "_tn_gelu_tanh_gated"
 # fp8 where the device has no FP8 GEMM (the CPU): the gated kernels run, and the trace says why
 check "kernels-mlp fp8 on the cpu" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant fp8 --device cpu
 contains "fp8 on the cpu: the gated kernels" "kernels/step=2"

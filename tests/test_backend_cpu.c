@@ -1,7 +1,9 @@
 /* The CPU backend's own parts: the vector math against libm on every instruction set this CPU
- * has, the same GEMM on 1 and 2 threads giving the same bits, the GEMM plan file's format, and the
- * Hopper gated GEMM's schedule rule held to the H200's measurements. The GEMMs and pointwise
- * kernels themselves are cases of the table (test_cases, cases.c), run on each instruction set. */
+ * has, the same GEMM on 1 and 2 threads giving the same bits, a GEMM called from inside the
+ * caller's own OpenMP team, the GEMM plan file's format, and the Hopper gated GEMM's schedule rule
+ * held to the H200's measurements. The GEMMs and pointwise kernels themselves are cases of the
+ * table (test_cases, cases.c), run on each instruction set. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,41 @@ static void test_threads_deterministic(void)
     lf_cpu_set_threads(0);
     CHECK(!memcmp(lf_tensor_data(y1), lf_tensor_data(y2), 301 * 203 * sizeof(float)), "1 and 2 threads agree bitwise");
     lf_tensor_free(a), lf_tensor_free(b), lf_tensor_free(y1), lf_tensor_free(y2);
+}
+
+/* A GEMM called from inside the caller's own OpenMP parallel region, where the library's team
+ * gets one thread (OpenMP nests none by default): every part of D is still written, the same
+ * bits as outside. Both paths: a few rows against a Linear weight (dot products) and the tiled
+ * one; each large enough to be split for two threads. */
+static void test_inside_callers_team(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 11);
+    static const int64_t shapes[2][3] = {{1, 2048, 8192}, {64, 256, 1024}}; /* M, K, N */
+    for (int c = 0; c < 2; c++) {
+        const int64_t M = shapes[c][0], K = shapes[c][1], N = shapes[c][2];
+        int64_t sa[2] = {M, K}, sw[2] = {N, K};
+        lf_tensor *a = rand_tensor(&rng, LF_DTYPE_F32, 2, sa), *w = rand_tensor(&rng, LF_DTYPE_F32, 2, sw), *wt = NULL,
+                  *ref = NULL, *got[2] = {NULL, NULL};
+        OK(lf_t(&wt, w));
+        lf_cpu_set_threads(2);
+        OK(lf_mm(&ref, a, wt));
+        lf_status st[2] = {LF_OK, LF_OK};
+#pragma omp parallel num_threads(2)
+        {
+            const int t = omp_get_thread_num();
+            if (t < 2)
+                st[t] = lf_mm(&got[t], a, wt);
+        }
+        lf_cpu_set_threads(0);
+        for (int t = 0; t < 2; t++)
+            CHECK(st[t] == LF_OK && got[t] &&
+                      !memcmp(lf_tensor_data(got[t]), lf_tensor_data(ref), (size_t)(M * N) * sizeof(float)),
+                  "%lld x %lld x %lld from thread %d of the caller's team: all of D, the same bits", (long long)M,
+                  (long long)K, (long long)N, t);
+        lf_tensor_free(a), lf_tensor_free(w), lf_tensor_free(wt), lf_tensor_free(ref);
+        lf_tensor_free(got[0]), lf_tensor_free(got[1]);
+    }
 }
 
 /* The vectorized activations against libm in float64, over a dense range and the edges. */
@@ -192,6 +229,7 @@ int main(void)
         test_activations((lf_cpu_isa)isa);
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_threads_deterministic();
+    test_inside_callers_team();
     test_plan_file();
     test_gated_rule();
     return lf_test_finish("test_backend_cpu");

@@ -288,8 +288,7 @@ static lf_status few_rows(const plan *pl, int T)
     lf_cpu_ws *ws;
     LF_TRY(lf_cpu_ws_acquire(&ws, T, bytes));
 #pragma omp parallel num_threads(T) if (T > 1)
-    {
-        const int t = omp_get_thread_num();
+    for (int t = omp_get_thread_num(); t < T; t += omp_get_num_threads()) { /* see lf_cpu_gemm */
         char *slot = lf_cpu_ws_slot(ws, t);
         int64_t *cols = (int64_t *)slot;
         float *af = (float *)(cols + nr), *cb = af + M * K, *strip = cb + (f32 ? 0 : K), *sums = strip + M * nr,
@@ -413,17 +412,17 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     ws_layout l = layout_for(&pl);
     lf_cpu_ws *ws;
     LF_TRY(lf_cpu_ws_acquire(&ws, T, l.total));
+    /* T parts of D; a team may get fewer threads than asked (called from inside the caller's own
+     * parallel region, where OpenMP nests none), so each thread takes every n-th part: the parts
+     * are the split, not the threads (with one per thread, half of D went unwritten there) */
 #pragma omp parallel num_threads(T) if (T > 1)
-    {
-        int t = omp_get_thread_num();
-        if (t < tm * tn) {
-            int ti = t / tn, tj = t % tn;
-            int64_t m0 = ti * rows_per, o0 = tj * cols_per;
-            int64_t m1 = m0 + rows_per < pl.M ? m0 + rows_per : pl.M;
-            int64_t o1 = o0 + cols_per < pl.No ? o0 + cols_per : pl.No;
-            if (m0 < m1 && o0 < o1)
-                run_block(&pl, &l, lf_cpu_ws_slot(ws, t), m0, m1, o0, o1);
-        }
+    for (int t = omp_get_thread_num(); t < tm * tn; t += omp_get_num_threads()) {
+        int ti = t / tn, tj = t % tn;
+        int64_t m0 = ti * rows_per, o0 = tj * cols_per;
+        int64_t m1 = m0 + rows_per < pl.M ? m0 + rows_per : pl.M;
+        int64_t o1 = o0 + cols_per < pl.No ? o0 + cols_per : pl.No;
+        if (m0 < m1 && o0 < o1)
+            run_block(&pl, &l, lf_cpu_ws_slot(ws, t), m0, m1, o0, o1);
     }
     lf_cpu_ws_release(ws);
 

@@ -1,6 +1,8 @@
 /* The parts of a CPU kernel set that are plain C: included once per instruction-set file,
  * which compiles them with its own -m flags and names them with LF_KSUF. Loops are written so
  * the compiler vectorizes them (checked with -fopt-info-vec). Layer: backend/cpu. */
+#include <math.h>
+
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/vmath.h"
 
@@ -201,6 +203,14 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
     }
 }
 
+/* One rounding per product-sum, as the micro-kernels' FMAs (C11 contracts no a * b + c by
+ * itself); a plain multiply-add where the instruction set has no FMA (fmaf would be a libm call). */
+#ifdef __FMA__
+#define LF_FMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define LF_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* acc[r * nr + p] = a[r] . w_p for r < m and each of the nr tile positions p: a holds m rows of K
  * floats, K apart; w_p is K floats (col[p], or zeros where col[p] is NULL). Up to four rows at
  * once, so each w value loaded serves them all and four sums are in flight; each sum is vector
@@ -219,14 +229,14 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
             if (w && n == 1) {
 #pragma omp simd reduction(+ : t0)
                 for (int64_t k = 0; k < K; k++)
-                    t0 += x0[k] * w[k];
+                    t0 = LF_FMA(x0[k], w[k], t0);
             } else if (w) {
 #pragma omp simd reduction(+ : t0, t1, t2, t3)
                 for (int64_t k = 0; k < K; k++) {
-                    t0 += x0[k] * w[k];
-                    t1 += x1[k] * w[k];
-                    t2 += x2[k] * w[k];
-                    t3 += x3[k] * w[k];
+                    t0 = LF_FMA(x0[k], w[k], t0);
+                    t1 = LF_FMA(x1[k], w[k], t1);
+                    t2 = LF_FMA(x2[k], w[k], t2);
+                    t3 = LF_FMA(x3[k], w[k], t3);
                 }
             }
             const float t[4] = {t0, t1, t2, t3};
