@@ -203,9 +203,11 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
     }
 }
 
-/* One rounding per product-sum, as the micro-kernels' FMAs (C11 contracts no a * b + c by
- * itself); a plain multiply-add where the instruction set has no FMA (fmaf would be a libm call). */
-#ifdef __FMA__
+/* One rounding per product-sum, as the micro-kernels' FMAs. GCC in C11 mode contracts no
+ * a * b + c by itself, so it is asked with fmaf where the instruction set has FMA (elsewhere fmaf
+ * would be a libm call); clang contracts a * b + c on its own (-ffp-contract=on), and under
+ * ThreadSanitizer it does not vectorize a loop of fmaf calls. */
+#if defined(__FMA__) && !defined(__clang__)
 #define LF_FMA(a, b, c) fmaf((a), (b), (c))
 #else
 #define LF_FMA(a, b, c) ((a) * (b) + (c))
