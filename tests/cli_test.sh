@@ -131,7 +131,8 @@ contains "kernels-mlp: the fused kernel" "lf_cpu_gelu_tanh_mul_f32"
 checks=$((checks + 1))
 check "kernels-mlp gated" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 5 --dim 32 --hidden 48 --variant gated
 contains "gated: 2 kernels" "kernels/step=2"
-contains "gated: the gated GEMM" "lf_cpu_gemm_bf16_12x32_tn_gelu_tanh_gated"
+contains "gated: the gated GEMM (5 tokens: dot products from the weight, 1 x nr)" "lf_cpu_gemm_bf16_1x"
+contains "gated: the gated epilogue" "_tn_gelu_tanh_gated"
 check "gated trace expect" 0 "$bin" trace expect "$dir/kernels-mlp/1x5x32x48_bf16_cold_gated.json" --kernels-per-step 2 --kernel gated --no-kernel 'gelu_tanh_mul'
 # a decode step's one token: the GEMMs take dot products from the weights, unpacked (1 x nr)
 check "kernels-mlp gated, 1 token" 0 "$bin" kernels-mlp --out "$dir" --batch 1 --seq 1 --dim 32 --hidden 48 --variant gated

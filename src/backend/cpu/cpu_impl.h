@@ -7,7 +7,7 @@
 
 #define LF_CPU_NR_MAX    32   /* widest micro-tile among the kernel sets */
 #define LF_CPU_PANEL_MAX 1024 /* most slivers in one packed B panel (2048 columns / nr >= 2) */
-#define LF_CPU_FEW_ROWS  4    /* up to this many rows of A (decode's tokens) take dot products, unpacked */
+#define LF_CPU_FEW_ROWS  16   /* up to this many rows of A (decode's tokens) take dot products, unpacked */
 
 /* One row-block of GEMM results leaving the micro-kernels: apply alpha, C, bias, the
  * activation and the gate, and store to D, while the block is still in L1. */
@@ -37,9 +37,9 @@ typedef struct lf_cpu_kernels {
     void (*pack_rows)(const void *base, lf_dtype dt, int64_t rs, const int64_t *start, const int *valid, int64_t nsl,
                       int64_t K, int nr, float *dst);
     void (*ep_strip)(const lf_ep_strip *s);
-    /* A few rows of A against B's columns as dot products (no packing): acc (m, nr) row-major,
-     * acc[r][p] = a[r] . col[p] over K floats (zeros where col[p] is NULL); a is (m, K). */
-    void (*dots)(const float *a, int64_t m, int64_t K, const float *const *col, int nr, float *acc);
+    /* A few rows of A against n of B's columns as dot products (no packing): acc[r * ld + p] =
+     * a[r] . col[p] over K floats (zeros where col[p] is NULL); a is (m, K) row-major. */
+    void (*dots)(const float *a, int64_t m, int64_t K, const float *const *col, int n, float *acc, int64_t ld);
     /* y[i] = act(x[i]) (x and y may be the same) */
     void (*act_row)(lf_act act, const float *x, float *y, int64_t n);
     /* y[i] = act(x[i]) * u[i] */

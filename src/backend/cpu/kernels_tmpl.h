@@ -213,37 +213,57 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
 #define LF_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* acc[r * nr + p] = a[r] . w_p for r < m and each of the nr tile positions p: a holds m rows of K
- * floats, K apart; w_p is K floats (col[p], or zeros where col[p] is NULL). Up to four rows at
- * once, so each w value loaded serves them all and four sums are in flight; each sum is vector
- * partial sums in the instruction set's width, added at the end. */
-static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const *col, int nr, float *acc)
+/* acc[r * ld + p] = a[r] . w_p for r < m, p < n: a holds m rows of K floats, K apart; w_p is K
+ * floats (col[p], or zeros where col[p] is NULL). Blocks of two columns by four rows: each
+ * loaded w value serves four rows, each x value two columns, eight sums in flight (few enough
+ * registers for AVX2 too); each sum is vector partial sums in the instruction set's width, added
+ * at the end. Columns outside, so a block's columns stay in cache while the row blocks pass. */
+static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const *col, int n, float *acc, int64_t ld)
 {
-    for (int p = 0; p < nr; p++) {
-        const float *restrict w = col[p];
+    for (int p0 = 0; p0 < n; p0 += 2) {
+        const int q = n - p0 < 2 ? n - p0 : 2;
+        const float *c0 = col[p0], *c1 = q > 1 ? col[p0 + 1] : NULL;
+        if (!c0 && !c1) {
+            for (int64_t r = 0; r < m; r++)
+                for (int j = 0; j < q; j++)
+                    acc[r * ld + p0 + j] = 0.0f;
+            continue;
+        }
+        /* a missing column reads the other's values; its sums are stored as zeros */
+        const float *restrict w0 = c0 ? c0 : c1, *restrict w1 = c1 ? c1 : w0;
         for (int64_t r0 = 0; r0 < m; r0 += 4) {
-            const int64_t n = m - r0 < 4 ? m - r0 : 4;
+            const int64_t nr4 = m - r0 < 4 ? m - r0 : 4;
             /* rows past m read the last real row again; their sums are not stored */
-            const float *restrict x0 = a + r0 * K, *restrict x1 = a + (r0 + (n > 1)) * K,
-                                  *restrict x2 = a + (r0 + (n > 2 ? 2 : n - 1)) * K,
-                                  *restrict x3 = a + (r0 + n - 1) * K;
-            float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
-            if (w && n == 1) {
-#pragma omp simd reduction(+ : t0)
-                for (int64_t k = 0; k < K; k++)
-                    t0 = LF_FMA(x0[k], w[k], t0);
-            } else if (w) {
-#pragma omp simd reduction(+ : t0, t1, t2, t3)
+            const float *restrict x0 = a + r0 * K, *restrict x1 = a + (r0 + (nr4 > 1)) * K,
+                                  *restrict x2 = a + (r0 + (nr4 > 2 ? 2 : nr4 - 1)) * K,
+                                  *restrict x3 = a + (r0 + nr4 - 1) * K;
+            float s00 = 0.0f, s01 = 0.0f, s10 = 0.0f, s11 = 0.0f, s20 = 0.0f, s21 = 0.0f, s30 = 0.0f, s31 = 0.0f;
+            if (nr4 == 1) {
+#pragma omp simd reduction(+ : s00, s01)
                 for (int64_t k = 0; k < K; k++) {
-                    t0 = LF_FMA(x0[k], w[k], t0);
-                    t1 = LF_FMA(x1[k], w[k], t1);
-                    t2 = LF_FMA(x2[k], w[k], t2);
-                    t3 = LF_FMA(x3[k], w[k], t3);
+                    s00 = LF_FMA(x0[k], w0[k], s00);
+                    s01 = LF_FMA(x0[k], w1[k], s01);
+                }
+            } else {
+#pragma omp simd reduction(+ : s00, s01, s10, s11, s20, s21, s30, s31)
+                for (int64_t k = 0; k < K; k++) {
+                    const float u = w0[k], v = w1[k];
+                    s00 = LF_FMA(x0[k], u, s00);
+                    s01 = LF_FMA(x0[k], v, s01);
+                    s10 = LF_FMA(x1[k], u, s10);
+                    s11 = LF_FMA(x1[k], v, s11);
+                    s20 = LF_FMA(x2[k], u, s20);
+                    s21 = LF_FMA(x2[k], v, s21);
+                    s30 = LF_FMA(x3[k], u, s30);
+                    s31 = LF_FMA(x3[k], v, s31);
                 }
             }
-            const float t[4] = {t0, t1, t2, t3};
-            for (int64_t i = 0; i < n; i++)
-                acc[(r0 + i) * nr + p] = t[i];
+            const float s[4][2] = {{s00, s01}, {s10, s11}, {s20, s21}, {s30, s31}};
+            for (int64_t i = 0; i < nr4; i++) {
+                acc[(r0 + i) * ld + p0] = c0 ? s[i][0] : 0.0f;
+                if (q > 1)
+                    acc[(r0 + i) * ld + p0 + 1] = c1 ? s[i][1] : 0.0f;
+            }
         }
     }
 }
