@@ -250,6 +250,9 @@ static int bench_cpu(int reps)
         {"sgemm_1024x3072x768", 1024, 3072, 768, 0, 0},
         {"sgemm_2048x2048x2048", 2048, 2048, 2048, 0, 0},
         {"linear_bias_gelu_tanh_1024x3072x768", 1024, 3072, 768, 1, 1},
+        /* a decode step's Linear, one token and sixteen: linfuse's dot products from the weight */
+        {"linear_1x8192x2048", 1, 8192, 2048, 1, 0},
+        {"linear_16x8192x2048", 16, 8192, 2048, 1, 0},
     };
     int ok = 1;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
