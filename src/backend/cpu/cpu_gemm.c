@@ -281,9 +281,9 @@ static lf_status few_rows(const plan *pl, int T)
         return LF_OK;
     if (T > nsl)
         T = (int)nsl;
-    /* a thread's slot: A in f32 (M, K), two B columns widened to f32 (2K), the strip (M, nr), the
+    /* a thread's slot: A in f32 (M, K), four B columns widened to f32 (4K), the strip (M, nr), the
      * tile's columns and biases (nr each) */
-    const size_t floats = (size_t)(M * K + (f32 ? 0 : 2 * K) + M * nr + nr);
+    const size_t floats = (size_t)(M * K + (f32 ? 0 : 4 * K) + M * nr + nr);
     const size_t bytes = ((floats * sizeof(float) + (size_t)nr * sizeof(int64_t)) + 63) & ~(size_t)63;
     lf_cpu_ws *ws;
     LF_TRY(lf_cpu_ws_acquire(&ws, T, bytes));
@@ -291,7 +291,7 @@ static lf_status few_rows(const plan *pl, int T)
     for (int t = omp_get_thread_num(); t < T; t += omp_get_num_threads()) { /* see lf_cpu_gemm */
         char *slot = lf_cpu_ws_slot(ws, t);
         int64_t *cols = (int64_t *)slot;
-        float *af = (float *)(cols + nr), *cb = af + M * K, *strip = cb + (f32 ? 0 : 2 * K), *bias = strip + M * nr;
+        float *af = (float *)(cols + nr), *cb = af + M * K, *strip = cb + (f32 ? 0 : 4 * K), *bias = strip + M * nr;
         for (int64_t r = 0; r < M; r++)
             gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
         for (int64_t s = nsl * t / T; s < nsl * (t + 1) / T; s++) {
@@ -300,9 +300,9 @@ static lf_status few_rows(const plan *pl, int T)
                 const int64_t c = cols[p] = tile_col(pl, o, p);
                 bias[p] = c >= 0 && g->ep.bias ? lf_load_f32(g->ep.bias, g->ep.bias_dtype, c) : 0.0f;
             }
-            for (int p = 0; p < nr; p += 2) { /* the kernel's two-column blocks */
-                const float *w[2] = {NULL, NULL};
-                for (int j = 0; j < 2 && p + j < nr; j++) {
+            for (int p = 0; p < nr; p += 4) { /* the kernels' blocks are two or four columns */
+                const float *w[4] = {NULL, NULL, NULL, NULL};
+                for (int j = 0; j < 4 && p + j < nr; j++) {
                     const int64_t c = cols[p + j];
                     if (c >= 0 && f32) {
                         w[j] = (const float *)b->data + c * b->cs;
@@ -311,7 +311,7 @@ static lf_status few_rows(const plan *pl, int T)
                         w[j] = cb + j * K;
                     }
                 }
-                k->dots(af, M, K, w, p + 1 < nr ? 2 : 1, strip + p, nr);
+                k->dots(af, M, K, w, nr - p < 4 ? (int)(nr - p) : 4, strip + p, nr);
             }
             lf_ep_strip es = {.g = g,
                               .nr = nr,

@@ -44,6 +44,7 @@ static void gelu_tanh_row_512(float *y, const float *x, const float *bias, float
     }
 }
 #define LF_VEC_GELU_TANH_ROW gelu_tanh_row_512
+#define LF_DOTS_COLS         4 /* 32 zmm registers: four columns by four rows */
 
 #define LF_KSUF avx512
 #include "backend/cpu/kernels_tmpl.h"

@@ -218,6 +218,63 @@ static void LF_K(ep_strip_)(const lf_ep_strip *s)
  * loaded w value serves four rows, each x value two columns, eight sums in flight (few enough
  * registers for AVX2 too); each sum is vector partial sums in the instruction set's width, added
  * at the end. Columns outside, so a block's columns stay in cache while the row blocks pass. */
+#if defined(LF_DOTS_COLS) && LF_DOTS_COLS == 4
+/* Four columns by four rows (sixteen sums: an instruction set with 32 vector registers). */
+static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const *col, int n, float *acc, int64_t ld)
+{
+    for (int p0 = 0; p0 < n; p0 += 4) {
+        const int q = n - p0 < 4 ? n - p0 : 4;
+        const float *c[4] = {NULL, NULL, NULL, NULL}, *any = NULL;
+        for (int j = 0; j < q; j++)
+            if ((c[j] = col[p0 + j]) && !any)
+                any = c[j];
+        if (!any) {
+            for (int64_t r = 0; r < m; r++)
+                for (int j = 0; j < q; j++)
+                    acc[r * ld + p0 + j] = 0.0f;
+            continue;
+        }
+        /* a missing column reads another's values; its sums are stored as zeros */
+        const float *restrict w0 = c[0] ? c[0] : any, *restrict w1 = c[1] ? c[1] : any,
+                              *restrict w2 = c[2] ? c[2] : any, *restrict w3 = c[3] ? c[3] : any;
+        for (int64_t r0 = 0; r0 < m; r0 += 4) {
+            const int64_t nr4 = m - r0 < 4 ? m - r0 : 4;
+            const float *restrict x0 = a + r0 * K, *restrict x1 = a + (r0 + (nr4 > 1)) * K,
+                                  *restrict x2 = a + (r0 + (nr4 > 2 ? 2 : nr4 - 1)) * K,
+                                  *restrict x3 = a + (r0 + nr4 - 1) * K;
+            float s[4][4];
+            float s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0, s20 = 0, s21 = 0, s22 = 0,
+                  s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+            if (nr4 == 1) { /* one row (a decode step's token): four sums, not sixteen */
+#pragma omp simd reduction(+ : s00, s01, s02, s03)
+                for (int64_t k = 0; k < K; k++) {
+                    const float y0 = x0[k];
+                    s00 = LF_FMA(y0, w0[k], s00), s01 = LF_FMA(y0, w1[k], s01);
+                    s02 = LF_FMA(y0, w2[k], s02), s03 = LF_FMA(y0, w3[k], s03);
+                }
+            } else {
+#pragma omp simd reduction(+ : s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
+                for (int64_t k = 0; k < K; k++) {
+                    const float u0 = w0[k], u1 = w1[k], u2 = w2[k], u3 = w3[k], y0 = x0[k], y1 = x1[k], y2 = x2[k],
+                                y3 = x3[k];
+                    s00 = LF_FMA(y0, u0, s00), s01 = LF_FMA(y0, u1, s01), s02 = LF_FMA(y0, u2, s02);
+                    s03 = LF_FMA(y0, u3, s03), s10 = LF_FMA(y1, u0, s10), s11 = LF_FMA(y1, u1, s11);
+                    s12 = LF_FMA(y1, u2, s12), s13 = LF_FMA(y1, u3, s13), s20 = LF_FMA(y2, u0, s20);
+                    s21 = LF_FMA(y2, u1, s21), s22 = LF_FMA(y2, u2, s22), s23 = LF_FMA(y2, u3, s23);
+                    s30 = LF_FMA(y3, u0, s30), s31 = LF_FMA(y3, u1, s31), s32 = LF_FMA(y3, u2, s32);
+                    s33 = LF_FMA(y3, u3, s33);
+                }
+            }
+            s[0][0] = s00, s[0][1] = s01, s[0][2] = s02, s[0][3] = s03, s[1][0] = s10, s[1][1] = s11;
+            s[1][2] = s12, s[1][3] = s13, s[2][0] = s20, s[2][1] = s21, s[2][2] = s22, s[2][3] = s23;
+            s[3][0] = s30, s[3][1] = s31, s[3][2] = s32, s[3][3] = s33;
+            for (int64_t i = 0; i < nr4; i++)
+                for (int j = 0; j < q; j++)
+                    acc[(r0 + i) * ld + p0 + j] = c[j] ? s[i][j] : 0.0f;
+        }
+    }
+}
+#else
 static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const *col, int n, float *acc, int64_t ld)
 {
     for (int p0 = 0; p0 < n; p0 += 2) {
@@ -267,6 +324,8 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
         }
     }
 }
+
+#endif
 
 #define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_) \
     const lf_cpu_kernels LF_K(lf_cpu_kernels_) = { \
