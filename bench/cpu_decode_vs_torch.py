@@ -7,7 +7,11 @@ at 1, 4 and 5 tokens (4 and fewer take the CPU GEMM's unpacked dot products; 5 t
 usage (Debian's python3-torch; OPENBLAS_* unset as for every CPU bench):
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=python LINFUSE_LIBRARY=build/liblinfuse.so \
       python3 bench/cpu_decode_vs_torch.py"""
-import sys, time, torch, linfuse
+import time
+
+import torch
+
+import linfuse
 F = torch.nn.functional
 torch.manual_seed(0)
 for D, H, T in ((256, 512, 1), (2048, 8192, 1), (2048, 8192, 4), (2048, 8192, 5)):

@@ -86,6 +86,17 @@ static int64_t tile_col(const plan *pl, int64_t o, int p)
     return p < half ? gcol : gcol + grp;
 }
 
+/* The sliver whose first output column is o: each tile position's pre-gate column of B (-1 for
+ * padding) and its bias (0 without one), for packing and for the epilogue. */
+static void sliver_map(const plan *pl, int64_t o, int64_t *cols, float *bias)
+{
+    const lf_epilogue *ep = &pl->g->ep;
+    for (int p = 0; p < pl->k->nr; p++) {
+        const int64_t c = cols[p] = tile_col(pl, o, p);
+        bias[p] = c >= 0 && ep->bias ? lf_load_f32(ep->bias, ep->bias_dtype, c) : 0.0f;
+    }
+}
+
 /* B panel: output columns [o0, o0+nco) -> slivers of (K, nr) floats, plus each sliver's column
  * map and bias values for the epilogue. */
 /* Whether each sliver's columns are one run (c, c+1, ...) followed only by padding. */
@@ -116,10 +127,7 @@ static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *
     const int nr = pl->k->nr;
     const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
     for (int64_t s = 0; s < nsl; s++)
-        for (int p = 0; p < nr; p++) {
-            int64_t c = cols[s * nr + p] = tile_col(pl, o0 + s * pl->nro, p);
-            bias[s * nr + p] = c >= 0 && pl->g->ep.bias ? lf_load_f32(pl->g->ep.bias, pl->g->ep.bias_dtype, c) : 0.0f;
-        }
+        sliver_map(pl, o0 + s * pl->nro, cols + s * nr, bias + s * nr);
     if (b->rs == 1 || K == 1) { /* columns contiguous along k (the nn.Linear weight): transpose */
         for (int64_t s = 0; s < nsl; s++) {
             int64_t src[LF_CPU_NR_MAX];
@@ -296,10 +304,7 @@ static lf_status few_rows(const plan *pl, int T)
             gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
         for (int64_t s = nsl * t / T; s < nsl * (t + 1) / T; s++) {
             const int64_t o = s * pl->nro;
-            for (int p = 0; p < nr; p++) {
-                const int64_t c = cols[p] = tile_col(pl, o, p);
-                bias[p] = c >= 0 && g->ep.bias ? lf_load_f32(g->ep.bias, g->ep.bias_dtype, c) : 0.0f;
-            }
+            sliver_map(pl, o, cols, bias);
             for (int p = 0; p < nr; p += 4) { /* the kernels' blocks are two or four columns */
                 const float *w[4] = {NULL, NULL, NULL, NULL};
                 for (int j = 0; j < 4 && p + j < nr; j++) {
