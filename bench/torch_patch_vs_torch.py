@@ -32,7 +32,7 @@ check or a run failed. About 4-5 minutes on an H200 (8 torch.compile runs; --no-
 usage (from the repository root, with a CUDA build in build/):
   PYTHONPATH=python LINFUSE_LIBRARY=build/liblinfuse.so LD_LIBRARY_PATH=build:/usr/local/cuda/lib64 \\
       python3 bench/torch_patch_vs_torch.py [--layers 4] [--prefill 8192] [--decode-steps 256] \\
-      [--repeat 10] [--out build/torch-bench] [--no-ablation] [--configs torch,gated,fp8]"""
+      [--repeat 10] [--out build/torch-bench] [--no-ablation] [--configs torch,gated,fp8] [--cprofile]"""
 import argparse
 import bisect
 import contextlib
@@ -209,6 +209,23 @@ def decode_runs(model, steps, compile_it):
     return ms, warm_s, (lambda: [fn(tok.clone(), positions[i]) for i in range(8)])
 
 
+def cprofiled(what, fn):
+    """fn under cProfile: the 20 functions with the most time of their own (time in a C call made
+    through ctypes counts as its Python caller's own)"""
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    with torch.no_grad():
+        prof.enable()
+        fn()
+        prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
+    say("%s under cProfile:\n%s" % (what, out.getvalue()))
+
+
 def run_config(name, model, args, ids_check, ref_logits, kw):
     """One configuration's runs; returns its numbers."""
     r = RESULTS.setdefault(name, {})
@@ -251,6 +268,8 @@ def run_config(name, model, args, ids_check, ref_logits, kw):
     ms, _, again = decode_runs(model, 32, compile_it=False)
     r["decode_eager_ms"] = ms
     say("%-6s decode eager: %.3f ms/token (%.0f tokens/s)" % (name, ms, 1e3 / ms))
+    if args.cprofile:
+        cprofiled("%s: 8 eager decode steps" % name, again)
     r["mlp_share_trace_decode_eager"] = profile_share(model, again, os.path.join(args.out, "%s_decode.json" % name))
     say("%-6s decode eager: the MLPs' share of GPU kernel time in a profiler trace: %.1f%%"
         % (name, 100 * r["mlp_share_trace_decode_eager"]))
@@ -292,6 +311,8 @@ def main():
     ap.add_argument("--out", default="build/torch-bench")
     ap.add_argument("--configs", default="torch,gated,fp8")
     ap.add_argument("--no-ablation", action="store_true")
+    ap.add_argument("--cprofile", action="store_true", help="print 8 eager decode steps of each configuration "
+                    "under cProfile")
     args = ap.parse_args()
     if PROMPT + WARM_STEPS + args.decode_steps > CACHE:
         sys.exit("--decode-steps: at most %d (the cache holds %d tokens)" % (CACHE - PROMPT - WARM_STEPS, CACHE))

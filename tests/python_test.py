@@ -27,6 +27,7 @@ in between, f32 1e-5, f16 4e-3, bf16 3e-2.
 
 usage: tests/python_test.py BUILD/liblinfuse.so   (PYTHONPATH=python, LINFUSE_LIBRARY as given)"""
 import ctypes as C
+import copy
 import gc
 import os
 import re
@@ -333,6 +334,32 @@ def no_growth(label, make_args, fn, n=10000):
     print("python_test: %s: %d calls, %s grew %d KiB over the last %d" % (label, n, what, grew, n - n // 10))
 
 
+def test_gated_mlp_object_numpy():
+    import numpy as np
+    import linfuse
+    rng = np.random.default_rng(8)
+    gu = rng.uniform(-0.3, 0.3, (2 * 40, 29)).astype(np.float32)
+    dn = rng.uniform(-0.3, 0.3, (29, 40)).astype(np.float32)
+    m = linfuse.GatedMlp(gu, dn, act="silu")
+    for T in (1, 7, 1, 16):  # a workspace size remembered per token count, each still right
+        x = rng.uniform(-1, 1, (T, 2 * 29)).astype(np.float32)[:, ::2]
+        for v in ("eager", "fused", "gated"):
+            got, want = m(x, v), linfuse.gated_mlp(x, gu, dn, act="silu", variant=v)
+            check(got.shape == (T, 29) and np.array_equal(got, want),
+                  "GatedMlp(%d tokens, %s) computes gated_mlp's values" % (T, v))
+    raises(linfuse.Error, ["linfuse.GatedMlp", "x's last dim is 9"], lambda: m(np.ones((2, 9), np.float32)),
+           "GatedMlp: x of the wrong width")
+    raises(ValueError, ["variant='fast'"], lambda: m(x, "fast"), "GatedMlp: an unknown variant")
+    raises(linfuse.Error, ["expected a contiguous (2H, D)"], lambda: linfuse.GatedMlp(gu[:, ::2], dn),
+           "GatedMlp over a gate_up that is not contiguous")
+    m.close()
+    m.close()
+    raises(linfuse.Error, ["closed"], lambda: m(x), "a closed GatedMlp")
+    keep = linfuse.GatedMlp(gu, dn)
+    no_growth("GatedMlp calls (numpy)", lambda: (rng.uniform(-1, 1, (3, 29)).astype(np.float32),),
+              lambda x: keep(x))
+
+
 def test_no_leaks_numpy():
     import numpy as np
     import linfuse
@@ -493,6 +520,33 @@ def test_torch_apply(torch):
         e = float((got.float() - ref.float()).abs().max() / ref.float().abs().max())
         check(e <= 2e-2, "%s: the patched model's output within bf16 tolerance (max |diff| / max |ref| = %.3g <= 2e-2)"
               % (family, e))
+        # eager inference calls linfuse directly; the profiler sees the op, with the same values
+        mlp0 = model.layers[0].mlp
+        h = model.layers[0].norm(x).detach()
+        with torch.no_grad():
+            direct = mlp0(h)
+            via_op = lt.gated_mlp(h, mlp0.linfuse_gate_up, mlp0.down_proj.weight, act, "gated")
+            with torch.profiler.profile() as prof:
+                profiled = mlp0(h)
+        check(torch.equal(direct, via_op) and torch.equal(profiled, via_op),
+              "%s: the direct eager call, the op and the profiled call agree" % family)
+        names = {e.key for e in prof.key_averages()}
+        check("linfuse::gated_mlp" in names, "%s: under torch.profiler the MLP shows as linfuse::gated_mlp: %s"
+              % (family, sorted(names)[:12]))
+        copied = copy.deepcopy(model)
+        with torch.no_grad():
+            check(torch.equal(copied(x), got) and copied.layers[0].mlp.gate_proj.weight.data_ptr() ==
+                  copied.layers[0].mlp.linfuse_gate_up.data_ptr() != mlp0.linfuse_gate_up.data_ptr(),
+                  "%s: a deep copy of the patched model has its own stacked weights, viewed, and computes the same"
+                  % family)
+        del copied
+        with torch.no_grad():
+            kept = mlp0.down_proj.weight
+            mlp0.down_proj.weight = nn.Parameter(kept * 2)  # a weight replaced after apply: the next call reads it
+            check(torch.equal(mlp0(h), lt.gated_mlp(h, mlp0.linfuse_gate_up, kept * 2, act, "gated")),
+                  "%s: a down weight replaced after apply is the one the next eager call reads" % family)
+            mlp0.down_proj.weight = kept
+            check(torch.equal(mlp0(h), direct), "%s: and the first one again when it is put back" % family)
         y = model(x)
         raises(RuntimeError, ["has no backward", "inference"], lambda: y.float().sum().backward(),
                "%s: backward through linfuse" % family)
@@ -546,6 +600,7 @@ def main():
     test_mlp_numpy()
     test_quantize_numpy()
     test_refusals_numpy()
+    test_gated_mlp_object_numpy()
     test_no_leaks_numpy()
     try:
         import torch

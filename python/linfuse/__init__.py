@@ -13,7 +13,7 @@ import os as _os
 from . import _lib
 
 __version__ = "0.2.0"  # the package's; library_version() is the loaded library's
-__all__ = ["Error", "linear", "gated_gemm", "gated_mlp", "quantize_fp8", "library_version", "library_path",
+__all__ = ["Error", "linear", "gated_gemm", "gated_mlp", "GatedMlp", "quantize_fp8", "library_version", "library_path",
            "library_source", "Fp8FallbackWarning"]
 
 
@@ -85,4 +85,4 @@ def check(status, what):
         raise e
 
 
-from .ops import gated_gemm, gated_mlp, linear, quantize_fp8  # noqa: E402  (they use lib, check)
+from .ops import GatedMlp, gated_gemm, gated_mlp, linear, quantize_fp8  # noqa: E402  (they use lib, check)

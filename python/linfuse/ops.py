@@ -81,17 +81,25 @@ class _Kind:
             yield
             return
         torch = self.torch
-        index = self.x.device.index if self.x.device.index is not None else torch.cuda.current_device()
-        with torch.cuda.device(index):  # the runtime's current GPU and linfuse's agree inside
+        current = torch.cuda.current_device()
+        index = self.x.device.index if self.x.device.index is not None else current
+        # the runtime's current GPU and linfuse's agree inside (torch's is switched only when it must)
+        with torch.cuda.device(index) if index != current else contextlib.nullcontext():
             check(lib.lf_device_select(_lib.DEVICE_CUDA, index), "linfuse: cuda:%d" % index)
             prev = C.c_void_p()
             check(lib.lf_cuda_get_stream(C.byref(prev)), "linfuse: the stream")
-            check(lib.lf_cuda_set_stream(C.c_void_p(torch.cuda.current_stream(index).cuda_stream)),
-                  "linfuse: torch's current stream")
+            check(lib.lf_cuda_set_stream(C.c_void_p(_raw_stream(torch, index))), "linfuse: torch's current stream")
             try:
                 yield
             finally:
                 lib.lf_cuda_set_stream(prev)
+
+
+def _raw_stream(torch, index):
+    """torch's current stream on GPU index, as the cudaStream_t's value: through the call Triton
+    launches with where torch has it (no Stream object made), else through torch.cuda.current_stream."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _handles():
@@ -106,7 +114,7 @@ def _rows(x, what):
 
 def _two_dims(w, what, name):
     if len(w.shape) != 2:
-        raise Error("linfuse.%s: %s has shape %s; expected 2 dims" % (what, name, tuple(w.shape)))
+        raise Error("%s: %s has shape %s; expected 2 dims" % (what, name, tuple(w.shape)))
 
 
 def linear(x, weight, bias=None, act=None):
@@ -114,7 +122,7 @@ def linear(x, weight, bias=None, act=None):
     "relu", "gelu_tanh", "gelu_erf" (or "gelu"), "silu". One GEMM with the bias and activation in
     its epilogue (lf_addmm_act_out). Returns (..., out), x's kind, dtype and device."""
     a = _act(act, gated=False)
-    _two_dims(weight, "linear", "weight")
+    _two_dims(weight, "linfuse.linear", "weight")
     k = _Kind(x)
     out_shape = tuple(x.shape[:-1]) + (weight.shape[0],)
     x2 = _rows(x, "linear")
@@ -134,7 +142,7 @@ def gated_gemm(x, gate_up, act="silu"):
     gate_up (2H, D) = [Wg; Wu]; returns (..., H). Where the device has no gated kernel for the
     shape, linfuse runs a GEMM into g and u plus act*mul, and takes memory of its own for them."""
     a = _act(act, gated=True)
-    _two_dims(gate_up, "gated_gemm", "gate_up")
+    _two_dims(gate_up, "linfuse.gated_gemm", "gate_up")
     k = _Kind(x)
     H = gate_up.shape[0] // 2
     out_shape = tuple(x.shape[:-1]) + (H,)
@@ -164,6 +172,83 @@ def _module(h, gate_up, down, a, what):
     return m
 
 
+class GatedMlp:
+    """linfuse's gated MLP over weights taken once: gate_up (2H, D) = [Wg; Wu] contiguous, down
+    (D, H), act as gated_mlp takes them; fp8_weights, quantize_fp8's four arrays, for the fp8
+    variant. The weights are viewed through DLPack, without a copy, and kept alive while the object
+    lives (close() lets them go). Calling it, m(x, variant="gated"), computes what gated_mlp(x,
+    gate_up, down, act, variant) does, but a call takes in only x, its output and a workspace:
+    the weights are not read into linfuse again, which is what a decode loop, one token a call,
+    feels. Where the fp8 variant is asked for without fp8_weights, the weights are quantized once,
+    on the first such call (into memory linfuse allocates). name: what its errors begin with."""
+
+    def __init__(self, gate_up, down, act="silu", fp8_weights=None, name="linfuse.GatedMlp"):
+        self._m = None
+        self.name = what = name
+        a = _act(act, gated=True)
+        _two_dims(gate_up, what, "gate_up")
+        _two_dims(down, what, "down")
+        self.kind = _Kind(gate_up)
+        self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
+        self._ws = {}  # (variant, tokens) -> workspace bytes
+        m = _lib.GatedMlp()
+        with self.kind.running(), _handles() as h:
+            gu, dn = h.take(gate_up, what + ": gate_up"), h.take(down, what + ": down")
+            check(lib.lf_nn_gated_mlp_from_weights(C.byref(m), h.give(gu), h.give(dn), a), what)  # m owns both
+            self._m, self._quantized = m, False
+            if fp8_weights is not None:
+                if len(fp8_weights) != 4:
+                    raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
+                q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0) for i, w in enumerate(fp8_weights)]
+                check(lib.lf_nn_gated_mlp_set_fp8_weights(C.byref(m), *[h.give(t) for t in q]), what)
+                self._quantized = True
+
+    def close(self):
+        """Let the weights go (the object cannot be called after)."""
+        if self._m is not None:
+            lib.lf_nn_gated_mlp_free(C.byref(self._m))
+            self._m = None
+
+    def __del__(self):
+        if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit
+            self.close()
+
+    def __call__(self, x, variant="gated"):
+        what = self.name
+        if self._m is None:
+            raise Error("%s: this GatedMlp was closed" % what)
+        v = _variant(variant)
+        k = _Kind(x)
+        out_shape = tuple(x.shape[:-1]) + (self.out_features,)
+        x2 = _rows(x, "gated_mlp")
+        T = x2.shape[0]
+        y = k.empty(out_shape)
+        if T == 0:
+            return k.back(y)
+        if v == _FP8:
+            runs, why = _fp8_runs(k)
+            if not runs:
+                warnings.warn("linfuse: the fp8 variant runs as the gated one here: %s" % why, Fp8FallbackWarning,
+                              stacklevel=2)
+                v = _GATED
+        with k.running(), _handles() as h:
+            if v == _FP8 and not self._quantized:
+                check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(self._m)), what)
+                self._quantized = True
+            need = self._ws.get((v, T))
+            if need is None:
+                n = C.c_size_t()
+                check(lib.lf_nn_gated_mlp_workspace(C.byref(self._m), v, T, C.byref(n)), what)
+                need = self._ws[(v, T)] = n.value
+            tx, tw = h.take(x2, what + ": x"), h.take(k.workspace(need), what + ": workspace")
+            ty = h.take(y.reshape(T, self.out_features), what + ": out")
+            check(lib.lf_nn_gated_mlp_forward_out(C.byref(self._m), v, tx, ty, tw), what)
+        return k.back(y)
+
+
+_GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]
+
+
 def gated_mlp(x, gate_up, down, act="silu", variant="gated", fp8_weights=None):
     """down(act(gate(x)) * up(x)), the MLP of Llama/Mistral/Qwen (act "silu") and Gemma
     ("gelu_tanh"): x (..., D), gate_up (2H, D) = [Wg; Wu] contiguous, down (D, H). variant:
@@ -171,43 +256,16 @@ def gated_mlp(x, gate_up, down, act="silu", variant="gated", fp8_weights=None):
     where the device has them: Hopper; elsewhere the gated variant runs, with an
     Fp8FallbackWarning). fp8_weights: quantize_fp8(gate_up, down)'s four arrays, made once; without
     them the fp8 variant quantizes the weights on every call. Every intermediate lives in one
-    workspace allocated like x (linfuse allocates nothing). Returns (..., D)."""
-    a, v = _act(act, gated=True), _variant(variant)
-    _two_dims(gate_up, "gated_mlp", "gate_up")
-    _two_dims(down, "gated_mlp", "down")
-    k = _Kind(x)
-    out_shape = tuple(x.shape[:-1]) + (down.shape[0],)
-    x2 = _rows(x, "gated_mlp")
-    T = x2.shape[0]
-    y = k.empty(out_shape)
-    if T == 0:
-        return k.back(y)
-    if v == _lib.VARIANT["fp8"]:
-        runs, why = _fp8_runs(k)
-        if not runs:
-            warnings.warn("linfuse: the fp8 variant runs as the gated one here: %s" % why, Fp8FallbackWarning,
-                          stacklevel=2)
-            v = _lib.VARIANT["gated"]
-    what = "linfuse.gated_mlp"
-    with k.running(), _handles() as h:
-        m = _module(h, gate_up, down, a, what)
-        try:
-            if v == _lib.VARIANT["fp8"] and fp8_weights is not None:
-                if len(fp8_weights) != 4:
-                    raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
-                q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0) for i, w in enumerate(fp8_weights)]
-                check(lib.lf_nn_gated_mlp_set_fp8_weights(C.byref(m), *[h.give(t) for t in q]), what)
-            elif v == _lib.VARIANT["fp8"]:
-                check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(m)), what)
-            need = C.c_size_t()
-            check(lib.lf_nn_gated_mlp_workspace(C.byref(m), v, T, C.byref(need)), what)
-            ws = k.workspace(need.value)
-            tx, tw = h.take(x2, what + ": x"), h.take(ws, what + ": workspace")
-            ty = h.take(y.reshape(T, down.shape[0]), what + ": out")
-            check(lib.lf_nn_gated_mlp_forward_out(C.byref(m), v, tx, ty, tw), what)
-        finally:
-            lib.lf_nn_gated_mlp_free(C.byref(m))
-    return k.back(y)
+    workspace allocated like x (linfuse allocates nothing). Returns (..., D). Calling it again and
+    again on the same weights: GatedMlp takes them once."""
+    _act(act, gated=True)
+    _variant(variant)
+    _Kind(x)
+    m = GatedMlp(gate_up, down, act, fp8_weights, name="linfuse.gated_mlp")
+    try:
+        return m(x, variant)
+    finally:
+        m.close()
 
 
 def quantize_fp8(gate_up, down):

@@ -13,7 +13,9 @@ are for inference: calling backward through one raises saying so.
 apply(model, variant) replaces the forward of transformers' Llama, Mistral, Qwen2/Qwen3 and
 Gemma/Gemma2 MLPs (down(act(gate(x)) * up(x)), act silu or gelu_pytorch_tanh from the config)
 with linfuse::gated_mlp; unapply(model) puts them back."""
+import copy
 import typing
+import weakref
 
 import torch
 from torch import nn
@@ -184,9 +186,41 @@ def _check_intact(mod):
         _quantize(mod)
 
 
+# Each patched module's weights taken into linfuse once (an ops.GatedMlp), for the eager calls that
+# need no custom op; remade when a weight tensor changes. Kept beside the module, not on it:
+# copy.deepcopy(model) and pickling must not copy a C handle.
+_PREPARED = weakref.WeakKeyDictionary()
+
+
+def _prepared(mod):
+    w = (mod.linfuse_gate_up, mod.down_proj.weight, mod.linfuse_gate_up_q, mod.linfuse_gate_up_scale,
+         mod.linfuse_down_q, mod.linfuse_down_scale)
+    key = tuple(None if t is None else t.data_ptr() for t in w) + (mod.linfuse_act,)
+    got = _PREPARED.get(mod)
+    if got is None or got[0] != key:  # a held GatedMlp keeps its tensors alive: an equal address is the same memory
+        fp8 = None if w[2] is None else w[2:]
+        got = _PREPARED[mod] = (key, _ops.GatedMlp(w[0], w[1], mod.linfuse_act, fp8,
+                                                   name="linfuse.gated_mlp (%s)" % type(mod).__name__))
+    return got[1]
+
+
+def _dispatch_free():
+    """No torch dispatch mode (FakeTensorMode, FlopCounterMode, ...) and no profiler is active:
+    nothing would see the op if it were skipped."""
+    modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    return not torch._C._autograd._profiler_enabled() and (modes is None or modes() == 0)
+
+
 def _patched_forward(self, x):
     if not _compiling():
         _check_intact(self)
+        # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
+        # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
+        # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
+        # autograd node, takes the op: tensor subclasses, dispatch modes, the profiler, gradients.
+        if type(x) is torch.Tensor and _dispatch_free() and not (
+                torch.is_grad_enabled() and (x.requires_grad or self.down_proj.weight.requires_grad)):
+            return _prepared(self)(x, self.linfuse_variant)
     return _call_gated_mlp(x, self.linfuse_gate_up, self.down_proj.weight, self.linfuse_act, self.linfuse_variant,
                            self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
                            self.linfuse_down_scale)
@@ -196,10 +230,24 @@ _PATCHED_CLASSES = {}
 _BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "linfuse_down_q", "linfuse_down_scale")
 
 
+def _patched_deepcopy(self, memo):
+    """copy.deepcopy of a patched module, whose gate and up weights view the stacked one in the copy
+    too (nn.Parameter deep-copies by value, which would leave them apart and the copy refusing)."""
+    new = type(self).__new__(type(self))
+    memo[id(self)] = new
+    for k, v in self.__dict__.items():
+        new.__dict__[k] = copy.deepcopy(v, memo)
+    gu, H = new.linfuse_gate_up, new.linfuse_gate_up.shape[0] // 2
+    for lin, part in ((new.gate_proj, gu[:H]), (new.up_proj, gu[H:])):
+        lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
+    return new
+
+
 def _patched_class(cls):
     if cls not in _PATCHED_CLASSES:
         _PATCHED_CLASSES[cls] = type("Linfuse" + cls.__name__, (cls,),
-                                     {"forward": _patched_forward, "linfuse_base_class": cls, "__module__": __name__})
+                                     {"forward": _patched_forward, "__deepcopy__": _patched_deepcopy,
+                                      "linfuse_base_class": cls, "__module__": __name__})
     return _PATCHED_CLASSES[cls]
 
 
@@ -373,6 +421,9 @@ def apply(model, variant="gated"):
 
 
 def _restore(mod):
+    got = _PREPARED.pop(mod, None)
+    if got is not None:
+        got[1].close()
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
