@@ -240,7 +240,8 @@ class GatedMlp:
                 n = C.c_size_t()
                 check(lib.lf_nn_gated_mlp_workspace(C.byref(self._m), v, T, C.byref(n)), what)
                 need = self._ws[(v, T)] = n.value
-            tx, tw = h.take(x2, what + ": x"), h.take(k.workspace(need), what + ": workspace")
+            ws = k.workspace(need)
+            tx, tw = h.take(x2, what + ": x"), h.take(ws, what + ": workspace")
             ty = h.take(y.reshape(T, self.out_features), what + ": out")
             check(lib.lf_nn_gated_mlp_forward_out(C.byref(self._m), v, tx, ty, tw), what)
         return k.back(y)

@@ -187,21 +187,31 @@ def _check_intact(mod):
 
 
 # Each patched module's weights taken into linfuse once (an ops.GatedMlp), for the eager calls that
-# need no custom op; remade when a weight tensor changes. Kept beside the module, not on it:
-# copy.deepcopy(model) and pickling must not copy a C handle.
+# need no custom op, with the weights' addresses (and, for fp8, versions) it was checked at: remade
+# after a full check when any of them changes. Kept beside the module, not on it: copy.deepcopy
+# and pickling must not copy a C handle.
 _PREPARED = weakref.WeakKeyDictionary()
 
 
-def _prepared(mod):
-    w = (mod.linfuse_gate_up, mod.down_proj.weight, mod.linfuse_gate_up_q, mod.linfuse_gate_up_scale,
-         mod.linfuse_down_q, mod.linfuse_down_scale)
-    key = tuple(None if t is None else t.data_ptr() for t in w) + (mod.linfuse_act,)
+def _eager_weights(mod):
+    """Outside torch.compile, on every call: the module's GatedMlp and down weight. Cheap while
+    nothing moved (four addresses compared); else the full _check_intact, and a new GatedMlp.
+    (A held GatedMlp keeps its tensors alive: an address seen again is the same memory.)"""
+    gu, d = mod.linfuse_gate_up, mod.down_proj.weight
+    key = (mod.gate_proj.weight.data_ptr(), mod.up_proj.weight.data_ptr(), gu.data_ptr(), d.data_ptr())
+    q = mod.linfuse_gate_up_q
+    if q is not None:
+        key += (_version_of(gu), _version_of(d), q.data_ptr())
     got = _PREPARED.get(mod)
-    if got is None or got[0] != key:  # a held GatedMlp keeps its tensors alive: an equal address is the same memory
-        fp8 = None if w[2] is None else w[2:]
-        got = _PREPARED[mod] = (key, _ops.GatedMlp(w[0], w[1], mod.linfuse_act, fp8,
+    if got is None or got[0] != key:
+        _check_intact(mod)  # raises, or quantizes again
+        q = mod.linfuse_gate_up_q
+        if q is not None:
+            key = key[:4] + (_version_of(gu), _version_of(d), q.data_ptr())
+        fp8 = None if q is None else (q, mod.linfuse_gate_up_scale, mod.linfuse_down_q, mod.linfuse_down_scale)
+        got = _PREPARED[mod] = (key, _ops.GatedMlp(gu, d, mod.linfuse_act, fp8,
                                                    name="linfuse.gated_mlp (%s)" % type(mod).__name__))
-    return got[1]
+    return got[1], d
 
 
 def _dispatch_free():
@@ -213,14 +223,14 @@ def _dispatch_free():
 
 def _patched_forward(self, x):
     if not _compiling():
-        _check_intact(self)
+        m, d = _eager_weights(self)
         # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
         # autograd node, takes the op: tensor subclasses, dispatch modes, the profiler, gradients.
         if type(x) is torch.Tensor and _dispatch_free() and not (
-                torch.is_grad_enabled() and (x.requires_grad or self.down_proj.weight.requires_grad)):
-            return _prepared(self)(x, self.linfuse_variant)
+                torch.is_grad_enabled() and (x.requires_grad or d.requires_grad)):
+            return m(x, self.linfuse_variant)
     return _call_gated_mlp(x, self.linfuse_gate_up, self.down_proj.weight, self.linfuse_act, self.linfuse_variant,
                            self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
                            self.linfuse_down_scale)
