@@ -42,6 +42,7 @@ static struct {
     full_buf *head, **tail;
     int ready[2]; /* a pipe: a byte per buffer queued */
     atomic_llong dropped;
+    atomic_llong handed, returned; /* buffers given to CUPTI, and given back to us */
     const char *api_names[2][API_NAMES];
     /* the GPUs, once the driver is up */
     atomic_int devices_known;
@@ -65,6 +66,8 @@ static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_r
     pthread_mutex_unlock(&cs.lock);
     if (!*buf)
         *buf = aligned_alloc(8, BUF_BYTES);
+    if (*buf)
+        atomic_fetch_add(&cs.handed, 1);
     *size = *buf ? BUF_BYTES : 0; /* none: CUPTI drops the records and counts them */
     *max_records = 0;
 }
@@ -83,6 +86,8 @@ static void buffer_return(uint8_t *buf)
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
 {
     (void)size;
+    if (buf)
+        atomic_fetch_add(&cs.returned, 1);
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
         atomic_fetch_add(&cs.dropped, (long long)dropped);
@@ -321,6 +326,15 @@ void lfi_cupti_flush(void)
 int64_t lfi_cupti_dropped(void)
 {
     return atomic_load(&cs.dropped);
+}
+
+/* After lfi_cupti_flush, which has CUPTI hand back every buffer it holds: buffers we gave CUPTI
+ * that never came back. CUPTI keeps one set of buffer callbacks per process, so they went to
+ * another client that registered its own since (torch.profiler's Kineto, Nsight), with their
+ * records. */
+int64_t lfi_cupti_buffers_taken(void)
+{
+    return atomic_load(&cs.handed) - atomic_load(&cs.returned);
 }
 
 int64_t lfi_cupti_now(void)

@@ -19,6 +19,8 @@ void lfi_cupti_drain(void);
 void lfi_cupti_flush(void);
 /* Records CUPTI dropped (no buffer to put them in, or a device buffer full). */
 int64_t lfi_cupti_dropped(void);
+/* Buffers another CUPTI client in the process took (after lfi_cupti_flush): their records are lost. */
+int64_t lfi_cupti_buffers_taken(void);
 /* Now on the records' clock. */
 int64_t lfi_cupti_now(void);
 /* Ask the driver for the GPUs' properties, once it has started: 1 when known (or there is no

@@ -207,6 +207,13 @@ static void finish(void)
         g.finished = 1;
         lfi_cupti_enable(0);
         lfi_cupti_flush();
+        const int64_t taken = lfi_cupti_buffers_taken();
+        if (taken > 0)
+            say("%lld of linfuse's CUPTI buffers went to another CUPTI client in this process (torch.profiler, "
+                "Nsight): their records are missing from this trace, and what ran after that client stopped may be "
+                "too. CUPTI takes one client per process (docs/profile.md, Limits): profile a program that does not "
+                "start its own",
+                (long long)taken);
         lfi_cupti_devices();
         write_trace();
     }

@@ -8,8 +8,9 @@
     number of forwards it ran times each;
  3. a CUDA graph replay: every node's kernel tied to its cudaGraphLaunch;
  4. two torchrun ranks: two rank files that `linfuse trace merge` joins (skipped on one GPU);
- and the ways a process ends: exit() from a thread, SIGTERM, Ctrl-C in Python, --duration; and
- --capture-range and --kernels-only.
+ and the ways a process ends: exit() from a thread, SIGTERM, Ctrl-C in Python, --duration;
+ --capture-range and --kernels-only; and a program that runs torch.profiler itself (CUPTI takes one
+ client per process): linfuse says its buffers went to the other client.
 usage: tests/gpu/profile_check.py build/linfuse WORKDIR"""
 import collections
 import glob
@@ -97,6 +98,7 @@ def check_mlp(mode):
     check("mlp %s under torch.profiler" % mode, p.returncode == 0 and os.path.exists(torch_json), p.stderr[-500:])
     p = profile_run(["--steps", "2:4"], ours_json, [PY, PROG, "mlp", mode, "nvtx"])
     check("mlp %s under linfuse profile" % mode, p.returncode == 0 and os.path.exists(ours_json), p.stderr[-2000:])
+    check("mlp %s: no word of another CUPTI client" % mode, "another CUPTI client" not in p.stderr, p.stderr[-800:])
     if not (os.path.exists(torch_json) and os.path.exists(ours_json)):
         return
     print(p.stderr[-3000:])
@@ -231,6 +233,14 @@ def check_endings():
           cats["cuda_runtime"] == 0 and cats["cuda_driver"] == 0 and cats["user_annotation"] >= 10, str(dict(cats)))
 
 
+# --- a program that runs torch.profiler itself: CUPTI's one client per process ---
+def check_torch_profiler_inside():
+    out = os.path.join(WORK, "inside.json")
+    p = profile_run([], out, [PY, PROG, "mlp", "eager", "torch", os.path.join(WORK, "inside_torch.json")])
+    check("a program under torch.profiler, profiled: it runs, and linfuse says its buffers went to another CUPTI "
+          "client", p.returncode == 0 and "went to another CUPTI client" in p.stderr, p.stderr[-1500:])
+
+
 def main():
     subprocess.run(["nvidia-smi", "-L"])
     check_mlp("eager")
@@ -239,6 +249,7 @@ def main():
     check_graph()
     check_ranks()
     check_endings()
+    check_torch_profiler_inside()
     print("profile_check: %d checks, %d failed" % (checks, fails))
     sys.exit(1 if fails else 0)
 
