@@ -73,6 +73,8 @@ for bad in 12x34 1x2x3x -1x2x3 0x64x64 1x65537x64 "" 1x2x3,x; do
 done
 check "bench --act without cuda" 2 "$bin" bench cpu --act silu
 contains "bench --act without cuda" "are for \`linfuse bench cuda\`"
+check "bench --flush-l2 without cuda" 2 "$bin" bench cpu --flush-l2
+contains "bench --flush-l2 without cuda" "--flush-l2 are for"
 check "bench cuda --act without --mlp" 2 "$bin" bench cuda --act silu
 check "bench cuda --act unknown" 2 "$bin" bench cuda --mlp 1x64x64 --act relu
 contains "bench cuda --act unknown" "gelu_tanh (GeGLU) or silu"

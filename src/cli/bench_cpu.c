@@ -265,7 +265,7 @@ static void bench_usage(void)
 {
     printf("usage: linfuse bench cpu|profiler|cuda|tp [--reps N] [--case NAME] [--tp N]\n"
            "       linfuse bench cuda --mlp TOKENSxDIMxHIDDEN[,...] [--act gelu_tanh|silu] [--forms LIST]\n"
-           "                          [--settle-ms MS]\n"
+           "                          [--settle-ms MS] [--flush-l2]\n"
            "  cpu:      f32 GEMMs and the fused Linear+bias+gelu_tanh against OpenBLAS, same threads\n"
            "  profiler: what recording costs per event and per step, profiler on vs off\n"
            "  cuda:     the blog's forwards on the GPU (bench/cuda_vs_torch.py puts PyTorch beside them);\n"
@@ -274,7 +274,8 @@ static void bench_usage(void)
            "            GeGLU, the default, or SwiGLU; bench/mlp_sweep_vs_torch.py runs PyTorch beside);\n"
            "            --forms times only some: eager,fused,gated,fp8,compiled,compiled_gated; the\n"
            "            forms take turns sample by sample, or with --settle-ms each is timed alone\n"
-           "            after MS milliseconds of idle GPU (0 to 10000)\n"
+           "            after MS milliseconds of idle GPU (0 to 10000); --flush-l2: each sample is one\n"
+           "            forward after 256 MiB copied on the GPU, so it reads its weights from memory\n"
            "  tp:       the MLP split over the GPUs (--tp N of them, default all), each variant with and\n"
            "            without overlap and compiled (bench/tp_vs_torch.py puts PyTorch beside them)\n"
            "  --reps N: samples per case, 1 to 200 (10)\n");
@@ -283,15 +284,16 @@ static void bench_usage(void)
 int lf_cli_bench(int argc, char **argv)
 {
     int64_t reps = 10, tp = 0, settle_ms = 0;
+    int flush_l2 = 0;
     const char *what = NULL, *only = NULL, *mlp = NULL, *form_words = NULL, *v;
     lf_act act = LF_ACT_GELU_TANH;
     int act_given = 0;
-    enum { B_REPS, B_CASE, B_TP, B_MLP, B_ACT, B_FORMS, B_SETTLE };
+    enum { B_REPS, B_CASE, B_TP, B_MLP, B_ACT, B_FORMS, B_SETTLE, B_FLUSH };
     const lf_cli_opt opts[] = {{"reps", 1, B_REPS, 0},       {"case", 1, B_CASE, 0}, {"tp", 1, B_TP, 0},
                                {"mlp", 1, B_MLP, 0},         {"act", 1, B_ACT, 0},   {"forms", 1, B_FORMS, 0},
-                               {"settle-ms", 1, B_SETTLE, 0}};
+                               {"settle-ms", 1, B_SETTLE, 0}, {"flush-l2", 0, B_FLUSH, 0}};
     lf_cli_args a;
-    lf_cli_args_init(&a, "linfuse bench", argc, argv, opts, 7);
+    lf_cli_args_init(&a, "linfuse bench", argc, argv, opts, 8);
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
         if (id == B_REPS) {
             if (!lf_cli_int("linfuse bench", "--reps", v, 1, 200, &reps))
@@ -305,6 +307,8 @@ int lf_cli_bench(int argc, char **argv)
             mlp = v;
         } else if (id == B_FORMS) {
             form_words = v;
+        } else if (id == B_FLUSH) {
+            flush_l2 = 1;
         } else if (id == B_SETTLE) {
             if (!lf_cli_int("linfuse bench", "--settle-ms", v, 0, 10000, &settle_ms))
                 return LF_EXIT_USAGE;
@@ -329,16 +333,19 @@ int lf_cli_bench(int argc, char **argv)
     }
     if (what && !strcmp(what, "profiler"))
         return lf_cli_bench_profiler((int)reps);
-    if ((mlp || act_given || form_words || settle_ms) && !(what && !strcmp(what, "cuda"))) {
-        fprintf(stderr, "linfuse bench: --mlp, --act, --forms and --settle-ms are for `linfuse bench cuda`\n");
+    if ((mlp || act_given || form_words || settle_ms || flush_l2) && !(what && !strcmp(what, "cuda"))) {
+        fprintf(stderr,
+                "linfuse bench: --mlp, --act, --forms, --settle-ms and --flush-l2 are for `linfuse bench cuda`\n");
         return LF_EXIT_USAGE;
     }
     if (act_given && !mlp) {
         fprintf(stderr, "linfuse bench cuda: --act goes with --mlp\n");
         return LF_EXIT_USAGE;
     }
-    if (what && !strcmp(what, "cuda"))
-        return lf_cli_bench_cuda((int)reps, only, mlp, form_words, (int)settle_ms, act);
+    if (what && !strcmp(what, "cuda")) {
+        const lf_cli_bench_cuda_opts co = {(int)reps, only, mlp, form_words, (int)settle_ms, flush_l2, act};
+        return lf_cli_bench_cuda(&co);
+    }
     if (what && !strcmp(what, "tp"))
         return lf_cli_bench_tp((int)reps, only, (int)tp);
     if (tp) {

@@ -277,6 +277,32 @@ static lf_status captured(void *ctx, int n, lf_tensor *const *in, lf_tensor **ou
     return eager(tm->g, in[0], tm->o, out);
 }
 
+/* --flush-l2's two buffers, 128 MiB each (NULL: no flush): one copied into the other touches 256
+ * MiB, twice the largest L2 of any GPU linfuse runs on (an H200's is 60 MiB). */
+static lf_tensor *flush_src, *flush_dst;
+
+static lf_status flush_l2(void *ctx)
+{
+    (void)ctx;
+    return lf_copy_out(flush_dst, flush_src);
+}
+
+static int flush_begin(void)
+{
+    const int64_t n = 32 << 20; /* f32: 128 MiB */
+    if (lf_tensor_empty(&flush_src, LF_DTYPE_F32, 1, &n, LF_DEVICE_CUDA) == LF_OK &&
+        lf_tensor_empty(&flush_dst, LF_DTYPE_F32, 1, &n, LF_DEVICE_CUDA) == LF_OK)
+        return 1;
+    fprintf(stderr, "linfuse bench cuda: --flush-l2: %s\n", lf_last_error());
+    return 0;
+}
+
+static void flush_end(void)
+{
+    lf_tensor_free(flush_src), lf_tensor_free(flush_dst);
+    flush_src = flush_dst = NULL;
+}
+
 /* One forward (the harness's): the compiled one's graph when the case has one, else eagerly. */
 static lf_status run_forward(void *ctx)
 {
@@ -318,10 +344,11 @@ static void timing_begin(timing *tm, const gcase *g, operands *o, int reps, int 
         tm->s = lf_compile(&tm->c, captured, tm, 1, &o->x, &co);
     }
     const lf_bench_opts bo = {.warmup = 20,
-                              .per_sample = PER_SAMPLE,
+                              .per_sample = flush_src ? 1 : PER_SAMPLE,
                               .samples = reps < MAX_SAMPLES ? reps : MAX_SAMPLES,
                               .forward = run_forward,
                               .sync = sync_gpu,
+                              .before_sample = flush_src ? flush_l2 : NULL,
                               .ctx = tm};
     if (!lf_bench_init(&tm->b, &bo) && tm->s == LF_OK)
         tm->s = LF_ENOMEM, tm->oom = 1;
@@ -508,20 +535,38 @@ static int time_shape(const sweep *w, const int64_t *shp)
     return ok;
 }
 
-int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
-                      lf_act act)
+/* What --mlp asks for, or the built-in cases; 1 when every one ran. */
+static int run_all(const lf_cli_bench_cuda_opts *co, int64_t (*shapes)[3], int nshapes, unsigned mask)
+{
+    int ok = 1;
+    if (co->mlp_shapes) { /* the MLP forms asked for, eager and compiled, at each shape asked for */
+        sweep w = {.n = 0, .act = co->act, .reps = co->reps, .settle_ms = co->settle_ms};
+        for (int f = 0; f < FORMS; f++)
+            if (mask & 1u << f)
+                w.run[w.n++] = f, w.fp8 |= forms[f].variant == LF_MLP_FP8;
+        for (int i = 0; i < nshapes; i++)
+            ok &= time_shape(&w, shapes[i]);
+        return ok;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (!co->only || strstr(cases[i].name, co->only))
+            ok &= run_case(&cases[i], co->reps);
+    return ok;
+}
+
+int lf_cli_bench_cuda(const lf_cli_bench_cuda_opts *co)
 {
     enum { MAX_SHAPES = 32 };
     int64_t shapes[MAX_SHAPES][3];
-    int nshapes = mlp_shapes ? parse_shapes(mlp_shapes, shapes, MAX_SHAPES) : 0;
-    const unsigned mask = parse_forms(form_words);
+    int nshapes = co->mlp_shapes ? parse_shapes(co->mlp_shapes, shapes, MAX_SHAPES) : 0;
+    const unsigned mask = parse_forms(co->form_words);
     if (nshapes < 0 || !mask)
         return LF_EXIT_USAGE;
-    if ((form_words || settle_ms) && !mlp_shapes) {
+    if ((co->form_words || co->settle_ms) && !co->mlp_shapes) {
         fprintf(stderr, "linfuse bench cuda: --forms and --settle-ms go with --mlp\n");
         return LF_EXIT_USAGE;
     }
-    if (mlp_shapes && only) {
+    if (co->mlp_shapes && co->only) {
         fprintf(stderr, "linfuse bench cuda: --case picks from the built-in cases, --mlp names its own; not both\n");
         return LF_EXIT_USAGE;
     }
@@ -530,21 +575,14 @@ int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const 
         fprintf(stderr, "linfuse bench cuda: %s\n", lf_last_error());
         return LF_EXIT_FAIL;
     }
+    if (co->flush_l2 && !flush_begin())
+        return LF_EXIT_FAIL;
     printf("# linfuse on cuda, bf16 (fp8 cases: e4m3 weights and activations; the fp8 MLP's h and down weight in "
-           "blocks); median over %d samples of back-to-back forwards\n",
-           reps);
-    int ok = 1;
-    if (mlp_shapes) { /* the MLP forms asked for, eager and compiled, at each shape asked for */
-        sweep w = {.n = 0, .act = act, .reps = reps, .settle_ms = settle_ms};
-        for (int f = 0; f < FORMS; f++)
-            if (mask & 1u << f)
-                w.run[w.n++] = f, w.fp8 |= forms[f].variant == LF_MLP_FP8;
-        for (int i = 0; i < nshapes; i++)
-            ok &= time_shape(&w, shapes[i]);
-        return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
-    }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (!only || strstr(cases[i].name, only))
-            ok &= run_case(&cases[i], reps);
+           "blocks); median over %d samples of %s\n",
+           co->reps,
+           co->flush_l2 ? "one forward each, after 256 MiB copied on the GPU (L2 flushed; the time counts the launch)"
+                        : "back-to-back forwards");
+    const int ok = run_all(co, shapes, nshapes, mask);
+    flush_end();
     return ok ? LF_EXIT_OK : LF_EXIT_FAIL;
 }

@@ -16,12 +16,20 @@ int lf_cli_demo(int argc, char **argv);
 int lf_cli_mlp(int argc, char **argv);
 int lf_cli_bench(int argc, char **argv);
 int lf_cli_bench_profiler(int reps);
-/* only: run the built-in cases whose names contain it (NULL: all); mlp_shapes: instead, the MLP's
- * forms at each "TxDxH" of a comma-separated list, in activation act: those form_words names
- * (comma-separated: eager, fused, gated, fp8, compiled, compiled_gated; NULL: all), taking turns
- * sample by sample, or with settle_ms > 0 each alone after that long with the GPU idle. */
-int lf_cli_bench_cuda(int reps, const char *only, const char *mlp_shapes, const char *form_words, int settle_ms,
-                      lf_act act);
+/* What `linfuse bench cuda` runs. only: the built-in cases whose names contain it (NULL: all);
+ * mlp_shapes: instead, the MLP's forms at each "TxDxH" of a comma-separated list, in activation
+ * act: those form_words names (comma-separated: eager, fused, gated, fp8, compiled,
+ * compiled_gated; NULL: all), taking turns sample by sample, or with settle_ms > 0 each alone after
+ * that long with the GPU idle. flush_l2: each sample one forward, after 256 MiB copied on the GPU
+ * (twice any L2 there is): the forward reads its weights from memory, as a model's next layer
+ * does, not from what the last sample left in L2. */
+typedef struct lf_cli_bench_cuda_opts {
+    int reps;
+    const char *only, *mlp_shapes, *form_words;
+    int settle_ms, flush_l2;
+    lf_act act;
+} lf_cli_bench_cuda_opts;
+int lf_cli_bench_cuda(const lf_cli_bench_cuda_opts *o);
 int lf_cli_bench_tp(int reps, const char *only, int tp); /* tp: GPUs (0: all) */
 int lf_cli_trace(int argc, char **argv);
 /* Serve one trace file to ui.perfetto.dev from 127.0.0.1:port (0: any free port), until stopped
