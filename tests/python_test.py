@@ -30,10 +30,13 @@ import ctypes as C
 import copy
 import gc
 import os
+import pickle
 import re
 import resource
 import subprocess
 import sys
+import threading
+import types
 import warnings
 import weakref
 
@@ -355,6 +358,30 @@ def test_gated_mlp_object_numpy():
     m.close()
     m.close()
     raises(linfuse.Error, ["closed"], lambda: m(x), "a closed GatedMlp")
+    # arrays numpy will not export: read-only (a memory-mapped checkpoint), a broadcast view
+    ro_gu, ro_dn = gu.copy(), dn.copy()
+    ro_gu.setflags(write=False), ro_dn.setflags(write=False)
+    xb = np.broadcast_to(rng.uniform(-1, 1, 29).astype(np.float32), (4, 29))
+    check(np.array_equal(linfuse.gated_mlp(xb, ro_gu, ro_dn), linfuse.gated_mlp(np.ascontiguousarray(xb), gu, dn)),
+          "read-only weights and a broadcast x are read in place, the same values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", linfuse.Fp8FallbackWarning)
+        q = linfuse.quantize_fp8(gu, dn)
+        check(linfuse.gated_mlp(xb, gu, dn, variant="fp8", fp8_weights=q).shape == (4, 29),
+              "quantize_fp8's (read-only) arrays go back in as fp8_weights")
+    raises(linfuse.Error, ["bool"], lambda: linfuse.gated_mlp(np.ones((2, 29), bool), gu, dn), "a bool x")
+    raises(linfuse.Error, ["big-endian"], lambda: linfuse.gated_mlp(np.ones((2, 29), ">f4"), gu, dn),
+           "a big-endian x")
+    # no rows: still checked; and what is no array, no act, no variant
+    raises(linfuse.Error, ["x's last dim is 99"], lambda: linfuse.gated_mlp(np.zeros((0, 99), np.float32), gu, dn),
+           "x of no rows and the wrong width")
+    raises(linfuse.Error, ["float64"], lambda: linfuse.linear(np.zeros((0, 29)), gu), "x of no rows, float64")
+    raises(linfuse.Error, ["no features"], lambda: linfuse.linear(np.ones((3, 0), np.float32),
+                                                                  np.ones((8, 0), np.float32)), "x of no features")
+    raises(TypeError, ["gate_up is a list"], lambda: linfuse.gated_mlp(xb, gu.tolist(), dn), "a list for gate_up")
+    raises(ValueError, ["act="], lambda: linfuse.gated_mlp(xb, gu, dn, act=["silu"]), "a list for act")
+    raises(ValueError, ["variant="], lambda: linfuse.gated_mlp(xb, gu, dn, variant=["gated"]), "a list for variant")
+    raises(linfuse.Error, ["17 rows", "2H"], lambda: linfuse.gated_gemm(xb, gu[:17]), "gate_up of odd rows")
     keep = linfuse.GatedMlp(gu, dn)
     no_growth("GatedMlp calls (numpy)", lambda: (rng.uniform(-1, 1, (3, 29)).astype(np.float32),),
               lambda x: keep(x))
@@ -415,6 +442,35 @@ def test_torch_ops(torch):
               lambda x, w, b: linfuse.linear(x, w, b))
     no_growth("gated_mlp (torch)", lambda: (torch.rand(3, 16), torch.rand(48, 16), torch.rand(16, 24)),
               lambda x, gu, dn: linfuse.gated_mlp(x, gu, dn))
+    # a view torch keeps with its negative bit set (DLPack has none): its values, not its memory's
+    xn = torch.randn(3, 17, dtype=torch.cfloat).conj().imag
+    wn = torch.randn(5, 17)
+    check(torch.allclose(linfuse.linear(xn, wn), torch.nn.functional.linear(xn, wn), atol=1e-5),
+          "a negative-bit view (x.conj().imag) computes with its values")
+    # torch moving a weight's memory under a GatedMlp is caught, not read after it was freed
+    gu, dn = torch.randn(64, 16), torch.randn(16, 32)
+    m = linfuse.GatedMlp(gu, dn)
+    x = torch.randn(3, 16)
+    y0 = m(x)
+    dn.share_memory_()
+    raises(linfuse.Error, ["memory moved"], lambda: m(x), "a weight whose memory torch moved")
+    m = linfuse.GatedMlp(gu, dn)
+    check(torch.equal(m(x), y0), "a new GatedMlp over the moved weight computes the same")
+    # closed while another thread calls: the call completes (or was refused as closed)
+    big = linfuse.GatedMlp(torch.randn(2048, 512), torch.randn(512, 1024))
+    xb, out = torch.randn(128, 512), []
+
+    def call():
+        try:
+            out.append(big(xb))
+        except linfuse.Error as e:
+            out.append(e)
+    t = threading.Thread(target=call)
+    t.start()
+    big.close()
+    t.join()
+    check(len(out) == 1 and (isinstance(out[0], torch.Tensor) or "closed" in str(out[0])),
+          "close() during a call: the call finishes or says closed: %r" % (out[:1],))
 
 
 def toy_model(torch, family, H=96, D=64, layers=2):
@@ -422,9 +478,9 @@ def toy_model(torch, family, H=96, D=64, layers=2):
     names, gate_proj/up_proj/down_proj, act_fn from config (silu; gelu_pytorch_tanh)."""
     nn = torch.nn
 
-    class Config:
-        hidden_act = "silu" if family == "llama" else "gelu"
-        hidden_activation = None if family == "llama" else "gelu_pytorch_tanh"
+    def Config():  # noqa: N802 (a config object, picklable)
+        return types.SimpleNamespace(hidden_act="silu" if family == "llama" else "gelu",
+                                     hidden_activation=None if family == "llama" else "gelu_pytorch_tanh")
 
     def mlp_class(cls_name):
         def __init__(self, config):
@@ -540,6 +596,16 @@ def test_torch_apply(torch):
                   "%s: a deep copy of the patched model has its own stacked weights, viewed, and computes the same"
                   % family)
         del copied
+        # pickled (torch.save too) by the base class, patched again when loaded
+        mlp_cls = type(mlp0).linfuse_base_class
+        mlp_cls.__qualname__ = mlp_cls.__name__
+        globals()[mlp_cls.__name__] = mlp_cls  # importable by name, as transformers' classes are
+        loaded = pickle.loads(pickle.dumps(mlp0))
+        with torch.no_grad():
+            check(type(loaded) is type(mlp0) and torch.equal(loaded(h), direct) and
+                  loaded.gate_proj.weight.data_ptr() == loaded.linfuse_gate_up.data_ptr(),
+                  "%s: a pickled patched MLP loads patched, its views kept, computing the same" % family)
+        del loaded, globals()[mlp_cls.__name__]
         with torch.no_grad():
             kept = mlp0.down_proj.weight
             mlp0.down_proj.weight = nn.Parameter(kept * 2)  # a weight replaced after apply: the next call reads it
@@ -555,6 +621,16 @@ def test_torch_apply(torch):
               "%s: unapply restores the classes: %s" % (family, restored))
         with torch.no_grad():
             check(torch.equal(model(x), ref), "%s: the restored model computes what it did" % family)
+        # tied projections are left alone: stacking one MLP's gate and up would change the other's
+        tied, _ = toy_model(torch, family)
+        tied.layers[1].mlp.gate_proj = tied.layers[0].mlp.gate_proj
+        report = lt.apply(tied)
+        left = {n: why for n, _, why in report.left}
+        check(set(left) == {"layers.0.mlp", "layers.1.mlp"} and all("tied" in w for w in left.values()),
+              "%s: MLPs sharing a gate_proj are left, saying why: %s" % (family, report))
+        same, _ = toy_model(torch, family, layers=1)
+        same.layers[0].mlp.up_proj = same.layers[0].mlp.gate_proj
+        check(any("tied" in why for _, _, why in lt.apply(same).left), "%s: gate_proj is up_proj: left" % family)
         lt.apply(model)
         model.float()
         raises(linfuse.Error, ["no longer view the stacked", "unapply"], lambda: model(x.float()),

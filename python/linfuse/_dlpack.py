@@ -13,7 +13,7 @@ the deleter only when no consumer took it. (Approach of tests/dlpack_numpy.py.)"
 import ctypes as C
 import sys
 
-from . import _lib
+from . import Error, _lib
 
 _get_pointer = C.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype, _get_pointer.argtypes = C.c_void_p, [C.py_object, C.c_char_p]
@@ -33,6 +33,17 @@ def _destroy_unused(cap):
     if _raw_is_valid(cap, b"dltensor"):  # never consumed (a consumer renames it "used_dltensor")
         mt = C.cast(_raw_get_pointer(cap, b"dltensor"), C.POINTER(_lib.DLManagedTensor))
         mt.contents.deleter(C.cast(mt, C.c_void_p))
+
+
+_KDL_CPU = 1
+_INT64S = [C.c_int64 * n for n in range(5)]  # shape and stride arrays by dims (a ctypes type is made once)
+_NUMPY_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}  # numpy kind -> DLPack type code
+_HELD = {}  # address of a DLManagedTensor made by _take_numpy -> what it keeps alive
+
+
+@_lib.DELETER
+def _release_numpy(mt):
+    _HELD.pop(mt, None)
 
 
 def torch_module():
@@ -74,11 +85,18 @@ class Handles:
         torch = torch_module()
         if torch is not None and isinstance(x, torch.Tensor):
             t = x.detach()
+            if hasattr(t, "is_neg") and (t.is_neg() or t.is_conj()):
+                t = t.resolve_conj().resolve_neg()  # DLPack carries no negative or conjugate bit: its values, copied
             if t.dtype == _fp8_dtype(torch):
                 t, fp8 = t.view(torch.uint8), True
             cap = torch.utils.dlpack.to_dlpack(t)
         elif hasattr(x, "__dlpack__"):
-            cap = x.__dlpack__()
+            try:
+                cap = x.__dlpack__()
+            except BufferError:
+                if type(x).__module__ != "numpy":
+                    raise
+                return self._take_numpy(x, what, fp8)  # numpy exports no read-only array, bool or swapped bytes
         else:
             raise TypeError("linfuse: %s is a %s, which has no __dlpack__ (numpy arrays and torch tensors do)"
                             % (what, type(x).__name__))
@@ -90,6 +108,37 @@ class Handles:
         h = C.c_void_p()
         self.check(self.lib.lf_tensor_from_dlpack(C.byref(h), C.c_void_p(ptr)), what)
         _set_name(cap, b"used_dltensor")  # linfuse owns it now
+        self.owned.append(h)
+        return h
+
+    def _take_numpy(self, a, what, fp8):
+        """A numpy array numpy will not export (read-only: a memory-mapped file, a broadcast view;
+        or a dtype linfuse then refuses by name) as a DLManagedTensor made here, which holds a
+        reference on the array until linfuse runs its deleter. linfuse only reads such arrays."""
+        if not a.dtype.isnative:
+            raise Error("%s: a %s array with its bytes swapped (big-endian): linfuse reads native float32 and "
+                        "float16 (and uint8 E4M3 codes)" % (what, a.dtype))
+        if any(st % a.itemsize for st in a.strides):
+            raise Error("%s: strides %s are not whole %d-byte elements" % (what, a.strides, a.itemsize))
+        n = a.ndim
+        code = _NUMPY_CODES.get(a.dtype.kind, 255)
+        if fp8 and a.dtype.kind == "u" and a.itemsize == 1:
+            code = _lib.KDL_FLOAT8_E4M3FN
+        if n > 4:
+            raise Error("%s: %d dims: linfuse takes 1 to 4" % (what, n))
+        shape, strides = _INT64S[n](*a.shape), _INT64S[n](*(st // a.itemsize for st in a.strides))
+        mt = _lib.DLManagedTensor()
+        mt.dl_tensor = _lib.DLTensor(a.__array_interface__["data"][0] or 1, _KDL_CPU, 0, n, code, 8 * a.itemsize, 1,
+                                     shape, strides, 0)
+        mt.deleter = _release_numpy
+        addr = C.addressof(mt)
+        _HELD[addr] = (a, mt, shape, strides)
+        h = C.c_void_p()
+        try:
+            self.check(self.lib.lf_tensor_from_dlpack(C.byref(h), C.c_void_p(addr)), what)
+        except BaseException:
+            _HELD.pop(addr, None)  # refused: nothing was taken, no deleter will run
+            raise
         self.owned.append(h)
         return h
 

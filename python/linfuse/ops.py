@@ -9,6 +9,7 @@ CUDA graph capture too. A refused input raises linfuse.Error with linfuse's mess
 import contextlib
 import ctypes as C
 import math
+import threading
 import warnings
 
 from . import Error, Fp8FallbackWarning, _dlpack, _lib, check, lib
@@ -18,7 +19,7 @@ _GATED_ACTS = ("gelu_tanh", "silu", "gelu_erf")
 
 
 def _act(act, gated):
-    name = _ACT_ALIASES.get(act, act)
+    name = _ACT_ALIASES.get(act, act) if act is None or isinstance(act, str) else repr(act)
     if name not in _lib.ACT or (gated and name not in _GATED_ACTS):
         takes = _GATED_ACTS if gated else tuple(_lib.ACT) + ("swish", "gelu_pytorch_tanh", "gelu")
         raise ValueError("linfuse: act=%r: takes %s" % (act, ", ".join(takes)))
@@ -26,7 +27,7 @@ def _act(act, gated):
 
 
 def _variant(variant):
-    if variant not in _lib.VARIANT:
+    if not isinstance(variant, str) or variant not in _lib.VARIANT:
         raise ValueError("linfuse: variant=%r: takes %s" % (variant, ", ".join(_lib.VARIANT)))
     return _lib.VARIANT[variant]
 
@@ -109,10 +110,15 @@ def _handles():
 def _rows(x, what):
     if len(x.shape) < 1:
         raise Error("linfuse.%s: x is a scalar; expected (..., features)" % what)
+    if x.shape[-1] == 0:
+        raise Error("linfuse.%s: x is %s: no features (its last dim is 0)" % (what, tuple(x.shape)))
     return x.reshape(-1, x.shape[-1])
 
 
 def _two_dims(w, what, name):
+    if not hasattr(w, "shape"):
+        raise TypeError("%s: %s is a %s, which has no __dlpack__ (numpy arrays and torch tensors do)"
+                        % (what, name, type(w).__name__))
     if len(w.shape) != 2:
         raise Error("%s: %s has shape %s; expected 2 dims" % (what, name, tuple(w.shape)))
 
@@ -128,6 +134,7 @@ def linear(x, weight, bias=None, act=None):
     x2 = _rows(x, "linear")
     y = k.empty(out_shape)
     if x2.shape[0] == 0:
+        _no_rows(x, weight, "linfuse.linear")
         return k.back(y)
     with k.running(), _handles() as h:
         tx, tw = h.take(x2, "linfuse.linear: x"), h.take(weight, "linfuse.linear: weight")
@@ -143,12 +150,15 @@ def gated_gemm(x, gate_up, act="silu"):
     shape, linfuse runs a GEMM into g and u plus act*mul, and takes memory of its own for them."""
     a = _act(act, gated=True)
     _two_dims(gate_up, "linfuse.gated_gemm", "gate_up")
+    if gate_up.shape[0] % 2:
+        raise Error("linfuse.gated_gemm: gate_up has %d rows: [Wg; Wu] has 2H" % gate_up.shape[0])
     k = _Kind(x)
     H = gate_up.shape[0] // 2
     out_shape = tuple(x.shape[:-1]) + (H,)
     x2 = _rows(x, "gated_gemm")
     y = k.empty(out_shape)
     if x2.shape[0] == 0:
+        _no_rows(x, gate_up, "linfuse.gated_gemm")
         return k.back(y)
     with k.running(), _handles() as h:
         tx, tg = h.take(x2, "linfuse.gated_gemm: x"), h.take(gate_up, "linfuse.gated_gemm: gate_up")
@@ -180,7 +190,11 @@ class GatedMlp:
     gate_up, down, act, variant) does, but a call takes in only x, its output and a workspace:
     the weights are not read into linfuse again, which is what a decode loop, one token a call,
     feels. Where the fp8 variant is asked for without fp8_weights, the weights are quantized once,
-    on the first such call (into memory linfuse allocates). name: what its errors begin with."""
+    on the first such call (into memory linfuse allocates). name: what its errors begin with.
+
+    Threads may call one GatedMlp at once; close() waits for none of them (the weights go when the
+    last call in flight returns). A torch weight whose memory torch moves after the GatedMlp was
+    made (share_memory_, resize_, set_) is refused on the next call: make a new GatedMlp."""
 
     def __init__(self, gate_up, down, act="silu", fp8_weights=None, name="linfuse.GatedMlp"):
         self._m = None
@@ -188,63 +202,113 @@ class GatedMlp:
         a = _act(act, gated=True)
         _two_dims(gate_up, what, "gate_up")
         _two_dims(down, what, "down")
+        if fp8_weights is not None and len(fp8_weights) != 4:
+            raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
         self.kind = _Kind(gate_up)
         self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
-        self._ws = {}  # (variant, tokens) -> workspace bytes
+        self._weights = (gate_up, down) + tuple(fp8_weights or ())
+        self._ws = {}  # (variant, tokens) -> workspace bytes, for the last few token counts
+        self._lock, self._calls, self._closed = threading.Lock(), 0, False
         m = _lib.GatedMlp()
         with self.kind.running(), _handles() as h:
             gu, dn = h.take(gate_up, what + ": gate_up"), h.take(down, what + ": down")
             check(lib.lf_nn_gated_mlp_from_weights(C.byref(m), h.give(gu), h.give(dn), a), what)  # m owns both
-            self._m, self._quantized = m, False
-            if fp8_weights is not None:
-                if len(fp8_weights) != 4:
-                    raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
-                q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0) for i, w in enumerate(fp8_weights)]
-                check(lib.lf_nn_gated_mlp_set_fp8_weights(C.byref(m), *[h.give(t) for t in q]), what)
-                self._quantized = True
+            try:
+                if fp8_weights is not None:
+                    q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0)
+                         for i, w in enumerate(fp8_weights)]
+                    check(lib.lf_nn_gated_mlp_set_fp8_weights(C.byref(m), *[h.give(t) for t in q]), what)
+            except BaseException:
+                lib.lf_nn_gated_mlp_free(C.byref(m))
+                raise
+        self._m, self._quantized, self._at = m, fp8_weights is not None, self._addresses()
+
+    def _addresses(self):
+        """Where the torch weights' memory is (numpy's cannot move while linfuse holds it)."""
+        return tuple(w.data_ptr() if _dlpack.is_torch(w) else 0 for w in self._weights)
 
     def close(self):
-        """Let the weights go (the object cannot be called after)."""
-        if self._m is not None:
-            lib.lf_nn_gated_mlp_free(C.byref(self._m))
-            self._m = None
+        """Let the weights go (the object cannot be called after); at once, or when the last call
+        in flight returns."""
+        with self._lock:
+            self._closed = True
+            free = self._calls == 0 and self._m is not None
+            m, self._m = (self._m, None) if free else (None, self._m)
+        if free:
+            lib.lf_nn_gated_mlp_free(C.byref(m))
 
     def __del__(self):
         if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit
             self.close()
 
+    def _enter(self):
+        with self._lock:
+            if self._closed:
+                raise Error("%s: this GatedMlp was closed" % self.name)
+            self._calls += 1
+
+    def _leave(self):
+        with self._lock:
+            self._calls -= 1
+            free = self._closed and self._calls == 0 and self._m is not None
+            m, self._m = (self._m, None) if free else (None, self._m)
+        if free:
+            lib.lf_nn_gated_mlp_free(C.byref(m))
+
     def __call__(self, x, variant="gated"):
         what = self.name
-        if self._m is None:
-            raise Error("%s: this GatedMlp was closed" % what)
         v = _variant(variant)
         k = _Kind(x)
+        if len(x.shape) < 1 or x.shape[-1] != self.dim:
+            raise Error("%s: x is %s: x's last dim is %s, the weights take %d" % (
+                what, tuple(x.shape), x.shape[-1] if len(x.shape) else "missing", self.dim))
         out_shape = tuple(x.shape[:-1]) + (self.out_features,)
         x2 = _rows(x, "gated_mlp")
         T = x2.shape[0]
-        y = k.empty(out_shape)
         if T == 0:
-            return k.back(y)
+            _no_rows(x, self._weights[0], what)
+            return k.back(k.empty(out_shape))
+        y = k.empty(out_shape)
         if v == _FP8:
             runs, why = _fp8_runs(k)
             if not runs:
                 warnings.warn("linfuse: the fp8 variant runs as the gated one here: %s" % why, Fp8FallbackWarning,
                               stacklevel=2)
                 v = _GATED
-        with k.running(), _handles() as h:
-            if v == _FP8 and not self._quantized:
-                check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(self._m)), what)
-                self._quantized = True
-            need = self._ws.get((v, T))
-            if need is None:
-                n = C.c_size_t()
-                check(lib.lf_nn_gated_mlp_workspace(C.byref(self._m), v, T, C.byref(n)), what)
-                need = self._ws[(v, T)] = n.value
-            ws = k.workspace(need)
-            tx, tw = h.take(x2, what + ": x"), h.take(ws, what + ": workspace")
-            ty = h.take(y.reshape(T, self.out_features), what + ": out")
-            check(lib.lf_nn_gated_mlp_forward_out(C.byref(self._m), v, tx, ty, tw), what)
+        self._enter()
+        try:
+            if self._addresses() != self._at:
+                raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
+                            "set_): make a new one over the weights as they are" % what)
+            with k.running(), _handles() as h:
+                if v == _FP8 and not self._quantized:
+                    with self._lock:  # one quantization, whichever thread asks first
+                        if not self._quantized:
+                            check(lib.lf_nn_gated_mlp_quantize_fp8(C.byref(self._m)), what)
+                            self._quantized = True
+                need = self._ws.get((v, T))
+                if need is None:
+                    n = C.c_size_t()
+                    check(lib.lf_nn_gated_mlp_workspace(C.byref(self._m), v, T, C.byref(n)), what)
+                    if len(self._ws) >= 64:  # prefill lengths vary: keep the last few only
+                        self._ws.clear()
+                    need = self._ws[(v, T)] = n.value
+                ws = k.workspace(need)
+                tx, tw = h.take(x2, what + ": x"), h.take(ws, what + ": workspace")
+                ty = h.take(y.reshape(T, self.out_features), what + ": out")
+                check(lib.lf_nn_gated_mlp_forward_out(C.byref(self._m), v, tx, ty, tw), what)
+        finally:
+            self._leave()
         return k.back(y)
+
+
+def _no_rows(x, w, what):
+    """An x of no rows reaches no C check: its width and dtype must still be w's, as the C calls say."""
+    if x.shape[-1] != w.shape[1]:
+        raise Error("%s: x is %s: x's last dim is %d, the weight takes %d" % (what, tuple(x.shape), x.shape[-1],
+                                                                            w.shape[1]))
+    if str(x.dtype) != str(w.dtype):
+        raise Error("%s: x is %s, the weight %s: they must agree" % (what, x.dtype, w.dtype))
 
 
 _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]

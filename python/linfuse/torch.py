@@ -240,24 +240,43 @@ _PATCHED_CLASSES = {}
 _BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "linfuse_down_q", "linfuse_down_scale")
 
 
+def _views_again(mod):
+    """gate's and up's weights as views of the module's stacked one (a copy of a module copies
+    nn.Parameters by value, which leaves them apart and the module refusing)."""
+    gu, H = mod.linfuse_gate_up, mod.linfuse_gate_up.shape[0] // 2
+    for lin, part in ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:])):
+        lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
+    return mod
+
+
 def _patched_deepcopy(self, memo):
-    """copy.deepcopy of a patched module, whose gate and up weights view the stacked one in the copy
-    too (nn.Parameter deep-copies by value, which would leave them apart and the copy refusing)."""
+    """copy.deepcopy of a patched module: patched too, over its own stacked weight."""
     new = type(self).__new__(type(self))
     memo[id(self)] = new
     for k, v in self.__dict__.items():
         new.__dict__[k] = copy.deepcopy(v, memo)
-    gu, H = new.linfuse_gate_up, new.linfuse_gate_up.shape[0] // 2
-    for lin, part in ((new.gate_proj, gu[:H]), (new.up_proj, gu[H:])):
-        lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
-    return new
+    return _views_again(new)
+
+
+def _unpickle_patched(base, state):
+    cls = _patched_class(base)
+    new = cls.__new__(cls)
+    new.__setstate__(state)
+    return _views_again(new)
+
+
+def _patched_reduce(self, protocol):
+    """pickle (and torch.save) of a patched module: by its base class, which must be importable (as
+    transformers' are), patched again where it is loaded (the patched class is made, not imported)."""
+    return _unpickle_patched, (self.linfuse_base_class, self.__dict__.copy())
 
 
 def _patched_class(cls):
     if cls not in _PATCHED_CLASSES:
         _PATCHED_CLASSES[cls] = type("Linfuse" + cls.__name__, (cls,),
                                      {"forward": _patched_forward, "__deepcopy__": _patched_deepcopy,
-                                      "linfuse_base_class": cls, "__module__": __name__})
+                                      "__reduce_ex__": _patched_reduce, "linfuse_base_class": cls,
+                                      "__module__": __name__})
     return _PATCHED_CLASSES[cls]
 
 
@@ -277,8 +296,27 @@ def _probe_act(act_fn, act):
         type(act_fn).__name__, act, err)
 
 
-def _why_not(name, mod, model):
-    """Why linfuse cannot take mod (a reason), or (act, config's name for it)."""
+def _storage_ptr(t):
+    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+
+
+def _sharing(model):
+    """How many times each submodule is a child, and each parameter storage is used, over the
+    model (before apply changes anything): what tied weights look like."""
+    modules, storages, seen = {}, {}, set()
+    for m in model.modules():
+        for child in m._modules.values():
+            if child is not None:
+                modules[id(child)] = modules.get(id(child), 0) + 1
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                storages[_storage_ptr(p)] = storages.get(_storage_ptr(p), 0) + 1
+    return {"modules": modules, "storages": storages}
+
+
+def _why_not(name, mod, model, shared=None):
+    """Why linfuse cannot take mod (a reason), or (act, config's name for it). shared: _sharing(model)."""
     cls = type(mod).__name__
     if hasattr(mod, "linfuse_base_class"):
         return "already patched by linfuse (unapply first to patch again)"
@@ -291,6 +329,14 @@ def _why_not(name, mod, model):
     if any(type(lin) is not nn.Linear for lin in lins):
         return "gate_proj, up_proj, down_proj are %s, not plain nn.Linear (quantized or wrapped layers)" % (
             ", ".join(type(lin).__name__ for lin in lins))
+    if shared is not None:  # gate's and up's storage may be one: the stacked weight an earlier apply left
+        own = 2 if _storage_ptr(lins[0].weight) == _storage_ptr(lins[1].weight) and lins[0] is not lins[1] else 1
+        tied = [p for p, lin in zip(("gate_proj", "up_proj"), lins[:2])
+                if shared["modules"].get(id(lin), 0) > 1 or
+                shared["storages"].get(_storage_ptr(lin.weight), 0) > own]
+        if tied:
+            return "its %s %s shared with another module or parameter (tied weights): stacking gate and up " \
+                   "would change the other" % (" and ".join(tied), "is" if len(tied) == 1 else "are")
     if any(lin.bias is not None for lin in lins):
         return "its projections have biases (mlp_bias); linfuse's gated MLP has none"
     g, u, d = (lin.weight for lin in lins)
@@ -388,11 +434,12 @@ def apply(model, variant="gated"):
     if variant not in ("gated", "fp8"):
         raise ValueError("linfuse.torch.apply: variant=%r: takes 'gated' or 'fp8'" % (variant,))
     report = PatchReport(variant)
+    shared = _sharing(model)
     for name, mod in model.named_modules():
         if not all(hasattr(mod, p) for p in ("gate_proj", "up_proj", "down_proj")):
             continue
         cls = type(mod).__name__
-        why = _why_not(name, mod, model)
+        why = _why_not(name, mod, model, shared)
         if isinstance(why, str):
             report.left.append((name, cls, why))
             continue
