@@ -631,10 +631,24 @@ def test_torch_apply(torch):
         same, _ = toy_model(torch, family, layers=1)
         same.layers[0].mlp.up_proj = same.layers[0].mlp.gate_proj
         check(any("tied" in why for _, _, why in lt.apply(same).left), "%s: gate_proj is up_proj: left" % family)
+        one, _ = toy_model(torch, family)
+        one.layers[1].mlp.gate_proj.weight = one.layers[0].mlp.gate_proj.weight  # one Parameter in two places
+        check(len(lt.apply(one).left) == 2 and one.layers[1].mlp.gate_proj.weight is one.layers[0].mlp.gate_proj.weight,
+              "%s: a Parameter tied across MLPs: both left, the tie kept" % family)
         lt.apply(model)
+        shallow = copy.copy(model.layers[0].mlp)
+        before = model.layers[0].mlp.gate_proj.weight
+        check(shallow.gate_proj is model.layers[0].mlp.gate_proj and model.layers[0].mlp.gate_proj.weight is before,
+              "%s: copy.copy of a patched MLP shares its submodules and leaves the original's parameters" % family)
+        del shallow, before  # a view keeps its base: neither may hold the stacked weight below
+        with torch.no_grad():
+            model(x)
+        old_gu = weakref.ref(model.layers[0].mlp.linfuse_gate_up)
         model.float()
         raises(linfuse.Error, ["no longer view the stacked", "unapply"], lambda: model(x.float()),
                "%s: a model cast after apply is caught" % family)
+        gc.collect()
+        check(old_gu() is None, "%s: and linfuse holds none of the weights from before the cast" % family)
         lt.unapply(model)
 
 

@@ -43,7 +43,8 @@ _HELD = {}  # address of a DLManagedTensor made by _take_numpy -> what it keeps 
 
 @_lib.DELETER
 def _release_numpy(mt):
-    _HELD.pop(mt, None)
+    if _HELD is not None:  # None: the interpreter is tearing this module down; all goes anyway
+        _HELD.pop(mt, None)
 
 
 def torch_module():

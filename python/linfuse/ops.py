@@ -134,7 +134,7 @@ def linear(x, weight, bias=None, act=None):
     x2 = _rows(x, "linear")
     y = k.empty(out_shape)
     if x2.shape[0] == 0:
-        _no_rows(x, weight, "linfuse.linear")
+        _no_rows(x, weight.shape[1], str(weight.dtype), "linfuse.linear")
         return k.back(y)
     with k.running(), _handles() as h:
         tx, tw = h.take(x2, "linfuse.linear: x"), h.take(weight, "linfuse.linear: weight")
@@ -158,7 +158,7 @@ def gated_gemm(x, gate_up, act="silu"):
     x2 = _rows(x, "gated_gemm")
     y = k.empty(out_shape)
     if x2.shape[0] == 0:
-        _no_rows(x, gate_up, "linfuse.gated_gemm")
+        _no_rows(x, gate_up.shape[1], str(gate_up.dtype), "linfuse.gated_gemm")
         return k.back(y)
     with k.running(), _handles() as h:
         tx, tg = h.take(x2, "linfuse.gated_gemm: x"), h.take(gate_up, "linfuse.gated_gemm: gate_up")
@@ -204,13 +204,18 @@ class GatedMlp:
         _two_dims(down, what, "down")
         if fp8_weights is not None and len(fp8_weights) != 4:
             raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
-        self.kind = _Kind(gate_up)
+        kind = _Kind(gate_up)
         self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
-        self._weights = (gate_up, down) + tuple(fp8_weights or ())
+        self._weights = (gate_up, down) + tuple(fp8_weights or ())  # held for their addresses; () once freed
+        self._dtype = str(gate_up.dtype)
+        for w in self._weights:  # taken by value, a later write to them would go unseen
+            if _dlpack.is_torch(w) and hasattr(w, "is_neg") and (w.is_neg() or w.is_conj()):
+                raise Error("%s: a weight is a view with its negative or conjugate bit set: pass "
+                            "w.resolve_neg().resolve_conj(), which linfuse can view in place" % what)
         self._ws = {}  # (variant, tokens) -> workspace bytes, for the last few token counts
         self._lock, self._calls, self._closed = threading.Lock(), 0, False
         m = _lib.GatedMlp()
-        with self.kind.running(), _handles() as h:
+        with kind.running(), _handles() as h:
             gu, dn = h.take(gate_up, what + ": gate_up"), h.take(down, what + ": down")
             check(lib.lf_nn_gated_mlp_from_weights(C.byref(m), h.give(gu), h.give(dn), a), what)  # m owns both
             try:
@@ -232,10 +237,13 @@ class GatedMlp:
         in flight returns."""
         with self._lock:
             self._closed = True
-            free = self._calls == 0 and self._m is not None
-            m, self._m = (self._m, None) if free else (None, self._m)
-        if free:
-            lib.lf_nn_gated_mlp_free(C.byref(m))
+            self._free_if_idle()
+
+    def _free_if_idle(self):
+        """With the lock held: once closed and no call is in flight, the C module and the weights go."""
+        if self._closed and self._calls == 0 and self._m is not None:
+            lib.lf_nn_gated_mlp_free(C.byref(self._m))
+            self._m, self._weights = None, ()
 
     def __del__(self):
         if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit
@@ -250,10 +258,7 @@ class GatedMlp:
     def _leave(self):
         with self._lock:
             self._calls -= 1
-            free = self._closed and self._calls == 0 and self._m is not None
-            m, self._m = (self._m, None) if free else (None, self._m)
-        if free:
-            lib.lf_nn_gated_mlp_free(C.byref(m))
+            self._free_if_idle()
 
     def __call__(self, x, variant="gated"):
         what = self.name
@@ -266,7 +271,7 @@ class GatedMlp:
         x2 = _rows(x, "gated_mlp")
         T = x2.shape[0]
         if T == 0:
-            _no_rows(x, self._weights[0], what)
+            _no_rows(x, self.dim, self._dtype, what)
             return k.back(k.empty(out_shape))
         y = k.empty(out_shape)
         if v == _FP8:
@@ -302,13 +307,14 @@ class GatedMlp:
         return k.back(y)
 
 
-def _no_rows(x, w, what):
-    """An x of no rows reaches no C check: its width and dtype must still be w's, as the C calls say."""
-    if x.shape[-1] != w.shape[1]:
+def _no_rows(x, width, dtype, what):
+    """An x of no rows reaches no C check: its width and dtype must still be the weight's, as the C
+    calls say."""
+    if x.shape[-1] != width:
         raise Error("%s: x is %s: x's last dim is %d, the weight takes %d" % (what, tuple(x.shape), x.shape[-1],
-                                                                            w.shape[1]))
-    if str(x.dtype) != str(w.dtype):
-        raise Error("%s: x is %s, the weight %s: they must agree" % (what, x.dtype, w.dtype))
+                                                                            width))
+    if str(x.dtype) != dtype:
+        raise Error("%s: x is %s, the weight %s: they must agree" % (what, x.dtype, dtype))
 
 
 _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]

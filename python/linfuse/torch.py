@@ -193,44 +193,65 @@ def _check_intact(mod):
 _PREPARED = weakref.WeakKeyDictionary()
 
 
+def _key(mod):
+    """The addresses (and for fp8 the versions) a module's GatedMlp was made at."""
+    gu, d = mod.linfuse_gate_up, mod.down_proj.weight
+    key = (mod.gate_proj.weight.data_ptr(), mod.up_proj.weight.data_ptr(), gu.data_ptr(), d.data_ptr())
+    q = mod.linfuse_gate_up_q
+    return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
+
+
+def _drop(mod):
+    got = _PREPARED.pop(mod, None)
+    if got is not None:
+        got[1].close()
+
+
 def _eager_weights(mod):
     """Outside torch.compile, on every call: the module's GatedMlp and down weight. Cheap while
     nothing moved (four addresses compared); else the full _check_intact, and a new GatedMlp.
     (A held GatedMlp keeps its tensors alive: an address seen again is the same memory.)"""
     gu, d = mod.linfuse_gate_up, mod.down_proj.weight
-    key = (mod.gate_proj.weight.data_ptr(), mod.up_proj.weight.data_ptr(), gu.data_ptr(), d.data_ptr())
-    q = mod.linfuse_gate_up_q
-    if q is not None:
-        key += (_version_of(gu), _version_of(d), q.data_ptr())
+    key = _key(mod)
     got = _PREPARED.get(mod)
     if got is None or got[0] != key:
+        _drop(mod)  # the old weights go now, whether or not the check below passes
         _check_intact(mod)  # raises, or quantizes again
-        q = mod.linfuse_gate_up_q
-        if q is not None:
-            key = key[:4] + (_version_of(gu), _version_of(d), q.data_ptr())
+        key, q = _key(mod), mod.linfuse_gate_up_q
         fp8 = None if q is None else (q, mod.linfuse_gate_up_scale, mod.linfuse_down_q, mod.linfuse_down_scale)
         got = _PREPARED[mod] = (key, _ops.GatedMlp(gu, d, mod.linfuse_act, fp8,
                                                    name="linfuse.gated_mlp (%s)" % type(mod).__name__))
     return got[1], d
 
 
-def _dispatch_free():
-    """No torch dispatch mode (FakeTensorMode, FlopCounterMode, ...) and no profiler is active:
-    nothing would see the op if it were skipped."""
+def _fx_tracing():
+    fx = getattr(getattr(torch, "fx", None), "_symbolic_trace", None)
+    return bool(fx is not None and hasattr(fx, "is_fx_tracing") and fx.is_fx_tracing())
+
+
+def _unwatched(x, d):
+    """Nothing would see the op if it were skipped: a plain tensor, no gradient wanted, no torch
+    dispatch mode (FakeTensorMode, FlopCounterMode, ...), no profiler, no tracer (torch.jit.trace,
+    ONNX export, torch.fx)."""
     modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
-    return not torch._C._autograd._profiler_enabled() and (modes is None or modes() == 0)
+    return type(x) is torch.Tensor and not (torch.is_grad_enabled() and (x.requires_grad or d.requires_grad)) and \
+        (modes is None or modes() == 0) and not torch._C._autograd._profiler_enabled() and \
+        not torch.jit.is_tracing() and not _fx_tracing()
 
 
 def _patched_forward(self, x):
     if not _compiling():
-        m, d = _eager_weights(self)
         # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
-        # autograd node, takes the op: tensor subclasses, dispatch modes, the profiler, gradients.
-        if type(x) is torch.Tensor and _dispatch_free() and not (
-                torch.is_grad_enabled() and (x.requires_grad or d.requires_grad)):
+        # autograd node, takes the op (and the weights are checked, touched by nothing else).
+        if _unwatched(x, self.down_proj.weight):
+            m, _ = _eager_weights(self)
             return m(x, self.linfuse_variant)
+        got = _PREPARED.get(self)
+        if got is not None and got[0] != _key(self):
+            _drop(self)  # weights that moved are not kept alive for the next direct call
+        _check_intact(self)
     return _call_gated_mlp(x, self.linfuse_gate_up, self.down_proj.weight, self.linfuse_act, self.linfuse_variant,
                            self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
                            self.linfuse_down_scale)
@@ -268,14 +289,23 @@ def _unpickle_patched(base, state):
 def _patched_reduce(self, protocol):
     """pickle (and torch.save) of a patched module: by its base class, which must be importable (as
     transformers' are), patched again where it is loaded (the patched class is made, not imported)."""
-    return _unpickle_patched, (self.linfuse_base_class, self.__dict__.copy())
+    return _unpickle_patched, (self.linfuse_base_class, dict(self.__getstate__()))
+
+
+def _patched_copy(self):
+    """copy.copy: the same submodules and tensors, as nn.Module's shallow copy (nothing re-viewed:
+    the original shares them)."""
+    new = type(self).__new__(type(self))
+    new.__dict__.update(self.__dict__)
+    return new
 
 
 def _patched_class(cls):
     if cls not in _PATCHED_CLASSES:
         _PATCHED_CLASSES[cls] = type("Linfuse" + cls.__name__, (cls,),
                                      {"forward": _patched_forward, "__deepcopy__": _patched_deepcopy,
-                                      "__reduce_ex__": _patched_reduce, "linfuse_base_class": cls,
+                                      "__copy__": _patched_copy, "__reduce_ex__": _patched_reduce,
+                                      "linfuse_base_class": cls,
                                       "__module__": __name__})
     return _PATCHED_CLASSES[cls]
 
@@ -297,21 +327,27 @@ def _probe_act(act_fn, act):
 
 
 def _storage_ptr(t):
-    return t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+    """Where t's storage is; None where it has none to compare (meta, empty, a wrapper subclass)."""
+    try:
+        p = t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else t.storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    return p or None
 
 
 def _sharing(model):
-    """How many times each submodule is a child, and each parameter storage is used, over the
-    model (before apply changes anything): what tied weights look like."""
-    modules, storages, seen = {}, {}, set()
+    """How many times each submodule is a child, and each parameter storage fills a parameter
+    slot, over the model (before apply changes anything): what tied weights look like, whether
+    through one Parameter object or two over one storage."""
+    modules, storages = {}, {}
     for m in model.modules():
         for child in m._modules.values():
             if child is not None:
                 modules[id(child)] = modules.get(id(child), 0) + 1
         for p in m._parameters.values():
-            if p is not None and id(p) not in seen:
-                seen.add(id(p))
-                storages[_storage_ptr(p)] = storages.get(_storage_ptr(p), 0) + 1
+            ptr = _storage_ptr(p) if p is not None else None
+            if ptr is not None:
+                storages[ptr] = storages.get(ptr, 0) + 1
     return {"modules": modules, "storages": storages}
 
 
@@ -330,10 +366,11 @@ def _why_not(name, mod, model, shared=None):
         return "gate_proj, up_proj, down_proj are %s, not plain nn.Linear (quantized or wrapped layers)" % (
             ", ".join(type(lin).__name__ for lin in lins))
     if shared is not None:  # gate's and up's storage may be one: the stacked weight an earlier apply left
-        own = 2 if _storage_ptr(lins[0].weight) == _storage_ptr(lins[1].weight) and lins[0] is not lins[1] else 1
-        tied = [p for p, lin in zip(("gate_proj", "up_proj"), lins[:2])
-                if shared["modules"].get(id(lin), 0) > 1 or
-                shared["storages"].get(_storage_ptr(lin.weight), 0) > own]
+        ptrs = [_storage_ptr(lin.weight) for lin in lins[:2]]
+        own = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and \
+            lins[0].weight is not lins[1].weight else 1
+        tied = [p for p, lin, ptr in zip(("gate_proj", "up_proj"), lins[:2], ptrs)
+                if shared["modules"].get(id(lin), 0) > 1 or (ptr is not None and shared["storages"].get(ptr, 0) > own)]
         if tied:
             return "its %s %s shared with another module or parameter (tied weights): stacking gate and up " \
                    "would change the other" % (" and ".join(tied), "is" if len(tied) == 1 else "are")
@@ -478,9 +515,7 @@ def apply(model, variant="gated"):
 
 
 def _restore(mod):
-    got = _PREPARED.pop(mod, None)
-    if got is not None:
-        got[1].close()
+    _drop(mod)
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)

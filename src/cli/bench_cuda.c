@@ -291,6 +291,12 @@ static lf_status flush_l2(void *ctx)
     return s == LF_OK ? lf_device_synchronize(LF_DEVICE_CUDA) : s;
 }
 
+static void flush_end(void)
+{
+    lf_tensor_free(flush_src), lf_tensor_free(flush_dst);
+    flush_src = flush_dst = NULL;
+}
+
 static int flush_begin(void)
 {
     const int64_t n = 32 << 20; /* f32: 128 MiB */
@@ -298,13 +304,8 @@ static int flush_begin(void)
         lf_tensor_empty(&flush_dst, LF_DTYPE_F32, 1, &n, LF_DEVICE_CUDA) == LF_OK)
         return 1;
     fprintf(stderr, "linfuse bench cuda: --flush-l2: %s\n", lf_last_error());
+    flush_end();
     return 0;
-}
-
-static void flush_end(void)
-{
-    lf_tensor_free(flush_src), lf_tensor_free(flush_dst);
-    flush_src = flush_dst = NULL;
 }
 
 /* One forward (the harness's): the compiled one's graph when the case has one, else eagerly. */

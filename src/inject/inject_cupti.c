@@ -43,6 +43,7 @@ static struct {
     int ready[2]; /* a pipe: a byte per buffer queued */
     atomic_llong dropped;
     atomic_llong handed, returned; /* buffers given to CUPTI, and given back to us */
+    int flushed;                   /* the last flush had CUPTI hand back what it held */
     const char *api_names[2][API_NAMES];
     /* the GPUs, once the driver is up */
     atomic_int devices_known;
@@ -316,7 +317,7 @@ void lfi_cupti_drain(void)
 
 void lfi_cupti_flush(void)
 {
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    cs.flushed = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) == CUPTI_SUCCESS;
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped) == CUPTI_SUCCESS && dropped)
         atomic_fetch_add(&cs.dropped, (long long)dropped);
@@ -329,12 +330,12 @@ int64_t lfi_cupti_dropped(void)
 }
 
 /* After lfi_cupti_flush, which has CUPTI hand back every buffer it holds: buffers we gave CUPTI
- * that never came back. CUPTI keeps one set of buffer callbacks per process, so they went to
- * another client that registered its own since (torch.profiler's Kineto, Nsight), with their
+ * that never came back (0 when the flush failed: nothing can be told then). CUPTI keeps one set of buffer callbacks per
+ * process, so they went to another client that registered its own since (torch.profiler's Kineto, Nsight), with their
  * records. */
 int64_t lfi_cupti_buffers_taken(void)
 {
-    return atomic_load(&cs.handed) - atomic_load(&cs.returned);
+    return cs.flushed ? atomic_load(&cs.handed) - atomic_load(&cs.returned) : 0;
 }
 
 int64_t lfi_cupti_now(void)
