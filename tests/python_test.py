@@ -679,6 +679,20 @@ def test_torch_custom_ops(torch):
                                                                                explained.graph_break_count))
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     check(torch.allclose(compiled(x), f(x)), "the compiled function computes the eager one's values")
+    # a patched module under the tracers and fake tensors: the op, not the direct call, is what they see
+    import linfuse.torch as lt
+    model, _ = toy_model(torch, "llama", layers=1)
+    lt.apply(model)
+    mlp, xm = model.layers[0].mlp, torch.randn(3, 64)
+    with torch.no_grad():
+        traced = torch.jit.trace(mlp, xm)
+        x2 = torch.randn(5, 64)
+        check("linfuse::gated_mlp" in str(traced.graph) and torch.allclose(traced(x2), mlp(x2)),
+              "torch.jit.trace of a patched MLP records linfuse::gated_mlp and computes on new inputs")
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            out = mlp(mode.from_tensor(xm))
+        check(tuple(out.shape) == (3, 64), "a patched MLP under FakeTensorMode gives the fake op's shape")
 
 
 def main():
