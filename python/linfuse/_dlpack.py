@@ -61,6 +61,16 @@ def _fp8_dtype(torch):
     return getattr(torch, "float8_e4m3fn", None)
 
 
+_TORCH = {}  # what take() asks of torch on every call, asked once: its tensor's conversions
+
+
+def _torch_facts(torch):
+    if _TORCH.get("module") is not torch:
+        _TORCH.update(module=torch, to_dlpack=torch.utils.dlpack.to_dlpack, fp8=_fp8_dtype(torch),
+                      signed_views=hasattr(torch.Tensor, "is_neg"))
+    return _TORCH
+
+
 class Handles:
     """lf_tensor handles made for one call, freed together at its end (a handle given to a module
     that takes ownership is released from here with give())."""
@@ -83,14 +93,15 @@ class Handles:
     def take(self, x, what, fp8=False):
         """An lf_tensor over x's memory (no copy). fp8: x holds E4M3 codes (a torch float8_e4m3fn
         or uint8 tensor, a numpy uint8 array)."""
-        torch = torch_module()
+        torch = sys.modules.get("torch")
         if torch is not None and isinstance(x, torch.Tensor):
-            t = x.detach()
-            if hasattr(t, "is_neg") and (t.is_neg() or t.is_conj()):
+            facts = _torch_facts(torch)
+            t = x.detach() if x.requires_grad else x
+            if facts["signed_views"] and (t.is_neg() or t.is_conj()):
                 t = t.resolve_conj().resolve_neg()  # DLPack carries no negative or conjugate bit: its values, copied
-            if t.dtype == _fp8_dtype(torch):
+            if t.dtype == facts["fp8"]:
                 t, fp8 = t.view(torch.uint8), True
-            cap = torch.utils.dlpack.to_dlpack(t)
+            cap = facts["to_dlpack"](t)
         elif hasattr(x, "__dlpack__"):
             try:
                 cap = x.__dlpack__()

@@ -207,6 +207,7 @@ class GatedMlp:
         kind = _Kind(gate_up)
         self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
         self._weights = (gate_up, down) + tuple(fp8_weights or ())  # held for their addresses; () once freed
+        self._torch_weights = tuple(w for w in self._weights if _dlpack.is_torch(w))
         self._dtype = str(gate_up.dtype)
         for w in self._weights:  # taken by value, a later write to them would go unseen
             if _dlpack.is_torch(w) and hasattr(w, "is_neg") and (w.is_neg() or w.is_conj()):
@@ -230,7 +231,7 @@ class GatedMlp:
 
     def _addresses(self):
         """Where the torch weights' memory is (numpy's cannot move while linfuse holds it)."""
-        return tuple(w.data_ptr() if _dlpack.is_torch(w) else 0 for w in self._weights)
+        return tuple(w.data_ptr() for w in self._torch_weights)
 
     def close(self):
         """Let the weights go (the object cannot be called after); at once, or when the last call
@@ -243,7 +244,7 @@ class GatedMlp:
         """With the lock held: once closed and no call is in flight, the C module and the weights go."""
         if self._closed and self._calls == 0 and self._m is not None:
             lib.lf_nn_gated_mlp_free(C.byref(self._m))
-            self._m, self._weights = None, ()
+            self._m, self._weights, self._torch_weights = None, (), ()
 
     def __del__(self):
         if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit

@@ -194,10 +194,12 @@ _PREPARED = weakref.WeakKeyDictionary()
 
 
 def _key(mod):
-    """The addresses (and for fp8 the versions) a module's GatedMlp was made at."""
-    gu, d = mod.linfuse_gate_up, mod.down_proj.weight
-    key = (mod.gate_proj.weight.data_ptr(), mod.up_proj.weight.data_ptr(), gu.data_ptr(), d.data_ptr())
-    q = mod.linfuse_gate_up_q
+    """The addresses (and for fp8 the versions) a module's GatedMlp was made at. Read from the
+    module's own dicts: nn.Module's __getattr__ costs a decode step's call more than the rest."""
+    mods, bufs = mod._modules, mod._buffers
+    gu, d, q = bufs["linfuse_gate_up"], mods["down_proj"]._parameters["weight"], bufs["linfuse_gate_up_q"]
+    key = (mods["gate_proj"]._parameters["weight"].data_ptr(), mods["up_proj"]._parameters["weight"].data_ptr(),
+           gu.data_ptr(), d.data_ptr())
     return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
 
 
@@ -208,20 +210,20 @@ def _drop(mod):
 
 
 def _eager_weights(mod):
-    """Outside torch.compile, on every call: the module's GatedMlp and down weight. Cheap while
+    """Outside torch.compile, on every call: the module's GatedMlp. Cheap while
     nothing moved (four addresses compared); else the full _check_intact, and a new GatedMlp.
     (A held GatedMlp keeps its tensors alive: an address seen again is the same memory.)"""
-    gu, d = mod.linfuse_gate_up, mod.down_proj.weight
     key = _key(mod)
     got = _PREPARED.get(mod)
     if got is None or got[0] != key:
         _drop(mod)  # the old weights go now, whether or not the check below passes
         _check_intact(mod)  # raises, or quantizes again
+        gu, d = mod.linfuse_gate_up, mod.down_proj.weight
         key, q = _key(mod), mod.linfuse_gate_up_q
         fp8 = None if q is None else (q, mod.linfuse_gate_up_scale, mod.linfuse_down_q, mod.linfuse_down_scale)
         got = _PREPARED[mod] = (key, _ops.GatedMlp(gu, d, mod.linfuse_act, fp8,
                                                    name="linfuse.gated_mlp (%s)" % type(mod).__name__))
-    return got[1], d
+    return got[1]
 
 
 def _fx_tracing():
@@ -245,9 +247,8 @@ def _patched_forward(self, x):
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
         # autograd node, takes the op (and the weights are checked, touched by nothing else).
-        if _unwatched(x, self.down_proj.weight):
-            m, _ = _eager_weights(self)
-            return m(x, self.linfuse_variant)
+        if _unwatched(x, self._modules["down_proj"]._parameters["weight"]):
+            return _eager_weights(self)(x, self.linfuse_variant)
         got = _PREPARED.get(self)
         if got is not None and got[0] != _key(self):
             _drop(self)  # weights that moved are not kept alive for the next direct call
