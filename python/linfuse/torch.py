@@ -197,9 +197,12 @@ def _key(mod):
     """The addresses (and for fp8 the versions) a module's GatedMlp was made at. Read from the
     module's own dicts: nn.Module's __getattr__ costs a decode step's call more than the rest."""
     mods, bufs = mod._modules, mod._buffers
-    gu, d, q = bufs["linfuse_gate_up"], mods["down_proj"]._parameters["weight"], bufs["linfuse_gate_up_q"]
-    key = (mods["gate_proj"]._parameters["weight"].data_ptr(), mods["up_proj"]._parameters["weight"].data_ptr(),
-           gu.data_ptr(), d.data_ptr())
+    try:
+        g, u, d = (mods[p]._parameters["weight"] for p in ("gate_proj", "up_proj", "down_proj"))
+    except (KeyError, AttributeError):  # a projection replaced by something else since apply
+        g, u, d = mod.gate_proj.weight, mod.up_proj.weight, mod.down_proj.weight
+    gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
+    key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr())
     return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
 
 
@@ -231,12 +234,13 @@ def _fx_tracing():
     return bool(fx is not None and hasattr(fx, "is_fx_tracing") and fx.is_fx_tracing())
 
 
-def _unwatched(x, d):
+def _unwatched(x, mod):
     """Nothing would see the op if it were skipped: a plain tensor, no gradient wanted, no torch
     dispatch mode (FakeTensorMode, FlopCounterMode, ...), no profiler, no tracer (torch.jit.trace,
     ONNX export, torch.fx)."""
     modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
-    return type(x) is torch.Tensor and not (torch.is_grad_enabled() and (x.requires_grad or d.requires_grad)) and \
+    return type(x) is torch.Tensor and \
+        not (torch.is_grad_enabled() and (x.requires_grad or mod.down_proj.weight.requires_grad)) and \
         (modes is None or modes() == 0) and not torch._C._autograd._profiler_enabled() and \
         not torch.jit.is_tracing() and not _fx_tracing()
 
@@ -247,7 +251,7 @@ def _patched_forward(self, x):
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
         # autograd node, takes the op (and the weights are checked, touched by nothing else).
-        if _unwatched(x, self._modules["down_proj"]._parameters["weight"]):
+        if _unwatched(x, self):
             return _eager_weights(self)(x, self.linfuse_variant)
         got = _PREPARED.get(self)
         if got is not None and got[0] != _key(self):
