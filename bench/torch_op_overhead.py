@@ -26,6 +26,7 @@ import pstats
 import time
 
 import torch
+import torch_timing
 
 import linfuse
 import linfuse.torch as lt
@@ -33,20 +34,10 @@ from linfuse import _dlpack, _lib, check, lib
 
 
 def host_us(fn, calls, cuda):
-    """median host time of one call, us, each after the queue drained"""
+    """median host time of one call, us, each after the queue drained (10 calls to warm up first)"""
     for _ in range(10):
         fn()
-    ts = []
-    for _ in range(calls):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    if cuda:
-        torch.cuda.synchronize()
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
+    return torch_timing.host(fn, calls, cuda)
 
 
 def main():
@@ -153,16 +144,7 @@ def blocked_us(fn, calls):
     """median host time of fn with ~20 ms of GPU work queued ahead of it"""
     fn()
     cycles = int(20e-3 * torch.cuda.get_device_properties(0).clock_rate * 1e3)  # clock_rate is in kHz
-    ts = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(cycles)
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
+    return torch_timing.host(fn, calls, before=lambda: torch.cuda._sleep(cycles))
 
 
 def model_decode(layers, steps, rounds=5):

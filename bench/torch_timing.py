@@ -23,15 +23,21 @@ def bench(fn, samples=20, per=50):
     return ts[len(ts) // 2] * 1e6
 
 
-def host(fn, samples=20):
-    """one call timed alone after the queue has drained: the caller's host time to queue it, us"""
+def host(fn, samples=20, cuda=True, before=None):
+    """one call timed alone after the queue has drained: the caller's host time to queue it, us
+    (median). cuda=False: no queue to drain (the CPU). before: run untimed ahead of each call,
+    after the drain (e.g. GPU work queued for the call to wait behind, if it waits)."""
     ts = []
     for _ in range(samples):
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     ts.sort()
     return ts[len(ts) // 2] * 1e6
 

@@ -209,16 +209,14 @@ class GatedMlp:
         self._weights = (gate_up, down) + tuple(fp8_weights or ())  # held for their addresses; () once freed
         self._torch_weights = tuple(w for w in self._weights if _dlpack.is_torch(w))
         self._dtype = str(gate_up.dtype)
-        for w in self._weights:  # taken by value, a later write to them would go unseen
-            if _dlpack.is_torch(w) and hasattr(w, "is_neg") and (w.is_neg() or w.is_conj()):
+        for w in self._torch_weights:  # taken by value, a later write to them would go unseen
+            if hasattr(w, "is_neg") and (w.is_neg() or w.is_conj()):
                 raise Error("%s: a weight is a view with its negative or conjugate bit set: pass "
                             "w.resolve_neg().resolve_conj(), which linfuse can view in place" % what)
         self._ws = {}  # (variant, tokens) -> workspace bytes, for the last few token counts
         self._lock, self._calls, self._closed = threading.Lock(), 0, False
-        m = _lib.GatedMlp()
         with kind.running(), _handles() as h:
-            gu, dn = h.take(gate_up, what + ": gate_up"), h.take(down, what + ": down")
-            check(lib.lf_nn_gated_mlp_from_weights(C.byref(m), h.give(gu), h.give(dn), a), what)  # m owns both
+            m = _module(h, gate_up, down, a, what)
             try:
                 if fp8_weights is not None:
                     q = [h.take(w, "%s: fp8_weights[%d]" % (what, i), fp8=i % 2 == 0)

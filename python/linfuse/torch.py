@@ -229,9 +229,11 @@ def _eager_weights(mod):
     return got[1]
 
 
-def _fx_tracing():
-    fx = getattr(getattr(torch, "fx", None), "_symbolic_trace", None)
-    return bool(fx is not None and hasattr(fx, "is_fx_tracing") and fx.is_fx_tracing())
+try:  # torch.fx's "is a symbolic trace running", found once (absent from some builds)
+    from torch.fx._symbolic_trace import is_fx_tracing as _fx_tracing
+except ImportError:
+    def _fx_tracing():
+        return False
 
 
 def _unwatched(x, mod):
