@@ -118,8 +118,9 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
 #pragma unroll
                     for (int i = 0; i < 16; i++) {
                         const int q = 4 * i + 2 * h;
-                        v[i] = gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb, gate_row, G,
-                                                    8 * i + 2 * (lane % 4));
+                        float g0 = d[q], g1 = d[q + 1], u0 = d[q + 64], u1 = d[q + 65];
+                        scale_pair<FP8>(g0, g1, u0, u1, rs, sb, gate_row, G, 8 * i + 2 * (lane % 4));
+                        v[i] = act_pair<ACT>(g0, g1, u0, u1);
                         const float2 f = __bfloat1622float2(v[i]);
                         amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
                     }
@@ -138,17 +139,10 @@ __device__ __forceinline__ void coop_body(const CUtensorMap &x, const CUtensorMa
                 store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 0, 0, 1);
             } else {
                 uint32_t v[32];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
-                    const float rs = FP8 && row < M ? sa[row] : 1.f;
-#pragma unroll
-                    for (int i = 0; i < 16; i++) {
-                        const int q = 4 * i + 2 * h;
-                        v[2 * i + h] = bf16x2_bits(gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 64], d[q + 65], rs, sb,
-                                                                        gate_row, G, 8 * i + 2 * (lane % 4)));
-                    }
-                }
+                fragment_pairs<FP8, 16>(d, mb * BM + half * (BM / 2) + warp * 16 + lane / 4, M, sa, sb, gate_row, G,
+                                        lane, [&](int p, float g0, float g1, float u0, float u1) {
+                                            v[p] = bf16x2_bits(act_pair<ACT>(g0, g1, u0, u1));
+                                        });
                 stage_rows16<16>(stage_out, warp * 16, v, lane);
                 // columns 0-63, then 64-127
                 store_out(out, stage_out, tid, 1 + half, nb * (BN / 2), mb * BM + half * (BM / 2), 64, 0);

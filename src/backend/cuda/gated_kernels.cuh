@@ -243,20 +243,51 @@ template <int ACT> __device__ __forceinline__ float act_of(float x)
     return ACT == LF_ACT_SILU ? silu(x) : gelu_tanh(x);
 }
 
-// act(g) * u for two adjacent product columns c, c + 1 of a tile, as bf16: g0, g1 the gates' fp32
-// accumulators (w's rows gate_row + c, + 1), u0, u1 their partners' (G rows on). In FP8 each
-// product is first multiplied by its row's scale rs and its w row's scale (sb, 8-byte aligned
-// pairs); in bf16 the scales are not read.
-template <int ACT, bool FP8>
-__device__ __forceinline__ __nv_bfloat162 gated_pair(float g0, float g1, float u0, float u1, float rs, const float *sb,
-                                                     int gate_row, int G, int c)
+// Two adjacent product columns c, c + 1 of a tile in FP8: g0, g1 the gates' fp32 accumulators
+// (w's rows gate_row + c, + 1), u0, u1 their partners' (G rows on), each multiplied by its row's
+// scale rs and its w row's scale (sb, 8-byte aligned pairs). In bf16 there are no scales.
+template <bool FP8>
+__device__ __forceinline__ void scale_pair(float &g0, float &g1, float &u0, float &u1, float rs, const float *sb,
+                                           int gate_row, int G, int c)
 {
     if constexpr (FP8) {
         const float2 gs = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + c)),
                      us = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + G + c));
         g0 = g0 * rs * gs.x, g1 = g1 * rs * gs.y, u0 = u0 * rs * us.x, u1 = u1 * rs * us.y;
+    } else {
+        (void)g0, (void)g1, (void)u0, (void)u1, (void)rs, (void)sb, (void)gate_row, (void)G, (void)c;
     }
+}
+
+// act(g) * u for two adjacent columns, as bf16, in fp32 up to the one rounding.
+template <int ACT> __device__ __forceinline__ __nv_bfloat162 act_pair(float g0, float g1, float u0, float u1)
+{
     return __floats2bfloat162_rn(act_of<ACT>(g0) * u0, act_of<ACT>(g1) * u1);
+}
+
+// A warp's 16 rows of a consumer's D fragment after a tile's mainloop, pair by pair: NI groups of
+// 8 gate columns, their ups 4 * NI registers on (register 4i + 2h + e holds row row0 + 8h, column
+// 8i + 2 * (lane % 4) + e; row0 is the row of lane / 4). For group i and row half h,
+// emit(2i + h, g0, g1, u0, u1) gets the pair's gate and up sums, scaled in FP8 (scale_pair): the
+// index is where stage_rows16 wants the pair. The cooperative and offload kernels (NI 16, a
+// warpgroup's 64 x 256) and the ping-pong kernel (NI 8, each 64-row half of its 128 x 128) build
+// their bf16 epilogues on it; the e4m3 epilogue needs a row's amax first and keeps its own loop.
+template <bool FP8, int NI, class Emit>
+__device__ __forceinline__ void fragment_pairs(const float (&d)[8 * NI], int row0, int M, const float *sa,
+                                               const float *sb, int gate_row, int G, int lane, Emit &&emit)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = row0 + 8 * h;
+        const float rs = FP8 && row < M ? sa[row] : 1.f;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            const int q = 4 * i + 2 * h;
+            float g0 = d[q], g1 = d[q + 1], u0 = d[q + 4 * NI], u1 = d[q + 4 * NI + 1];
+            scale_pair<FP8>(g0, g1, u0, u1, rs, sb, gate_row, G, 8 * i + 2 * (lane % 4));
+            emit(2 * i + h, g0, g1, u0, u1);
+        }
+    }
 }
 
 // Tile t of the persistent walk -> (row-tile, column-tile): row-tiles vary fastest within

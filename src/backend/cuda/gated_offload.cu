@@ -115,23 +115,11 @@ __device__ __forceinline__ void offload_body(const CUtensorMap &x, const CUtenso
             // gate register r pairs with up register r + 64 (gated_gemm.cu).
             const int j0 = nb * (BN / 2), gate_row = j0 / G * 2 * G + j0 % G;
             uint32_t gp[32], up[32];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
-                const float rs = FP8 && row < M ? sa[row] : 1.f;
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    const int q = 4 * i + 2 * h, c = 8 * i + 2 * (lane % 4);
-                    float g0 = d[q], g1 = d[q + 1], u0 = d[q + 64], u1 = d[q + 65];
-                    if constexpr (FP8) {
-                        const float2 gs = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + c)),
-                                     us = __ldg(reinterpret_cast<const float2 *>(sb + gate_row + G + c));
-                        g0 *= rs * gs.x, g1 *= rs * gs.y, u0 *= rs * us.x, u1 *= rs * us.y;
-                    }
-                    gp[2 * i + h] = bf16x2_bits(__floats2bfloat162_rn(g0, g1));
-                    up[2 * i + h] = bf16x2_bits(__floats2bfloat162_rn(u0, u1));
-                }
-            }
+            fragment_pairs<FP8, 16>(d, mb * BM + half * (BM / 2) + warp * 16 + lane / 4, M, sa, sb, gate_row, G, lane,
+                                    [&](int p, float g0, float g1, float u0, float u1) {
+                                        gp[p] = bf16x2_bits(__floats2bfloat162_rn(g0, g1));
+                                        up[p] = bf16x2_bits(__floats2bfloat162_rn(u0, u1));
+                                    });
             mbar_wait(&gu_empty, gu_phase ^ 1); // the previous tile's stores have read the tiles
             stage_rows16<16>(g_tile + half * (GU_BYTES / 2), warp * 16, gp, lane);
             stage_rows16<16>(u_tile + half * (GU_BYTES / 2), warp * 16, up, lane);

@@ -112,17 +112,10 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
             for (int half = 0; half < 2; half++) {
                 const float(&d)[64] = half ? d1 : d0;
                 uint32_t v[16];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = mb * BM + half * (BM / 2) + warp * 16 + lane / 4 + 8 * h;
-                    const float rs = FP8 && row < M ? sa[row] : 1.f;
-#pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const int q = 4 * j + 2 * h;
-                        v[2 * j + h] = bf16x2_bits(gated_pair<ACT, FP8>(d[q], d[q + 1], d[q + 32], d[q + 33], rs, sb,
-                                                                        gate_row, G, 8 * j + 2 * (lane % 4)));
-                    }
-                }
+                fragment_pairs<FP8, 8>(d, mb * BM + half * (BM / 2) + warp * 16 + lane / 4, M, sa, sb, gate_row, G,
+                                       lane, [&](int p, float g0, float g1, float u0, float u1) {
+                                           v[p] = bf16x2_bits(act_pair<ACT>(g0, g1, u0, u1));
+                                       });
                 stage_rows16<8>(stage_out + half * 8192, warp * 16, v, lane);
             }
             store_out(out, stage_out, tid, 1 + c, nb * (BN / 2), mb * BM, 0, BM / 2); // rows 0-63, then 64-127
