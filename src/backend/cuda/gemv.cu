@@ -50,6 +50,24 @@ struct gelu_erf {
     }
 };
 
+// 16 bytes of a weight row, read once: not kept in L1, and L2 asked to fetch the 256 bytes around
+// it (the lanes after this one read the rest soon). On an H200 this read the gated weights ~1.3%
+// faster than ld.global.cs and took 0.9-1.1% off the decode MLP with the down GEMM after it (in a
+// CUDA graph, 1 and 16 tokens); reading each warp's k as one contiguous range instead, faster
+// alone, made cuBLASLt's down GEMM after it 20% slower (bench/RESULTS.md, "decode GEMV loads").
+__device__ __forceinline__ uint4 load_stream(const __nv_bfloat16 *p)
+{
+    uint4 v;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+#else
+    v = __ldcs(reinterpret_cast<const uint4 *>(p));
+#endif
+    return v;
+}
+
 // c += a . b for a 16x16 bf16 a (row), a 16x8 bf16 b (col), fp32 c: PTX's fragment layouts.
 __device__ __forceinline__ void mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1)
@@ -89,8 +107,8 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int u = 0; u < U; u++) { // every load of the step first: U x 2 x 512 bytes in flight
             const int k = (c + u * WARPS) * 32;
             const bool in = k + t * 8 < K; // K is a multiple of 8: a lane's 8 are all in or all out
-            vg[u] = in ? __ldcs(reinterpret_cast<const uint4 *>(wg + k)) : zero; // streamed once
-            vu[u] = in ? __ldcs(reinterpret_cast<const uint4 *>(wu + k)) : zero;
+            vg[u] = in ? load_stream(wg + k) : zero; // streamed once
+            vu[u] = in ? load_stream(wu + k) : zero;
             va[u] = in && row0 ? __ldg(reinterpret_cast<const uint4 *>(x0 + k)) : zero;
             vb[u] = in && row1 ? __ldg(reinterpret_cast<const uint4 *>(x1 + k)) : zero;
         }
