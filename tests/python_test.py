@@ -456,6 +456,39 @@ def test_torch_ops(torch):
     raises(linfuse.Error, ["memory moved"], lambda: m(x), "a weight whose memory torch moved")
     m = linfuse.GatedMlp(gu, dn)
     check(torch.equal(m(x), y0), "a new GatedMlp over the moved weight computes the same")
+    # GatedMlp's direct call (one crossing into C, lf_nn_gated_mlp_forward_raw), taken from a
+    # token count's second call on: the same bits as the first call's general path, every variant
+    # and dtype, one and five tokens; what it does not take goes the general way with its answers
+    VARIANT = linfuse._lib.VARIANT
+    for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        gu = ((torch.rand((2 * 40, 29), generator=g) * 2 - 1) * 0.3).to(dt)
+        dn = ((torch.rand((29, 40), generator=g) * 2 - 1) * 0.3).to(dt)
+        m = linfuse.GatedMlp(gu, dn, act="gelu_tanh")
+        for T in (1, 5):
+            x = (torch.rand((1, T, 29), generator=g) * 2 - 1).to(dt)
+            ref, mag, _ = mlp_ref(np, t64(x).reshape(T, 29), t64(gu), t64(dn), "gelu_tanh")
+            for v in ("eager", "fused", "gated"):
+                first = m(x, v)
+                check(m._call_raw(x, VARIANT[v]) is not None, "GatedMlp %s %s %d tokens: the second call is direct"
+                      % (name, v, T))
+                again = m(x, v)
+                e = err(np, t64(again).reshape(T, 29), ref, mag)
+                check(torch.equal(first, again) and again.shape == x.shape and again.dtype == dt and e <= MLP_TOL[name],
+                      "GatedMlp %s %s %d tokens: the direct call's bits are the general path's (error %.3g)"
+                      % (name, v, T, e))
+        xs = (torch.rand((5, 58), generator=g) * 2 - 1).to(dt)[:, ::2]  # strided: the general path
+        check(m._call_raw(xs, VARIANT["gated"]) is None and torch.equal(m(xs), m(xs.contiguous())),
+              "GatedMlp %s: a strided x goes the general way, the same answer" % name)
+    m = linfuse.GatedMlp(torch.randn(64, 17), torch.randn(17, 32))
+    x = torch.randn(2, 17)
+    m(x)
+    xn = torch.randn(2, 17, dtype=torch.cfloat).conj().imag
+    check(m._call_raw(xn, VARIANT["gated"]) is None and torch.allclose(m(xn), m(xn.clone()), atol=1e-6),
+          "GatedMlp: a negative-bit x goes the general way, with its values")
+    raises(linfuse.Error, ["float64"], lambda: m(x.double()), "GatedMlp: a float64 x, refused by name")
+    xg = x.clone().requires_grad_()
+    check(torch.equal(m(xg), m(x)) and not m(xg).requires_grad, "GatedMlp: an x that requires grad is read")
+    check(m(torch.empty(0, 17)).shape == (0, 17), "GatedMlp: no rows, an empty answer")
     # closed while another thread calls: the call completes (or was refused as closed)
     big = linfuse.GatedMlp(torch.randn(2048, 512), torch.randn(512, 1024))
     xb, out = torch.randn(128, 512), []

@@ -234,6 +234,82 @@ static void test_forward_out(void)
     lf_nn_gated_mlp_free(&m);
 }
 
+/* lf_nn_gated_mlp_forward_raw: the same bits as the allocating forward, from x and into y at row
+ * strides wider than a row (the gaps untouched), every variant; and each argument refused by name. */
+static void test_forward_raw(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 43);
+    lf_nn_gated_mlp m;
+    lf_nn_gated_mlp_opts o = {
+        .dim = 24, .hidden = 40, .dtype = LF_DTYPE_BF16, .device = LF_DEVICE_CPU, .act = LF_ACT_SILU};
+    OK(lf_nn_gated_mlp_init(&m, &o, &rng));
+    OK(lf_nn_gated_mlp_quantize_fp8(&m));
+    enum { T = 21, D = 24, XS = 32, YS = 30 };
+    const int64_t xs[2] = {T, D}, xb[2] = {T, XS};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *xbig = rand_tensor(&rng, LF_DTYPE_BF16, 2, xb);
+    uint16_t *xp = lf_tensor_data(xbig), y[T * YS];
+    for (int64_t t = 0; t < T; t++) /* x's rows, XS apart, the gaps random */
+        memcpy(xp + t * XS, (uint16_t *)lf_tensor_data(x) + t * D, D * 2);
+    void *const none = NULL; /* a stream, which a CPU module does not use */
+    for (int v = 0; v <= LF_MLP_FP8; v++) {
+        const char *name = lf_mlp_variant_name((lf_mlp_variant)v);
+        lf_tensor *ref = NULL, *ws = NULL;
+        OK(lf_nn_gated_mlp_forward_variant(&m, (lf_mlp_variant)v, x, &ref));
+        size_t need = 0;
+        OK(lf_nn_gated_mlp_workspace(&m, (lf_mlp_variant)v, T, &need));
+        const int64_t wsn = (int64_t)need;
+        OK(lf_tensor_empty(&ws, LF_DTYPE_F8E4M3, 1, &wsn, LF_DEVICE_CPU));
+        for (int i = 0; i < T * YS; i++)
+            y[i] = 0x7fc1; /* a NaN */
+        OK(lf_nn_gated_mlp_forward_raw(&m, (lf_mlp_variant)v, xp, T, XS, y, YS, lf_tensor_data(ws), need,
+                                       v % 2 ? &none : NULL));
+        int same = 1, gaps = 1;
+        const uint16_t *r = lf_tensor_data(ref);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < YS; j++) {
+                if (j < D)
+                    same &= y[t * YS + j] == r[t * D + j];
+                else
+                    gaps &= y[t * YS + j] == 0x7fc1;
+            }
+        CHECK(same && gaps, "%s: forward_raw at row strides %d and %d: the allocating forward's bits, gaps untouched",
+              name, XS, YS);
+        FAILS(LF_ENOMEM, "needs",
+              lf_nn_gated_mlp_forward_raw(&m, (lf_mlp_variant)v, xp, T, XS, y, YS, lf_tensor_data(ws), need - 2, NULL));
+        lf_tensor_free(ref), lf_tensor_free(ws);
+    }
+    uint8_t ws[1 << 16];
+    FAILS(LF_ESHAPE, "rows must be >= 1",
+          lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, 0, XS, y, YS, ws, sizeof ws, NULL));
+    FAILS(LF_ESHAPE, "row stride",
+          lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, D - 1, y, YS, ws, sizeof ws, NULL));
+    FAILS(LF_ESHAPE, "row stride",
+          lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, -1, ws, sizeof ws, NULL));
+    FAILS(LF_ESHAPE, "row stride",
+          lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, (int64_t)1 << 62, XS, y, YS, ws, sizeof ws, NULL));
+    FAILS(LF_EINVAL, "'x'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, NULL, T, XS, y, YS, ws, sizeof ws, NULL));
+    FAILS(LF_EINVAL, "'y'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, NULL, YS, ws, sizeof ws, NULL));
+    FAILS(LF_EINVAL, "'workspace'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, NULL, 8, NULL));
+    FAILS(LF_EINVAL, "workspace_bytes is 0",
+          lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, ws, 0, NULL));
+    FAILS(LF_EINVAL, "no bf16 element", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, ws, 1, NULL));
+    FAILS(LF_EINVAL, "variant",
+          lf_nn_gated_mlp_forward_raw(&m, (lf_mlp_variant)9, xp, T, XS, y, YS, ws, sizeof ws, NULL));
+    /* y over x's own memory: refused, x untouched */
+    uint16_t before[T * XS];
+    memcpy(before, xp, sizeof before);
+    FAILS(LF_EINVAL, "", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, xp + 4, XS, ws, sizeof ws, NULL));
+    CHECK(!memcmp(before, xp, sizeof before), "forward_raw with y over x: x untouched");
+    lf_nn_gated_mlp blank;
+    memset(&blank, 0, sizeof blank);
+    FAILS(LF_EINVAL, "not initialised",
+          lf_nn_gated_mlp_forward_raw(&blank, LF_MLP_GATED, xp, T, XS, y, YS, ws, sizeof ws, NULL));
+    FAILS(LF_EINVAL, "'m'", lf_nn_gated_mlp_forward_raw(NULL, LF_MLP_GATED, xp, T, XS, y, YS, ws, sizeof ws, NULL));
+    lf_tensor_free(x), lf_tensor_free(xbig);
+    lf_nn_gated_mlp_free(&m);
+}
+
 /* FP8 weights made once and handed back to a module over the same weights (a framework keeps them
  * as its own tensors): taken as they are, and refused by name when a dtype, shape, layout or
  * argument is wrong, the module then unchanged (and the handles freed: ASan sees leaks). */
@@ -294,6 +370,7 @@ int main(void)
     test_mlp_forward();
     test_nn_errors();
     test_forward_out();
+    test_forward_raw();
     test_set_fp8_weights();
     return lf_test_finish("test_nn");
 }

@@ -91,7 +91,7 @@ LF_API lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_
 /* y (..., dim) for x (..., dim), eagerly: five kernels. */
 LF_API lf_status lf_nn_gated_mlp_forward(const lf_nn_gated_mlp *m, const lf_tensor *x, lf_tensor **y);
 LF_API lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
-                                          lf_tensor **y);
+                                                 lf_tensor **y);
 /* The forward for programs that own their memory (a framework's allocator, a CUDA graph being
  * captured): y (..., dim), an existing tensor of x's leading shape, dtype and device (any strides
  * whose leading dims flatten into one: where the GEMM cannot write y in place, its result goes
@@ -103,8 +103,19 @@ LF_API lf_status lf_nn_gated_mlp_forward_variant(const lf_nn_gated_mlp *m, lf_ml
  * say) is carved from the workspace too. The workspace may be reused by the next forward queued on the same
  * stream. The fp8 variant needs FP8 weights (lf_nn_gated_mlp_quantize_fp8) and, where the device
  * has none, runs the gated variant, as lf_nn_gated_mlp_forward_variant does. */
-LF_API lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y,
-                                             lf_tensor *workspace);
+LF_API lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+                                             lf_tensor *y, lf_tensor *workspace);
+/* lf_nn_gated_mlp_forward_out over memory the caller holds, for bindings whose arrays live in
+ * another framework (wrapping each into an lf_tensor on every call costs an eager decode step more
+ * than the call): x (rows, dim) at row stride x_rs elements, y (rows, dim) at row stride y_rs,
+ * both with unit column stride, and workspace_bytes (at least lf_nn_gated_mlp_workspace's) of
+ * workspace, all in the module's dtype and on its device. On a GPU the call runs on the module's GPU
+ * and, where stream is not NULL, on *stream (a cudaStream_t; a NULL one is the legacy default
+ * stream, PyTorch's default), else on the thread's current stream (lf_cuda_set_stream); the
+ * thread's current GPU and stream are as before when it returns. */
+LF_API lf_status lf_nn_gated_mlp_forward_raw(const lf_nn_gated_mlp *m, lf_mlp_variant v, const void *x, int64_t rows,
+                                             int64_t x_rs, void *y, int64_t y_rs, void *workspace,
+                                             size_t workspace_bytes, void *const *stream);
 /* The workspace bytes lf_nn_gated_mlp_forward_out needs for `tokens` tokens (the product of x's
  * leading dims) in variant v. */
 LF_API lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, int64_t tokens, size_t *bytes);
@@ -113,7 +124,8 @@ LF_API lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant
 /* A module over given weights: gate_up (2H, D) = [Wg; Wu] contiguous, down_weight (D, H), act
  * GELU_TANH, SILU or GELU_ERF; m owns both tensors from now on (lf_nn_gated_mlp_free frees them),
  * also when this fails. */
-LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act);
+LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight,
+                                              lf_act act);
 /* A Hugging Face MLP (Llama's, Mistral's, Qwen's, Gemma's): <prefix>.gate_proj.weight (H, D),
  * .up_proj.weight (H, D), .down_proj.weight (D, H) from st, their sizes checked against each
  * other, gate and up copied into the stacked gate_up, down read in place where dtype is the
@@ -122,7 +134,7 @@ LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gat
  * lf_st_get_as does, to bf16 under LF_DTYPE_COUNT. On the CPU; move it with
  * lf_nn_gated_mlp_to_device. */
 LF_API lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
-                               lf_dtype dtype);
+                                      lf_dtype dtype);
 /* The fp8 variant's weights: gate_up quantized per output channel (lf_quantize_fp8) and
  * down.weight per 128 x 128 block (lf_quantize_fp8_128x128), on the module's device, replacing any
  * made before. On failure m is unchanged. */
@@ -146,7 +158,7 @@ LF_API void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m);
  * partials into the full MLP's output. */
 typedef struct lf_nn_tp_mlp {
     int rank, world;
-    int64_t dim, hidden; /* the full MLP's */
+    int64_t dim, hidden;   /* the full MLP's */
     lf_nn_gated_mlp local; /* this rank's shard: dim -> hidden / world -> dim */
     lf_comm *comm;         /* the group (not owned); NULL: partial sums only */
     /* Token chunks: chunk i's all-reduce runs on the communicator's stream while chunk i+1
@@ -159,9 +171,10 @@ typedef struct lf_nn_tp_mlp {
  * thread's unit). world must divide hidden. comm may be NULL, else its rank and size must be
  * rank and world. */
 LF_API lf_status lf_nn_tp_mlp_shard(lf_nn_tp_mlp *m, const lf_nn_gated_mlp *full, int rank, int world, lf_comm *comm,
-                             lf_device dev);
+                                    lf_device dev);
 /* This rank's partial output: summed over every rank it is the full MLP's. */
-LF_API lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
+LF_API lf_status lf_nn_tp_mlp_forward_partial(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x,
+                                              lf_tensor **y);
 /* The full MLP's output on every rank: the partial, all-reduced over the group, in chunks. */
 LF_API lf_status lf_nn_tp_mlp_forward(const lf_nn_tp_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor **y);
 /* The chunk count chosen for a forward of `tokens` rows (bench/RESULTS.md says why it is 1). */

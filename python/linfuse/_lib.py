@@ -98,6 +98,8 @@ _PROTOS = {
     "lf_nn_gated_mlp_quantize_fp8": (S, [MLP], True),
     "lf_nn_gated_mlp_workspace": (S, [MLP, C.c_int, C.c_int64, C.POINTER(C.c_size_t)], False),
     "lf_nn_gated_mlp_forward_out": (S, [MLP, C.c_int, P, P, P], False),
+    "lf_nn_gated_mlp_forward_raw": (S, [MLP, C.c_int, P, C.c_int64, C.c_int64, P, C.c_int64, P, C.c_size_t,
+                                        C.POINTER(C.c_void_p)], False),
     "lf_nn_gated_mlp_forward_variant": (S, [MLP, C.c_int, P, PP], False),
     "lf_nn_gated_mlp_free": (None, [MLP], True),
     # devices and streams (linfuse/backend.h, linfuse/cuda.h)

@@ -214,6 +214,11 @@ class GatedMlp:
                 raise Error("%s: a weight is a view with its negative or conjugate bit set: pass "
                             "w.resolve_neg().resolve_conj(), which linfuse can view in place" % what)
         self._ws = {}  # (variant, tokens) -> workspace bytes, for the last few token counts
+        # What the direct call (_call_raw) compares a torch x against: the weights' torch, dtype and
+        # GPU (-1: the CPU); None where the weights are numpy's. FP8 found to run here, or not yet.
+        torch_w = _dlpack.torch_module() if _dlpack.is_torch(gate_up) else None
+        self._raw_as = (torch_w.Tensor, gate_up.dtype, gate_up.get_device()) if torch_w else None
+        self._fp8_here = False
         self._lock, self._calls, self._closed = threading.Lock(), 0, False
         with kind.running(), _handles() as h:
             m = _module(h, gate_up, down, a, what)
@@ -259,9 +264,44 @@ class GatedMlp:
             self._calls -= 1
             self._free_if_idle()
 
+    def _call_raw(self, x, v):
+        """The call for a torch x as a decode loop makes it, in one crossing into C
+        (lf_nn_gated_mlp_forward_raw: no lf_tensor, no DLPack export, the GPU and torch's current
+        stream passed in), or None where x is anything else or the call needs more (a quantization,
+        an fp8 fallback, an empty x): the general path then says or does it."""
+        kind = self._raw_as
+        if kind is None or type(x) is not kind[0] or x.dtype != kind[1] or x.get_device() != kind[2] or \
+                not x.is_contiguous() or x.is_neg() or x.is_conj() or not x.dim() or x.shape[-1] != self.dim:
+            return None
+        if v == _FP8 and not (self._quantized and self._fp8_here):
+            return None
+        T = x.numel() // self.dim
+        if T == 0:
+            return None
+        need = self._ws.get((v, T))
+        if need is None:
+            return None
+        torch = _dlpack.torch_module()
+        y = torch.empty(x.shape[:-1] + (self.out_features,), dtype=x.dtype, device=x.device)
+        ws = torch.empty((-(-need // x.element_size()),), dtype=x.dtype, device=x.device)
+        stream = None if kind[2] < 0 else C.byref(C.c_void_p(_raw_stream(torch, kind[2])))
+        self._enter()
+        try:
+            if self._addresses() != self._at:
+                raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
+                            "set_): make a new one over the weights as they are" % self.name)
+            check(lib.lf_nn_gated_mlp_forward_raw(C.byref(self._m), v, x.data_ptr(), T, self.dim, y.data_ptr(),
+                                                  self.out_features, ws.data_ptr(), need, stream), self.name)
+        finally:
+            self._leave()
+        return y
+
     def __call__(self, x, variant="gated"):
         what = self.name
         v = _variant(variant)
+        y = self._call_raw(x, v)
+        if y is not None:
+            return y
         k = _Kind(x)
         if len(x.shape) < 1 or x.shape[-1] != self.dim:
             raise Error("%s: x is %s: x's last dim is %s, the weights take %d" % (
@@ -275,6 +315,7 @@ class GatedMlp:
         y = k.empty(out_shape)
         if v == _FP8:
             runs, why = _fp8_runs(k)
+            self._fp8_here = runs
             if not runs:
                 warnings.warn("linfuse: the fp8 variant runs as the gated one here: %s" % why, Fp8FallbackWarning,
                               stacklevel=2)
