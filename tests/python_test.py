@@ -489,6 +489,8 @@ def test_torch_ops(torch):
     xg = x.clone().requires_grad_()
     check(torch.equal(m(xg), m(x)) and not m(xg).requires_grad, "GatedMlp: an x that requires grad is read")
     check(m(torch.empty(0, 17)).shape == (0, 17), "GatedMlp: no rows, an empty answer")
+    check(m._call_raw(torch.empty(2, 17, device="meta"), VARIANT["gated"]) is None and
+          m._call_raw(x.to_sparse(), VARIANT["gated"]) is None, "GatedMlp: a meta or sparse x goes the general way")
     # closed while another thread calls: the call completes (or was refused as closed)
     big = linfuse.GatedMlp(torch.randn(2048, 512), torch.randn(512, 1024))
     xb, out = torch.randn(128, 512), []

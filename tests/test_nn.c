@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "linfuse/compile.h"
 #include "testutil.h"
 
 static void test_linear_init(void)
@@ -234,6 +235,56 @@ static void test_forward_out(void)
     lf_nn_gated_mlp_free(&m);
 }
 
+/* forward_raw inside lf_compile: x a buffer that is neither an input nor a value of the graph, so
+ * the plan keeps it as a constant past the call; the plan runs and is freed (ASan: no header of the
+ * call's outlives it) and computes what the call did. */
+typedef struct raw_capture {
+    lf_nn_gated_mlp m;
+    const float *x;
+    void *ws;
+    size_t need;
+} raw_capture;
+
+static lf_status raw_forward(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n, (void)in;
+    raw_capture *c = ctx;
+    const int64_t shape[2] = {4, c->m.dim};
+    const lf_status s = lf_tensor_empty(out, LF_DTYPE_F32, 2, shape, LF_DEVICE_CPU);
+    if (s != LF_OK)
+        return s;
+    return lf_nn_gated_mlp_forward_raw(&c->m, LF_MLP_GATED, c->x, 4, c->m.dim, lf_tensor_data(*out), c->m.dim, c->ws,
+                                       c->need, NULL);
+}
+
+static void test_forward_raw_compiled(void)
+{
+    raw_capture c;
+    lf_rng rng;
+    lf_rng_seed(&rng, 47);
+    lf_nn_gated_mlp_opts o = {
+        .dim = 16, .hidden = 32, .dtype = LF_DTYPE_F32, .device = LF_DEVICE_CPU, .act = LF_ACT_SILU};
+    OK(lf_nn_gated_mlp_init(&c.m, &o, &rng));
+    const int64_t xs[2] = {4, 16};
+    lf_tensor *xc = rand_tensor(&rng, LF_DTYPE_F32, 2, xs), *x = rand_tensor(&rng, LF_DTYPE_F32, 2, xs);
+    lf_tensor *y = NULL, *ref = NULL;
+    c.x = lf_tensor_data(xc);
+    OK(lf_nn_gated_mlp_workspace(&c.m, LF_MLP_GATED, 4, &c.need));
+    c.ws = malloc(c.need);
+    OK(lf_nn_gated_mlp_forward_variant(&c.m, LF_MLP_GATED, xc, &ref));
+    lf_compiled *cc = NULL;
+    lf_compile_opts co = lf_compile_opts_default();
+    OK(lf_compile(&cc, raw_forward, &c, 1, &x, &co));
+    OK(lf_compiled_run(cc, 1, &x, &y));
+    CHECK(y && !memcmp(lf_tensor_data(y), lf_tensor_data(ref), 4 * 16 * sizeof(float)),
+          "forward_raw compiled: the plan computes what the call did");
+    lf_tensor_free(y);
+    lf_compiled_free(cc);
+    lf_tensor_free(ref), lf_tensor_free(x), lf_tensor_free(xc);
+    free(c.ws);
+    lf_nn_gated_mlp_free(&c.m);
+}
+
 /* lf_nn_gated_mlp_forward_raw: the same bits as the allocating forward, from x and into y at row
  * strides wider than a row (the gaps untouched), every variant; and each argument refused by name. */
 static void test_forward_raw(void)
@@ -291,7 +342,7 @@ static void test_forward_raw(void)
     FAILS(LF_EINVAL, "'x'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, NULL, T, XS, y, YS, ws, sizeof ws, NULL));
     FAILS(LF_EINVAL, "'y'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, NULL, YS, ws, sizeof ws, NULL));
     FAILS(LF_EINVAL, "'workspace'", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, NULL, 8, NULL));
-    FAILS(LF_EINVAL, "workspace_bytes is 0",
+    FAILS(LF_EINVAL, "0 workspace bytes hold no",
           lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, ws, 0, NULL));
     FAILS(LF_EINVAL, "no bf16 element", lf_nn_gated_mlp_forward_raw(&m, LF_MLP_GATED, xp, T, XS, y, YS, ws, 1, NULL));
     FAILS(LF_EINVAL, "variant",
@@ -371,6 +422,7 @@ int main(void)
     test_nn_errors();
     test_forward_out();
     test_forward_raw();
+    test_forward_raw_compiled();
     test_set_fp8_weights();
     return lf_test_finish("test_nn");
 }

@@ -109,10 +109,11 @@ LF_API lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_va
  * another framework (wrapping each into an lf_tensor on every call costs an eager decode step more
  * than the call): x (rows, dim) at row stride x_rs elements, y (rows, dim) at row stride y_rs,
  * both with unit column stride, and workspace_bytes (at least lf_nn_gated_mlp_workspace's) of
- * workspace, all in the module's dtype and on its device. On a GPU the call runs on the module's GPU
- * and, where stream is not NULL, on *stream (a cudaStream_t; a NULL one is the legacy default
- * stream, PyTorch's default), else on the thread's current stream (lf_cuda_set_stream); the
- * thread's current GPU and stream are as before when it returns. */
+ * workspace, all in the module's dtype and on its device. On a GPU the call selects the module's
+ * GPU for the thread (lf_device_select: it stays selected) and runs, where stream is not NULL, on
+ * *stream (a cudaStream_t; a NULL one is the legacy default stream, PyTorch's default), the
+ * thread's stream put back after; else on the thread's current stream (lf_cuda_set_stream). Under
+ * lf_compile the memory is taken as any tensor is (kept for the plan where it is a constant). */
 LF_API lf_status lf_nn_gated_mlp_forward_raw(const lf_nn_gated_mlp *m, lf_mlp_variant v, const void *x, int64_t rows,
                                              int64_t x_rs, void *y, int64_t y_rs, void *workspace,
                                              size_t workspace_bytes, void *const *stream);

@@ -214,10 +214,12 @@ class GatedMlp:
                 raise Error("%s: a weight is a view with its negative or conjugate bit set: pass "
                             "w.resolve_neg().resolve_conj(), which linfuse can view in place" % what)
         self._ws = {}  # (variant, tokens) -> workspace bytes, for the last few token counts
-        # What the direct call (_call_raw) compares a torch x against: the weights' torch, dtype and
-        # GPU (-1: the CPU); None where the weights are numpy's. FP8 found to run here, or not yet.
+        # What the direct call (_call_raw) compares a torch x against: the weights' tensor type,
+        # dtype, device and GPU (-1: the CPU); None where the weights are numpy's (or torch has no
+        # negative bit to ask of x: before 1.10). FP8 found to run here, or not yet.
         torch_w = _dlpack.torch_module() if _dlpack.is_torch(gate_up) else None
-        self._raw_as = (torch_w.Tensor, gate_up.dtype, gate_up.get_device()) if torch_w else None
+        self._raw_as = (torch_w.Tensor, gate_up.dtype, gate_up.device, gate_up.get_device(), torch_w.strided) \
+            if torch_w is not None and hasattr(torch_w.Tensor, "is_neg") else None
         self._fp8_here = False
         self._lock, self._calls, self._closed = threading.Lock(), 0, False
         with kind.running(), _handles() as h:
@@ -266,12 +268,19 @@ class GatedMlp:
 
     def _call_raw(self, x, v):
         """The call for a torch x as a decode loop makes it, in one crossing into C
-        (lf_nn_gated_mlp_forward_raw: no lf_tensor, no DLPack export, the GPU and torch's current
-        stream passed in), or None where x is anything else or the call needs more (a quantization,
-        an fp8 fallback, an empty x): the general path then says or does it."""
+        (lf_nn_gated_mlp_forward_raw: no lf_tensor, no DLPack export, torch's current stream passed
+        in), or None where x is anything else or the call needs more (another current GPU, a
+        quantization, an fp8 fallback, an empty x): the general path then says or does it."""
         kind = self._raw_as
-        if kind is None or type(x) is not kind[0] or x.dtype != kind[1] or x.get_device() != kind[2] or \
-                not x.is_contiguous() or x.is_neg() or x.is_conj() or not x.dim() or x.shape[-1] != self.dim:
+        if kind is None or type(x) is not kind[0] or x.dtype != kind[1] or x.device != kind[2] or \
+                x.layout != kind[4] or not x.is_contiguous() or x.is_neg() or x.is_conj() or not x.dim() or \
+                x.shape[-1] != self.dim:
+            return None
+        torch = _dlpack.torch_module()
+        gpu = kind[3]
+        # on a GPU, only where the runtime's current GPU is the weights' already (torch's own
+        # device), so the C call's select switches nothing under torch; else the general path
+        if gpu >= 0 and torch.cuda.current_device() != gpu:
             return None
         if v == _FP8 and not (self._quantized and self._fp8_here):
             return None
@@ -281,10 +290,9 @@ class GatedMlp:
         need = self._ws.get((v, T))
         if need is None:
             return None
-        torch = _dlpack.torch_module()
         y = torch.empty(x.shape[:-1] + (self.out_features,), dtype=x.dtype, device=x.device)
         ws = torch.empty((-(-need // x.element_size()),), dtype=x.dtype, device=x.device)
-        stream = None if kind[2] < 0 else C.byref(C.c_void_p(_raw_stream(torch, kind[2])))
+        stream = None if gpu < 0 else C.byref(C.c_void_p(_raw_stream(torch, gpu)))
         self._enter()
         try:
             if self._addresses() != self._at:

@@ -1,9 +1,9 @@
 /* The gated MLP's forward over memory a binding already holds (linfuse/nn.h): the three arrays
- * wrapped here for the one call, the module's GPU and the caller's stream selected for it and put
- * back after. A framework's eager decode calls this once per layer and token; through
- * lf_nn_gated_mlp_forward_out it would make three lf_tensors (three DLPack exports from Python),
- * select the device and swap the stream around the call, each a crossing into C (in Python's
- * ctypes, microseconds each: bench/RESULTS.md). Layer: nn/. */
+ * wrapped here for the one call, the caller's stream set for it and put back after. A framework's
+ * eager decode calls this once per layer and token; through lf_nn_gated_mlp_forward_out it would
+ * make three lf_tensors (three DLPack exports from Python), select the device and swap the stream
+ * around the call, each a crossing into C (in Python's ctypes, microseconds each:
+ * bench/RESULTS.md). Layer: nn/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,29 +18,38 @@ static void keep(void *ctx)
     (void)ctx; /* the caller's memory */
 }
 
-/* A 2-D view of rows x cols elements at row stride rs (unit column stride) over memory linfuse
- * does not own, on w's device and in w's dtype: a header and storage on the caller's stack, whose
- * one reference is never dropped (views made inside the call take and give back their own). */
-typedef struct borrowed {
-    lf_tensor t;
-    lf_storage s;
-} borrowed;
-
-static void borrow(borrowed *b, const lf_tensor *w, const void *data, int64_t rows, int64_t cols, int64_t rs,
-                   size_t nbytes)
+/* A view of memory linfuse does not own, on w's device and in w's dtype: rows x cols elements at
+ * row stride rs (unit column stride; rows 0: one dimension of cols). On the heap, refcounted as any
+ * tensor: a compiled plan being captured may keep a reference to an input past the call (as it
+ * keeps any tensor it takes for a constant), and the header must outlive the call then. */
+static lf_status borrow(lf_tensor **out, const lf_tensor *w, const void *data, int64_t rows, int64_t cols, int64_t rs,
+                        size_t nbytes)
 {
-    memset(b, 0, sizeof *b);
-    atomic_init(&b->s.refs, 1);
-    b->s.device = lf_tensor_device(w);
-    b->s.index = lf_tensor_device_index(w);
-    b->s.nbytes = nbytes;
-    b->s.data = (void *)data;
-    b->s.release = keep;
-    b->t.storage = &b->s;
-    b->t.dtype = w->dtype;
-    b->t.ndim = 2;
-    b->t.shape[0] = rows, b->t.shape[1] = cols;
-    b->t.stride[0] = rs, b->t.stride[1] = 1;
+    lf_tensor *t = calloc(1, sizeof *t);
+    lf_storage *s = malloc(sizeof *s);
+    if (!t || !s) {
+        free(t), free(s);
+        return lf_fail(LF_ENOMEM, "lf_nn_gated_mlp_forward_raw: out of host memory for a tensor header");
+    }
+    atomic_init(&s->refs, 1);
+    s->device = lf_tensor_device(w);
+    s->index = lf_tensor_device_index(w);
+    s->nbytes = nbytes;
+    s->data = (void *)data;
+    s->release = keep, s->release_ctx = NULL;
+    s->tag = NULL;
+    t->storage = s;
+    t->dtype = w->dtype;
+    if (rows) {
+        t->ndim = 2;
+        t->shape[0] = rows, t->shape[1] = cols;
+        t->stride[0] = rs, t->stride[1] = 1;
+    } else {
+        t->ndim = 1;
+        t->shape[0] = cols, t->stride[0] = 1;
+    }
+    *out = t;
+    return LF_OK;
 }
 
 /* The bytes a rows x cols view at row stride rs spans, or 0 when rs is below cols or the span
@@ -52,6 +61,23 @@ static size_t span(int64_t rows, int64_t cols, int64_t rs, size_t es)
         __builtin_add_overflow(n, (uint64_t)cols, &n) || n > ((uint64_t)1 << 62) / es)
         return 0;
     return (size_t)(n * es);
+}
+
+/* The forward on the module's GPU (selected for the thread, as a call on its tensors would) and,
+ * where stream is given, on *stream, the thread's stream put back after. */
+static lf_status run_on_gpu(const lf_nn_gated_mlp *m, lf_mlp_variant v, const lf_tensor *x, lf_tensor *y, lf_tensor *ws,
+                            void *const *stream)
+{
+    LF_TRY(lf_device_select(lf_tensor_device(m->gate_up), lf_tensor_device_index(m->gate_up)));
+    if (!stream)
+        return lf_nn_gated_mlp_forward_out(m, v, x, y, ws);
+    void *prev = NULL;
+    LF_TRY(lf_cuda_get_stream(&prev));
+    LF_TRY(lf_cuda_set_stream(*stream));
+    const lf_status s = lf_nn_gated_mlp_forward_out(m, v, x, y, ws);
+    if (lf_cuda_set_stream(prev) != LF_OK && s == LF_OK)
+        return LF_EDEVICE; /* said by lf_cuda_set_stream */
+    return s;
 }
 
 lf_status lf_nn_gated_mlp_forward_raw(const lf_nn_gated_mlp *m, lf_mlp_variant v, const void *x, int64_t rows,
@@ -73,34 +99,19 @@ lf_status lf_nn_gated_mlp_forward_raw(const lf_nn_gated_mlp *m, lf_mlp_variant v
                        "%s: %lld rows of %lld at row strides %lld (x) and %lld (y): rows must be >= 1 and each "
                        "row stride at least the row's length",
                        fn, (long long)rows, (long long)m->dim, (long long)x_rs, (long long)y_rs);
-    if (workspace_bytes < 1)
-        return lf_fail(LF_EINVAL, "%s: workspace_bytes is 0 (lf_nn_gated_mlp_workspace says how many)", fn);
-    borrowed bx, by, bw;
-    borrow(&bx, w, x, rows, m->dim, x_rs, xb);
-    borrow(&by, w, y, rows, m->dim, y_rs, yb);
-    borrow(&bw, w, workspace, 1, (int64_t)(workspace_bytes / es), (int64_t)(workspace_bytes / es),
-           workspace_bytes / es * es);
-    bw.t.ndim = 1;
-    bw.t.shape[0] = (int64_t)(workspace_bytes / es), bw.t.stride[0] = 1;
-    if (bw.t.shape[0] < 1)
-        return lf_fail(LF_EINVAL, "%s: %zu workspace bytes hold no %s element", fn, workspace_bytes,
-                       lf_dtype_name(w->dtype));
-    const lf_device dev = lf_tensor_device(w);
-    if (dev == LF_DEVICE_CPU)
-        return lf_nn_gated_mlp_forward_out(m, v, &bx.t, &by.t, &bw.t);
-    /* the module's GPU and the caller's stream for the call; the thread's own put back after */
-    const int was = lf_device_current(dev), index = lf_tensor_device_index(w);
-    void *prev = NULL;
-    LF_TRY(lf_device_select(dev, index));
-    lf_status s = lf_cuda_get_stream(&prev);
-    if (s == LF_OK && stream)
-        s = lf_cuda_set_stream(*stream);
-    if (s == LF_OK) {
-        s = lf_nn_gated_mlp_forward_out(m, v, &bx.t, &by.t, &bw.t);
-        if (stream)
-            lf_cuda_set_stream(prev);
-    }
-    if (was != index)
-        lf_device_select(dev, was);
+    if (workspace_bytes < es)
+        return lf_fail(LF_EINVAL,
+                       "%s: %zu workspace bytes hold no %s element (lf_nn_gated_mlp_workspace says how many)", fn,
+                       workspace_bytes, lf_dtype_name(w->dtype));
+    lf_tensor *tx = NULL, *ty = NULL, *tw = NULL;
+    lf_status s = borrow(&tx, w, x, rows, m->dim, x_rs, xb);
+    if (s == LF_OK)
+        s = borrow(&ty, w, y, rows, m->dim, y_rs, yb);
+    if (s == LF_OK)
+        s = borrow(&tw, w, workspace, 0, (int64_t)(workspace_bytes / es), 0, workspace_bytes / es * es);
+    if (s == LF_OK)
+        s = lf_tensor_device(w) == LF_DEVICE_CPU ? lf_nn_gated_mlp_forward_out(m, v, tx, ty, tw)
+                                                 : run_on_gpu(m, v, tx, ty, tw, stream);
+    lf_tensor_free(tx), lf_tensor_free(ty), lf_tensor_free(tw);
     return s;
 }
