@@ -238,6 +238,11 @@ class GatedMlp:
         """Where the torch weights' memory is (numpy's cannot move while linfuse holds it)."""
         return tuple(w.data_ptr() for w in self._torch_weights)
 
+    def _weights_stayed(self):
+        if self._addresses() != self._at:
+            raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
+                        "set_): make a new one over the weights as they are" % self.name)
+
     def close(self):
         """Let the weights go (the object cannot be called after); at once, or when the last call
         in flight returns."""
@@ -295,9 +300,7 @@ class GatedMlp:
         stream = None if gpu < 0 else C.byref(C.c_void_p(_raw_stream(torch, gpu)))
         self._enter()
         try:
-            if self._addresses() != self._at:
-                raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
-                            "set_): make a new one over the weights as they are" % self.name)
+            self._weights_stayed()
             check(lib.lf_nn_gated_mlp_forward_raw(C.byref(self._m), v, x.data_ptr(), T, self.dim, y.data_ptr(),
                                                   self.out_features, ws.data_ptr(), need, stream), self.name)
         finally:
@@ -330,9 +333,7 @@ class GatedMlp:
                 v = _GATED
         self._enter()
         try:
-            if self._addresses() != self._at:
-                raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
-                            "set_): make a new one over the weights as they are" % what)
+            self._weights_stayed()
             with k.running(), _handles() as h:
                 if v == _FP8 and not self._quantized:
                     with self._lock:  # one quantization, whichever thread asks first

@@ -4,8 +4,6 @@
  * make three lf_tensors (three DLPack exports from Python), select the device and swap the stream
  * around the call, each a crossing into C (in Python's ctypes, microseconds each:
  * bench/RESULTS.md). Layer: nn/. */
-#include <stdlib.h>
-#include <string.h>
 
 #include "core/core.h"
 #include "linfuse/backend.h"
@@ -13,43 +11,16 @@
 #include "linfuse/nn.h"
 #include "tensor/tensor_impl.h"
 
-static void keep(void *ctx)
-{
-    (void)ctx; /* the caller's memory */
-}
-
 /* A view of memory linfuse does not own, on w's device and in w's dtype: rows x cols elements at
- * row stride rs (unit column stride; rows 0: one dimension of cols). On the heap, refcounted as any
- * tensor: a compiled plan being captured may keep a reference to an input past the call (as it
- * keeps any tensor it takes for a constant), and the header must outlive the call then. */
+ * row stride rs (unit column stride; rows 0: one dimension of cols). Refcounted as any tensor: a
+ * compiled plan being captured may keep a reference to an input past the call (as it keeps any
+ * tensor it takes for a constant). */
 static lf_status borrow(lf_tensor **out, const lf_tensor *w, const void *data, int64_t rows, int64_t cols, int64_t rs,
                         size_t nbytes)
 {
-    lf_tensor *t = calloc(1, sizeof *t);
-    lf_storage *s = malloc(sizeof *s);
-    if (!t || !s) {
-        free(t), free(s);
-        return lf_fail(LF_ENOMEM, "lf_nn_gated_mlp_forward_raw: out of host memory for a tensor header");
-    }
-    atomic_init(&s->refs, 1);
-    s->device = lf_tensor_device(w);
-    s->index = lf_tensor_device_index(w);
-    s->nbytes = nbytes;
-    s->data = (void *)data;
-    s->release = keep, s->release_ctx = NULL;
-    s->tag = NULL;
-    t->storage = s;
-    t->dtype = w->dtype;
-    if (rows) {
-        t->ndim = 2;
-        t->shape[0] = rows, t->shape[1] = cols;
-        t->stride[0] = rs, t->stride[1] = 1;
-    } else {
-        t->ndim = 1;
-        t->shape[0] = cols, t->stride[0] = 1;
-    }
-    *out = t;
-    return LF_OK;
+    const int64_t shape[2] = {rows ? rows : cols, cols}, stride[2] = {rows ? rs : 1, 1};
+    return lf_tensor_over(out, "lf_nn_gated_mlp_forward_raw", lf_tensor_device(w), lf_tensor_device_index(w), w->dtype,
+                          rows ? 2 : 1, shape, stride, 0, (void *)data, nbytes, NULL, NULL);
 }
 
 /* The bytes a rows x cols view at row stride rs spans, or 0 when rs is below cols or the span

@@ -189,29 +189,9 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     const int64_t offset = (int64_t)(d->byte_offset / es);
     uint64_t last;
     LF_TRY(reach_of(d, stride, offset, es, &last));
-    lf_tensor *t = calloc(1, sizeof *t);
-    lf_storage *s = malloc(sizeof *s);
-    if (!t || !s) {
-        free(t), free(s);
-        return lf_fail(LF_ENOMEM, "lf_tensor_from_dlpack: out of host memory for a tensor header");
-    }
     /* the storage: the bytes the view reaches, the producer's deleter run when the last view goes */
-    atomic_init(&s->refs, 1);
-    s->device = dev;
-    s->index = index;
-    s->nbytes = (size_t)(last + 1) * es;
-    s->data = d->data;
-    s->release = run_deleter;
-    s->release_ctx = mt;
-    s->tag = NULL;
-    t->storage = s;
-    t->dtype = dt;
-    t->ndim = d->ndim;
-    t->offset = offset;
-    memcpy(t->shape, d->shape, (size_t)d->ndim * sizeof *t->shape);
-    memcpy(t->stride, stride, (size_t)d->ndim * sizeof *t->stride);
-    *out = t;
-    return LF_OK;
+    return lf_tensor_over(out, "lf_tensor_from_dlpack", dev, index, dt, d->ndim, d->shape, stride, offset, d->data,
+                          (size_t)(last + 1) * es, run_deleter, mt);
 }
 
 /* What lf_tensor_to_dlpack hands out: the struct DLPack defines, the arrays it points at, and

@@ -222,6 +222,33 @@ static void keep_memory(void *ctx)
     (void)ctx; /* the caller's memory: nothing to give back */
 }
 
+lf_status lf_tensor_over(lf_tensor **out, const char *what, lf_device dev, int index, lf_dtype dt, int ndim,
+                         const int64_t *shape, const int64_t *stride, int64_t offset, void *data, size_t nbytes,
+                         void (*release)(void *ctx), void *ctx)
+{
+    lf_tensor *t = calloc(1, sizeof *t);
+    lf_storage *s = malloc(sizeof *s);
+    if (!t || !s) {
+        free(t), free(s);
+        return lf_fail(LF_ENOMEM, "%s: out of host memory for a tensor header", what);
+    }
+    atomic_init(&s->refs, 1);
+    s->device = dev;
+    s->index = index;
+    s->nbytes = nbytes;
+    s->data = data;
+    s->release = release ? release : keep_memory, s->release_ctx = ctx;
+    s->tag = NULL;
+    t->storage = s;
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->offset = offset;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    memcpy(t->stride, stride, (size_t)ndim * sizeof *stride);
+    *out = t;
+    return LF_OK;
+}
+
 lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
                                 void (*release)(void *ctx), void *ctx)
 {
@@ -233,26 +260,10 @@ lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const in
     if ((uint64_t)numel * lf_dtype_size(dt) != nbytes)
         return lf_fail(LF_ESHAPE, "lf_tensor_from_memory: %lld elements of %s are %llu bytes, the memory holds %zu",
                        (long long)numel, lf_dtype_name(dt), (unsigned long long)numel * lf_dtype_size(dt), nbytes);
-    lf_tensor *t = calloc(1, sizeof *t);
-    lf_storage *s = malloc(sizeof *s);
-    if (!t || !s) {
-        free(t), free(s);
-        return lf_fail(LF_ENOMEM, "lf_tensor_from_memory: out of host memory for a tensor header");
-    }
-    atomic_init(&s->refs, 1);
-    s->device = LF_DEVICE_CPU;
-    s->index = 0;
-    s->nbytes = nbytes;
-    s->data = data;
-    s->release = release ? release : keep_memory, s->release_ctx = ctx;
-    s->tag = NULL;
-    t->storage = s;
-    t->dtype = dt;
-    t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    lf_contiguous_strides(ndim, shape, t->stride);
-    *out = t;
-    return LF_OK;
+    int64_t stride[LF_MAX_DIMS];
+    lf_contiguous_strides(ndim, shape, stride);
+    return lf_tensor_over(out, "lf_tensor_from_memory", LF_DEVICE_CPU, 0, dt, ndim, shape, stride, 0, data, nbytes,
+                          release, ctx);
 }
 
 lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev)

@@ -75,6 +75,14 @@ lf_status lf_shape_infer(const char *what, int ndim, int64_t *shape_io, int64_t 
  * 0 when only a copy can give that shape. */
 int lf_view_strides(const lf_tensor *t, int ndim, const int64_t *shape, int64_t *stride_out);
 
+/* A tensor over memory the tensor layer did not allocate, on unit `index` of dev, the storage's
+ * nbytes from data: release(ctx) runs when its last view goes (NULL: the memory is the caller's).
+ * No checks beyond the allocation (what: the caller's name, for the error): lf_tensor_from_memory,
+ * lf_tensor_from_dlpack and the gated MLP's raw forward check the geometry first. */
+lf_status lf_tensor_over(lf_tensor **out, const char *what, lf_device dev, int index, lf_dtype dt, int ndim,
+                         const int64_t *shape, const int64_t *stride, int64_t offset, void *data, size_t nbytes,
+                         void (*release)(void *ctx), void *ctx);
+
 /* A new handle over t's storage with the given geometry (no checks beyond the allocation). */
 lf_status lf_tensor_alias(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
                           int64_t offset);
