@@ -577,7 +577,7 @@ def test_torch_apply(torch):
         with torch.no_grad():
             ref = model(x)
         keys, nbytes = list(model.state_dict()), storage_bytes(torch, model)
-        old = [weakref.ref(layer.mlp.up_proj.weight) for layer in model.layers]
+        old = [(layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight) for layer in model.layers]
         # modules linfuse must leave alone, each with its reason
         biased = MLP(model.config).to(torch.bfloat16)
         biased.up_proj = nn.Linear(64, 96, bias=True).to(torch.bfloat16)
@@ -601,8 +601,10 @@ def test_torch_apply(torch):
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
         check(storage_bytes(torch, model) == nbytes, "%s: parameter memory did not grow (%d -> %d bytes)" % (
             family, nbytes, storage_bytes(torch, model)))
-        gc.collect()
-        check(all(r() is None for r in old), "%s: the old gate and up weights are freed, none held by linfuse" % family)
+        check(all(layer.mlp.gate_proj.weight is g and layer.mlp.up_proj.weight is u and
+                  g.data_ptr() == layer.mlp.linfuse_gate_up.data_ptr() for layer, (g, u) in zip(model.layers, old)),
+              "%s: gate's and up's Parameters are the same objects (an optimizer keeps them), over the stacked "
+              "weight" % family)
         mlp = model.layers[0].mlp
         check(mlp.gate_proj.weight.data_ptr() == mlp.linfuse_gate_up.data_ptr(),
               "%s: gate_proj.weight is a view of the stacked [Wg; Wu]" % family)
@@ -730,6 +732,115 @@ def test_torch_custom_ops(torch):
         check(tuple(out.shape) == (3, 64), "a patched MLP under FakeTensorMode gives the fake op's shape")
 
 
+def test_torch_misuse(torch):
+    """What a new user's attack found (each was a crash, a silent wrong answer or a spurious error)."""
+    import numpy as np
+    import linfuse
+    import linfuse.torch as lt
+    nn = torch.nn
+    # a GatedMlp is not copied: a copy shared its C module, freed under it by the original's close()
+    m = linfuse.GatedMlp(torch.randn(64, 16), torch.randn(16, 32))
+    for how, fn in (("copy.copy", copy.copy), ("copy.deepcopy", copy.deepcopy), ("pickle", pickle.dumps)):
+        raises(TypeError, ["cannot be copied or pickled"], lambda: fn(m), "GatedMlp: %s refused" % how)
+    # a weight re-laid out in place at the same address: refused, not read with the old strides
+    gu, dn = torch.randn(24, 8), torch.randn(8, 12)
+    m, x = linfuse.GatedMlp(gu, dn), torch.randn(3, 8)
+    m(x), m(x)
+    with torch.no_grad():
+        dn.as_strided_((8, 12), (1, 8))
+    raises(linfuse.Error, ["changed its layout"], lambda: m(x), "GatedMlp: a weight re-strided in place")
+    # a misaligned array: refused by name (its reads were undefined behaviour)
+    buf = bytearray(4 * 8 * 4 + 2)
+    w = np.frombuffer(buf, np.float32, offset=2, count=32).reshape(8, 4)
+    raises(linfuse.Error, ["not aligned"], lambda: linfuse.linear(np.ones((1, 4), np.float32), w),
+           "a weight not aligned to its elements")
+    # relu keeps NaN, as torch.relu does
+    y = linfuse.linear(np.ones((1, 2), np.float32), np.eye(2, dtype=np.float32), np.array([np.nan, 0], np.float32),
+                       act="relu")
+    check(np.isnan(y[0, 0]) and y[0, 1] == 1.0, "relu(NaN) is NaN: %s" % y)
+    model, MLP = toy_model(torch, "llama", layers=1)
+    mlp = model.layers[0].mlp
+    g0 = mlp.gate_proj.weight
+    opt = torch.optim.SGD(mlp.parameters(), lr=0.1)
+    lt.apply(model)
+    x = torch.randn(3, 64)
+    # gate's and up's weights wanting a gradient, down's frozen: refused at once, not dropped
+    mlp.down_proj.weight.requires_grad_(False)
+    raises(RuntimeError, ["no backward"], lambda: mlp(x), "patched: gate/up want grad, down frozen")
+    mlp.down_proj.weight.requires_grad_(True)
+    # a module whose gate parameter was replaced: its copies refuse, as it does
+    with torch.no_grad():
+        ref = mlp.linfuse_base_class.forward(mlp, x)
+        check(torch.allclose(mlp(x), ref, atol=1e-4), "patched toy MLP computes its own forward")
+    saved = mlp.gate_proj.weight
+    mlp.gate_proj.weight = nn.Parameter(torch.randn_like(saved))
+    for how, fn in (("deepcopy", copy.deepcopy), ("pickle", pickle.dumps)):
+        raises(linfuse.Error, ["no longer view"], lambda: fn(mlp), "a patched module with a replaced gate: %s" % how)
+    mlp.gate_proj.weight = saved
+    # down re-laid out at the same address: the module's GatedMlp is made again
+    with torch.no_grad():
+        mlp(x)
+        w = mlp.down_proj.weight
+        mlp.down_proj.weight = nn.Parameter(w.as_strided((64, 96), (1, 64)))
+        check(torch.allclose(mlp(x), mlp.linfuse_base_class.forward(mlp, x), atol=1e-4),
+              "patched: a down weight re-strided at the same address is seen")
+        mlp.down_proj.weight = w
+    # autocast: x cast to the weights' dtype where autocast would, else the module's own forward
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y, own = mlp(x), mlp.linfuse_base_class.forward(mlp, x)
+    check(y.dtype == own.dtype and torch.equal(y, own), "patched f32 module under bf16 autocast: its own forward")
+    bf = toy_model(torch, "llama", layers=1)[0].to(torch.bfloat16)
+    lt.apply(bf)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = bf.layers[0].mlp(x)  # f32 x, bf16 weights: x cast as autocast would
+        own = bf.layers[0].mlp.linfuse_base_class.forward(bf.layers[0].mlp, x)
+    check(y.dtype == own.dtype == torch.bfloat16 and torch.allclose(y.float(), own.float(), atol=0.03),
+          "patched bf16 module under bf16 autocast, an f32 x: cast, computed by linfuse")
+    # an optimizer made before apply still trains gate and up after unapply
+    lt.unapply(model)
+    check(mlp.gate_proj.weight is g0, "apply/unapply keep gate's Parameter object")
+    before = g0.detach().clone()
+    mlp(torch.randn(8, 64)).square().sum().backward()
+    opt.step()
+    check(not torch.equal(before, g0), "an optimizer made before apply still trains gate_proj after unapply")
+    # a projection with hooks or a parametrization is left alone with the reason
+    model, _ = toy_model(torch, "llama", layers=1)
+    model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, i, o: None)
+    report = lt.apply(model)
+    check(not report.replaced and "forward hooks" in str(report), "a hooked projection is left: %s" % report)
+    # threads calling a module for the first time at once: one GatedMlp, no "closed" error
+    model, _ = toy_model(torch, "llama", layers=1)
+    lt.apply(model)
+    mlp, errors, bar = model.layers[0].mlp, [], threading.Barrier(4)
+
+    def first_call():
+        bar.wait()
+        try:
+            with torch.no_grad():
+                mlp(torch.randn(1, 64))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=first_call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(not errors, "four threads' first calls at once: %r" % errors[:1])
+    # torch.jit.trace where linfuse has no custom op: the module's own forward is traced (a warning)
+    if not lt.HAS_CUSTOM_OP:
+        with torch.no_grad(), warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            traced = torch.jit.trace(mlp, torch.randn(3, 64), check_trace=False)
+            x = torch.randn(3, 64)
+            check(torch.allclose(traced(x), mlp(x), atol=1e-4), "jit.trace before torch 2.4 records the own forward")
+    func = getattr(torch, "func", None)
+    if func is not None and hasattr(func, "vmap"):  # functorch's wrappers: the module's own forward
+        with torch.no_grad():
+            xs = torch.randn(5, 2, 64)
+            check(torch.allclose(func.vmap(mlp)(xs), torch.stack([mlp(r) for r in xs]), atol=1e-4),
+                  "vmap over a patched module")
+
+
 def main():
     lib_path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LINFUSE_LIBRARY", "")
     os.environ.setdefault("LINFUSE_LIBRARY", lib_path)
@@ -750,6 +861,7 @@ def main():
         test_torch_ops(torch)
         test_torch_apply(torch)
         test_torch_custom_ops(torch)
+        test_torch_misuse(torch)
     print("python_test: %d checks, %d failed" % (checks, failures))
     return 1 if failures else 0
 

@@ -235,13 +235,15 @@ class GatedMlp:
         self._m, self._quantized, self._at = m, fp8_weights is not None, self._addresses()
 
     def _addresses(self):
-        """Where the torch weights' memory is (numpy's cannot move while linfuse holds it)."""
-        return tuple(w.data_ptr() for w in self._torch_weights)
+        """Where and how the torch weights' memory is laid out (numpy's cannot move while linfuse
+        holds it): a resize_, set_ or as_strided_ changes one of them."""
+        return tuple((w.data_ptr(), w.shape, w.stride()) for w in self._torch_weights)
 
     def _weights_stayed(self):
         if self._addresses() != self._at:
-            raise Error("%s: a torch weight's memory moved since this GatedMlp was made (share_memory_, resize_, "
-                        "set_): make a new one over the weights as they are" % self.name)
+            raise Error("%s: a torch weight's memory moved or changed its layout since this GatedMlp was made "
+                        "(share_memory_, resize_, set_, as_strided_): make a new one over the weights as they are"
+                        % self.name)
 
     def close(self):
         """Let the weights go (the object cannot be called after); at once, or when the last call
@@ -259,6 +261,14 @@ class GatedMlp:
     def __del__(self):
         if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit
             self.close()
+
+    def _no_copy(self, *args):
+        """A GatedMlp owns a C module that one close() frees: a copy sharing it could call it after
+        the original closed (copy.copy did, and read freed memory). Make another over the weights."""
+        raise TypeError("%s: a GatedMlp cannot be copied or pickled (it owns linfuse's module over the weights): "
+                        "make a new GatedMlp(gate_up, down, ...) over them" % self.name)
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _no_copy
 
     def _enter(self):
         with self._lock:

@@ -14,7 +14,9 @@ apply(model, variant) replaces the forward of transformers' Llama, Mistral, Qwen
 Gemma/Gemma2 MLPs (down(act(gate(x)) * up(x)), act silu or gelu_pytorch_tanh from the config)
 with linfuse::gated_mlp; unapply(model) puts them back."""
 import copy
+import threading
 import typing
+import warnings
 import weakref
 
 import torch
@@ -191,18 +193,20 @@ def _check_intact(mod):
 # after a full check when any of them changes. Kept beside the module, not on it: copy.deepcopy
 # and pickling must not copy a C handle.
 _PREPARED = weakref.WeakKeyDictionary()
+_PREPARING = threading.Lock()
 
 
 def _key(mod):
-    """The addresses (and for fp8 the versions) a module's GatedMlp was made at. Read from the
-    module's own dicts: nn.Module's __getattr__ costs a decode step's call more than the rest."""
+    """The addresses and layouts (and for fp8 the versions) a module's GatedMlp was made at. Read
+    from the module's own dicts: nn.Module's __getattr__ costs a decode step's call more than the
+    rest."""
     mods, bufs = mod._modules, mod._buffers
     try:
         g, u, d = (mods[p]._parameters["weight"] for p in ("gate_proj", "up_proj", "down_proj"))
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
         g, u, d = mod.gate_proj.weight, mod.up_proj.weight, mod.down_proj.weight
     gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
-    key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr())
+    key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape)
     return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
 
 
@@ -218,7 +222,12 @@ def _eager_weights(mod):
     (A held GatedMlp keeps its tensors alive: an address seen again is the same memory.)"""
     key = _key(mod)
     got = _PREPARED.get(mod)
-    if got is None or got[0] != key:
+    if got is not None and got[0] == key:
+        return got[1]
+    with _PREPARING:  # threads calling a module first at once: one makes it, the others use it
+        got = _PREPARED.get(mod)
+        if got is not None and got[0] == key:
+            return got[1]
         _drop(mod)  # the old weights go now, whether or not the check below passes
         _check_intact(mod)  # raises, or quantizes again
         gu, d = mod.linfuse_gate_up, mod.down_proj.weight
@@ -247,8 +256,56 @@ def _unwatched(x, mod):
         not torch.jit.is_tracing() and not _fx_tracing()
 
 
+_functorch = getattr(torch._C, "_functorch", None)
+_wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", None)  # vmap's and grad's wrappers (torch 2)
+
+
+def _autocast_dtype(device_type):
+    """The dtype autocast runs a Linear in on device_type ("cpu", "cuda"), or None where it is off."""
+    try:
+        on = torch.is_autocast_enabled(device_type)  # torch >= 2.4
+    except TypeError:
+        cpu = device_type == "cpu"
+        if not (torch.is_autocast_cpu_enabled() if cpu else torch.is_autocast_enabled()):
+            return None
+        return torch.get_autocast_cpu_dtype() if cpu else torch.get_autocast_gpu_dtype()
+    return torch.get_autocast_dtype(device_type) if on else None
+
+
+def _own_forward(self, x):
+    """Where linfuse would compute other than the module (see _patched_forward): the module's own."""
+    return self.linfuse_base_class.forward(self, x)
+
+
+_TRACE_WARNED = []
+
+
 def _patched_forward(self, x):
     if not _compiling():
+        # What the module would do and linfuse cannot: under functorch's transforms (vmap, grad)
+        # x has no memory of its own; under autocast torch casts to the autocast dtype, which is
+        # linfuse's only where the weights are in it already; torch.jit.trace before torch 2.4
+        # (no custom op) would record none of linfuse's work.
+        if _wrapped is not None and _wrapped(x):
+            return _own_forward(self, x)
+        cast = _autocast_dtype(x.device.type)
+        if cast is not None and x.dtype != cast:
+            if self.linfuse_gate_up.dtype != cast:
+                return _own_forward(self, x)
+            x = x.to(cast)
+        if not HAS_CUSTOM_OP and torch.jit.is_tracing():
+            if not _TRACE_WARNED:
+                _TRACE_WARNED.append(True)
+                warnings.warn("linfuse.torch: torch.jit.trace before torch 2.4 cannot record linfuse's op; the "
+                              "trace records the module's own forward", stacklevel=2)
+            return _own_forward(self, x)
+        # Gradients: gate's and up's weights live in the stacked buffer, which the op is given; if
+        # they want a gradient the op cannot say so at backward, so it says so now.
+        if torch.is_grad_enabled() and (self.gate_proj.weight.requires_grad or self.up_proj.weight.requires_grad) \
+                and not (x.requires_grad or self.down_proj.weight.requires_grad):
+            raise RuntimeError("linfuse::gated_mlp has no backward: %s's gate_proj or up_proj weight requires grad "
+                               "(run the model under torch.no_grad() or torch.inference_mode(); "
+                               "linfuse.torch.unapply(model) before training)" % type(self).__name__)
         # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
@@ -278,7 +335,9 @@ def _views_again(mod):
 
 
 def _patched_deepcopy(self, memo):
-    """copy.deepcopy of a patched module: patched too, over its own stacked weight."""
+    """copy.deepcopy of a patched module: patched too, over its own stacked weight (refused, as
+    the module's own calls are, where its parameters no longer view that weight)."""
+    _check_intact(self)
     new = type(self).__new__(type(self))
     memo[id(self)] = new
     for k, v in self.__dict__.items():
@@ -295,7 +354,9 @@ def _unpickle_patched(base, state):
 
 def _patched_reduce(self, protocol):
     """pickle (and torch.save) of a patched module: by its base class, which must be importable (as
-    transformers' are), patched again where it is loaded (the patched class is made, not imported)."""
+    transformers' are), patched again where it is loaded (the patched class is made, not imported).
+    Refused, as the module's own calls are, where its parameters no longer view its stacked weight."""
+    _check_intact(self)
     return _unpickle_patched, (self.linfuse_base_class, dict(self.__getstate__()))
 
 
@@ -383,6 +444,11 @@ def _why_not(name, mod, model, shared=None):
                    "would change the other" % (" and ".join(tied), "is" if len(tied) == 1 else "are")
     if any(lin.bias is not None for lin in lins):
         return "its projections have biases (mlp_bias); linfuse's gated MLP has none"
+    hooked = [p for p, lin in zip(("gate_proj", "up_proj", "down_proj"), lins)
+              if lin._forward_hooks or lin._forward_pre_hooks or getattr(lin, "parametrizations", None)]
+    if hooked:
+        return "its %s %s forward hooks or parametrizations (weight_norm, a probe): linfuse would not run " \
+               "them" % (", ".join(hooked), "has" if len(hooked) == 1 else "have")
     g, u, d = (lin.weight for lin in lins)
     if len({(t.dtype, t.device) for t in (g, u, d)}) != 1:
         return "its weights are of different dtypes or devices"
@@ -417,16 +483,16 @@ def _quantize(mod):
 
 
 def _stack(mod):
-    """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (the old
-    ones go: memory does not grow; state_dict keeps its keys)."""
+    """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (their old
+    memory goes: it does not grow; state_dict keeps its keys). The Parameter objects stay the same
+    ones, their data replaced: an optimizer made before apply still holds them after unapply."""
     g, u = mod.gate_proj.weight, mod.up_proj.weight
     H = g.shape[0]
     with torch.no_grad():
         gu = torch.empty((2 * H, g.shape[1]), dtype=g.dtype, device=g.device)
         gu[:H].copy_(g)
         gu[H:].copy_(u)
-    mod.gate_proj.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
-    mod.up_proj.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
+    g.data, u.data = gu[:H], gu[H:]
     return gu
 
 

@@ -10,7 +10,7 @@ double lf_act_ref(lf_act act, double x)
 {
     switch (act) {
     case LF_ACT_RELU:
-        return x > 0 ? x : 0;
+        return x < 0 ? 0 : x; /* NaN stays NaN */
     case LF_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
         return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case LF_ACT_GELU_ERF:

@@ -182,6 +182,11 @@ lf_status lf_tensor_from_dlpack(lf_tensor **out, struct DLManagedTensor *mt)
     if (d->byte_offset % es)
         return lf_fail(LF_ESHAPE, "lf_tensor_from_dlpack: byte_offset %llu is not a multiple of %s's %zu bytes",
                        (unsigned long long)d->byte_offset, lf_dtype_name(dt), es);
+    if (((uintptr_t)d->data + d->byte_offset) % es)
+        return lf_fail(LF_ESHAPE,
+                       "lf_tensor_from_dlpack: the data at %p + %llu bytes is not aligned to %s's %zu bytes (copy the "
+                       "array into aligned memory first)",
+                       d->data, (unsigned long long)d->byte_offset, lf_dtype_name(dt), es);
     int64_t numel;
     LF_TRY(lf_shape_check("lf_tensor_from_dlpack", d->ndim, d->shape, dt, &numel));
     int64_t stride[LF_MAX_DIMS];

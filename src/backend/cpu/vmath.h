@@ -36,7 +36,7 @@ static inline float lf_vexpf(float x)
 
 static inline float lf_vrelu(float x)
 {
-    return x > 0.0f ? x : 0.0f;
+    return x < 0.0f ? 0.0f : x; /* NaN stays NaN, as torch.relu keeps it */
 }
 
 /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + e^(-2u)): one exp, no cancellation for

@@ -36,7 +36,7 @@ __device__ __forceinline__ void store(char *p, int dtype, long long off, float x
 __device__ __forceinline__ float act(int a, float x)
 {
     switch (a) {
-    case LF_ACT_RELU: return x > 0.f ? x : 0.f;
+    case LF_ACT_RELU: return x < 0.f ? 0.f : x; // NaN stays NaN, as torch.relu keeps it
     case LF_ACT_GELU_TANH: {
         float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
         return x / (1.f + __expf(-2.f * u));
