@@ -260,16 +260,16 @@ _functorch = getattr(torch._C, "_functorch", None)
 _wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", None)  # vmap's and grad's wrappers (torch 2)
 
 
-def _autocast_dtype(device_type):
-    """The dtype autocast runs a Linear in on device_type ("cpu", "cuda"), or None where it is off."""
-    try:
-        on = torch.is_autocast_enabled(device_type)  # torch >= 2.4
-    except TypeError:
+if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+    def _autocast_dtype(device_type):
+        """The dtype autocast runs a Linear in on device_type ("cpu", "cuda"), or None where it is off."""
+        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+else:
+    def _autocast_dtype(device_type):
         cpu = device_type == "cpu"
         if not (torch.is_autocast_cpu_enabled() if cpu else torch.is_autocast_enabled()):
             return None
         return torch.get_autocast_cpu_dtype() if cpu else torch.get_autocast_gpu_dtype()
-    return torch.get_autocast_dtype(device_type) if on else None
 
 
 def _own_forward(self, x):
@@ -288,7 +288,7 @@ def _patched_forward(self, x):
         # (no custom op) would record none of linfuse's work.
         if _wrapped is not None and _wrapped(x):
             return _own_forward(self, x)
-        cast = _autocast_dtype(x.device.type)
+        cast = _autocast_dtype("cuda" if x.is_cuda else "cpu")
         if cast is not None and x.dtype != cast:
             if self.linfuse_gate_up.dtype != cast:
                 return _own_forward(self, x)
