@@ -347,6 +347,23 @@ checks=$((checks + 1))
     [ "$(cksum < "$dir/hf/config.json")" = "$sum_c" ] && [ -L "$dir/hf/link.safetensors" ] ||
     { fails=$((fails + 1)); echo "FAIL: an input was overwritten by --output"; }
 rm -f "$dir/hf/link.safetensors" "$dir/hf/x_hard.safetensors"
+# a directory's index and an input given as a directory are inputs too
+mkdir -p "$dir/xdir"
+cp "$dir/hf/x.safetensors" "$dir/xdir/model.safetensors"
+sum_xd=$(cksum < "$dir/xdir/model.safetensors")
+check "mlp --output the input directory's file" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp \
+    --input "$dir/xdir" --output "$dir/xdir/model.safetensors" --device cpu
+contains "mlp --output the input directory's file" "the same file as a file of --input"
+printf '{"weight_map": {"x": "model.safetensors"}}' > "$dir/xdir/model.safetensors.index.json"
+sum_xi=$(cksum < "$dir/xdir/model.safetensors.index.json")
+check "mlp --output the index of --input" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp \
+    --input "$dir/xdir" --output "$dir/xdir/model.safetensors.index.json" --device cpu
+contains "mlp --output the index of --input" "is the same file as the index of --input"
+checks=$((checks + 1))
+[ "$(cksum < "$dir/xdir/model.safetensors")" = "$sum_xd" ] &&
+    [ "$(cksum < "$dir/xdir/model.safetensors.index.json")" = "$sum_xi" ] ||
+    { fails=$((fails + 1)); echo "FAIL: an input directory's file was overwritten by --output"; }
+rm -rf "$dir/xdir"
 # what is not a regular file is refused at once, not waited on (a FIFO's open() blocks for a writer)
 mkfifo "$dir/fifo.safetensors"
 mkdir -p "$dir/fifodir" "$dir/fifoshard"

@@ -222,6 +222,49 @@ check "merge: one rank twice" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0
 contains "merge: one rank twice" "both rank 0"
 check "merge: no output" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json"
 check "merge of a merged trace" 2 "$bin" trace merge "$work/merged.json" -o "$work/bad.json"
+# values the reader takes but a merge cannot offset (ranks' ids, clock bases): refused by name, where
+# the arithmetic overflowed (UBSan) or wrote a file linfuse then refused; a negative time is kept
+python3 - "$work" <<'PY'
+import json, sys
+ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 50, "args": {"External id": 1}}]
+def d(o, f):
+    json.dump(o, open(sys.argv[1] + "/" + f, "w"))
+d({"distributedInfo": {"rank": 8388608, "world_size": 8388609}, "traceEvents": ev}, "r_big.json")
+d({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": ev}, "r0.json")
+d({"baseTimeNanoseconds": 4700000000000000000, "traceEvents": ev}, "b_hi.json")
+d({"baseTimeNanoseconds": -4700000000000000000, "traceEvents": ev}, "b_lo.json")
+d({"baseTimeNanoseconds": 1790857026000000000, "traceEvents": ev}, "b_real.json")
+d({"traceEvents": ev}, "b_none.json")
+ev2 = [ev[0], dict(ev[1], args={"External id": 9223372036854775000})]
+d({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": ev2}, "e0.json")
+d({"distributedInfo": {"rank": 1, "world_size": 2}, "traceEvents": ev2}, "e1.json")
+d({"traceEvents": [dict(ev[0], ts=-1000, dur=900), dict(ev[1], ts=-900, dur=300)]}, "neg.json")
+PY
+for o in "r0.json r_big.json:ranks 0 to 4194303" "b_hi.json b_lo.json:clock base" "b_real.json b_none.json:clock base" \
+    "e0.json e1.json:past 2^40"; do
+    # shellcheck disable=SC2086
+    check "merge refuses ${o%%:*}" 2 "$bin" trace merge $(for f in ${o%%:*}; do echo "$work/$f"; done) -o "$work/bad.json"
+    contains "merge refuses ${o%%:*}" "${o#*:}"
+done
+check "merge of a trace that starts before its base" 0 "$bin" trace merge "$work/neg.json" -o "$work/negm.json"
+check "its table" 0 "$bin" trace table "$work/neg.json"
+before="$LAST"
+check "the merged one's table" 0 "$bin" trace table "$work/negm.json"
+checks=$((checks + 1))
+[ "$before" = "$LAST" ] || { fails=$((fails + 1)); echo "FAIL: merging changed a trace's table (negative times)"; }
+# -o naming an input (by its name, another path or a link) would replace it: refused, input untouched
+cp "$ref/linear_1024x32x64_eager.json" "$work/in.json"
+ln -sf in.json "$work/in_link.json"
+sum_in=$(cksum < "$work/in.json")
+for v in "svg $work/in.json -o $work/in.json" "report $work/in.json -o $work/./in.json" \
+    "svg $work/in.json -o $work/in_link.json" "merge $work/r0.json $work/in.json -o $work/in.json"; do
+    # shellcheck disable=SC2086
+    check "trace $v" 2 "$bin" trace $v
+    contains "trace $v" "the output would replace it"
+done
+checks=$((checks + 1))
+[ "$(cksum < "$work/in.json")" = "$sum_in" ] || { fails=$((fails + 1)); echo "FAIL: an input trace was replaced"; }
 
 # gzip and pipes: tensorboard_trace_handler(use_gzip=True)'s trace, with memory, FLOPs, shapes and
 # stacks; its tables are PyTorch's own (the reference script printed a newline after each)

@@ -36,7 +36,8 @@ enum { LF_FILE_JOBS_MAX = 8 }; /* the most files one lf_write_files_atomic call 
  * then renamed over their targets; on any failure no target has changed and no temporary is
  * left. "-" is standard output, and a special file (a device, a FIFO) is written in place, never
  * replaced: those are written after every temporary is complete, and cannot be taken back. A new
- * file gets 0666 less the umask, a replaced one keeps its mode. Signals are left alone: a program
+ * file gets 0666 less the umask, a replaced one keeps its mode; a file the caller may not write
+ * (access W_OK) is not replaced, though the rename could. Signals are left alone: a program
  * that wants a write past `ulimit -f` to fail with EFBIG (rather than be killed) ignores SIGXFSZ.
  * Errors: LF_EINVAL (jobs, a path or a writer NULL; n out of range), LF_EIO naming the path and
  * the system's reason (a directory, no space, a writer that gave up), LF_ENOMEM. */

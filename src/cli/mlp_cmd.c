@@ -7,6 +7,7 @@
  * a file past `ulimit -f`), its partial output removed. Layer: cli/. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -159,23 +160,31 @@ static void config_path(const char *weights, char *buf, size_t cap)
         snprintf(buf, cap, "config.json");
 }
 
-/* The input --output names, if any (*which says which flag), else NULL: --input, --weights (a
- * file or an index), each of its files, the config.json read (config, or NULL). Writing would
- * replace it: the checkpoint destroyed by its own run. */
+/* The input --output names, if any (*which says which flag), else NULL: --input and --weights
+ * (a file, an index or a directory), the index a directory holds, each file of either, the
+ * config.json read (config, or NULL). Writing would replace it: a checkpoint, or the input,
+ * destroyed by its own run. */
 static const char *clobbered(const char *output, const char *input, const char *weights, const lf_safetensors *wst,
-                             const char *config, const char **which)
+                             const lf_safetensors *ist, const char *config, const char **which)
 {
-    const char *flag[3] = {"--input", "--weights", "the config beside --weights"}, *path[3] = {input, weights, config};
-    for (int i = 0; i < 3; i++)
+    static char index[2][PATH_MAX + 40];
+    snprintf(index[0], sizeof index[0], "%s/model.safetensors.index.json", input);
+    snprintf(index[1], sizeof index[1], "%s/model.safetensors.index.json", weights);
+    const char *flag[5] = {"--input", "--weights", "the config beside --weights", "the index of --input",
+                           "the index of --weights"},
+               *path[5] = {input, weights, config, index[0], index[1]};
+    for (int i = 0; i < 5; i++)
         if (path[i] && lf_cli_same_file(output, path[i])) {
             *which = flag[i];
             return path[i];
         }
-    for (int64_t i = 0; i < lf_st_file_count(wst); i++)
-        if (lf_cli_same_file(output, lf_st_file(wst, i))) {
-            *which = "a file of --weights";
-            return lf_st_file(wst, i);
-        }
+    const lf_safetensors *st[2] = {wst, ist};
+    for (int k = 0; k < 2; k++)
+        for (int64_t i = 0; i < lf_st_file_count(st[k]); i++)
+            if (lf_cli_same_file(output, lf_st_file(st[k], i))) {
+                *which = k ? "a file of --input" : "a file of --weights";
+                return lf_st_file(st[k], i);
+            }
     return NULL;
 }
 
@@ -343,7 +352,7 @@ static lf_status mlp_load(const mlp_cfg *c, const char *pfx, const char *cfg, lf
         s = no_x(ist, c->input, w);
     if (s == LF_OK && !lf_cli_check_output(c->output, err, sizeof err))
         s = refuse(w, LF_EINVAL, "--output: %s", err);
-    if (s == LF_OK && (victim = clobbered(c->output, c->input, c->weights, wst, cfg[0] ? cfg : NULL, &which)))
+    if (s == LF_OK && (victim = clobbered(c->output, c->input, c->weights, wst, ist, cfg[0] ? cfg : NULL, &which)))
         s = refuse(w, LF_EINVAL, "--output %s is the same file as %s %s: writing it would destroy an input", c->output,
                    which, victim);
     if (s == LF_OK) /* the weights copied out of the file: a checkpoint cut short mid-run is no fault */

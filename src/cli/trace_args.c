@@ -124,6 +124,19 @@ lf_trace *lf_tcmd_load(const char *path)
 }
 
 /* An extra word is named here; a bad flag's message is already printed. */
+int lf_tcmd_output_apart(const char *cmd, const char *out, const char *const *files, int nf)
+{
+    for (int i = 0; i < nf; i++)
+        if (lf_cli_same_file(out, files[i])) {
+            char a[512];
+            lf_term_cut(a, sizeof a, out, 0);
+            fprintf(stderr, "%s: -o %s is the input %s: the output would replace it (write it elsewhere)\n", cmd, a,
+                    i == 0 && nf == 1 ? "trace" : "file");
+            return 0;
+        }
+    return 1;
+}
+
 int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max)
 {
     if (id == MAX_BYTES) {

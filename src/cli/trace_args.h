@@ -32,5 +32,8 @@ lf_trace *lf_tcmd_load(const char *path);
  * its max file slots, --help (already printed) ends it with 0, anything else is a usage error.
  * Returns -1 to go on, else the exit status. */
 int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **files, int *nf, int max);
+/* Whether out is none of the nf input files (a link or a second name for one counts): else says
+ * so on stderr, for cmd, and returns 0 (the verb exits LF_EXIT_USAGE; the input is untouched). */
+int lf_tcmd_output_apart(const char *cmd, const char *out, const char *const *files, int nf);
 
 #endif

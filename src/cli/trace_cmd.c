@@ -309,6 +309,8 @@ static int verb_merge(int argc, char **argv)
         fprintf(stderr, "%s: usage: linfuse trace merge RANK0.json RANK1.json ... -o MERGED.json\n", cmd);
         return LF_EXIT_USAGE;
     }
+    if (!lf_tcmd_output_apart(cmd, out, files, nf))
+        return LF_EXIT_USAGE;
     lf_trace *in[MAX_IN] = {0}, *m = NULL;
     rc = LF_EXIT_OK;
     for (int i = 0; i < nf && rc == LF_EXIT_OK; i++)

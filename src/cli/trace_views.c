@@ -34,6 +34,8 @@ int lf_tcmd_svg(int argc, char **argv)
         fprintf(stderr, "linfuse trace svg: usage: linfuse trace svg FILE.json [--step N] -o OUT.svg\n");
         return LF_EXIT_USAGE;
     }
+    if (!lf_tcmd_output_apart(cmd, out, &file, 1))
+        return LF_EXIT_USAGE;
     lf_trace *t = lf_tcmd_load(file);
     if (!t)
         return LF_EXIT_USAGE;
@@ -84,6 +86,8 @@ int lf_tcmd_report(int argc, char **argv)
         fprintf(stderr, "%s: usage: linfuse trace report FILE.json [OTHER.json] -o REPORT.html\n", cmd);
         return LF_EXIT_USAGE;
     }
+    if (!lf_tcmd_output_apart(cmd, out, files, nf))
+        return LF_EXIT_USAGE;
     o.step = (int)step;
     lf_trace *t = lf_tcmd_load(files[0]), *other = t && nf == 2 ? lf_tcmd_load(files[1]) : NULL;
     if (!t || (nf == 2 && !other)) {

@@ -365,6 +365,10 @@ lf_status lf_write_files_atomic(const lf_file_job *jobs, int n)
             st = lf_fail(LF_EIO, "cannot write %s: it is a directory", jobs[i].path);
         else if (stat(js[i].target, &sb) == 0 && !S_ISREG(sb.st_mode))
             js[i].direct = 1; /* a device or a FIFO is written, never replaced */
+        else if (stat(js[i].target, &sb) == 0 && access(js[i].target, W_OK) != 0)
+            /* the rename would replace a file its owner made read-only (only the directory's
+             * permission matters to rename): refused, as the shell's > and cp refuse */
+            st = lf_fail(LF_EIO, "cannot write %s: %s", jobs[i].path, strerror(errno));
     }
     int err = 0;
     for (i = 0; i < n && st == LF_OK; i++) /* every temporary complete before anything is replaced */

@@ -37,11 +37,12 @@ static void put_str(FILE *f, const char *s)
 }
 
 /* Microseconds with three decimals, as Kineto prints them: "1234.005". */
+/* ns as microseconds with three decimals; a negative time too (a trace may start before its
+ * base: clamping it to 0 changed the table of a trace written back). */
 static void put_us(FILE *f, int64_t ns)
 {
-    if (ns < 0)
-        ns = 0;
-    fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
+    const uint64_t m = ns < 0 ? 0 - (uint64_t)ns : (uint64_t)ns;
+    fprintf(f, "%s%" PRIu64 ".%03" PRIu64, ns < 0 ? "-" : "", m / 1000, m % 1000);
 }
 
 static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)

@@ -102,6 +102,13 @@ static const char *track_name_of(const lf_trace *t, int64_t pid, int64_t tid)
     return NULL;
 }
 
+/* Each rank's External ids and correlations are offset by rank << ID_BITS so two ranks' never meet:
+ * ids below 2^40 and ranks below 2^22 keep the sum in 63 bits. Times past MAX_NS (1e13 us, the
+ * reader's bound) would make a file linfuse itself refuses. */
+enum { ID_BITS = 40 };
+#define MAX_RANK ((int64_t)1 << 22)
+#define MAX_NS   ((int64_t)10000000000000000)
+
 lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
 {
     LF_CHECK_PTR(in, "lf_trace_merge", "in");
@@ -114,10 +121,14 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
         LF_CHECK_PTR(in[i], "lf_trace_merge", "in[i]");
         if (in[i]->meta.merged_ranks)
             return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is already a merged trace", i);
+        if (in[i]->meta.rank >= MAX_RANK)
+            return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is rank %lld: ranks 0 to %lld are merged", i,
+                           (long long)in[i]->meta.rank, (long long)MAX_RANK - 1);
         if (i == 0 || in[i]->meta.base_ns < base)
             base = in[i]->meta.base_ns;
         for (int j = 0; j < i; j++) {
-            int64_t ri = in[i]->meta.rank >= 0 ? in[i]->meta.rank : i, rj = in[j]->meta.rank >= 0 ? in[j]->meta.rank : j;
+            int64_t ri = in[i]->meta.rank >= 0 ? in[i]->meta.rank : i,
+                    rj = in[j]->meta.rank >= 0 ? in[j]->meta.rank : j;
             if (ri == rj)
                 return lf_fail(LF_EINVAL, "lf_trace_merge: inputs %d and %d are both rank %lld", j, i, (long long)ri);
         }
@@ -131,14 +142,35 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
     lf_status s = LF_OK;
     for (int i = 0; i < n && s == LF_OK; i++) {
         const lf_trace *t = in[i];
-        const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i, shift = t->meta.base_ns - base,
-                      ids = rank << 40, host = host_pid_of(t);
+        const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i, ids = rank << ID_BITS, host = host_pid_of(t);
+        int64_t shift;
+        if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > MAX_NS)
+            s = lf_fail(LF_EINVAL,
+                        "lf_trace_merge: input %d's clock base (baseTimeNanoseconds %lld) is more than 115 days "
+                        "after the earliest input's (%lld): one of them has none or a wrong one",
+                        i, (long long)t->meta.base_ns, (long long)base);
         lane_map lanes = {0};
         for (int64_t k = 0; k < t->n && s == LF_OK; k++) {
             lf_trace_event e = t->ev[k];
+            if (e.ext_id < 0 || e.ext_id >= ((int64_t)1 << ID_BITS) || e.correlation < 0 ||
+                e.correlation >= ((int64_t)1 << ID_BITS)) {
+                s = lf_fail(LF_EINVAL,
+                            "lf_trace_merge: input %d, event %lld (\"%s\"): an External id or correlation of %lld is "
+                            "past 2^%d, where ranks' ids would meet",
+                            i, (long long)k, e.name ? e.name : "", (long long)(e.ext_id ? e.ext_id : e.correlation),
+                            ID_BITS);
+                break;
+            }
             e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
             if (e.flow_ts >= 0)
                 e.flow_ts += shift;
+            if (e.ts_ns > MAX_NS) {
+                s = lf_fail(LF_EINVAL,
+                            "lf_trace_merge: input %d, event %lld: on the earliest input's clock it is more than 115 "
+                            "days on (the inputs' clock bases disagree)",
+                            i, (long long)k);
+                break;
+            }
             if (e.pid != host)
                 e.tid = lane_of(&lanes, e.pid, e.tid);
             e.pid = rank; /* one process per rank */
