@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Hostile shapes for the trace tools: every verb must stay O(n log n). Builds, in a temporary
 folder, (a) a trace of 300k ops with distinct names, (b) two traces of 100k distinct names each,
-(c) a trace of 100k steps written in reverse order, and (d) the same shapes at a third of the
-size; times `linfuse trace summary|table|diff|svg` on each (wall seconds, one run each) and
+(c) a trace of 100k steps written in reverse order, (e) a trace of 100k ops each nested in the one
+before, and (d) the same shapes at a third of the size; times `linfuse trace
+summary|table|diff|svg|breakdown` (and table --group-by-stack) on each (wall seconds, one run each) and
 prints the ratio of the large to the small: near 3 (or 3 log 3 / log n) is n log n, near 9 is
 quadratic.
 
@@ -34,6 +35,15 @@ def steps_trace(n):
     return trace(ev)
 
 
+def nested_trace(n):
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0,
+           "dur": float(4 * n)}]
+    for i in range(n):  # each op inside the one before: a stack n deep
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "op%d" % (i % 10), "pid": 1, "tid": 1, "ts": float(1 + i),
+                   "dur": float(2 * n - 2 * i)})
+    return trace(ev)
+
+
 def run(cmd):
     t0 = time.perf_counter()
     p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -53,7 +63,8 @@ def main():
         k = 1000 // scale
         files = {}
         for name, obj in (("names", ops_trace(300 * k, "a")), ("names_a", ops_trace(100 * k, "a")),
-                          ("names_b", ops_trace(100 * k, "b")), ("steps", steps_trace(100 * k))):
+                          ("names_b", ops_trace(100 * k, "b")), ("steps", steps_trace(100 * k)),
+                          ("nested", nested_trace(100 * k))):
             files[name] = os.path.join(tmp, "%s_%d.json" % (name, scale))
             with open(files[name], "w") as f:
                 json.dump(obj, f)
@@ -63,6 +74,8 @@ def main():
             "diff, 2 x 100k names": run([bin_, "trace", "diff", files["names_a"], files["names_b"]]),
             "svg, 100k steps reversed": run([bin_, "trace", "svg", files["steps"], "--step", "99",
                                              "-o", os.path.join(tmp, "s.svg")]),
+            "breakdown, 100k steps rev.": run([bin_, "trace", "breakdown", files["steps"]]),
+            "table by stack, 100k nested": run([bin_, "trace", "table", "--group-by-stack", "1", files["nested"]]),
         }))
     big, small = rows[1][1], rows[0][1]
     print("%-28s %10s %10s %7s" % ("verb and shape", "full s", "1/3 s", "ratio"))

@@ -108,13 +108,16 @@ static int is_source_frame(const lf_trace_event *e)
 }
 
 /* For each host event, its depth innermost enclosing Python frames on its thread: frames[i *
- * depth + k], nf[i] of them. */
+ * depth + k], nf[i] of them. The stack of enclosing events keeps, at each level, the level of the
+ * nearest Python frame at or below it (py), so an event finds its frames in depth steps however
+ * many ops enclose it (a walk down the whole stack took 98 s for 200,000 nested ops). */
 lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf)
 {
     const int64_t n = t->n;
-    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx), *stack = malloc((size_t)(n + 1) * sizeof *stack);
-    if (!idx || !stack) {
-        free(idx), free(stack);
+    int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx), *stack = malloc((size_t)(n + 1) * sizeof *stack),
+            *py = malloc((size_t)(n + 1) * sizeof *py);
+    if (!idx || !stack || !py) {
+        free(idx), free(stack), free(py);
         return lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)n);
     }
     int64_t m = 0;
@@ -137,13 +140,13 @@ lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames
         }
         if (e->cat != LF_TC_PYTHON) {
             int got = 0;
-            for (int64_t j = top - 1; j >= 0 && got < depth; j--)
-                if (t->ev[stack[j]].cat == LF_TC_PYTHON)
-                    frames[idx[k] * depth + got++] = t->ev[stack[j]].name;
+            for (int64_t j = top > 0 ? py[top - 1] : -1; j >= 0 && got<depth; j = j> 0 ? py[j - 1] : -1)
+                frames[idx[k] * depth + got++] = t->ev[stack[j]].name;
             nf[idx[k]] = (unsigned char)got;
         }
+        py[top] = e->cat == LF_TC_PYTHON ? top : top > 0 ? py[top - 1] : -1;
         stack[top++] = idx[k];
     }
-    free(idx), free(stack);
+    free(idx), free(stack), free(py);
     return LF_OK;
 }
