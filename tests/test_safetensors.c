@@ -77,9 +77,10 @@ static void test_sharded(void)
     lf_st_entry e1[] = {{"layer.a", a}}, e2[] = {{"layer.b", b}};
     OK(lf_st_write(lf_test_path("sharded/model-00001-of-00002.safetensors"), e1, 1));
     OK(lf_st_write(lf_test_path("sharded/model-00002-of-00002.safetensors"), e2, 1));
-    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
-               "{\"metadata\": {\"total_size\": 96}, \"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\","
-               " \"layer.b\": \"model-00002-of-00002.safetensors\"}}");
+    lf_test_write_text(
+        lf_test_path("sharded/model.safetensors.index.json"),
+        "{\"metadata\": {\"total_size\": 96}, \"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\","
+        " \"layer.b\": \"model-00002-of-00002.safetensors\"}}");
     lf_safetensors *st = NULL;
     OK(lf_st_open(&st, lf_test_path("sharded"))); /* the directory: its index */
     lf_tensor *t = NULL;
@@ -90,16 +91,33 @@ static void test_sharded(void)
     lf_st_close(st);
     /* a name the index lists that no shard holds; a shard that is missing; one name in two shards */
     lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
-               "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"layer.c\": "
-               "\"model-00002-of-00002.safetensors\"}}");
+                       "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"layer.c\": "
+                       "\"model-00002-of-00002.safetensors\"}}");
     FAILS(LF_EINVAL, "\"layer.c\" is listed but no shard holds it", lf_st_open(&st, lf_test_path("sharded")));
-    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"), "{\"weight_map\": {\"layer.a\": \"missing.safetensors\"}}");
-    FAILS(LF_EINVAL, "missing.safetensors: No such file", lf_st_open(&st, lf_test_path("sharded/model.safetensors.index.json")));
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
+                       "{\"weight_map\": {\"layer.a\": \"missing.safetensors\"}}");
+    FAILS(LF_EINVAL, "missing.safetensors: No such file",
+          lf_st_open(&st, lf_test_path("sharded/model.safetensors.index.json")));
     OK(lf_st_write(lf_test_path("sharded/model-00002-of-00002.safetensors"), e1, 1)); /* now layer.a is in both */
     lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
-               "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"x\": "
-               "\"model-00002-of-00002.safetensors\"}}");
+                       "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"x\": "
+                       "\"model-00002-of-00002.safetensors\"}}");
     FAILS(LF_EINVAL, "\"layer.a\" is in", lf_st_open(&st, lf_test_path("sharded")));
+    /* one shard under two names (a link): read once, not refused as two shards with one name */
+    unlink(lf_test_path("sharded/link.safetensors"));
+    CHECK(symlink("model-00001-of-00002.safetensors", lf_test_path("sharded/link.safetensors")) == 0, "symlink");
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
+                       "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"layer.a2\": "
+                       "\"link.safetensors\"}}");
+    FAILS(LF_EINVAL, "\"layer.a2\" is listed but no shard holds it", lf_st_open(&st, lf_test_path("sharded")));
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
+                       "{\"weight_map\": {\"layer.a\": \"link.safetensors\"}}");
+    OK(lf_st_open(&st, lf_test_path("sharded")));
+    lf_test_write_text(lf_test_path("sharded/model.safetensors.index.json"),
+                       "{\"weight_map\": {\"layer.a\": \"model-00001-of-00002.safetensors\", \"layer.z\": "
+                       "\"link.safetensors\"}}");
+    lf_st_close(st);
+    FAILS(LF_EINVAL, "\"layer.z\" is listed but no shard holds it", lf_st_open(&st, lf_test_path("sharded")));
     FAILS(LF_EINVAL, "holds neither", lf_st_open(&st, lf_test_dir));
     lf_tensor_free(a), lf_tensor_free(b);
 }
@@ -142,11 +160,13 @@ static void test_bad_files(void)
                      "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
                      12, 0, &st));
     FAILS(LF_EINVAL, "4 bytes after the last tensor", open_bytes(ok, 12, 0, &st));
-    FAILS(LF_EINVAL, "duplicate", open_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                                             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                                             8, 0, &st));
-    FAILS(LF_EINVAL, "header:", open_bytes("{\"\xff\xfe\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, 0,
-                                           &st)); /* a name that is not UTF-8 */
+    FAILS(LF_EINVAL, "duplicate",
+          open_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                     8, 0, &st));
+    FAILS(LF_EINVAL, "header:",
+          open_bytes("{\"\xff\xfe\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, 0,
+                     &st)); /* a name that is not UTF-8 */
     FAILS(LF_EINVAL, "lacks a dtype string", open_bytes("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, 0, &st));
     FAILS(LF_EINVAL, "shape dim 0 is not a size",
           open_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, 0, &st));
@@ -216,7 +236,8 @@ static void test_config(void)
     lf_act a = LF_ACT_NONE;
     mkdir(lf_test_path("llama"), 0755), mkdir(lf_test_path("gemma"), 0755), mkdir(lf_test_path("other"), 0755);
     lf_test_write_text(lf_test_path("llama/config.json"), "{\"model_type\": \"llama\", \"hidden_act\": \"silu\"}");
-    lf_test_write_text(lf_test_path("gemma/config.json"), "{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}");
+    lf_test_write_text(lf_test_path("gemma/config.json"),
+                       "{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}");
     lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": \"relu\"}");
     OK(lf_hf_config_act(lf_test_path("llama"), &a));
     CHECK(a == LF_ACT_SILU, "llama: silu");
@@ -246,7 +267,8 @@ static void test_mlp_load(void)
         for (int dt = 0; dt < 2; dt++) { /* the file's bf16, and converted to f32 */
             lf_nn_gated_mlp m;
             OK(lf_nn_gated_mlp_load(&m, st, "model.layers.3.mlp", act, dt ? LF_DTYPE_F32 : LF_DTYPE_COUNT));
-            CHECK(m.dim == D && m.hidden == H && m.act == act && m.gate_up->dtype == (dt ? LF_DTYPE_F32 : LF_DTYPE_BF16),
+            CHECK(m.dim == D && m.hidden == H && m.act == act &&
+                      m.gate_up->dtype == (dt ? LF_DTYPE_F32 : LF_DTYPE_BF16),
                   "loaded: %lld -> %lld, %s", (long long)m.dim, (long long)m.hidden, lf_act_name(m.act));
             CHECK(same_bytes(m.gate.weight, dt ? m.gate.weight : g) && (dt || same_bytes(m.up.weight, u)),
                   "gate and up are the file's, stacked");
@@ -271,8 +293,8 @@ static void test_mlp_load(void)
             lf_nn_gated_mlp_free(&m);
         }
         lf_nn_gated_mlp m;
-        FAILS(LF_EINVAL, "no \"model.layers.4.mlp.gate_proj.weight\"", lf_nn_gated_mlp_load(&m, st, "model.layers.4.mlp", act,
-                                                                                            LF_DTYPE_COUNT));
+        FAILS(LF_EINVAL, "no \"model.layers.4.mlp.gate_proj.weight\"",
+              lf_nn_gated_mlp_load(&m, st, "model.layers.4.mlp", act, LF_DTYPE_COUNT));
         lf_st_close(st);
         /* weights that do not fit together */
         lf_st_entry bad[] = {{"p.gate_proj.weight", g}, {"p.up_proj.weight", u}, {"p.down_proj.weight", g}};
@@ -374,8 +396,8 @@ static void test_fp8_decode(void)
     static const struct {
         uint8_t b;
         float v;
-    } e4[] = {{0x00, 0.f},       {0x38, 1.f},        {0x3c, 1.5f}, {0x40, 2.f},    {0x7e, 448.f},
-              {0xfe, -448.f},    {0x01, 0x1p-9f},    {0x07, 7 * 0x1p-9f}, {0x08, 0x1p-6f}, {0x30, 0.5f}},
+    } e4[] = {{0x00, 0.f},    {0x38, 1.f},     {0x3c, 1.5f},        {0x40, 2.f},     {0x7e, 448.f},
+              {0xfe, -448.f}, {0x01, 0x1p-9f}, {0x07, 7 * 0x1p-9f}, {0x08, 0x1p-6f}, {0x30, 0.5f}},
       e5[] = {{0x3c, 1.f}, {0x40, 2.f}, {0x7b, 57344.f}, {0x01, 0x1p-16f}, {0x04, 0x1p-14f}, {0xbc, -1.f}};
     for (size_t i = 0; i < sizeof e4 / sizeof e4[0]; i++)
         CHECK(lf_f32_from_f8e4m3(e4[i].b) == e4[i].v, "e4m3 0x%02x = %g, got %g", e4[i].b, (double)e4[i].v,
@@ -392,7 +414,8 @@ static void test_fp8_decode(void)
         bad5 += !(v == f16 || (isnan(v) && isnan(f16)));
         if ((b & 0x7f) < 0x7f)
             bad4 += lf_f32_from_f8e4m3((uint8_t)(b | 0x80)) != -lf_f32_from_f8e4m3((uint8_t)(b & 0x7f)) ||
-                    ((b & 0x7f) > 0 && !(lf_f32_from_f8e4m3((uint8_t)(b & 0x7f)) > lf_f32_from_f8e4m3((uint8_t)((b & 0x7f) - 1))));
+                    ((b & 0x7f) > 0 &&
+                     !(lf_f32_from_f8e4m3((uint8_t)(b & 0x7f)) > lf_f32_from_f8e4m3((uint8_t)((b & 0x7f) - 1))));
     }
     CHECK(!bad5, "every e5m2 code equals the f16 with it as its top byte (%d differ)", bad5);
     CHECK(!bad4, "e4m3 codes increase with the code and flip with the sign (%d do not)", bad4);
@@ -491,8 +514,8 @@ static void test_fp8_load(void)
         FAILS(LF_EDTYPE, "lf_st_get_as reads FP8", lf_st_get(st, "e", &t)); /* E5M2 is not a dtype of ours */
         OK(lf_st_get_as(st, "e", LF_DTYPE_F32, &t));
         CHECK(t && at(t, 0) == 3.f && at(t, 1) == 6.f && at(t, 2) == 1.f && isinf(at(t, 3)) && at(t, 3) < 0,
-              "e5m2 per row: %g %g %g %g", t ? (double)at(t, 0) : 0, t ? (double)at(t, 1) : 0,
-              t ? (double)at(t, 2) : 0, t ? (double)at(t, 3) : 0);
+              "e5m2 per row: %g %g %g %g", t ? (double)at(t, 0) : 0, t ? (double)at(t, 1) : 0, t ? (double)at(t, 2) : 0,
+              t ? (double)at(t, 3) : 0);
         lf_tensor_free(t), t = NULL;
         lf_st_close(st);
     }
