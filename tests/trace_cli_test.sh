@@ -253,6 +253,13 @@ before="$LAST"
 check "the merged one's table" 0 "$bin" trace table "$work/negm.json"
 checks=$((checks + 1))
 [ "$before" = "$LAST" ] || { fails=$((fails + 1)); echo "FAIL: merging changed a trace's table (negative times)"; }
+# a UTF-8 byte order mark before the trace is skipped (the opener took it, the parser did not);
+# a setting's bad value is shown escaped, as every text from outside is
+printf '\357\273\277' > "$work/bom.json"
+cat "$ref/linear_1024x32x64_eager.json" >> "$work/bom.json"
+check "a trace after a byte order mark" 0 "$bin" trace summary "$work/bom.json"
+check "a setting's value with an escape" 0 env "LINFUSE_TRACE_MAX_BYTES=$(printf '\033]0;x\a12')" "$bin" trace summary "$work/bom.json"
+contains "a setting's value with an escape" 'LINFUSE_TRACE_MAX_BYTES=\x1b]0;x\x0712 is not an integer'
 # -o naming an input (by its name, another path or a link) would replace it: refused, input untouched
 cp "$ref/linear_1024x32x64_eager.json" "$work/in.json"
 ln -sf in.json "$work/in_link.json"

@@ -34,7 +34,9 @@ const char *lf_setting_get(lf_setting s)
 static lf_status bad_setting(lf_setting s, const char *what)
 {
     const lf_setting_info *i = &table[s];
-    return lf_fail(LF_EINVAL, "%s=%s is not %s", i->name, lf_setting_get(s), what);
+    char shown[4 * 64 + 8]; /* the environment's text, as a terminal may show it (escapes written out) */
+    lf_term_cut(shown, sizeof shown, lf_setting_get(s), 64);
+    return lf_fail(LF_EINVAL, "%s=%s is not %s", i->name, shown, what);
 }
 
 static lf_status range_error(lf_setting s, const char *noun)

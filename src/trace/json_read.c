@@ -725,6 +725,8 @@ static const char *device_label(const lf_trace *t)
 static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
+    if (have(r, 3) && !memcmp(r->p + r->pos, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark, as the opener takes it */
+        r->pos += 3;
     ws(r);
     const int bare = have(r, 1) && r->p[r->pos] == '[';
     if (bare)
