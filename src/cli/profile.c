@@ -334,6 +334,40 @@ static void run_env(const profile_opts *o, const out_place *p, const char *lib, 
     }
 }
 
+/* A finished trace's bytes, for lf_write_file_atomic. */
+static int copy_trace(FILE *f, void *ctx)
+{
+    FILE *in = fopen(ctx, "rb");
+    if (!in)
+        return -1;
+    char buf[1 << 16];
+    size_t got;
+    int bad = 0;
+    while (!bad && (got = fread(buf, 1, sizeof buf, in)) > 0)
+        bad = fwrite(buf, 1, got, f) != got;
+    bad |= ferror(in);
+    fclose(in);
+    return bad ? -1 : 0;
+}
+
+/* The trace at path to file: renamed there where file is a plain file (or none) beside it, else
+ * written through lf_write_file_atomic, which follows a link to the file it names, writes a FIFO
+ * or a device in place and replaces no file the user may not write (a rename would replace the
+ * link, the FIFO or the read-only file itself); the trace then goes. 0 and errno on failure. */
+static int move_trace(const char *path, const char *file)
+{
+    struct stat sb;
+    if (lstat(file, &sb) != 0 ? errno == ENOENT : S_ISREG(sb.st_mode) && access(file, W_OK) == 0)
+        if (rename(path, file) == 0)
+            return 1; /* else (another file system, say) copied below */
+    if (lf_write_file_atomic(file, copy_trace, (void *)path) != LF_OK) {
+        errno = EIO;
+        return 0;
+    }
+    unlink(path);
+    return 1;
+}
+
 /* --output FILE: CMD's own process's trace moved there (else the only one); any other stays
  * beside it under its own name. */
 static void place_file(const out_place *p, trace_file *t, int n, int cmd_pid)
@@ -349,8 +383,9 @@ static void place_file(const out_place *p, trace_file *t, int n, int cmd_pid)
                 CMD_NAME, n, p->dir);
         return;
     }
-    if (rename(t[k].path, p->file) != 0) {
-        fprintf(stderr, "%s: cannot move %s to %s: %s\n", CMD_NAME, t[k].path, p->file, strerror(errno));
+    if (!move_trace(t[k].path, p->file)) {
+        fprintf(stderr, "%s: cannot move %s to %s: %s\n", CMD_NAME, t[k].path, p->file,
+                errno == EIO ? lf_last_error() : strerror(errno));
         return;
     }
     free(t[k].path);
