@@ -758,6 +758,9 @@ def test_torch_misuse(torch):
     y = linfuse.linear(np.ones((1, 2), np.float32), np.eye(2, dtype=np.float32), np.array([np.nan, 0], np.float32),
                        act="relu")
     check(np.isnan(y[0, 0]) and y[0, 1] == 1.0, "relu(NaN) is NaN: %s" % y)
+    for act in ("silu", "gelu_tanh"):  # the clamped exp left x / e^88 far below: -0.006 at -1e36
+        y = linfuse.linear(np.array([[-1e36], [-3e38], [-89.0]], np.float32), np.ones((1, 1), np.float32), act=act)
+        check(np.all(np.abs(y) < 1e-30), "%s far below zero is 0: %s" % (act, y.ravel()))
     model, MLP = toy_model(torch, "llama", layers=1)
     mlp = model.layers[0].mlp
     g0 = mlp.gate_proj.weight

@@ -28,7 +28,9 @@ static inline __m512 gelu_tanh_512(__m512 x)
     const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(p, n)); /* 1 + e^(-2u) */
     __m512 q = _mm512_rcp14_ps(d);
     q = _mm512_mul_ps(q, _mm512_fnmadd_ps(d, q, _mm512_set1_ps(2.0f))); /* one Newton step */
-    return _mm512_mul_ps(x, q);
+    /* below -88, -0 rather than x / e^88 (vmath.h's lf_vgelu_tanh says why) */
+    const __mmask16 far = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-88.0f), _CMP_LT_OQ);
+    return _mm512_mask_blend_ps(far, _mm512_mul_ps(x, q), _mm512_set1_ps(-0.0f));
 }
 
 /* y[i] = gelu_tanh(alpha * x[i] + bias[i]) (bias may be NULL), n any length. */

@@ -40,11 +40,12 @@ static inline float lf_vrelu(float x)
 }
 
 /* 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + e^(-2u)): one exp, no cancellation for
- * negative x (where 1 + tanh(u) would lose every digit). */
+ * negative x (where 1 + tanh(u) would lose every digit). Below x = -88 the true value is under
+ * 1e-37 but the clamped exp would leave x / e^88 (-0.006 at x = -1e36): -0 there. */
 static inline float lf_vgelu_tanh(float x)
 {
     float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.0f + lf_vexpf(-2.0f * u));
+    return x < -88.0f ? -0.0f : x / (1.0f + lf_vexpf(-2.0f * u));
 }
 
 /* erfc(z) for z >= 0 with the Numerical Recipes Chebyshev fit (fractional error < 1.2e-7
@@ -78,7 +79,7 @@ static inline float lf_vgelu_erf(float x)
 /* x sigmoid(x) = x / (1 + e^-x): one exp; for very negative x the quotient goes to -0, as it should. */
 static inline float lf_vsilu(float x)
 {
-    return x / (1.0f + lf_vexpf(-x));
+    return x < -88.0f ? -0.0f : x / (1.0f + lf_vexpf(-x)); /* as gelu_tanh: not x / e^88 below -88 */
 }
 
 /* bf16/f16 stores inside vector loops (the same rounding as tensor.h's, written branch-free). */
