@@ -758,6 +758,22 @@ def test_torch_misuse(torch):
     y = linfuse.linear(np.ones((1, 2), np.float32), np.eye(2, dtype=np.float32), np.array([np.nan, 0], np.float32),
                        act="relu")
     check(np.isnan(y[0, 0]) and y[0, 1] == 1.0, "relu(NaN) is NaN: %s" % y)
+    try:  # an array-API array (numpy's experimental namespace): taken through numpy, given back as one
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import numpy.array_api as xp
+    except ImportError:
+        xp = None
+    if xp is not None:
+        xa, wa = xp.asarray(np.ones((2, 4), np.float32)), xp.asarray(np.eye(3, 4, dtype=np.float32))
+        ya = linfuse.linear(xa, wa)
+        check(type(ya) is type(xa) and ya.shape == (2, 3) and bool(xp.all(ya == xp.ones((2, 3), dtype=xp.float32))),
+              "linear of array-API arrays: an array-API array back, the right values")
+    y = linfuse.linear(np.ones((3, 4), np.float32), np.ones((0, 4), np.float32))
+    check(y.shape == (3, 0), "linear with no output features: (3, 0), as torch's: %s" % (y.shape,))
+    raises(linfuse.Error, ["x's last dim"], lambda: linfuse.linear(np.ones((3, 5), np.float32),
+                                                                  np.ones((0, 4), np.float32)),
+           "linear with no outputs still checks x's width")
     for act in ("silu", "gelu_tanh"):  # the clamped exp left x / e^88 far below: -0.006 at -1e36
         y = linfuse.linear(np.array([[-1e36], [-3e38], [-89.0]], np.float32), np.ones((1, 1), np.float32), act=act)
         check(np.all(np.abs(y) < 1e-30), "%s far below zero is 0: %s" % (act, y.ravel()))

@@ -37,7 +37,7 @@ class _Kind:
 
     def __init__(self, x):
         self.torch = _dlpack.torch_module() if _dlpack.is_torch(x) else None
-        self.x = x
+        self.x, self.given = x, x
         if self.torch is None:
             if not hasattr(x, "__dlpack__"):
                 raise TypeError("linfuse: x is a %s, which has no __dlpack__ (numpy arrays and torch tensors do)"
@@ -49,6 +49,8 @@ class _Kind:
                                 "(torch.from_dlpack makes one without a copy)" % (type(x).__name__, dev))
             import numpy
             self.np = numpy
+            if type(x).__module__ != "numpy":  # another CPU array (the array API's): numpy's view of it
+                self.x = numpy.from_dlpack(x)
 
     @property
     def cuda(self):
@@ -69,10 +71,13 @@ class _Kind:
 
     def back(self, y):
         """y (a numpy array) as the input's kind: numpy's own, else the kind's from_dlpack."""
-        if self.torch is not None or type(self.x).__module__ == "numpy":
+        if self.torch is not None or type(self.given).__module__ == "numpy":
             return y
-        import importlib
-        ns = importlib.import_module(type(self.x).__module__.split(".")[0])
+        if hasattr(self.given, "__array_namespace__"):
+            ns = self.given.__array_namespace__()
+        else:
+            import importlib
+            ns = importlib.import_module(type(self.given).__module__.split(".")[0])
         return ns.from_dlpack(y) if hasattr(ns, "from_dlpack") else y
 
     @contextlib.contextmanager
@@ -130,11 +135,14 @@ def linear(x, weight, bias=None, act=None):
     a = _act(act, gated=False)
     _two_dims(weight, "linfuse.linear", "weight")
     k = _Kind(x)
+    x = k.x
     out_shape = tuple(x.shape[:-1]) + (weight.shape[0],)
     x2 = _rows(x, "linear")
     y = k.empty(out_shape)
-    if x2.shape[0] == 0:
+    if x2.shape[0] == 0 or weight.shape[0] == 0:  # no rows, or no outputs (torch gives (..., 0))
         _no_rows(x, weight.shape[1], str(weight.dtype), "linfuse.linear")
+        if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+            raise Error("linfuse.linear: bias is %s, the weight has %d outputs" % (tuple(bias.shape), weight.shape[0]))
         return k.back(y)
     with k.running(), _handles() as h:
         tx, tw = h.take(x2, "linfuse.linear: x"), h.take(weight, "linfuse.linear: weight")
@@ -153,6 +161,7 @@ def gated_gemm(x, gate_up, act="silu"):
     if gate_up.shape[0] % 2:
         raise Error("linfuse.gated_gemm: gate_up has %d rows: [Wg; Wu] has 2H" % gate_up.shape[0])
     k = _Kind(x)
+    x = k.x
     H = gate_up.shape[0] // 2
     out_shape = tuple(x.shape[:-1]) + (H,)
     x2 = _rows(x, "gated_gemm")
@@ -324,6 +333,7 @@ class GatedMlp:
         if y is not None:
             return y
         k = _Kind(x)
+        x = k.x
         if len(x.shape) < 1 or x.shape[-1] != self.dim:
             raise Error("%s: x is %s: x's last dim is %s, the weights take %d" % (
                 what, tuple(x.shape), x.shape[-1] if len(x.shape) else "missing", self.dim))
