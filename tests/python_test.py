@@ -454,6 +454,11 @@ def test_torch_ops(torch):
     y0 = m(x)
     dn.share_memory_()
     raises(linfuse.Error, ["memory moved"], lambda: m(x), "a weight whose memory torch moved")
+    gun, dnn = np.random.rand(64, 16).astype(np.float32), np.random.rand(16, 32).astype(np.float32)
+    mn, xn = linfuse.GatedMlp(gun, dnn), np.ones((2, 16), np.float32)
+    mn(xn)
+    dnn.resize((1,), refcheck=False)  # numpy frees the memory linfuse viewed
+    raises(linfuse.Error, ["memory moved"], lambda: mn(xn), "a numpy weight resized under a GatedMlp")
     m = linfuse.GatedMlp(gu, dn)
     check(torch.equal(m(x), y0), "a new GatedMlp over the moved weight computes the same")
     # GatedMlp's direct call (one crossing into C, lf_nn_gated_mlp_forward_raw), taken from a

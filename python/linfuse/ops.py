@@ -217,6 +217,8 @@ class GatedMlp:
         self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
         self._weights = (gate_up, down) + tuple(fp8_weights or ())  # held for their addresses; () once freed
         self._torch_weights = tuple(w for w in self._weights if _dlpack.is_torch(w))
+        # numpy's, which numpy reallocates under an export only when told to (resize(refcheck=False))
+        self._np_weights = tuple(w for w in self._weights if type(w).__module__ == "numpy")
         self._dtype = str(gate_up.dtype)
         for w in self._torch_weights:  # taken by value, a later write to them would go unseen
             if hasattr(w, "is_neg") and (w.is_neg() or w.is_conj()):
@@ -244,15 +246,16 @@ class GatedMlp:
         self._m, self._quantized, self._at = m, fp8_weights is not None, self._addresses()
 
     def _addresses(self):
-        """Where and how the torch weights' memory is laid out (numpy's cannot move while linfuse
-        holds it): a resize_, set_ or as_strided_ changes one of them."""
-        return tuple((w.data_ptr(), w.shape, w.stride()) for w in self._torch_weights)
+        """Where and how the weights' memory is laid out: torch's resize_, set_ or as_strided_, and
+        numpy's resize(refcheck=False), change one of them (linfuse would read freed memory)."""
+        return tuple((w.data_ptr(), w.shape, w.stride()) for w in self._torch_weights) + \
+            tuple((w.__array_interface__["data"][0], w.shape, w.strides) for w in self._np_weights)
 
     def _weights_stayed(self):
         if self._addresses() != self._at:
-            raise Error("%s: a torch weight's memory moved or changed its layout since this GatedMlp was made "
-                        "(share_memory_, resize_, set_, as_strided_): make a new one over the weights as they are"
-                        % self.name)
+            raise Error("%s: a weight's memory moved or changed its layout since this GatedMlp was made "
+                        "(torch's share_memory_, resize_, set_, as_strided_; numpy's resize): make a new one over "
+                        "the weights as they are" % self.name)
 
     def close(self):
         """Let the weights go (the object cannot be called after); at once, or when the last call
@@ -265,7 +268,7 @@ class GatedMlp:
         """With the lock held: once closed and no call is in flight, the C module and the weights go."""
         if self._closed and self._calls == 0 and self._m is not None:
             lib.lf_nn_gated_mlp_free(C.byref(self._m))
-            self._m, self._weights, self._torch_weights = None, (), ()
+            self._m, self._weights, self._torch_weights, self._np_weights = None, (), (), ()
 
     def __del__(self):
         if lib is not None and getattr(self, "_m", None) is not None:  # not at interpreter exit
