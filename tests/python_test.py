@@ -788,9 +788,13 @@ def test_torch_misuse(torch):
     opt = torch.optim.SGD(mlp.parameters(), lr=0.1)
     lt.apply(model)
     x = torch.randn(3, 64)
-    # gate's and up's weights wanting a gradient, down's frozen: refused at once, not dropped
+    # gate's and up's weights wanting a gradient, down's frozen: the forward runs, its backward
+    # refuses (the gradients were silently dropped)
     mlp.down_proj.weight.requires_grad_(False)
-    raises(RuntimeError, ["no backward"], lambda: mlp(x), "patched: gate/up want grad, down frozen")
+    y = mlp(x)
+    check(y.requires_grad and torch.allclose(y.detach(), mlp.linfuse_base_class.forward(mlp, x).detach(), atol=1e-4),
+          "patched: gate/up want grad, down frozen: the forward runs and joins the graph")
+    raises(RuntimeError, ["no backward"], lambda: y.sum().backward(), "patched: gate/up want grad: backward refused")
     mlp.down_proj.weight.requires_grad_(True)
     # a module whose gate parameter was replaced: its copies refuse, as it does
     with torch.no_grad():
@@ -813,6 +817,9 @@ def test_torch_misuse(torch):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         y, own = mlp(x), mlp.linfuse_base_class.forward(mlp, x)
     check(y.dtype == own.dtype and torch.equal(y, own), "patched f32 module under bf16 autocast: its own forward")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y, own = mlp(x.bfloat16()), mlp.linfuse_base_class.forward(mlp, x.bfloat16())
+    check(y.dtype == own.dtype and torch.equal(y, own), "... with a bf16 x too: its own forward")
     bf = toy_model(torch, "llama", layers=1)[0].to(torch.bfloat16)
     lt.apply(bf)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -827,6 +834,16 @@ def test_torch_misuse(torch):
     mlp(torch.randn(8, 64)).square().sum().backward()
     opt.step()
     check(not torch.equal(before, g0), "an optimizer made before apply still trains gate_proj after unapply")
+    # a model made under inference_mode: patched (new Parameters: a normal tensor as an inference
+    # Parameter's data broke the module's own forward)
+    with torch.inference_mode():
+        inf_model, _ = toy_model(torch, "llama", layers=1)
+    report = lt.apply(inf_model)
+    with torch.inference_mode():
+        xi = torch.randn(3, 64)
+        m0 = inf_model.layers[0].mlp
+        check(len(report.replaced) == 1 and torch.allclose(m0(xi), m0.linfuse_base_class.forward(m0, xi), atol=1e-4),
+              "a model made under inference_mode is patched and runs: %s" % report)
     # a projection with hooks or a parametrization is left alone with the reason
     model, _ = toy_model(torch, "llama", layers=1)
     model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, i, o: None)

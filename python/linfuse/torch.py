@@ -281,7 +281,8 @@ _TRACE_WARNED = []
 
 
 def _patched_forward(self, x):
-    if not _compiling():
+    compiling = _compiling()
+    if not compiling:
         # What the module would do and linfuse cannot: under functorch's transforms (vmap, grad)
         # x has no memory of its own; under autocast torch casts to the autocast dtype, which is
         # linfuse's only where the weights are in it already; torch.jit.trace before torch 2.4
@@ -289,23 +290,41 @@ def _patched_forward(self, x):
         if _wrapped is not None and _wrapped(x):
             return _own_forward(self, x)
         cast = _autocast_dtype("cuda" if x.is_cuda else "cpu")
-        if cast is not None and x.dtype != cast:
-            if self.linfuse_gate_up.dtype != cast:
+        if cast is not None:
+            if self.linfuse_gate_up.dtype != cast:  # torch would cast the weights: linfuse cannot
                 return _own_forward(self, x)
-            x = x.to(cast)
+            if x.dtype != cast:
+                x = x.to(cast)
         if not HAS_CUSTOM_OP and torch.jit.is_tracing():
             if not _TRACE_WARNED:
                 _TRACE_WARNED.append(True)
                 warnings.warn("linfuse.torch: torch.jit.trace before torch 2.4 cannot record linfuse's op; the "
                               "trace records the module's own forward", stacklevel=2)
             return _own_forward(self, x)
-        # Gradients: gate's and up's weights live in the stacked buffer, which the op is given; if
-        # they want a gradient the op cannot say so at backward, so it says so now.
+        # Gradients: gate's and up's weights live in the stacked buffer the op is given, so where
+        # only they want one the op's result would not join the graph: it is joined here, to a
+        # node whose backward says why it cannot run (as the op's does).
         if torch.is_grad_enabled() and (self.gate_proj.weight.requires_grad or self.up_proj.weight.requires_grad) \
                 and not (x.requires_grad or self.down_proj.weight.requires_grad):
-            raise RuntimeError("linfuse::gated_mlp has no backward: %s's gate_proj or up_proj weight requires grad "
-                               "(run the model under torch.no_grad() or torch.inference_mode(); "
-                               "linfuse.torch.unapply(model) before training)" % type(self).__name__)
+            y = _patched_forward_inner(self, x, False)
+            return _RefuseBackward.apply(y, self.gate_proj.weight, self.up_proj.weight)
+    return _patched_forward_inner(self, x, compiling)
+
+
+class _RefuseBackward(torch.autograd.Function):
+    """y joined to the graph through gate's and up's weights; its backward raises, as the op's."""
+
+    @staticmethod
+    def forward(ctx, y, *weights):
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _no_backward("gated_mlp")[0](ctx, *grads)
+
+
+def _patched_forward_inner(self, x, compiling):
+    if not compiling:
         # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
@@ -492,7 +511,13 @@ def _stack(mod):
         gu = torch.empty((2 * H, g.shape[1]), dtype=g.dtype, device=g.device)
         gu[:H].copy_(g)
         gu[H:].copy_(u)
-    g.data, u.data = gu[:H], gu[H:]
+    if g.is_inference() or u.is_inference():
+        # made under inference_mode: a normal tensor set as their data would have no version
+        # counter, which breaks the module's own forward too; new Parameters as views instead
+        mod.gate_proj.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
+        mod.up_proj.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
+    else:
+        g.data, u.data = gu[:H], gu[H:]
     return gu
 
 
@@ -513,7 +538,8 @@ def _probe(mod, act, variant):
     gen.manual_seed(0)
     x = torch.randn((4, w.shape[0]), generator=gen, device=w.device, dtype=torch.float32).to(w.dtype)
     base = mod.linfuse_base_class
-    with torch.no_grad():
+    # autocast off: under it both forwards might run the module's own computation (the fallback)
+    with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
         try:
             ref = base.forward(mod, x).float()
         except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)

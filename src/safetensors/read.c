@@ -315,6 +315,7 @@ static lf_status file_open(st_file *f, const char *path)
     int fd;
     LF_TRY(st_open_regular(path, &fd, &sb));
     const size_t size = (size_t)sb.st_size;
+    f->dev = (uint64_t)sb.st_dev, f->ino = (uint64_t)sb.st_ino;
     unsigned char len[8];
     uint64_t n = 0;
     const ssize_t got = pread_all(fd, len, sizeof len, 0);
@@ -449,11 +450,11 @@ static lf_status open_index(lf_safetensors *st, const char *index)
         /* a shard named twice, or under two names (links), is read once: eight links to one file
          * with a 99 MB header cost 4.2 GB and 77 s when each name was parsed again */
         int have = 0;
-        struct stat a, b;
+        struct stat a;
         const int known = stat(path, &a) == 0;
         for (size_t i = 0; i < st->n_files && !have; i++)
             have = !strcmp(st->files[i].path, path) ||
-                   (known && stat(st->files[i].path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+                   (known && st->files[i].dev == (uint64_t)a.st_dev && st->files[i].ino == (uint64_t)a.st_ino);
         if (!have) {
             st_file f;
             s = file_open(&f, path);

@@ -35,8 +35,9 @@ typedef struct st_file {
     int fd;                    /* the file, read with pread; -1 for a buffer */
     const unsigned char *data; /* the data section (NULL for an empty file) */
     size_t data_size;
-    uint64_t data_at; /* the data section's first byte in the file */
-    size_t size;      /* the file's bytes when it was opened */
+    uint64_t data_at;  /* the data section's first byte in the file */
+    size_t size;       /* the file's bytes when it was opened */
+    uint64_t dev, ino; /* which file it is, under any name (an index's shards are read once each) */
     st_tensor *t;
     size_t n;
     json_t *metadata;
