@@ -242,7 +242,7 @@ d({"distributedInfo": {"rank": 1, "world_size": 2}, "traceEvents": ev2}, "e1.jso
 d({"traceEvents": [dict(ev[0], ts=-1000, dur=900), dict(ev[1], ts=-900, dur=300)]}, "neg.json")
 PY
 for o in "r0.json r_big.json:ranks 0 to 4194303" "b_hi.json b_lo.json:clock base" "b_real.json b_none.json:clock base" \
-    "e0.json e1.json:past 2^40"; do
+    "e0.json e1.json:outside 0 to 2^40"; do
     # shellcheck disable=SC2086
     check "merge refuses ${o%%:*}" 2 "$bin" trace merge $(for f in ${o%%:*}; do echo "$work/$f"; done) -o "$work/bad.json"
     contains "merge refuses ${o%%:*}" "${o#*:}"

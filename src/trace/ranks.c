@@ -152,13 +152,13 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
         lane_map lanes = {0};
         for (int64_t k = 0; k < t->n && s == LF_OK; k++) {
             lf_trace_event e = t->ev[k];
-            if (e.ext_id < 0 || e.ext_id >= ((int64_t)1 << ID_BITS) || e.correlation < 0 ||
-                e.correlation >= ((int64_t)1 << ID_BITS)) {
+            const int bad_ext = e.ext_id < 0 || e.ext_id >= ((int64_t)1 << ID_BITS);
+            if (bad_ext || e.correlation < 0 || e.correlation >= ((int64_t)1 << ID_BITS)) {
                 s = lf_fail(LF_EINVAL,
-                            "lf_trace_merge: input %d, event %lld (\"%s\"): an External id or correlation of %lld is "
-                            "past 2^%d, where ranks' ids would meet",
-                            i, (long long)k, e.name ? e.name : "", (long long)(e.ext_id ? e.ext_id : e.correlation),
-                            ID_BITS);
+                            "lf_trace_merge: input %d, event %lld (\"%s\"): its %s %lld is outside 0 to 2^%d, where "
+                            "ranks' ids would meet",
+                            i, (long long)k, e.name ? e.name : "", bad_ext ? "External id" : "correlation",
+                            (long long)(bad_ext ? e.ext_id : e.correlation), ID_BITS);
                 break;
             }
             e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
