@@ -140,8 +140,11 @@ lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames
         }
         if (e->cat != LF_TC_PYTHON) {
             int got = 0;
-            for (int64_t j = top > 0 ? py[top - 1] : -1; j >= 0 && got<depth; j = j> 0 ? py[j - 1] : -1)
+            int64_t j = top > 0 ? py[top - 1] : -1; /* the nearest Python frame, then the next below */
+            while (j >= 0 && got < depth) {
                 frames[idx[k] * depth + got++] = t->ev[stack[j]].name;
+                j = j > 0 ? py[j - 1] : -1;
+            }
             nf[idx[k]] = (unsigned char)got;
         }
         py[top] = e->cat == LF_TC_PYTHON ? top : top > 0 ? py[top - 1] : -1;
