@@ -875,6 +875,11 @@ def test_torch_misuse(torch):
             x = torch.randn(3, 64)
             check(torch.allclose(traced(x), mlp(x), atol=1e-4), "jit.trace before torch 2.4 records the own forward")
     func = getattr(torch, "func", None)
+    if func is None:  # torch 1.13: functorch, a package of its own
+        try:
+            import functorch as func
+        except ImportError:
+            func = None
     if func is not None and hasattr(func, "vmap"):  # functorch's wrappers: the module's own forward
         with torch.no_grad():
             xs = torch.randn(5, 2, 64)
