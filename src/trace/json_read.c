@@ -39,15 +39,14 @@ static int64_t get_int(json_t *o, const char *key, int64_t def)
 }
 
 /* Microseconds (a JSON number) to nanoseconds; false for missing, non-finite or absurd values
- * (beyond +-1e13 us, about 115 days: Kineto's times count from a base at most 3 months back,
- * and this bound keeps every ts + dur far inside int64 nanoseconds). */
+ * (beyond +-LF_TRACE_MAX_US). */
 static int get_us(json_t *o, const char *key, int64_t *ns)
 {
     json_t *v = json_object_get(o, key);
     if (!json_is_number(v))
         return 0;
     double us = json_number_value(v);
-    if (!isfinite(us) || fabs(us) > 1e13)
+    if (!isfinite(us) || fabs(us) > LF_TRACE_MAX_US)
         return 0;
     *ns = llround(us * 1000.0);
     return 1;

@@ -103,11 +103,10 @@ static const char *track_name_of(const lf_trace *t, int64_t pid, int64_t tid)
 }
 
 /* Each rank's External ids and correlations are offset by rank << ID_BITS so two ranks' never meet:
- * ids below 2^40 and ranks below 2^22 keep the sum in 63 bits. Times past MAX_NS (1e13 us, the
+ * ids below 2^40 and ranks below 2^22 keep the sum in 63 bits. Times past LF_TRACE_MAX_NS (the
  * reader's bound) would make a file linfuse itself refuses. */
 enum { ID_BITS = 40 };
 #define MAX_RANK ((int64_t)1 << 22)
-#define MAX_NS   ((int64_t)10000000000000000)
 
 lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
 {
@@ -144,7 +143,7 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
         const lf_trace *t = in[i];
         const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i, ids = rank << ID_BITS, host = host_pid_of(t);
         int64_t shift;
-        if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > MAX_NS)
+        if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > LF_TRACE_MAX_NS)
             s = lf_fail(LF_EINVAL,
                         "lf_trace_merge: input %d's clock base (baseTimeNanoseconds %lld) is more than 115 days "
                         "after the earliest input's (%lld): one of them has none or a wrong one",
@@ -164,7 +163,7 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
             e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
             if (e.flow_ts >= 0)
                 e.flow_ts += shift;
-            if (e.ts_ns > MAX_NS) {
+            if (e.ts_ns > LF_TRACE_MAX_NS) {
                 s = lf_fail(LF_EINVAL,
                             "lf_trace_merge: input %d, event %lld: on the earliest input's clock it is more than 115 "
                             "days on (the inputs' clock bases disagree)",

@@ -16,6 +16,11 @@ typedef struct lf_track_name {
     const char *name;
 } lf_track_name;
 #define LF_TRACK_PROCESS INT64_MIN
+/* The largest time (or duration) a trace holds, in microseconds: 1e13, about 115 days (Kineto's
+ * times count from a base at most 3 months back). The reader refuses what lies beyond, and a merge
+ * that would write beyond it refuses too; the bound keeps every ts + dur far inside int64 ns. */
+#define LF_TRACE_MAX_US 1e13
+#define LF_TRACE_MAX_NS ((int64_t)10000000000000000)
 /* Name track (pid, tid), or process pid with tid LF_TRACK_PROCESS. */
 lf_status lf_trace_name_track(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 
