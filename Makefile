@@ -30,7 +30,8 @@ build:
 # tests that do not depend on the compiler (the fuzzer is clang's already, the install test
 # builds a release of its own) and the CUDA module (nvcc compiles the same kernels with the same
 # host compiler either way: the gcc build has compiled them once). Then ThreadSanitizer on the
-# tests that run threads.
+# tests that run threads. clang's OpenMP runtime dies at start-up on an empty registration file a
+# killed process left in /dev/shm under the same pid: scripts/omp_shm_sweep.sh clears those first.
 space := $(subst ,, )
 TSAN_TESTS := test_threads test_profiler test_ops test_compile test_inject
 test:
@@ -38,6 +39,7 @@ test:
 	CC=gcc cmake -S . -B $(TEST_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON
 	cmake --build $(TEST_BUILD) -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD) --output-on-failure -j $(JOBS)
+	@scripts/omp_shm_sweep.sh
 	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON -DLINFUSE_CUDA=OFF
 	cmake --build $(TEST_BUILD)-clang -j $(JOBS)
 	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs)$$'
