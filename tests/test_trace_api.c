@@ -1,7 +1,8 @@
 /* The trace tools as another program uses them: public headers only, linked to the shared
  * library. A guess checked (lf_trace_expect_*), the summary as text and JSON, a trace and its
- * table written together whole or not at all (lf_trace_json_write_cb, lf_write_files_atomic), and
- * names from a trace printed safely (lf_term_cut). */
+ * table written together whole or not at all (lf_trace_json_write_cb, lf_write_files_atomic), the
+ * args a reader keeps for a trace written back (keep_args), and names from a trace printed safely
+ * (lf_term_cut). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -236,6 +237,89 @@ static void test_trace_with_table(void)
     lf_trace_free(t);
 }
 
+/* The i-th event of t named name (i counts from 0), or NULL. */
+static const lf_trace_event *named(const lf_trace *t, const char *name)
+{
+    for (int64_t i = 0; i < lf_trace_count(t); i++)
+        if (!strcmp(lf_trace_get(t, i)->name, name))
+            return lf_trace_get(t, i);
+    return NULL;
+}
+
+static int same_text(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* keep_args: the args no field holds, kept as extra_args and written back once each; off (the
+ * default, lf_trace_read_json), none kept. */
+static void test_keep_args(void)
+{
+    if (!lf_test_tmpdir("lf_trace_keep")) {
+        CHECK(0, "tmpdir");
+        return;
+    }
+    char in[256], out[256];
+    snprintf(in, sizeof in, "%s", lf_test_path("in.json"));
+    snprintf(out, sizeof out, "%s", lf_test_path("out.json"));
+    lf_test_write_text(
+        in, "{\"traceEvents\": [\n"
+            "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 10, \"dur\": 2, "
+            "\"args\": {\"External id\": 5, \"device\": 0, \"stream\": 7, \"correlation\": 9, \"grid\": [2, 1, 1], "
+            "\"block\": [128, 1, 1], \"na\\u00efve \\\"key\\\"\": \"x\\ny\", \"blocks per SM\": 0.5}},\n"
+            "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": 1, "
+            "\"dur\": 20, \"args\": {\"External id\": 5, \"Record function id\": 3, \"Ev Idx\": 0, \"Input Dims\": "
+            "[[2, 3], [3, 4]], \"Call stack\": \"a.py(1): f;b.py(2): g\", \"Sequence number\": 11}},\n"
+            "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, \"tid\": 1, "
+            "\"ts\": 2, \"dur\": 3, \"args\": {\"correlation\": 9, \"External id\": 5}},\n"
+            "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"bare\", \"pid\": 1, \"tid\": 1, \"ts\": 0, "
+            "\"dur\": 30},\n"
+            "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, "
+            "\"tid\": 1, \"ts\": 4, \"args\": {\"Bytes\": 64, \"Total Allocated\": 64, \"Total Reserved\": 64, "
+            "\"Addr\": 1, \"Device Type\": 0, \"Device Id\": -1, \"Extra\": 1}}\n"
+            "]}\n");
+    lf_trace *plain = NULL, *kept = NULL, *back = NULL;
+    OK(lf_trace_read_json(&plain, in));
+    const lf_trace_read_opts keep = {.keep_args = 1};
+    OK(lf_trace_read_json_opts(&kept, in, &keep));
+    if (!plain || !kept)
+        goto done;
+    for (int64_t i = 0; i < lf_trace_count(plain); i++)
+        CHECK(!lf_trace_get(plain, i)->extra_args, "by default no args are kept (%s)", lf_trace_get(plain, i)->name);
+    const char *want_k =
+        "\"grid\":[2,1,1],\"block\":[128,1,1],\"na\\u00EFve \\\"key\\\"\":\"x\\ny\",\"blocks per SM\":0.5";
+    CHECK(same_text(named(kept, "k")->extra_args, want_k), "kernel: %s", named(kept, "k")->extra_args);
+    CHECK(same_text(named(kept, "aten::mm")->extra_args,
+                    "\"Call stack\":\"a.py(1): f;b.py(2): g\",\"Sequence number\":11"),
+          "cpu op: %s", named(kept, "aten::mm")->extra_args);
+    CHECK(!named(kept, "cudaLaunchKernel")->extra_args, "what fields hold is not kept twice");
+    CHECK(!named(kept, "bare")->extra_args && !named(kept, "[memory]")->extra_args, "no args, or a [memory] event's");
+    CHECK(named(kept, "k")->correlation == 9 && named(kept, "k")->ext_id == 5, "the fields are read as before");
+    /* written back and read again: the same args, each written once */
+    OK(lf_trace_write_json(kept, out));
+    OK(lf_trace_read_json_opts(&back, out, &keep));
+    if (!back)
+        goto done;
+    for (int64_t i = 0; i < lf_trace_count(kept); i++)
+        CHECK(same_text(lf_trace_get(kept, i)->extra_args, named(back, lf_trace_get(kept, i)->name)->extra_args),
+              "%s: written back as read", lf_trace_get(kept, i)->name);
+    FILE *f = fopen(out, "r");
+    char text[8192] = {0};
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    int grids = 0, corr = 0;
+    for (const char *p = text; (p = strstr(p, "\"grid\"")); p++)
+        grids++;
+    for (const char *p = text; (p = strstr(p, "\"correlation\"")); p++)
+        corr++;
+    CHECK(n > 0 && grids == 1 && corr == 2, "each arg written once (grid %d, correlation %d)", grids, corr);
+done:
+    lf_trace_free(plain), lf_trace_free(kept), lf_trace_free(back);
+    unlink(in), unlink(out);
+    rmdir(lf_test_dir);
+}
+
 static void test_term_cut(void)
 {
     char buf[64], small[5];
@@ -263,6 +347,7 @@ int main(int argc, char **argv)
     test_expect_hostile_names();
     test_summary_format();
     test_trace_with_table();
+    test_keep_args();
     test_term_cut();
     return lf_test_finish("test_trace_api");
 }

@@ -197,10 +197,32 @@ check "summary of the merged trace" 0 "$bin" trace summary "$work/merged.json"
 contains "a line per rank" "rank=1 kernels/step=6"
 contains "rank 0's line" "rank=0 kernels/step=6 cpu_ops/step=22 device_busy=31%"
 checks=$((checks + 1))
-python3 - "$work/merged.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: the merged trace"; }
+python3 - "$work/merged.json" "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank1.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: the merged trace"; }
 import json, sys
-t = json.load(open(sys.argv[1]))
+
+def no_twice(pairs):  # a key written twice (an arg kept and made again) is an error
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), keys
+    return dict(pairs)
+
+t = json.load(open(sys.argv[1]), object_pairs_hook=no_twice)
 ev = t["traceEvents"]
+# every arg of every complete event is carried over, with its value; the ids and the stream are
+# renumbered (ranks' ids apart, GPU streams as lanes of the rank's process), Ev Idx and Record
+# function id are the writer's own
+made = {"External id", "correlation", "stream", "Ev Idx", "Record function id"}
+for rank, path in enumerate(sys.argv[2:]):
+    src = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    out = {}
+    for e in ev:
+        if e.get("ph") == "X" and e["pid"] == rank:
+            out.setdefault((e["name"], round(e["dur"], 3)), []).append(e["args"])
+    for e in src:
+        got = out[(e["name"], round(e["dur"], 3))]
+        want = {k: v for k, v in e.get("args", {}).items() if k not in made}
+        assert any(all(a.get(k) == v for k, v in want.items()) for a in got), (e["name"], want, got)
+k0 = [e["args"] for e in ev if e.get("ph") == "X" and e["cat"] == "kernel"][0]
+assert {"grid", "block", "registers per thread", "shared memory"} <= set(k0), k0
 procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
 assert procs == {0: "rank 0", 1: "rank 1"}, procs
 x = [e for e in ev if e.get("ph") == "X"]

@@ -140,6 +140,20 @@ LF_API int lf_trace_json_write_cb(FILE *f, void *ctx);
  * limit, compressed or inflated. */
 LF_API lf_status lf_trace_read_json(lf_trace **out, const char *path);
 
+/* How lf_trace_read_json_opts reads; zeroed, as lf_trace_read_json. */
+typedef struct lf_trace_read_opts {
+    /* Keep every arg of an event that no field of lf_trace_event holds (a kernel's grid, block,
+     * registers and occupancy, a CPU op's call stack and sequence number, NCCL's collective
+     * fields) as its extra_args, so the trace written back (lf_trace_write_json, `linfuse trace
+     * merge`) carries them. They cost their size in memory; the tools that only count leave it
+     * off. The args the writer makes from fields are not kept twice: External id, correlation,
+     * device, stream, FLOPs/flops, bytes, the input shapes, types and strides, Record function id,
+     * Ev Idx, and a [memory] event's own. */
+    int keep_args;
+} lf_trace_read_opts;
+/* lf_trace_read_json with options (opts NULL: the defaults). */
+LF_API lf_status lf_trace_read_json_opts(lf_trace **out, const char *path, const lf_trace_read_opts *opts);
+
 /* The largest trace file lf_trace_read_json reads: bytes > 0 sets it for the process, 0 restores
  * the default ($LINFUSE_TRACE_MAX_BYTES, else LF_TRACE_DEFAULT_MAX_BYTES: Perfetto's browser UI
  * stops at about 2 GB, and reading takes about the JSON's size in memory, bench/RESULTS.md). */

@@ -105,12 +105,13 @@ void lf_tcmd_error(const char *cmd)
     fprintf(stderr, "%s: %s\n", cmd, lf_term_cut(m, sizeof m, lf_last_error(), 0));
 }
 
-lf_trace *lf_tcmd_load(const char *path)
+static lf_trace *load(const char *path, int keep_args)
 {
     static int last = -1;
     lf_trace_set_progress(isatty(STDERR_FILENO) ? show_progress : NULL, &last);
     lf_trace *t = NULL;
-    lf_status st = lf_trace_read_json(&t, path);
+    const lf_trace_read_opts o = {.keep_args = keep_args};
+    lf_status st = lf_trace_read_json_opts(&t, path, &o);
     if (last >= 0) { /* stopped part way: the line erased before the error */
         fprintf(stderr, "\r\033[K");
         last = -1;
@@ -121,6 +122,16 @@ lf_trace *lf_tcmd_load(const char *path)
         return NULL;
     }
     return t;
+}
+
+lf_trace *lf_tcmd_load(const char *path)
+{
+    return load(path, 0);
+}
+
+lf_trace *lf_tcmd_load_all(const char *path)
+{
+    return load(path, 1);
 }
 
 /* An extra word is named here; a bad flag's message is already printed. */

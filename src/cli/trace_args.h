@@ -28,6 +28,8 @@ int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v);
 void lf_tcmd_error(const char *cmd);
 /* A trace read (a progress line on a terminal for a large one); NULL with the message printed. */
 lf_trace *lf_tcmd_load(const char *path);
+/* The same, keeping every event's args the reader does not read (for a trace written back). */
+lf_trace *lf_tcmd_load_all(const char *path);
 /* What every verb does with the arguments that are not its own flags: a word fills the next of
  * its max file slots, --help (already printed) ends it with 0, anything else is a usage error.
  * Returns -1 to go on, else the exit status. */

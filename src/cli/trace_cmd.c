@@ -314,7 +314,7 @@ static int verb_merge(int argc, char **argv)
     lf_trace *in[MAX_IN] = {0}, *m = NULL;
     rc = LF_EXIT_OK;
     for (int i = 0; i < nf && rc == LF_EXIT_OK; i++)
-        if (!(in[i] = lf_tcmd_load(files[i])))
+        if (!(in[i] = lf_tcmd_load_all(files[i]))) /* every arg carried over */
             rc = LF_EXIT_USAGE;
     if (rc == LF_EXIT_OK && lf_trace_merge((const lf_trace *const *)in, nf, &m) != LF_OK) {
         lf_tcmd_error(cmd);

@@ -125,6 +125,7 @@ typedef struct reader {
     int64_t max_events;        /* the read limit over an event's size in memory */
     lf_status err;             /* the reader's own refusal (a value too long, too many events), reported */
     int64_t n_with_cat;        /* events that name their category (Kineto's traces: all of them) */
+    int keep_args;             /* the args no field holds kept as extra_args (lf_trace_read_opts) */
     char msg[300];             /* instead of what the parse says after it */
 } reader;
 
@@ -450,6 +451,52 @@ static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *
     return LF_OK;
 }
 
+/* The args of an event that no field holds and the writer does not make from fields, as JSON
+ * members ("\"grid\":[1,1,1],...") for extra_args; NULL when there are none (or out of memory:
+ * *oom set). The caller frees. */
+static char *other_args(json_t *args, int *oom)
+{
+    static const char *const made[] = {"External id",
+                                       "correlation",
+                                       "device",
+                                       "stream",
+                                       "FLOPs",
+                                       "flops",
+                                       "bytes",
+                                       "Input Dims",
+                                       "Input type",
+                                       "Input Strides",
+                                       "Record function id",
+                                       "Ev Idx",
+                                       "Bytes",
+                                       "Total Allocated",
+                                       "Total Reserved",
+                                       "Device Type",
+                                       "Device Id",
+                                       "Addr"};
+    json_t *rest = json_object();
+    const char *k;
+    json_t *v;
+    *oom = !rest;
+    json_object_foreach(args, k, v)
+    {
+        size_t i = 0;
+        while (i < sizeof made / sizeof *made && strcmp(k, made[i]))
+            i++;
+        if (rest && i == sizeof made / sizeof *made && json_object_set(rest, k, v))
+            *oom = 1;
+    }
+    char *text = rest && json_object_size(rest) && !*oom ? json_dumps(rest, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    *oom |= rest && json_object_size(rest) && !text;
+    json_decref(rest);
+    if (!text)
+        return NULL;
+    const size_t n = strlen(text); /* "{...}" -> "..." */
+    memmove(text, text + 1, n - 2);
+    text[n - 2] = 0;
+    return text;
+}
+
 /* One element of traceEvents, already parsed: a complete event ("X") or a [memory] instant
  * becomes a trace event; flow starts and metadata are kept; the rest carries nothing the tools
  * use. */
@@ -489,11 +536,16 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         ev.ts_ns += 1;
         ev.dur_ns -= 2;
     }
-    char *dims = NULL, *types = NULL, *strides = NULL;
+    char *dims = NULL, *types = NULL, *strides = NULL, *rest = NULL;
     lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
+    int oom = 0;
+    if (st == LF_OK && args && r->keep_args && !is_mem)
+        ev.extra_args = rest = other_args(args, &oom);
+    if (oom)
+        st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)
         st = lf_trace_add(r->t, &ev);
-    free(dims), free(types), free(strides);
+    free(dims), free(types), free(strides), free(rest);
     return st;
 }
 
@@ -751,11 +803,18 @@ static lf_status parse_doc(reader *r)
     return LF_OK;
 }
 
-lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src)
+lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src,
+                        int keep_args)
 {
     if (size == 0 && !src)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
-    reader r = {.p = data, .n = size, .name = name, .releasable = releasable, .src = src, .pin = {SIZE_MAX, NULL}};
+    reader r = {.p = data,
+                .n = size,
+                .name = name,
+                .releasable = releasable,
+                .src = src,
+                .pin = {SIZE_MAX, NULL},
+                .keep_args = keep_args};
     r.max_events = lf_trace_read_limit() / (int64_t)sizeof(lf_trace_event);
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);

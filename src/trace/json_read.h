@@ -8,7 +8,8 @@
 
 /* Parse a trace from data/size: the whole text, or with src the text so far (the parse brings in
  * the rest). releasable: data is a mapping of the reader's own, whose parsed pages it may give
- * back. */
-lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src);
+ * back. keep_args: lf_trace_read_opts' keep_args. */
+lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src,
+                        int keep_args);
 
 #endif
