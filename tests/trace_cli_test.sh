@@ -207,10 +207,10 @@ def no_twice(pairs):  # a key written twice (an arg kept and made again) is an e
 
 t = json.load(open(sys.argv[1]), object_pairs_hook=no_twice)
 ev = t["traceEvents"]
-# every arg of every complete event is carried over, with its value; the ids and the stream are
-# renumbered (ranks' ids apart, GPU streams as lanes of the rank's process), Ev Idx and Record
-# function id are the writer's own
-made = {"External id", "correlation", "stream", "Ev Idx", "Record function id"}
+# every arg of every complete event is carried over, with its value (a GPU event's stream too,
+# though its track is now a lane of the rank's process); the ids are renumbered (ranks' ids
+# apart), Ev Idx and Record function id are the writer's own
+made = {"External id", "correlation", "Ev Idx", "Record function id"}
 for rank, path in enumerate(sys.argv[2:]):
     src = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     out = {}

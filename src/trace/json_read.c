@@ -453,8 +453,9 @@ static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *
 
 /* The args of an event that no field holds and the writer does not make from fields, as JSON
  * members ("\"grid\":[1,1,1],...") for extra_args; NULL when there are none (or out of memory:
- * *oom set). The caller frees. */
-static char *other_args(json_t *args, int *oom)
+ * *oom set). An event on a merged trace's lane keeps its "stream" (its tid is no stream). The
+ * caller frees. */
+static char *other_args(json_t *args, int lane, int *oom)
 {
     static const char *const made[] = {"External id",
                                        "correlation",
@@ -483,6 +484,7 @@ static char *other_args(json_t *args, int *oom)
         size_t i = 0;
         while (i < sizeof made / sizeof *made && strcmp(k, made[i]))
             i++;
+        i = lane && !strcmp(k, "stream") ? sizeof made / sizeof *made : i;
         if (rest && i == sizeof made / sizeof *made && json_object_set(rest, k, v))
             *oom = 1;
     }
@@ -540,7 +542,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
     int oom = 0;
     if (st == LF_OK && args && r->keep_args && !is_mem)
-        ev.extra_args = rest = other_args(args, &oom);
+        ev.extra_args = rest = other_args(args, ev.tid >= LF_TRACE_LANE_TID0, &oom);
     if (oom)
         st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)

@@ -80,7 +80,9 @@ static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
     }
     if (lf_trace_cat_is_device(e->cat) && e->cat != LF_TC_GPU_ANNOTATION) {
         SEP();
-        fprintf(f, "\"device\": %" PRId64 ", \"stream\": %" PRId64, e->device, e->tid);
+        fprintf(f, "\"device\": %" PRId64, e->device);
+        if (e->tid < LF_TRACE_LANE_TID0) /* a merged trace's lane: its stream is in extra_args */
+            fprintf(f, ", \"stream\": %" PRId64, e->tid);
         if (e->correlation)
             fprintf(f, ", \"correlation\": %" PRId64, e->correlation);
         if (e->flops > 0)

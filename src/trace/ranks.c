@@ -81,17 +81,15 @@ typedef struct lane_map {
     int n;
 } lane_map;
 
-enum { LANE_TID0 = 1000000000 };
-
 static int64_t lane_of(lane_map *l, int64_t pid, int64_t tid)
 {
     for (int i = 0; i < l->n; i++)
         if (l->pid[i] == pid && l->tid[i] == tid)
-            return LANE_TID0 + i;
+            return LF_TRACE_LANE_TID0 + i;
     if (l->n == 256)
-        return LANE_TID0 + 255; /* more than 256 device lanes share the last one */
+        return LF_TRACE_LANE_TID0 + 255; /* more than 256 device lanes share the last one */
     l->pid[l->n] = pid, l->tid[l->n] = tid;
-    return LANE_TID0 + l->n++;
+    return LF_TRACE_LANE_TID0 + l->n++;
 }
 
 static const char *track_name_of(const lf_trace *t, int64_t pid, int64_t tid)
@@ -170,8 +168,20 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
                             i, (long long)k);
                 break;
             }
-            if (e.pid != host)
+            char *args = NULL; /* a GPU event's stream, kept as an arg now that its tid is a lane's */
+            if (e.pid != host) {
+                if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION) {
+                    const char *rest = e.extra_args && *e.extra_args ? e.extra_args : NULL;
+                    const size_t len = 48 + (rest ? strlen(rest) : 0);
+                    if (!(args = malloc(len))) {
+                        s = lf_fail(LF_ENOMEM, "lf_trace_merge: out of memory");
+                        break;
+                    }
+                    snprintf(args, len, "\"stream\": %lld%s%s", (long long)e.tid, rest ? ", " : "", rest ? rest : "");
+                    e.extra_args = args;
+                }
                 e.tid = lane_of(&lanes, e.pid, e.tid);
+            }
             e.pid = rank; /* one process per rank */
             if (e.flow_pid >= 0) {
                 e.flow_tid = e.flow_pid == host ? e.flow_tid : lane_of(&lanes, e.flow_pid, e.flow_tid);
@@ -180,6 +190,7 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
             e.ext_id = e.ext_id ? e.ext_id + ids : 0; /* ids of two ranks never meet */
             e.correlation = e.correlation ? e.correlation + ids : 0;
             s = lf_trace_add(m, &e);
+            free(args);
         }
         char nm[320];
         snprintf(nm, sizeof nm, "rank %lld", (long long)rank);
@@ -196,7 +207,7 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
                 snprintf(nm, sizeof nm, "%s", tn ? tn : "spans");
             else
                 snprintf(nm, sizeof nm, "GPU %lld %s", (long long)lanes.pid[l], tn ? tn : "stream");
-            s = lf_trace_name_track(m, rank, LANE_TID0 + l, nm);
+            s = lf_trace_name_track(m, rank, LF_TRACE_LANE_TID0 + l, nm);
         }
     }
     if (s != LF_OK) {

@@ -21,6 +21,11 @@ typedef struct lf_track_name {
  * that would write beyond it refuses too; the bound keeps every ts + dur far inside int64 ns. */
 #define LF_TRACE_MAX_US 1e13
 #define LF_TRACE_MAX_NS ((int64_t)10000000000000000)
+
+/* A merged trace's lanes (ranks.c): a rank's GPU streams and other device tracks become threads
+ * LF_TRACE_LANE_TID0 + k of its process. Such a tid is no stream: the writer leaves "stream" to
+ * the event's extra_args, where the merge put the original. */
+#define LF_TRACE_LANE_TID0 ((int64_t)1000000000)
 /* Name track (pid, tid), or process pid with tid LF_TRACK_PROCESS. */
 lf_status lf_trace_name_track(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 
