@@ -246,39 +246,57 @@ static const lf_trace_event *named(const lf_trace *t, const char *name)
     return NULL;
 }
 
-static int same_text(const char *a, const char *b)
+/* The extra_args of the event of t named name ("(none)" when it has none, "(no event)"). */
+static const char *extra_of(const lf_trace *t, const char *name)
 {
-    return (!a && !b) || (a && b && !strcmp(a, b));
+    const lf_trace_event *e = named(t, name);
+    return !e ? "(no event)" : e->extra_args ? e->extra_args : "(none)";
 }
 
-/* keep_args: the args no field holds, kept as extra_args and written back once each; off (the
- * default, lf_trace_read_json), none kept. */
+/* keep_args: the args no field holds kept as extra_args, in their own text, and written back once
+ * each (the reader refuses an event with a key twice, so reading back checks that); off (the
+ * default, lf_trace_read_json), none kept. Then a merge of two ranks of it. */
 static void test_keep_args(void)
 {
     if (!lf_test_tmpdir("lf_trace_keep")) {
         CHECK(0, "tmpdir");
         return;
     }
-    char in[256], out[256];
+    char in[256], out[256], merged[256];
     snprintf(in, sizeof in, "%s", lf_test_path("in.json"));
     snprintf(out, sizeof out, "%s", lf_test_path("out.json"));
+    snprintf(merged, sizeof merged, "%s", lf_test_path("merged.json"));
     lf_test_write_text(
-        in, "{\"traceEvents\": [\n"
-            "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 10, \"dur\": 2, "
-            "\"args\": {\"External id\": 5, \"device\": 0, \"stream\": 7, \"correlation\": 9, \"grid\": [2, 1, 1], "
-            "\"block\": [128, 1, 1], \"na\\u00efve \\\"key\\\"\": \"x\\ny\", \"blocks per SM\": 0.5}},\n"
-            "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": 1, "
-            "\"dur\": 20, \"args\": {\"External id\": 5, \"Record function id\": 3, \"Ev Idx\": 0, \"Input Dims\": "
-            "[[2, 3], [3, 4]], \"Call stack\": \"a.py(1): f;b.py(2): g\", \"Sequence number\": 11}},\n"
-            "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, \"tid\": 1, "
-            "\"ts\": 2, \"dur\": 3, \"args\": {\"correlation\": 9, \"External id\": 5}},\n"
-            "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"bare\", \"pid\": 1, \"tid\": 1, \"ts\": 0, "
-            "\"dur\": 30},\n"
-            "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, "
-            "\"tid\": 1, \"ts\": 4, \"args\": {\"Bytes\": 64, \"Total Allocated\": 64, \"Total Reserved\": 64, "
-            "\"Addr\": 1, \"Device Type\": 0, \"Device Id\": -1, \"Extra\": 1}}\n"
-            "]}\n");
-    lf_trace *plain = NULL, *kept = NULL, *back = NULL;
+        in,
+        "{\"traceEvents\": [\n"
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 10, \"dur\": 2, "
+        "\"args\": "
+        "{\"External id\": 5, \"device\": 0, \"stream\": 7, \"correlation\": 9, \"grid\": [2, 1, 1], \"block\": [128, "
+        "1, 1], \"na\\u00efve \\\"key\\\"\": \"x\\ny\\u0001\", \"blocks per SM\": 0.5, \"ratio\": 0.1, \"big\": 1e19, "
+        "\"Input Dims\": [[1]]}},\n"
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k2\", \"pid\": 0, \"tid\": 7, \"ts\": 13, \"dur\": 1, "
+        "\"args\": "
+        "{\"flops\": 2.5, \"bytes\": 1e19}},\n"
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k3\", \"pid\": 0, \"tid\": 1000000007, \"ts\": 15, \"dur\": "
+        "1, "
+        "\"args\": {\"stream\": 7}},\n"
+        "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k4\", \"pid\": 0, \"tid\": 3, \"ts\": 17, \"dur\": 1},\n"
+        "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": 1, \"ts\": 1, \"dur\": 20, "
+        "\"args\": {\"External id\": 5, \"Record function id\": 3, \"Ev Idx\": 0, \"Input Dims\": [[2, 3], [3, 4]], "
+        "\"Call stack\": \"a.py(1): f;b.py(2): g\", \"Sequence number\": 11, \"stream\": 0, \"device\": 1, \"bytes\": "
+        "64}},\n"
+        "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, \"tid\": 1, \"ts\": 2, "
+        "\"dur\": 3, \"args\": {\"correlation\": 9, \"External id\": 5, \"device\": 0, \"stream\": 7}},\n"
+        "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"bare\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": "
+        "30},\n"
+        "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ann\", \"pid\": 1, \"tid\": 1, \"ts\": 0, \"dur\": "
+        "29, "
+        "\"args\": {\"External id\": 0, \"correlation\": 4}},\n"
+        "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"cpu_instant_event\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": 1, "
+        "\"ts\": 4, \"args\": {\"Bytes\": 64, \"Total Allocated\": 64, \"Total Reserved\": 64, \"Addr\": 1, \"Device "
+        "Type\": 0, \"Device Id\": -1, \"finished\": false}}\n"
+        "]}\n");
+    lf_trace *plain = NULL, *kept = NULL, *back = NULL, *m = NULL, *mback = NULL;
     OK(lf_trace_read_json(&plain, in));
     const lf_trace_read_opts keep = {.keep_args = 1};
     OK(lf_trace_read_json_opts(&kept, in, &keep));
@@ -286,37 +304,56 @@ static void test_keep_args(void)
         goto done;
     for (int64_t i = 0; i < lf_trace_count(plain); i++)
         CHECK(!lf_trace_get(plain, i)->extra_args, "by default no args are kept (%s)", lf_trace_get(plain, i)->name);
-    const char *want_k =
-        "\"grid\":[2,1,1],\"block\":[128,1,1],\"na\\u00EFve \\\"key\\\"\":\"x\\ny\",\"blocks per SM\":0.5";
-    CHECK(same_text(named(kept, "k")->extra_args, want_k), "kernel: %s", named(kept, "k")->extra_args);
-    CHECK(same_text(named(kept, "aten::mm")->extra_args,
-                    "\"Call stack\":\"a.py(1): f;b.py(2): g\",\"Sequence number\":11"),
-          "cpu op: %s", named(kept, "aten::mm")->extra_args);
-    CHECK(!named(kept, "cudaLaunchKernel")->extra_args, "what fields hold is not kept twice");
-    CHECK(!named(kept, "bare")->extra_args && !named(kept, "[memory]")->extra_args, "no args, or a [memory] event's");
-    CHECK(named(kept, "k")->correlation == 9 && named(kept, "k")->ext_id == 5, "the fields are read as before");
-    /* written back and read again: the same args, each written once */
+    /* a stream the track does not say, first; strings in UTF-8 as read; reals in their shortest
+     * form; what the writer makes (device, correlation, External id) not kept; what it makes only
+     * for other categories (a kernel's Input Dims, a CPU op's device, stream and bytes) kept */
+    const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"k", "\"grid\":[2,1,1],\"block\":[128,1,1],\"na\xc3\xafve \\\"key\\\"\":\"x\\ny\\u0001\","
+              "\"blocks per SM\":0.5,\"ratio\":0.1,\"big\":1e+19,\"Input Dims\":[[1]]"},
+        {"k2", "\"flops\":2.5"},
+        {"k3", "\"stream\":7"},
+        {"k4", "(none)"},
+        {"aten::mm", "\"stream\":0,\"Call stack\":\"a.py(1): f;b.py(2): g\",\"Sequence number\":11,\"device\":1,"
+                     "\"bytes\":64"},
+        {"cudaLaunchKernel", "\"stream\":7,\"device\":0"},
+        {"bare", "(none)"},
+        {"ann", "\"External id\":0,\"correlation\":4"},
+        {"[memory]", "\"finished\":false"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        CHECK(!strcmp(extra_of(kept, cases[c].name), cases[c].want), "%s kept %s, expected %s", cases[c].name,
+              extra_of(kept, cases[c].name), cases[c].want);
+    CHECK(named(kept, "k")->correlation == 9 && named(kept, "k")->ext_id == 5 && named(kept, "k2")->flops == 2.5 &&
+              named(kept, "k2")->bytes == 1e19,
+          "the fields are read as before");
+    /* written back and read again: the same args and fields */
     OK(lf_trace_write_json(kept, out));
     OK(lf_trace_read_json_opts(&back, out, &keep));
     if (!back)
         goto done;
-    for (int64_t i = 0; i < lf_trace_count(kept); i++)
-        CHECK(same_text(lf_trace_get(kept, i)->extra_args, named(back, lf_trace_get(kept, i)->name)->extra_args),
-              "%s: written back as read", lf_trace_get(kept, i)->name);
-    FILE *f = fopen(out, "r");
-    char text[8192] = {0};
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f)
-        fclose(f);
-    int grids = 0, corr = 0;
-    for (const char *p = text; (p = strstr(p, "\"grid\"")); p++)
-        grids++;
-    for (const char *p = text; (p = strstr(p, "\"correlation\"")); p++)
-        corr++;
-    CHECK(n > 0 && grids == 1 && corr == 2, "each arg written once (grid %d, correlation %d)", grids, corr);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        CHECK(!strcmp(extra_of(back, cases[c].name), cases[c].want), "%s read back: %s", cases[c].name,
+              extra_of(back, cases[c].name));
+    CHECK(named(back, "k2")->flops == 2.5 && named(back, "k2")->bytes == 1e19, "2.5 FLOPs and 1e19 bytes read back");
+    /* two ranks of it merged: a kernel's stream stays its own, though its track becomes a lane */
+    const lf_trace *two[2] = {kept, back};
+    OK(lf_trace_merge(two, 2, &m));
+    if (m)
+        OK(lf_trace_write_json(m, merged));
+    OK(lf_trace_read_json_opts(&mback, merged, &keep));
+    if (!mback)
+        goto done;
+    CHECK(!strcmp(extra_of(mback, "k4"), "\"stream\":3"), "merged k4: %s", extra_of(mback, "k4"));
+    CHECK(!strncmp(extra_of(mback, "k"), "\"stream\":7,", 11) && !strcmp(extra_of(mback, "k") + 11, cases[0].want),
+          "merged k: %s", extra_of(mback, "k"));
+    CHECK(!strcmp(extra_of(mback, "k3"), "\"stream\":7"), "merged k3: %s", extra_of(mback, "k3"));
+    CHECK(!strcmp(extra_of(mback, "[memory]"), "\"finished\":false"), "merged [memory]: %s",
+          extra_of(mback, "[memory]"));
 done:
-    lf_trace_free(plain), lf_trace_free(kept), lf_trace_free(back);
-    unlink(in), unlink(out);
+    lf_trace_free(plain), lf_trace_free(kept), lf_trace_free(back), lf_trace_free(m), lf_trace_free(mback);
+    unlink(in), unlink(out), unlink(merged);
     rmdir(lf_test_dir);
 }
 

@@ -240,6 +240,51 @@ ends = sorted((e["ts"] + e["dur"], e["pid"]) for e in k)
 assert all(abs(ends[i][0] - ends[i + 1][0]) < 50 for i in range(0, 6, 2)), ends
 print("merged trace: 2 processes, 322 events, flows per rank, all-reduces end together")
 PY
+# every arg carried over in a merge of two single-GPU traces as well: the compiled MLP (Triton
+# launches are CPU ops with a "stream" arg) and the gzip trace with stacks and memory events
+check "merge keeps every arg" 0 "$bin" trace merge "$x2/stack_mem_64x128x768x3072.json.gz" \
+    "$ref/mlp_64x128x768x3072_compile.json" -o "$work/args.json.gz"
+checks=$((checks + 1))
+python3 - "$work/args.json.gz" "$x2/stack_mem_64x128x768x3072.json.gz" "$ref/mlp_64x128x768x3072_compile.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: merge lost or changed args"; }
+import gzip, json, sys
+
+def load(p):
+    def no_twice(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+    with (gzip.open if p.endswith(".gz") else open)(p, "rt") as f:
+        return json.load(f, object_pairs_hook=no_twice)["traceEvents"]
+
+def kept(e):
+    return e.get("ph") == "X" or (e.get("ph") == "i" and e.get("name") == "[memory]")
+
+made = {"External id", "correlation", "Ev Idx", "Record function id"}  # renumbered or the writer's own
+out = load(sys.argv[1])
+n = 0
+for rank, path in enumerate(sys.argv[2:]):
+    got = {}
+    for e in out:
+        if kept(e) and e["pid"] == rank:
+            got.setdefault((e["name"], e["ts"]), []).append(e["args"])
+    src = [e for e in load(path) if kept(e)]
+    base = min(e["ts"] for e in src)
+    base_out = min(k[1] for k in got)
+    for e in src:
+        cands = got[(e["name"], round(e["ts"] - base + base_out, 3))]
+        want = {k: v for k, v in e.get("args", {}).items() if k not in made}
+        assert any(all(a.get(k) == v for k, v in want.items()) for a in cands), (e["name"], want, cands)
+        n += 1
+print("merge of two single-GPU traces: every arg of %d events carried over" % n)
+PY
+# FLOPs per op only when every rank counted them: with_flops from the first input made a reader
+# of the merged file count the other rank's ops from their shapes
+checks=$((checks + 1))
+if ! gzip -dc "$x2/stack_mem_64x128x768x3072.json.gz" | grep -q '"with_flops": 1' ||
+    gzip -dc "$work/args.json.gz" | grep -q '"with_flops"'; then
+    fails=$((fails + 1))
+    echo "FAIL: a merge of a with_flops trace and one without says with_flops"
+fi
 check "merge: one rank twice" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank0.json" -o "$work/bad.json"
 contains "merge: one rank twice" "both rank 0"
 check "merge: no output" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json"

@@ -144,11 +144,12 @@ LF_API lf_status lf_trace_read_json(lf_trace **out, const char *path);
 typedef struct lf_trace_read_opts {
     /* Keep every arg of an event that no field of lf_trace_event holds (a kernel's grid, block,
      * registers and occupancy, a CPU op's call stack and sequence number, NCCL's collective
-     * fields) as its extra_args, so the trace written back (lf_trace_write_json, `linfuse trace
-     * merge`) carries them. They cost their size in memory; the tools that only count leave it
-     * off. The args the writer makes from fields are not kept twice: External id, correlation,
-     * device, stream, FLOPs/flops, bytes, the input shapes, types and strides, Record function id,
-     * Ev Idx, and a [memory] event's own. */
+     * fields) as its extra_args (JSON members: strings as read, numbers in their shortest exact
+     * form), so the trace written back (lf_trace_write_json, `linfuse trace merge`) carries them.
+     * They cost their size in memory; the tools that only count leave it off. An arg the writer
+     * makes from the event's fields for its category is not kept twice (External id,
+     * correlation, device, FLOPs/flops, bytes, the input shapes, Record function id, Ev Idx, a
+     * [memory] event's sizes); a "stream" other than the event's track comes first. */
     int keep_args;
 } lf_trace_read_opts;
 /* lf_trace_read_json with options (opts NULL: the defaults). */

@@ -451,54 +451,6 @@ static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *
     return LF_OK;
 }
 
-/* The args of an event that no field holds and the writer does not make from fields, as JSON
- * members ("\"grid\":[1,1,1],...") for extra_args; NULL when there are none (or out of memory:
- * *oom set). An event on a merged trace's lane keeps its "stream" (its tid is no stream). The
- * caller frees. */
-static char *other_args(json_t *args, int lane, int *oom)
-{
-    static const char *const made[] = {"External id",
-                                       "correlation",
-                                       "device",
-                                       "stream",
-                                       "FLOPs",
-                                       "flops",
-                                       "bytes",
-                                       "Input Dims",
-                                       "Input type",
-                                       "Input Strides",
-                                       "Record function id",
-                                       "Ev Idx",
-                                       "Bytes",
-                                       "Total Allocated",
-                                       "Total Reserved",
-                                       "Device Type",
-                                       "Device Id",
-                                       "Addr"};
-    json_t *rest = json_object();
-    const char *k;
-    json_t *v;
-    *oom = !rest;
-    json_object_foreach(args, k, v)
-    {
-        size_t i = 0;
-        while (i < sizeof made / sizeof *made && strcmp(k, made[i]))
-            i++;
-        i = lane && !strcmp(k, "stream") ? sizeof made / sizeof *made : i;
-        if (rest && i == sizeof made / sizeof *made && json_object_set(rest, k, v))
-            *oom = 1;
-    }
-    char *text = rest && json_object_size(rest) && !*oom ? json_dumps(rest, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    *oom |= rest && json_object_size(rest) && !text;
-    json_decref(rest);
-    if (!text)
-        return NULL;
-    const size_t n = strlen(text); /* "{...}" -> "..." */
-    memmove(text, text + 1, n - 2);
-    text[n - 2] = 0;
-    return text;
-}
-
 /* One element of traceEvents, already parsed: a complete event ("X") or a [memory] instant
  * becomes a trace event; flow starts and metadata are kept; the rest carries nothing the tools
  * use. */
@@ -541,8 +493,8 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     char *dims = NULL, *types = NULL, *strides = NULL, *rest = NULL;
     lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
     int oom = 0;
-    if (st == LF_OK && args && r->keep_args && !is_mem)
-        ev.extra_args = rest = other_args(args, ev.tid >= LF_TRACE_LANE_TID0, &oom);
+    if (st == LF_OK && args && r->keep_args)
+        ev.extra_args = rest = lf_json_other_args(args, &ev, &oom);
     if (oom)
         st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)

@@ -4,7 +4,14 @@
 #ifndef LF_TRACE_JSON_READ_H
 #define LF_TRACE_JSON_READ_H
 
+#include <jansson.h>
+
 #include "trace/json_source.h"
+
+/* The args of ev that no field holds and the writer does not make from fields (json_args.c), as
+ * JSON members for extra_args, a "stream" first; NULL when there are none, or out of memory
+ * (*oom set). The caller frees. */
+char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom);
 
 /* Parse a trace from data/size: the whole text, or with src the text so far (the parse brings in
  * the rest). releasable: data is a mapping of the reader's own, whose parsed pages it may give

@@ -45,6 +45,52 @@ static void put_us(FILE *f, int64_t ns)
     fprintf(f, "%s%" PRIu64 ".%03" PRIu64, ns < 0 ? "-" : "", m / 1000, m % 1000);
 }
 
+/* A count (FLOPs, bytes): an integer as one while it is one JSON readers take as an integer,
+ * else its shortest exact real ("%.0f" of 1e19 gave 20 digits the reader then refused). */
+static void put_num(FILE *f, double v)
+{
+    char b[40];
+    if (v == (double)(int64_t)v && v > -9.2e18 && v < 9.2e18)
+        snprintf(b, sizeof b, "%.0f", v);
+    else
+        lf_json_real(b, sizeof b, v);
+    fputs(b, f);
+}
+
+static int is_device_x(const lf_trace_event *e)
+{
+    return lf_trace_cat_is_device(e->cat) && e->cat != LF_TC_GPU_ANNOTATION;
+}
+
+/* Whether extra_args begin with a "stream" of their own (lf_json_other_args puts one first). */
+static int leads_with_stream(const lf_trace_event *e)
+{
+    return e->extra_args && (!strncmp(e->extra_args, "\"stream\":", 9));
+}
+
+int lf_trace_writer_makes(const lf_trace_event *e, const char *key)
+{
+    if (e->cat == LF_TC_MEMORY)
+        return !strcmp(key, "Total Reserved") || !strcmp(key, "Total Allocated") || !strcmp(key, "Bytes") ||
+               !strcmp(key, "Addr") || !strcmp(key, "Device Type") || !strcmp(key, "Device Id") ||
+               !strcmp(key, "Ev Idx");
+    if (!strcmp(key, "External id"))
+        return e->ext_id != 0;
+    if (e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION)
+        return !strcmp(key, "Record function id") || !strcmp(key, "Ev Idx") ||
+               (!strcmp(key, "Input Dims") && e->input_dims) ||
+               (!strcmp(key, "Input type") && e->input_dims && e->input_types) ||
+               (!strcmp(key, "Input Strides") && e->input_dims && e->input_strides) ||
+               (!strcmp(key, "flops") && e->flops > 0);
+    if (is_device_x(e)) /* "stream": the track's tid, unless extra_args lead with a stream */
+        return !strcmp(key, "device") || (!strcmp(key, "stream") && e->tid < LF_TRACE_LANE_TID0) ||
+               (!strcmp(key, "correlation") && e->correlation) || (!strcmp(key, "FLOPs") && e->flops > 0) ||
+               (!strcmp(key, "bytes") && e->bytes > 0);
+    if (e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER)
+        return !strcmp(key, "correlation") && e->correlation;
+    return 0;
+}
+
 static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
 {
     fputs("{\"ph\": \"X\", \"cat\": ", f);
@@ -75,20 +121,28 @@ static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
             if (e->input_strides)
                 fprintf(f, ", \"Input Strides\": %s", e->input_strides);
         }
-        if (e->flops > 0)
-            fprintf(f, ", \"flops\": %.0f", e->flops);
+        if (e->flops > 0) {
+            fputs(", \"flops\": ", f);
+            put_num(f, e->flops);
+        }
     }
-    if (lf_trace_cat_is_device(e->cat) && e->cat != LF_TC_GPU_ANNOTATION) {
+    if (is_device_x(e)) {
         SEP();
         fprintf(f, "\"device\": %" PRId64, e->device);
-        if (e->tid < LF_TRACE_LANE_TID0) /* a merged trace's lane: its stream is in extra_args */
+        /* the stream is the track, unless the kept args carry one (an input's own, or the one a
+         * merge moved there when the track became a lane) */
+        if (e->tid < LF_TRACE_LANE_TID0 && !leads_with_stream(e))
             fprintf(f, ", \"stream\": %" PRId64, e->tid);
         if (e->correlation)
             fprintf(f, ", \"correlation\": %" PRId64, e->correlation);
-        if (e->flops > 0)
-            fprintf(f, ", \"FLOPs\": %.0f", e->flops);
-        if (e->bytes > 0)
-            fprintf(f, ", \"bytes\": %.0f", e->bytes);
+        if (e->flops > 0) {
+            fputs(", \"FLOPs\": ", f);
+            put_num(f, e->flops);
+        }
+        if (e->bytes > 0) {
+            fputs(", \"bytes\": ", f);
+            put_num(f, e->bytes);
+        }
     } else if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation) {
         SEP();
         fprintf(f, "\"correlation\": %" PRId64, e->correlation);
@@ -120,9 +174,12 @@ static void put_memory(FILE *f, const lf_trace_event *e, int64_t idx)
     put_us(f, e->ts_ns);
     fprintf(f,
             ", \"args\": {\"Total Reserved\": %" PRId64 ", \"Total Allocated\": %" PRId64 ", \"Bytes\": %" PRId64
-            ", \"Addr\": %" PRId64 ", \"Device Type\": %" PRId64 ", \"Device Id\": %d, \"Ev Idx\": %" PRId64 "}}",
+            ", \"Addr\": %" PRId64 ", \"Device Type\": %" PRId64 ", \"Device Id\": %d, \"Ev Idx\": %" PRId64,
             e->mem_total_reserved, e->mem_total_allocated, e->mem_bytes, e->mem_addr, e->mem_device_type,
             e->mem_device_type ? (int)(e->device > 0 ? e->device : 0) : -1, idx);
+    if (e->extra_args && *e->extra_args) /* what else it carried (keep_args) */
+        fprintf(f, ", %s", e->extra_args);
+    fputs("}}", f);
 }
 
 static void put_meta(FILE *f, const char *what, int64_t pid, int64_t tid, const char *key, const char *sval,

@@ -136,6 +136,10 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
     m->meta.base_ns = base;
     m->meta.cpu_device_pid = -1;
     m->meta.merged_ranks = n;
+    /* FLOPs per op only when every rank counted them: with it set, a reader of the merged file
+     * would count from shapes the ops of a rank that did not (their FLOPs are not written) */
+    for (int i = 1; i < n; i++)
+        m->meta.with_flops &= in[i]->meta.with_flops;
     lf_status s = LF_OK;
     for (int i = 0; i < n && s == LF_OK; i++) {
         const lf_trace *t = in[i];
@@ -170,7 +174,8 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
             }
             char *args = NULL; /* a GPU event's stream, kept as an arg now that its tid is a lane's */
             if (e.pid != host) {
-                if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION) {
+                const int has_stream = e.extra_args && !strncmp(e.extra_args, "\"stream\":", 9);
+                if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION && !has_stream) {
                     const char *rest = e.extra_args && *e.extra_args ? e.extra_args : NULL;
                     const size_t len = 48 + (rest ? strlen(rest) : 0);
                     if (!(args = malloc(len))) {

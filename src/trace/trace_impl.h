@@ -26,6 +26,13 @@ typedef struct lf_track_name {
  * LF_TRACE_LANE_TID0 + k of its process. Such a tid is no stream: the writer leaves "stream" to
  * the event's extra_args, where the merge put the original. */
 #define LF_TRACE_LANE_TID0 ((int64_t)1000000000)
+
+/* Whether the writer (json_write.c) writes arg key of e from e's fields: such an arg read from a
+ * file is not kept in extra_args too (it would be written twice). */
+int lf_trace_writer_makes(const lf_trace_event *e, const char *key);
+/* v as the shortest JSON real that reads back as v ("0.1", "2.0", "1e+19") into buf (32 bytes
+ * or more). */
+void lf_json_real(char *buf, size_t cap, double v);
 /* Name track (pid, tid), or process pid with tid LF_TRACK_PROCESS. */
 lf_status lf_trace_name_track(lf_trace *t, int64_t pid, int64_t tid, const char *name);
 

@@ -1,22 +1,52 @@
 /* libFuzzer target for the trace reader (plain and gzip) and everything built on a trace it
  * accepts: the table (grouped by shapes and stacks, as text, CSV and JSON), the per-step
- * profile, the summary, the breakdown, the HTML report and the SVG writer must neither crash nor hang on any input. Built with
- * clang by tests/fuzz_test.sh. */
+ * profile, the summary, the breakdown, the HTML report and the SVG writer must neither crash nor hang on any input.
+ * Every fourth input is read keeping every arg (keep_args, as `trace merge` reads), written back and read again: what
+ * linfuse writes it must read (a key written twice, an arg's text made invalid, a number out of range, stops the
+ * fuzzer). Built with clang by tests/fuzz_test.sh. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "linfuse/trace.h"
+#include "trace/json_read.h"
+
+/* t written to a file and read back keeping every arg: it must read. */
+static void round_trip(const lf_trace *t)
+{
+    char path[] = "/tmp/lf_fuzz_json_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return;
+    close(fd);
+    lf_trace *back = NULL;
+    const lf_trace_read_opts keep = {.keep_args = 1};
+    if (lf_trace_write_json(t, path) == LF_OK && lf_trace_read_json_opts(&back, path, &keep) != LF_OK) {
+        fprintf(stderr, "a trace linfuse wrote does not read back: %s\n", lf_last_error());
+        unlink(path);
+        abort();
+    }
+    lf_trace_free(back);
+    unlink(path);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     lf_trace *t = NULL;
-    if (lf_trace_read_json_buffer(&t, (const char *)data, size, "fuzz") != LF_OK)
+    const int keep = size % 4 == 1;
+    if ((keep ? lf_json_parse(&t, (const char *)data, size, "fuzz", 0, NULL, 1)
+              : lf_trace_read_json_buffer(&t, (const char *)data, size, "fuzz")) != LF_OK)
         return 0;
+    if (keep)
+        round_trip(t);
     /* the table in every grouping and style: the size picks one, so each run stays cheap */
     lf_table tab;
-    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = 25, .group_by_input_shape = size % 2,
-                       .group_by_stack = (int)(size / 2 % 3), .style = (lf_table_style)(size / 6 % 3)};
+    lf_table_opts o = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL,
+                       .row_limit = 25,
+                       .group_by_input_shape = size % 2,
+                       .group_by_stack = (int)(size / 2 % 3),
+                       .style = (lf_table_style)(size / 6 % 3)};
     if (lf_table_build_opts(t, &o, &tab) == LF_OK) {
         char *text = NULL;
         if (lf_table_format(&tab, &o, &text) == LF_OK)

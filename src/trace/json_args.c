@@ -1,0 +1,168 @@
+/* The args of a trace event that no lf_trace_event field holds, kept as JSON text (extra_args)
+ * for a trace written back (lf_trace_read_opts' keep_args, `trace merge`): each value written as
+ * it was read, strings in UTF-8 as they came, numbers in their shortest exact form. Hand-written
+ * over jansson's json_dumps because that one writes every real with 17 digits (0.1 as
+ * 0.10000000000000001, five times the text) and, asked for ASCII, every other character as
+ * \uXXXX (three times): a merged trace grew past what the reader takes. Layer: trace/. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "trace/json_read.h"
+#include "trace/trace_impl.h"
+
+void lf_json_real(char *buf, size_t cap, double v)
+{
+    for (int p = 1; p <= 17; p++) { /* the fewest digits that read back as v */
+        snprintf(buf, cap, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eEni")) /* still a real when read back: "2.0", not "2" */
+        snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
+}
+
+typedef struct text {
+    char *s;
+    size_t n, cap;
+    int oom;
+} text;
+
+static void put(text *t, const char *s, size_t n)
+{
+    if (t->oom)
+        return;
+    if (t->n + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->n + n + 1)
+            cap *= 2;
+        char *g = realloc(t->s, cap);
+        if (!g) {
+            t->oom = 1;
+            return;
+        }
+        t->s = g, t->cap = cap;
+    }
+    memcpy(t->s + t->n, s, n);
+    t->n += n;
+    t->s[t->n] = 0;
+}
+
+static void put_string(text *t, const char *s, size_t n)
+{
+    put(t, "\"", 1);
+    size_t run = 0; /* bytes copied as they are */
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put(t, s + run, i - run);
+        char e[8];
+        const char *named = c == '"'    ? "\\\""
+                            : c == '\\' ? "\\\\"
+                            : c == '\n' ? "\\n"
+                            : c == '\t' ? "\\t"
+                            : c == '\r' ? "\\r"
+                                        : NULL;
+        if (!named)
+            snprintf(e, sizeof e, "\\u%04x", c);
+        put(t, named ? named : e, strlen(named ? named : e));
+        run = i + 1;
+    }
+    put(t, s + run, n - run);
+    put(t, "\"", 1);
+}
+
+/* v as compact JSON (jansson bounds the nesting it parses, so the recursion is bounded too). */
+static void put_value(text *t, json_t *v)
+{
+    char num[40];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *m;
+        int first = 1;
+        put(t, "{", 1);
+        json_object_foreach(v, k, m)
+        {
+            if (!first)
+                put(t, ",", 1);
+            first = 0;
+            put_string(t, k, strlen(k));
+            put(t, ":", 1);
+            put_value(t, m);
+        }
+        put(t, "}", 1);
+        break;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *m;
+        put(t, "[", 1);
+        json_array_foreach(v, i, m)
+        {
+            if (i)
+                put(t, ",", 1);
+            put_value(t, m);
+        }
+        put(t, "]", 1);
+        break;
+    }
+    case JSON_STRING:
+        put_string(t, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        put(t, num, strlen(num));
+        break;
+    case JSON_REAL:
+        lf_json_real(num, sizeof num, json_real_value(v));
+        put(t, num, strlen(num));
+        break;
+    case JSON_TRUE:
+        put(t, "true", 4);
+        break;
+    case JSON_FALSE:
+        put(t, "false", 5);
+        break;
+    default:
+        put(t, "null", 4);
+        break;
+    }
+}
+
+char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom)
+{
+    text t = {0};
+    /* a "stream" the writer would not make from the track as it is (one that is not the track's
+     * tid, a CPU op's, a runtime call's), first: the writer makes none when the kept args lead
+     * with one */
+    json_t *stream = json_object_get(args, "stream");
+    if (stream && lf_trace_writer_makes(ev, "stream") && json_is_integer(stream) &&
+        json_integer_value(stream) == ev->tid)
+        stream = NULL;
+    if (stream) {
+        put(&t, "\"stream\":", 9);
+        put_value(&t, stream);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(args, k, v)
+    {
+        if (!strcmp(k, "stream") || lf_trace_writer_makes(ev, k))
+            continue;
+        if (t.n)
+            put(&t, ",", 1);
+        put_string(&t, k, strlen(k));
+        put(&t, ":", 1);
+        put_value(&t, v);
+    }
+    *oom = t.oom;
+    if (t.oom) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s; /* NULL when there were none */
+}
