@@ -13,7 +13,7 @@ set -eu
 dir=${1:-/dev/shm}
 [ -d "$dir" ] || exit 0
 uid=$(id -u)
-find "$dir" -maxdepth 1 -type f -name "__KMP_REGISTERED_LIB_*_$uid" -user "$uid" -empty -mmin +2 |
+find -H "$dir" -maxdepth 1 -type f -name "__KMP_REGISTERED_LIB_*_$uid" -user "$uid" -empty -mmin +2 |
     while IFS= read -r f; do
         rm -f -- "$f" && echo "omp_shm_sweep: removed $f (an empty OpenMP registration a killed process left)"
     done

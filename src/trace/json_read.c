@@ -493,8 +493,13 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     char *dims = NULL, *types = NULL, *strides = NULL, *rest = NULL;
     lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
     int oom = 0;
-    if (st == LF_OK && args && r->keep_args)
-        ev.extra_args = rest = lf_json_other_args(args, &ev, &oom);
+    if (st == LF_OK && args && r->keep_args) {
+        /* an event with no category is judged as the CPU op it becomes in a bare array of events
+         * (parse_doc, at the end): the writer then makes its shapes and ids */
+        lf_trace_event as = ev;
+        as.cat = cat || is_mem ? ev.cat : LF_TC_CPU_OP;
+        ev.extra_args = rest = lf_json_other_args(args, &as, &oom);
+    }
     if (oom)
         st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)

@@ -50,7 +50,7 @@ static void put_us(FILE *f, int64_t ns)
 static void put_num(FILE *f, double v)
 {
     char b[40];
-    if (v == (double)(int64_t)v && v > -9.2e18 && v < 9.2e18)
+    if (v > -9.2e18 && v < 9.2e18 && v == (double)(int64_t)v) /* in range before the cast */
         snprintf(b, sizeof b, "%.0f", v);
     else
         lf_json_real(b, sizeof b, v);
