@@ -369,6 +369,57 @@ done:
     rmdir(lf_test_dir);
 }
 
+/* lf_trace_merge_begin/add: the same merged trace as lf_trace_merge, an input with an earlier
+ * clock moving what is there on; a refused add leaves the merged trace as it was. */
+static void test_merge_incremental(void)
+{
+    const char *n0[] = {"a0", "a1"}, *n1[] = {"b0"};
+    lf_trace *r0 = kernels_trace(n0, 2), *r1 = kernels_trace(n1, 1), *whole = NULL, *m = NULL, *other = NULL;
+    if (!r0 || !r1)
+        goto done;
+    lf_trace_meta_of(r0)->base_ns = 5000000;
+    lf_trace_meta_of(r0)->rank = 0;          /* its distributedInfo's; r1 has none: the rank of its place */
+    lf_trace_meta_of(r1)->base_ns = 2000000; /* 3 ms before r0's */
+    const lf_trace *in[2] = {r0, r1};
+    OK(lf_trace_merge(in, 2, &whole));
+    OK(lf_trace_merge_begin(&m));
+    if (!whole || !m)
+        goto done;
+    FAILS(LF_EINVAL, "not made by lf_trace_merge_begin", lf_trace_merge_add(r0, r1));
+    OK(lf_trace_merge_add(m, r0));
+    const int64_t before = lf_trace_count(m);
+    FAILS(LF_EINVAL, "both rank 0", lf_trace_merge_add(m, r0)); /* r0 again: rank 0 again */
+    CHECK(lf_trace_count(m) == before && lf_trace_meta_get(m)->merged_ranks == 1, "a refused add changed nothing");
+    FAILS(LF_EINVAL, "already a merged trace", lf_trace_merge_add(m, whole));
+    OK(lf_trace_merge_add(m, r1));
+    CHECK(lf_trace_count(m) == lf_trace_count(whole) && lf_trace_meta_get(m)->base_ns == 2000000 &&
+              lf_trace_meta_get(m)->merged_ranks == 2,
+          "merged one at a time: %lld events, base %lld", (long long)lf_trace_count(m),
+          (long long)lf_trace_meta_get(m)->base_ns);
+    for (int64_t i = 0; i < lf_trace_count(m) && i < lf_trace_count(whole); i++) {
+        const lf_trace_event *a = lf_trace_get(m, i), *b = lf_trace_get(whole, i);
+        CHECK(a->ts_ns == b->ts_ns && a->pid == b->pid && a->tid == b->tid && !strcmp(a->name, b->name),
+              "event %lld: %s at %lld on %lld/%lld, merged whole: %s at %lld on %lld/%lld", (long long)i, a->name,
+              (long long)a->ts_ns, (long long)a->pid, (long long)a->tid, b->name, (long long)b->ts_ns,
+              (long long)b->pid, (long long)b->tid);
+    }
+    CHECK(lf_trace_get(m, 0)->ts_ns == 3000000, "r0's first event moved on by 3 ms: %lld",
+          (long long)lf_trace_get(m, 0)->ts_ns);
+    /* an input whose clock is 200 days before the others': refused, the merged trace unchanged */
+    const char *n2[] = {"c0"};
+    other = kernels_trace(n2, 1);
+    if (other) {
+        lf_trace_meta_of(other)->base_ns = 2000000 - (int64_t)200 * 86400 * 1000000000;
+        const int64_t ts0 = lf_trace_get(m, 0)->ts_ns, count = lf_trace_count(m);
+        FAILS(LF_EINVAL, "115 days", lf_trace_merge_add(m, other));
+        CHECK(lf_trace_get(m, 0)->ts_ns == ts0 && lf_trace_count(m) == count &&
+                  lf_trace_meta_get(m)->base_ns == 2000000,
+              "a refused clock left the merged trace as it was");
+    }
+done:
+    lf_trace_free(r0), lf_trace_free(r1), lf_trace_free(whole), lf_trace_free(m), lf_trace_free(other);
+}
+
 static void test_term_cut(void)
 {
     char buf[64], small[5];
@@ -397,6 +448,7 @@ int main(int argc, char **argv)
     test_summary_format();
     test_trace_with_table();
     test_keep_args();
+    test_merge_incremental();
     test_term_cut();
     return lf_test_finish("test_trace_api");
 }

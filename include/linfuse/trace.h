@@ -113,6 +113,12 @@ LF_API lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64
  * baseTimeNanoseconds: one machine's clock, or NTP's across machines), External ids and flow
  * ids kept apart per rank, every event kept. A rank is its distributedInfo's, else its place. */
 LF_API lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
+/* The same one input at a time, so that only the merged trace and the input being added need be
+ * held (each input may be freed once added): begin, then add each input in rank order of places
+ * (a trace without distributedInfo is the rank of its place). An add that fails leaves the merged
+ * trace as it was. lf_trace_merge is begin and n adds. */
+LF_API lf_status lf_trace_merge_begin(lf_trace **out);
+LF_API lf_status lf_trace_merge_add(lf_trace *merged, const lf_trace *t);
 /* Rank `rank` of a merged trace, as a trace of its own. */
 LF_API lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
 

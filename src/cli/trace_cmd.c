@@ -311,14 +311,22 @@ static int verb_merge(int argc, char **argv)
     }
     if (!lf_tcmd_output_apart(cmd, out, files, nf))
         return LF_EXIT_USAGE;
-    lf_trace *in[MAX_IN] = {0}, *m = NULL;
+    /* one input at a time, freed once added: the merged trace and one input are held, not all */
+    lf_trace *m = NULL;
     rc = LF_EXIT_OK;
-    for (int i = 0; i < nf && rc == LF_EXIT_OK; i++)
-        if (!(in[i] = lf_tcmd_load_all(files[i]))) /* every arg carried over */
-            rc = LF_EXIT_USAGE;
-    if (rc == LF_EXIT_OK && lf_trace_merge((const lf_trace *const *)in, nf, &m) != LF_OK) {
+    if (lf_trace_merge_begin(&m) != LF_OK) {
         lf_tcmd_error(cmd);
-        rc = LF_EXIT_USAGE;
+        rc = LF_EXIT_FAIL;
+    }
+    for (int i = 0; i < nf && rc == LF_EXIT_OK; i++) {
+        lf_trace *t = lf_tcmd_load_all(files[i]); /* every arg carried over */
+        if (!t) {
+            rc = LF_EXIT_USAGE;
+        } else if (lf_trace_merge_add(m, t) != LF_OK) {
+            lf_tcmd_error(cmd);
+            rc = LF_EXIT_USAGE;
+        }
+        lf_trace_free(t);
     }
     if (rc == LF_EXIT_OK && lf_trace_write_json(m, out) != LF_OK) {
         lf_tcmd_error(cmd);
@@ -326,8 +334,6 @@ static int verb_merge(int argc, char **argv)
     }
     if (rc == LF_EXIT_OK)
         printf("wrote %s: %d rank%s, %lld events\n", out, nf, nf == 1 ? "" : "s", (long long)lf_trace_count(m));
-    for (int i = 0; i < nf; i++)
-        lf_trace_free(in[i]);
     lf_trace_free(m);
     return rc;
 }

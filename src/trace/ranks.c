@@ -106,6 +106,152 @@ static const char *track_name_of(const lf_trace *t, int64_t pid, int64_t tid)
 enum { ID_BITS = 40 };
 #define MAX_RANK ((int64_t)1 << 22)
 
+lf_status lf_trace_merge_begin(lf_trace **out)
+{
+    LF_CHECK_PTR(out, "lf_trace_merge_begin", "out");
+    *out = NULL;
+    lf_trace *m;
+    LF_TRY(lf_trace_create(&m));
+    m->merging = 1;
+    m->meta.cpu_device_pid = -1;
+    *out = m;
+    return LF_OK;
+}
+
+/* Whether m holds rank's process already. */
+static int has_rank(const lf_trace *m, int64_t rank)
+{
+    for (int64_t i = 0; i < m->n_tracks; i++)
+        if (m->tracks[i].pid == rank && m->tracks[i].tid == LF_TRACK_PROCESS)
+            return 1;
+    return 0;
+}
+
+/* t's events into m as rank `rank`, on m's clock base plus shift; its tracks named. */
+static lf_status add_events(lf_trace *m, const lf_trace *t, int i, int64_t rank, int64_t shift)
+{
+    const int64_t ids = rank << ID_BITS, host = host_pid_of(t);
+    lf_status s = LF_OK;
+    lane_map lanes = {0};
+    for (int64_t k = 0; k < t->n && s == LF_OK; k++) {
+        lf_trace_event e = t->ev[k];
+        const int bad_ext = e.ext_id < 0 || e.ext_id >= ((int64_t)1 << ID_BITS);
+        if (bad_ext || e.correlation < 0 || e.correlation >= ((int64_t)1 << ID_BITS))
+            return lf_fail(LF_EINVAL,
+                           "lf_trace_merge: input %d, event %lld (\"%s\"): its %s %lld is outside 0 to 2^%d, where "
+                           "ranks' ids would meet",
+                           i, (long long)k, e.name ? e.name : "", bad_ext ? "External id" : "correlation",
+                           (long long)(bad_ext ? e.ext_id : e.correlation), ID_BITS);
+        e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
+        if (e.flow_ts >= 0)
+            e.flow_ts += shift;
+        if (e.ts_ns > LF_TRACE_MAX_NS)
+            return lf_fail(LF_EINVAL,
+                           "lf_trace_merge: input %d, event %lld: on the earliest input's clock it is more than 115 "
+                           "days on (the inputs' clock bases disagree)",
+                           i, (long long)k);
+        char *args = NULL; /* a GPU event's stream, kept as an arg now that its tid is a lane's */
+        if (e.pid != host) {
+            const int has_stream = e.extra_args && !strncmp(e.extra_args, "\"stream\":", 9);
+            if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION && !has_stream) {
+                const char *rest = e.extra_args && *e.extra_args ? e.extra_args : NULL;
+                const size_t len = 48 + (rest ? strlen(rest) : 0);
+                if (!(args = malloc(len)))
+                    return lf_fail(LF_ENOMEM, "lf_trace_merge: out of memory");
+                snprintf(args, len, "\"stream\": %lld%s%s", (long long)e.tid, rest ? ", " : "", rest ? rest : "");
+                e.extra_args = args;
+            }
+            e.tid = lane_of(&lanes, e.pid, e.tid);
+        }
+        e.pid = rank; /* one process per rank */
+        if (e.flow_pid >= 0) {
+            e.flow_tid = e.flow_pid == host ? e.flow_tid : lane_of(&lanes, e.flow_pid, e.flow_tid);
+            e.flow_pid = rank;
+        }
+        e.ext_id = e.ext_id ? e.ext_id + ids : 0; /* ids of two ranks never meet */
+        e.correlation = e.correlation ? e.correlation + ids : 0;
+        s = lf_trace_add(m, &e);
+        free(args);
+    }
+    char nm[320];
+    snprintf(nm, sizeof nm, "rank %lld", (long long)rank);
+    if (s == LF_OK)
+        s = lf_trace_name_track(m, rank, LF_TRACK_PROCESS, nm);
+    for (int64_t k = 0; k < t->n_tracks && s == LF_OK; k++)
+        if (t->tracks[k].pid == host && t->tracks[k].tid != LF_TRACK_PROCESS)
+            s = lf_trace_name_track(m, rank, t->tracks[k].tid, t->tracks[k].name);
+    for (int l = 0; l < lanes.n && s == LF_OK; l++) {
+        const char *tn = track_name_of(t, lanes.pid[l], lanes.tid[l]);
+        if (lanes.pid[l] >= 0 && lanes.pid[l] == t->meta.cpu_device_pid)
+            snprintf(nm, sizeof nm, "cpu kernels %s", tn ? tn : "");
+        else if (lanes.pid[l] < 0) /* CUPTI's overhead, Kineto's other spans */
+            snprintf(nm, sizeof nm, "%s", tn ? tn : "spans");
+        else
+            snprintf(nm, sizeof nm, "GPU %lld %s", (long long)lanes.pid[l], tn ? tn : "stream");
+        s = lf_trace_name_track(m, rank, LF_TRACE_LANE_TID0 + l, nm);
+    }
+    return s;
+}
+
+lf_status lf_trace_merge_add(lf_trace *m, const lf_trace *t)
+{
+    LF_CHECK_PTR(m, "lf_trace_merge_add", "m");
+    LF_CHECK_PTR(t, "lf_trace_merge_add", "t");
+    if (!m->merging)
+        return lf_fail(LF_EINVAL, "lf_trace_merge_add: the trace was not made by lf_trace_merge_begin");
+    const int i = (int)m->meta.merged_ranks; /* this input's place */
+    if (i >= 4096)
+        return lf_fail(LF_EINVAL, "lf_trace_merge: input %d: 4096 traces are merged at most", i);
+    if (t->meta.merged_ranks || t->merging)
+        return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is already a merged trace", i);
+    if (t->meta.rank >= MAX_RANK)
+        return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is rank %lld: ranks 0 to %lld are merged", i,
+                       (long long)t->meta.rank, (long long)MAX_RANK - 1);
+    const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i;
+    if (has_rank(m, rank))
+        return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is rank %lld, as an earlier input is: both rank %lld", i,
+                       (long long)rank, (long long)rank);
+    /* the earliest clock base is the merged trace's: an input before it moves what is there on
+     * by the difference, checked first and done last, so a failed add leaves m as it was */
+    const int64_t base = i == 0 || t->meta.base_ns < m->meta.base_ns ? t->meta.base_ns : m->meta.base_ns;
+    int64_t shift, back;
+    if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > LF_TRACE_MAX_NS ||
+        (i > 0 && (__builtin_sub_overflow(m->meta.base_ns, base, &back) || back > LF_TRACE_MAX_NS)))
+        return lf_fail(LF_EINVAL,
+                       "lf_trace_merge: input %d's clock base (baseTimeNanoseconds %lld) is more than 115 days from "
+                       "the other inputs' (%lld): one of them has none or a wrong one",
+                       i, (long long)t->meta.base_ns, (long long)m->meta.base_ns);
+    back = i > 0 ? m->meta.base_ns - base : 0;
+    for (int64_t k = 0; k < m->n && back; k++)
+        if (m->ev[k].ts_ns > LF_TRACE_MAX_NS - back)
+            return lf_fail(LF_EINVAL,
+                           "lf_trace_merge: input %d: on its clock, earlier than the other inputs', event %lld of "
+                           "theirs is more than 115 days on (the inputs' clock bases disagree)",
+                           i, (long long)k);
+    const int64_t n0 = m->n, tracks0 = m->n_tracks;
+    lf_status s = add_events(m, t, i, rank, shift);
+    if (s != LF_OK) {
+        m->n = n0, m->n_tracks = tracks0; /* what this input added, taken back */
+        return s;
+    }
+    for (int64_t k = 0; k < n0 && back; k++) {
+        m->ev[k].ts_ns += back;
+        if (m->ev[k].flow_ts >= 0)
+            m->ev[k].flow_ts += back;
+    }
+    if (i == 0) {
+        copy_meta(m, t);
+        m->meta.cpu_device_pid = -1;
+    } else {
+        /* FLOPs per op only when every rank counted them: with it set, a reader of the merged
+         * file would count from shapes the ops of a rank that did not (their FLOPs are not written) */
+        m->meta.with_flops &= t->meta.with_flops;
+    }
+    m->meta.base_ns = base;
+    m->meta.merged_ranks = i + 1;
+    return LF_OK;
+}
+
 lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
 {
     LF_CHECK_PTR(in, "lf_trace_merge", "in");
@@ -113,108 +259,13 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
     *out = NULL;
     if (n < 1 || n > 4096)
         return lf_fail(LF_EINVAL, "lf_trace_merge: %d traces, expected 1 to 4096", n);
-    int64_t base = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         LF_CHECK_PTR(in[i], "lf_trace_merge", "in[i]");
-        if (in[i]->meta.merged_ranks)
-            return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is already a merged trace", i);
-        if (in[i]->meta.rank >= MAX_RANK)
-            return lf_fail(LF_EINVAL, "lf_trace_merge: input %d is rank %lld: ranks 0 to %lld are merged", i,
-                           (long long)in[i]->meta.rank, (long long)MAX_RANK - 1);
-        if (i == 0 || in[i]->meta.base_ns < base)
-            base = in[i]->meta.base_ns;
-        for (int j = 0; j < i; j++) {
-            int64_t ri = in[i]->meta.rank >= 0 ? in[i]->meta.rank : i,
-                    rj = in[j]->meta.rank >= 0 ? in[j]->meta.rank : j;
-            if (ri == rj)
-                return lf_fail(LF_EINVAL, "lf_trace_merge: inputs %d and %d are both rank %lld", j, i, (long long)ri);
-        }
-    }
     lf_trace *m;
-    LF_TRY(lf_trace_create(&m));
-    copy_meta(m, in[0]);
-    m->meta.base_ns = base;
-    m->meta.cpu_device_pid = -1;
-    m->meta.merged_ranks = n;
-    /* FLOPs per op only when every rank counted them: with it set, a reader of the merged file
-     * would count from shapes the ops of a rank that did not (their FLOPs are not written) */
-    for (int i = 1; i < n; i++)
-        m->meta.with_flops &= in[i]->meta.with_flops;
+    LF_TRY(lf_trace_merge_begin(&m));
     lf_status s = LF_OK;
-    for (int i = 0; i < n && s == LF_OK; i++) {
-        const lf_trace *t = in[i];
-        const int64_t rank = t->meta.rank >= 0 ? t->meta.rank : i, ids = rank << ID_BITS, host = host_pid_of(t);
-        int64_t shift;
-        if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > LF_TRACE_MAX_NS)
-            s = lf_fail(LF_EINVAL,
-                        "lf_trace_merge: input %d's clock base (baseTimeNanoseconds %lld) is more than 115 days "
-                        "after the earliest input's (%lld): one of them has none or a wrong one",
-                        i, (long long)t->meta.base_ns, (long long)base);
-        lane_map lanes = {0};
-        for (int64_t k = 0; k < t->n && s == LF_OK; k++) {
-            lf_trace_event e = t->ev[k];
-            const int bad_ext = e.ext_id < 0 || e.ext_id >= ((int64_t)1 << ID_BITS);
-            if (bad_ext || e.correlation < 0 || e.correlation >= ((int64_t)1 << ID_BITS)) {
-                s = lf_fail(LF_EINVAL,
-                            "lf_trace_merge: input %d, event %lld (\"%s\"): its %s %lld is outside 0 to 2^%d, where "
-                            "ranks' ids would meet",
-                            i, (long long)k, e.name ? e.name : "", bad_ext ? "External id" : "correlation",
-                            (long long)(bad_ext ? e.ext_id : e.correlation), ID_BITS);
-                break;
-            }
-            e.ts_ns += shift; /* clocks aligned: every rank's times on the earliest rank's base */
-            if (e.flow_ts >= 0)
-                e.flow_ts += shift;
-            if (e.ts_ns > LF_TRACE_MAX_NS) {
-                s = lf_fail(LF_EINVAL,
-                            "lf_trace_merge: input %d, event %lld: on the earliest input's clock it is more than 115 "
-                            "days on (the inputs' clock bases disagree)",
-                            i, (long long)k);
-                break;
-            }
-            char *args = NULL; /* a GPU event's stream, kept as an arg now that its tid is a lane's */
-            if (e.pid != host) {
-                const int has_stream = e.extra_args && !strncmp(e.extra_args, "\"stream\":", 9);
-                if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION && !has_stream) {
-                    const char *rest = e.extra_args && *e.extra_args ? e.extra_args : NULL;
-                    const size_t len = 48 + (rest ? strlen(rest) : 0);
-                    if (!(args = malloc(len))) {
-                        s = lf_fail(LF_ENOMEM, "lf_trace_merge: out of memory");
-                        break;
-                    }
-                    snprintf(args, len, "\"stream\": %lld%s%s", (long long)e.tid, rest ? ", " : "", rest ? rest : "");
-                    e.extra_args = args;
-                }
-                e.tid = lane_of(&lanes, e.pid, e.tid);
-            }
-            e.pid = rank; /* one process per rank */
-            if (e.flow_pid >= 0) {
-                e.flow_tid = e.flow_pid == host ? e.flow_tid : lane_of(&lanes, e.flow_pid, e.flow_tid);
-                e.flow_pid = rank;
-            }
-            e.ext_id = e.ext_id ? e.ext_id + ids : 0; /* ids of two ranks never meet */
-            e.correlation = e.correlation ? e.correlation + ids : 0;
-            s = lf_trace_add(m, &e);
-            free(args);
-        }
-        char nm[320];
-        snprintf(nm, sizeof nm, "rank %lld", (long long)rank);
-        if (s == LF_OK)
-            s = lf_trace_name_track(m, rank, LF_TRACK_PROCESS, nm);
-        for (int64_t k = 0; k < t->n_tracks && s == LF_OK; k++)
-            if (t->tracks[k].pid == host && t->tracks[k].tid != LF_TRACK_PROCESS)
-                s = lf_trace_name_track(m, rank, t->tracks[k].tid, t->tracks[k].name);
-        for (int l = 0; l < lanes.n && s == LF_OK; l++) {
-            const char *tn = track_name_of(t, lanes.pid[l], lanes.tid[l]);
-            if (lanes.pid[l] >= 0 && lanes.pid[l] == t->meta.cpu_device_pid)
-                snprintf(nm, sizeof nm, "cpu kernels %s", tn ? tn : "");
-            else if (lanes.pid[l] < 0) /* CUPTI's overhead, Kineto's other spans */
-                snprintf(nm, sizeof nm, "%s", tn ? tn : "spans");
-            else
-                snprintf(nm, sizeof nm, "GPU %lld %s", (long long)lanes.pid[l], tn ? tn : "stream");
-            s = lf_trace_name_track(m, rank, LF_TRACE_LANE_TID0 + l, nm);
-        }
-    }
+    for (int i = 0; i < n && s == LF_OK; i++)
+        s = lf_trace_merge_add(m, in[i]);
     if (s != LF_OK) {
         lf_trace_free(m);
         return s;

@@ -43,6 +43,7 @@ struct lf_trace {
     lf_track_name *tracks;
     int64_t n_tracks, cap_tracks;
     lf_trace_meta meta;
+    int merging; /* made by lf_trace_merge_begin: inputs are added to it */
 };
 
 /* Each event's time on the host's clock of events: a device event's launch time (its runtime
