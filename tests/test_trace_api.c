@@ -415,6 +415,21 @@ static void test_merge_incremental(void)
         CHECK(lf_trace_get(m, 0)->ts_ns == ts0 && lf_trace_count(m) == count &&
                   lf_trace_meta_get(m)->base_ns == 2000000,
               "a refused clock left the merged trace as it was");
+        /* bases 0, 10^16 ns (the most a trace's times may span) and -1 ns: the second input has no
+         * events, so no event is far from its own base, yet the three bases span more than the
+         * bound: refused at the third */
+        lf_trace *empty = NULL, *early = kernels_trace(n2, 1), *m3 = NULL, *first = kernels_trace(n0, 2);
+        OK(lf_trace_create(&empty));
+        OK(lf_trace_merge_begin(&m3));
+        if (empty && early && m3 && first) {
+            lf_trace_meta_of(first)->base_ns = 0;
+            lf_trace_meta_of(empty)->base_ns = 10000000000000000;
+            lf_trace_meta_of(early)->base_ns = -1;
+            OK(lf_trace_merge_add(m3, first));
+            OK(lf_trace_merge_add(m3, empty));
+            FAILS(LF_EINVAL, "115 days", lf_trace_merge_add(m3, early));
+        }
+        lf_trace_free(empty), lf_trace_free(early), lf_trace_free(m3), lf_trace_free(first);
     }
 done:
     lf_trace_free(r0), lf_trace_free(r1), lf_trace_free(whole), lf_trace_free(m), lf_trace_free(other);

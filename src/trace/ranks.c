@@ -214,9 +214,11 @@ lf_status lf_trace_merge_add(lf_trace *m, const lf_trace *t)
     /* the earliest clock base is the merged trace's: an input before it moves what is there on
      * by the difference, checked first and done last, so a failed add leaves m as it was */
     const int64_t base = i == 0 || t->meta.base_ns < m->meta.base_ns ? t->meta.base_ns : m->meta.base_ns;
-    int64_t shift, back;
-    if (__builtin_sub_overflow(t->meta.base_ns, base, &shift) || shift > LF_TRACE_MAX_NS ||
-        (i > 0 && (__builtin_sub_overflow(m->meta.base_ns, base, &back) || back > LF_TRACE_MAX_NS)))
+    const int64_t latest = i == 0 || t->meta.base_ns > m->merge_latest ? t->meta.base_ns : m->merge_latest;
+    int64_t shift, back, span; /* every input's base within 115 days of the earliest, an empty one's too */
+    if (__builtin_sub_overflow(latest, base, &span) || span > LF_TRACE_MAX_NS ||
+        __builtin_sub_overflow(t->meta.base_ns, base, &shift) ||
+        (i > 0 && __builtin_sub_overflow(m->meta.base_ns, base, &back)))
         return lf_fail(LF_EINVAL,
                        "lf_trace_merge: input %d's clock base (baseTimeNanoseconds %lld) is more than 115 days from "
                        "the other inputs' (%lld): one of them has none or a wrong one",
@@ -248,6 +250,7 @@ lf_status lf_trace_merge_add(lf_trace *m, const lf_trace *t)
         m->meta.with_flops &= t->meta.with_flops;
     }
     m->meta.base_ns = base;
+    m->merge_latest = latest;
     m->meta.merged_ranks = i + 1;
     return LF_OK;
 }

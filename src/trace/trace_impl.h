@@ -43,7 +43,8 @@ struct lf_trace {
     lf_track_name *tracks;
     int64_t n_tracks, cap_tracks;
     lf_trace_meta meta;
-    int merging; /* made by lf_trace_merge_begin: inputs are added to it */
+    int merging;          /* made by lf_trace_merge_begin: inputs are added to it */
+    int64_t merge_latest; /* the latest clock base of the inputs added (base_ns is the earliest) */
 };
 
 /* Each event's time on the host's clock of events: a device event's launch time (its runtime
