@@ -24,33 +24,13 @@ void lf_json_real(char *buf, size_t cap, double v)
         snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
 }
 
-typedef struct text {
-    char *s;
-    size_t n, cap;
-    int oom;
-} text;
-
-static void put(text *t, const char *s, size_t n)
+/* n bytes of s (no NUL among them: put_string escapes those). */
+static void put(lf_sbuf *t, const char *s, size_t n)
 {
-    if (t->oom)
-        return;
-    if (t->n + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->n + n + 1)
-            cap *= 2;
-        char *g = realloc(t->s, cap);
-        if (!g) {
-            t->oom = 1;
-            return;
-        }
-        t->s = g, t->cap = cap;
-    }
-    memcpy(t->s + t->n, s, n);
-    t->n += n;
-    t->s[t->n] = 0;
+    lf_sbuf_printf(t, "%.*s", (int)n, s);
 }
 
-static void put_string(text *t, const char *s, size_t n)
+static void put_string(lf_sbuf *t, const char *s, size_t n)
 {
     put(t, "\"", 1);
     size_t run = 0; /* bytes copied as they are */
@@ -76,7 +56,7 @@ static void put_string(text *t, const char *s, size_t n)
 }
 
 /* v as compact JSON (jansson bounds the nesting it parses, so the recursion is bounded too). */
-static void put_value(text *t, json_t *v)
+static void put_value(lf_sbuf *t, json_t *v)
 {
     char num[40];
     switch (json_typeof(v)) {
@@ -135,7 +115,7 @@ static void put_value(text *t, json_t *v)
 
 char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom)
 {
-    text t = {0};
+    lf_sbuf t = {0};
     /* a "stream" the writer would not make from the track as it is (one that is not the track's
      * tid, a CPU op's, a runtime call's), first: the writer makes none when the kept args lead
      * with one */
@@ -161,8 +141,8 @@ char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom)
     }
     *oom = t.oom;
     if (t.oom) {
-        free(t.s);
+        free(t.p);
         return NULL;
     }
-    return t.s; /* NULL when there were none */
+    return t.p; /* NULL when there were none */
 }
