@@ -69,10 +69,15 @@ typedef struct lf_sbuf {
 } lf_sbuf;
 
 void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* n bytes of s as they are. */
+void lf_sbuf_put(lf_sbuf *b, const char *s, size_t n);
 /* s as a JSON string, quotes included: quotes and backslashes escaped, control characters as
  * six-character escapes, each byte that is not well-formed UTF-8 as the escape of U+FFFD, so any
  * name makes valid JSON. */
 void lf_sbuf_json_str(lf_sbuf *b, const char *s);
+/* The same for n bytes of s, a NUL among them escaped too (a JSON string may hold one); s[n] is
+ * a NUL (a character is not read past it). */
+void lf_sbuf_json_strn(lf_sbuf *b, const char *s, size_t n);
 /* s as one CSV field (RFC 4180): quoted, with its quotes doubled, when it holds a comma, a quote
  * or a line break. */
 void lf_sbuf_csv_field(lf_sbuf *b, const char *s);

@@ -11,6 +11,26 @@
 
 #include "core/core.h"
 
+void lf_sbuf_put(lf_sbuf *b, const char *s, size_t n)
+{
+    if (b->oom || n == 0)
+        return;
+    if (!b->p || b->cap - b->n < n + 1) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n < n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
 void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...)
 {
     if (b->oom)
@@ -202,23 +222,32 @@ int lf_term_keeps(const char *const *names, int64_t n, size_t keep, size_t *keep
 
 void lf_sbuf_json_str(lf_sbuf *b, const char *s)
 {
-    lf_sbuf_printf(b, "\"");
-    while (s && *s) {
-        unsigned char c = (unsigned char)*s;
-        int k = lf_utf8_char(s);
+    lf_sbuf_json_strn(b, s, s ? strlen(s) : 0);
+}
+
+void lf_sbuf_json_strn(lf_sbuf *b, const char *s, size_t n)
+{
+    lf_sbuf_put(b, "\"", 1);
+    size_t run = 0; /* s[run, i): bytes copied as they are, in one piece */
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        int k = c >= 0x80 ? lf_utf8_char(s + i) : 1;
+        k = i + (size_t)k > n ? 0 : k; /* a character cut by n is not one */
+        if (k > 1 || (c >= 0x20 && c < 0x80 && c != '"' && c != '\\')) {
+            i += (size_t)k;
+            continue;
+        }
+        lf_sbuf_put(b, s + run, i - run);
         if (c == '"' || c == '\\')
             lf_sbuf_printf(b, "\\%c", c);
-        else if (k > 1)
-            lf_sbuf_printf(b, "%.*s", k, s);
         else if (k == 0)
             lf_sbuf_printf(b, "\\ufffd");
-        else if (c < 0x20)
-            lf_sbuf_printf(b, "\\u%04x", c);
         else
-            lf_sbuf_printf(b, "%c", c);
-        s += k > 1 ? k : 1;
+            lf_sbuf_printf(b, "\\u%04x", c);
+        run = ++i;
     }
-    lf_sbuf_printf(b, "\"");
+    lf_sbuf_put(b, s + run, n - run);
+    lf_sbuf_put(b, "\"", 1);
 }
 
 void lf_sbuf_csv_field(lf_sbuf *b, const char *s)

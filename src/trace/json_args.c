@@ -24,37 +24,6 @@ void lf_json_real(char *buf, size_t cap, double v)
         snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
 }
 
-/* n bytes of s (no NUL among them: put_string escapes those). */
-static void put(lf_sbuf *t, const char *s, size_t n)
-{
-    lf_sbuf_printf(t, "%.*s", (int)n, s);
-}
-
-static void put_string(lf_sbuf *t, const char *s, size_t n)
-{
-    put(t, "\"", 1);
-    size_t run = 0; /* bytes copied as they are */
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        put(t, s + run, i - run);
-        char e[8];
-        const char *named = c == '"'    ? "\\\""
-                            : c == '\\' ? "\\\\"
-                            : c == '\n' ? "\\n"
-                            : c == '\t' ? "\\t"
-                            : c == '\r' ? "\\r"
-                                        : NULL;
-        if (!named)
-            snprintf(e, sizeof e, "\\u%04x", c);
-        put(t, named ? named : e, strlen(named ? named : e));
-        run = i + 1;
-    }
-    put(t, s + run, n - run);
-    put(t, "\"", 1);
-}
-
 /* v as compact JSON (jansson bounds the nesting it parses, so the recursion is bounded too). */
 static void put_value(lf_sbuf *t, json_t *v)
 {
@@ -64,51 +33,51 @@ static void put_value(lf_sbuf *t, json_t *v)
         const char *k;
         json_t *m;
         int first = 1;
-        put(t, "{", 1);
+        lf_sbuf_put(t, "{", 1);
         json_object_foreach(v, k, m)
         {
             if (!first)
-                put(t, ",", 1);
+                lf_sbuf_put(t, ",", 1);
             first = 0;
-            put_string(t, k, strlen(k));
-            put(t, ":", 1);
+            lf_sbuf_json_str(t, k);
+            lf_sbuf_put(t, ":", 1);
             put_value(t, m);
         }
-        put(t, "}", 1);
+        lf_sbuf_put(t, "}", 1);
         break;
     }
     case JSON_ARRAY: {
         size_t i;
         json_t *m;
-        put(t, "[", 1);
+        lf_sbuf_put(t, "[", 1);
         json_array_foreach(v, i, m)
         {
             if (i)
-                put(t, ",", 1);
+                lf_sbuf_put(t, ",", 1);
             put_value(t, m);
         }
-        put(t, "]", 1);
+        lf_sbuf_put(t, "]", 1);
         break;
     }
     case JSON_STRING:
-        put_string(t, json_string_value(v), json_string_length(v));
+        lf_sbuf_json_strn(t, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        put(t, num, strlen(num));
+        lf_sbuf_put(t, num, strlen(num));
         break;
     case JSON_REAL:
         lf_json_real(num, sizeof num, json_real_value(v));
-        put(t, num, strlen(num));
+        lf_sbuf_put(t, num, strlen(num));
         break;
     case JSON_TRUE:
-        put(t, "true", 4);
+        lf_sbuf_put(t, "true", 4);
         break;
     case JSON_FALSE:
-        put(t, "false", 5);
+        lf_sbuf_put(t, "false", 5);
         break;
     default:
-        put(t, "null", 4);
+        lf_sbuf_put(t, "null", 4);
         break;
     }
 }
@@ -124,7 +93,7 @@ char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom)
         json_integer_value(stream) == ev->tid)
         stream = NULL;
     if (stream) {
-        put(&t, "\"stream\":", 9);
+        lf_sbuf_put(&t, "\"stream\":", 9);
         put_value(&t, stream);
     }
     const char *k;
@@ -134,9 +103,9 @@ char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom)
         if (!strcmp(k, "stream") || lf_trace_writer_makes(ev, k))
             continue;
         if (t.n)
-            put(&t, ",", 1);
-        put_string(&t, k, strlen(k));
-        put(&t, ":", 1);
+            lf_sbuf_put(&t, ",", 1);
+        lf_sbuf_json_str(&t, k);
+        lf_sbuf_put(&t, ":", 1);
         put_value(&t, v);
     }
     *oom = t.oom;

@@ -62,8 +62,7 @@ static int is_device_x(const lf_trace_event *e)
     return lf_trace_cat_is_device(e->cat) && e->cat != LF_TC_GPU_ANNOTATION;
 }
 
-/* Whether extra_args begin with a "stream" of their own (lf_json_other_args puts one first). */
-static int leads_with_stream(const lf_trace_event *e)
+int lf_trace_args_lead_with_stream(const lf_trace_event *e)
 {
     return e->extra_args && (!strncmp(e->extra_args, "\"stream\":", 9));
 }
@@ -131,7 +130,7 @@ static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
         fprintf(f, "\"device\": %" PRId64, e->device);
         /* the stream is the track, unless the kept args carry one (an input's own, or the one a
          * merge moved there when the track became a lane) */
-        if (e->tid < LF_TRACE_LANE_TID0 && !leads_with_stream(e))
+        if (e->tid < LF_TRACE_LANE_TID0 && !lf_trace_args_lead_with_stream(e))
             fprintf(f, ", \"stream\": %" PRId64, e->tid);
         if (e->correlation)
             fprintf(f, ", \"correlation\": %" PRId64, e->correlation);

@@ -152,8 +152,7 @@ static lf_status add_events(lf_trace *m, const lf_trace *t, int i, int64_t rank,
                            i, (long long)k);
         char *args = NULL; /* a GPU event's stream, kept as an arg now that its tid is a lane's */
         if (e.pid != host) {
-            const int has_stream = e.extra_args && !strncmp(e.extra_args, "\"stream\":", 9);
-            if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION && !has_stream) {
+            if (lf_trace_cat_is_device(e.cat) && e.cat != LF_TC_GPU_ANNOTATION && !lf_trace_args_lead_with_stream(&e)) {
                 const char *rest = e.extra_args && *e.extra_args ? e.extra_args : NULL;
                 const size_t len = 48 + (rest ? strlen(rest) : 0);
                 if (!(args = malloc(len)))

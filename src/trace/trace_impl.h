@@ -30,6 +30,9 @@ typedef struct lf_track_name {
 /* Whether the writer (json_write.c) writes arg key of e from e's fields: such an arg read from a
  * file is not kept in extra_args too (it would be written twice). */
 int lf_trace_writer_makes(const lf_trace_event *e, const char *key);
+/* Whether e's extra_args begin with a "stream" of their own (lf_json_other_args and a merge put
+ * one first; the writer then writes none from the track). */
+int lf_trace_args_lead_with_stream(const lf_trace_event *e);
 /* v as the shortest JSON real that reads back as v ("0.1", "2.0", "1e+19") into buf (32 bytes
  * or more). */
 void lf_json_real(char *buf, size_t cap, double v);
