@@ -13,17 +13,6 @@
 #include "trace/json_read.h"
 #include "trace/trace_impl.h"
 
-void lf_json_real(char *buf, size_t cap, double v)
-{
-    for (int p = 1; p <= 17; p++) { /* the fewest digits that read back as v */
-        snprintf(buf, cap, "%.*g", p, v);
-        if (strtod(buf, NULL) == v)
-            break;
-    }
-    if (!strpbrk(buf, ".eEni")) /* still a real when read back: "2.0", not "2" */
-        snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
-}
-
 /* v as compact JSON (jansson bounds the nesting it parses, so the recursion is bounded too). */
 static void put_value(lf_sbuf *t, json_t *v)
 {

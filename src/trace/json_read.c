@@ -1,20 +1,17 @@
 /* Reading a Kineto-schema trace (PyTorch's or linfuse's) into an lf_trace, with jansson.
  * Only what the table, diff and summary need is kept: category, name, track, times, External
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
- * This room parses; json_source.c brings the text in, json_open.c opens what is read. Layer: trace/. */
-#include <ctype.h>
+ * This room turns events and the top level into a trace; json_scan.c walks the text, json_source.c
+ * brings it in, json_open.c opens what is read. Layer: trace/. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
-#include "trace/json_read.h"
+#include "trace/json_scan.h"
 #include "trace/shape_flops.h"
 
 static lf_trace_cat cat_of(const char *s)
@@ -82,298 +79,10 @@ static char *spaced(char *s)
     return o;
 }
 
-typedef struct flow_start {
-    int64_t id, pid, tid;
-} flow_start;
-
 static int cmp_flow(const void *a, const void *b)
 {
     int64_t x = ((const flow_start *)a)->id, y = ((const flow_start *)b)->id;
     return (x > y) - (x < y);
-}
-
-/* The reader streams: a small scanner walks the top level and the traceEvents array, and
- * jansson parses one event object at a time, fed from the text 1 KB at a time (json_load_callback;
- * JSON_DISABLE_EOF_CHECK tells it to stop at the object's end and say how far it read). A 200 MB
- * trace then never becomes one 2 GB tree: memory is the lf_trace, one event, and the last 32 MB
- * or less of the text. The pages read are given back as the text comes in (give_back, from fill),
- * inside an event or a run of white space too, except from the pin on: the start of what the
- * parse still points into (a key, a number, a top-level value kept as text), which may hold at
- * most MAX_VALUE bytes, as may one event, so a gzip bomb of white space or of one huge value
- * costs megabytes, not its inflated size. */
-typedef struct pin {
-    size_t at;        /* the first byte still needed, SIZE_MAX: none */
-    const char *what; /* what is held there, for the error when it grows past MAX_VALUE */
-} pin;
-
-typedef struct reader {
-    const char *p;
-    size_t n, pos;
-    const char *name;
-    lf_trace *t;
-    flow_start *flows;
-    size_t n_flows, cap_flows;
-    int64_t *shape_flops; /* events whose FLOPs came from their shapes: kept only under with_flops */
-    size_t n_shape_flops, cap_shape_flops;
-    int releasable;            /* p is a mapping of its own: what was read may be given back */
-    size_t released;           /* bytes of p given back to the kernel so far (whole pages) */
-    int64_t rel_line, rel_col; /* the line and column at p + released, for errors past it */
-    size_t next_report;        /* the position at which the progress callback is next called */
-    struct lazy_src *src;      /* text that arrives as the parse reads on (fill): a file's or a gzip trace's */
-    pin pin;                   /* nothing before pin.at is given back */
-    size_t ev_start, ev_index; /* the event jansson is being fed: where it starts, its index */
-    int64_t max_events;        /* the read limit over an event's size in memory */
-    lf_status err;             /* the reader's own refusal (a value too long, too many events), reported */
-    int64_t n_with_cat;        /* events that name their category (Kineto's traces: all of them) */
-    int keep_args;             /* the args no field holds kept as extra_args (lf_trace_read_opts) */
-    char msg[300];             /* instead of what the parse says after it */
-} reader;
-
-enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20, MAX_VALUE = 64 << 20 };
-
-/* The line and column a text editor shows at byte offset at (counted from the last page given
- * back: its bytes may be gone; an offset before it gets that page's). */
-static void line_col(const reader *r, size_t at, int64_t *line, int64_t *col)
-{
-    *line = r->released ? r->rel_line : 1, *col = r->released ? r->rel_col : 1;
-    const char *p = r->p + r->released, *end = r->p + (at < r->n ? at : r->n), *last = NULL, *nl;
-    for (; p < end && (nl = memchr(p, '\n', (size_t)(end - p))); p = nl + 1)
-        ++*line, last = nl;
-    if (end > r->p + r->released)
-        *col = last ? end - last : *col + (end - (r->p + r->released));
-}
-
-/* Give back to the kernel the whole pages before upto once RELEASE_EVERY bytes have gathered
- * (MADV_DONTNEED: a file's pages are dropped, an inflated trace's freed), their lines and columns
- * counted first so that an error further on still says where it is. Without this a trace costs
- * its JSON's size on top of what it holds. */
-static void give_back(reader *r, size_t upto)
-{
-    if (!r->releasable || upto < r->released + RELEASE_EVERY)
-        return;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    upto = upto / page * page;
-    int64_t line, col;
-    line_col(r, upto, &line, &col);
-    if (madvise((void *)(uintptr_t)(r->p + r->released), upto - r->released, MADV_DONTNEED) == 0)
-        r->released = upto, r->rel_line = line, r->rel_col = col;
-}
-
-/* The reader's own refusal, kept to be reported in place of the parse's error that follows. */
-static int reader_fail(reader *r, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int reader_fail(reader *r, size_t at, const char *fmt, ...)
-{
-    if (r->err)
-        return 0;
-    int64_t line, col;
-    line_col(r, at, &line, &col);
-    int k = snprintf(r->msg, sizeof r->msg, "%s:%lld:%lld: ", r->name, (long long)line, (long long)col);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->msg + k, sizeof r->msg - (size_t)k, fmt, ap);
-    va_end(ap);
-    r->err = LF_EINVAL;
-    return 0;
-}
-
-/* More text, up to want: the pages before the pin and the parse position given back first; 0 at
- * the text's end, or when what is pinned would pass MAX_VALUE bytes. */
-static int fill(reader *r, size_t want)
-{
-    if (r->err)
-        return 0;
-    const size_t held = r->pos < r->pin.at ? r->pos : r->pin.at;
-    if (want > held + MAX_VALUE)
-        return reader_fail(r, held, "%s is longer than %d MB; not a trace", r->pin.what ? r->pin.what : "a value",
-                           MAX_VALUE >> 20);
-    give_back(r, held);
-    /* no further than the pinned value may reach, so that one a byte too long comes here */
-    return lf_json_src_fill(r->src, r->name, &r->n, want, r->pin.at == SIZE_MAX ? SIZE_MAX : held + MAX_VALUE + 1);
-}
-
-/* Hold the text from at on (until unpin(r, the pin returned)). */
-static pin pin_from(reader *r, size_t at, const char *what)
-{
-    const pin old = r->pin;
-    if (at < r->pin.at)
-        r->pin = (pin){at, what};
-    return old;
-}
-
-static void unpin(reader *r, pin old)
-{
-    r->pin = old;
-}
-
-/* Whether k bytes from the parse position are there (inflating more of a gzip trace if need be). */
-static inline int have(reader *r, size_t k)
-{
-    return r->pos + k <= r->n || (r->src && fill(r, r->pos + k) && r->pos + k <= r->n);
-}
-
-static lf_trace_progress_fn progress_fn;
-static void *progress_ctx;
-
-void lf_trace_set_progress(lf_trace_progress_fn fn, void *ctx)
-{
-    progress_fn = fn, progress_ctx = ctx;
-}
-
-/* Between events: the progress callback every 4 MB, and the pages parsed given back. */
-static void between_events(reader *r)
-{
-    if (progress_fn && r->pos >= r->next_report) {
-        /* a gzip trace's inflated size is not known before its end: extrapolated from the share of
-         * the compressed bytes read; a pipe's is not known either */
-        double total = (double)r->n;
-        if (r->src && r->src->fd >= 0 && !r->src->stream)
-            total = (double)r->src->cap; /* a file: its size */
-        else if (r->src && !r->src->done && r->src->in_at > 0)
-            total = (double)r->n * (double)r->src->in_n / (double)r->src->in_at;
-        progress_fn(progress_ctx, r->name, (int64_t)r->pos, (int64_t)(total > (double)r->pos ? total : (double)r->pos));
-        r->next_report = r->pos + REPORT_EVERY;
-    }
-    if (r->pin.at == SIZE_MAX)
-        give_back(r, r->pos);
-}
-
-/* An error at byte offset `at`, with the line and column a text editor shows. */
-static lf_status fail_at(const reader *r, size_t at, const char *what)
-{
-    int64_t line, col;
-    line_col(r, at, &line, &col);
-    return lf_fail(LF_EINVAL, "%s:%lld:%lld: %s", r->name, (long long)line, (long long)col, what);
-}
-
-static inline int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-/* White space skipped as fast as memory goes; what it passes is given back as more comes in. */
-static void ws(reader *r)
-{
-    do
-        while (r->pos < r->n && is_ws(r->p[r->pos]))
-            r->pos++;
-    while (r->pos == r->n && r->src && fill(r, r->pos + 1));
-}
-
-static int take(reader *r, char c)
-{
-    ws(r);
-    if (have(r, 1) && r->p[r->pos] == c) {
-        r->pos++;
-        return 1;
-    }
-    return 0;
-}
-
-/* A string's raw bytes between its quotes (escapes left as they are); with s, held until the
- * caller has copied what it needs (before its next read), else let go as it is scanned. */
-static lf_status raw_string(reader *r, const char **s, size_t *len)
-{
-    ws(r);
-    if (!have(r, 1) || r->p[r->pos] != '"')
-        return fail_at(r, r->pos, "not valid JSON: expected a string");
-    size_t start = ++r->pos;
-    const pin old = s ? pin_from(r, start, "a key") : r->pin;
-    while (have(r, 1) && r->p[r->pos] != '"') {
-        if ((unsigned char)r->p[r->pos] < 0x20)
-            return fail_at(r, r->pos, "not valid JSON: control character in a string");
-        r->pos += r->p[r->pos] == '\\' ? 2 : 1;
-    }
-    unpin(r, old);
-    if (r->pos >= r->n)
-        return fail_at(r, start - 1 >= r->released ? start - 1 : r->pos, "not valid JSON: unterminated string");
-    if (s)
-        *s = r->p + start;
-    if (len)
-        *len = r->pos - start;
-    r->pos++;
-    return LF_OK;
-}
-
-/* How many of the n bytes at s form a JSON number (RFC 8259's grammar: -?(0|[1-9][0-9]*)
- * (.[0-9]+)?([eE][+-]?[0-9]+)?), 0 when they do not start one. strtod would take hex, infinity
- * and nan as well. */
-static size_t json_number_len(const char *s, size_t n)
-{
-    size_t i = 0;
-#define DIGIT(j) ((j) < n && s[j] >= '0' && s[j] <= '9')
-    if (i < n && s[i] == '-')
-        i++;
-    if (!DIGIT(i))
-        return 0;
-    if (s[i] == '0')
-        i++;
-    else
-        while (DIGIT(i))
-            i++;
-    if (i < n && s[i] == '.') {
-        if (!DIGIT(i + 1))
-            return 0;
-        i++;
-        while (DIGIT(i))
-            i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        size_t j = i + 1;
-        if (j < n && (s[j] == '+' || s[j] == '-'))
-            j++;
-        if (!DIGIT(j))
-            return 0;
-        while (DIGIT(j))
-            j++;
-        i = j;
-    }
-#undef DIGIT
-    return i;
-}
-
-/* Skip any JSON value, checking its grammar; depth bounded. */
-static lf_status skip_value(reader *r, int depth)
-{
-    ws(r);
-    if (!have(r, 1))
-        return fail_at(r, r->pos, "not valid JSON: the file ends where a value should be");
-    if (depth > 64)
-        return fail_at(r, r->pos, "nested more than 64 levels deep; not a trace");
-    char c = r->p[r->pos];
-    if (c == '"')
-        return raw_string(r, NULL, NULL);
-    if (c == '{' || c == '[') {
-        char close = c == '{' ? '}' : ']';
-        r->pos++;
-        if (take(r, close))
-            return LF_OK;
-        do {
-            if (c == '{') {
-                LF_TRY(raw_string(r, NULL, NULL));
-                if (!take(r, ':'))
-                    return fail_at(r, r->pos, "not valid JSON: expected ':'");
-            }
-            LF_TRY(skip_value(r, depth + 1));
-        } while (take(r, ','));
-        if (!take(r, close))
-            return fail_at(r, r->pos,
-                           c == '{' ? "not valid JSON: expected ',' or '}'" : "not valid JSON: expected ',' or ']'");
-        return LF_OK;
-    }
-    size_t start = r->pos; /* a number or a literal: held while it is scanned */
-    const pin old = pin_from(r, start, "a number");
-    while (have(r, 1) && (isalnum((unsigned char)r->p[r->pos]) || strchr("+-.", r->p[r->pos])))
-        r->pos++;
-    unpin(r, old);
-    size_t k = r->pos - start;
-    if (k == 0)
-        return fail_at(r, start, "not valid JSON: unexpected character");
-    if ((k == 4 && !memcmp(r->p + start, "true", 4)) || (k == 5 && !memcmp(r->p + start, "false", 5)) ||
-        (k == 4 && !memcmp(r->p + start, "null", 4)))
-        return LF_OK;
-    if (json_number_len(r->p + start, k) != k) /* 0x10, Infinity, NaN, 1.e5, +1: not JSON */
-        return fail_at(r, start, "not valid JSON: unexpected word");
-    return LF_OK;
 }
 
 /* A flow start ("ph": "s"): which host track launched the work of its correlation id. */
@@ -516,11 +225,12 @@ static size_t feed_event(void *buf, size_t cap, void *arg)
 {
     reader *r = arg;
     if (r->pos - r->ev_start >= MAX_VALUE) {
-        reader_fail(r, r->pos, "traceEvents[%zu] is longer than %d MB; not a trace", r->ev_index, MAX_VALUE >> 20);
+        lf_scan_reader_fail(r, r->pos, "traceEvents[%zu] is longer than %d MB; not a trace", r->ev_index,
+                            MAX_VALUE >> 20);
         return (size_t)-1;
     }
     r->pin = (pin){r->pos > 2 * cap ? r->pos - 2 * cap : 0, "an event"};
-    if (!have(r, 1))
+    if (!lf_scan_have(r, 1))
         return 0;
     size_t k = r->n - r->pos < cap ? r->n - r->pos : cap;
     if (k > MAX_VALUE - (r->pos - r->ev_start))
@@ -536,17 +246,17 @@ static size_t feed_event(void *buf, size_t cap, void *arg)
 
 static lf_status events_array(reader *r)
 {
-    if (!take(r, '['))
-        return fail_at(r, r->pos, "no \"traceEvents\" array (not a Chrome/Kineto trace)");
-    if (take(r, ']'))
+    if (!lf_scan_take(r, '['))
+        return lf_scan_fail_at(r, r->pos, "no \"traceEvents\" array (not a Chrome/Kineto trace)");
+    if (lf_scan_take(r, ']'))
         return LF_OK;
     size_t i = 0;
     do {
-        ws(r);
-        if (!have(r, 1) || r->p[r->pos] != '{') {
-            if (have(r, 1) && r->p[r->pos] != ']')
+        lf_scan_ws(r);
+        if (!lf_scan_have(r, 1) || r->p[r->pos] != '{') {
+            if (lf_scan_have(r, 1) && r->p[r->pos] != ']')
                 return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] is not an object", r->name, i);
-            return fail_at(r, r->pos, "not valid JSON: the events end early");
+            return lf_scan_fail_at(r, r->pos, "not valid JSON: the events end early");
         }
         json_error_t err;
         r->ev_start = r->pos, r->ev_index = i;
@@ -558,7 +268,7 @@ static lf_status events_array(reader *r)
         if (!e) {
             char msg[200];
             snprintf(msg, sizeof msg, "not valid JSON: %s", err.text);
-            return fail_at(r, r->ev_start + (used ? used - 1 : 0), msg);
+            return lf_scan_fail_at(r, r->ev_start + (used ? used - 1 : 0), msg);
         }
         LF_ASSERT(used <= r->pos - r->ev_start);
         r->pos = r->ev_start + used;
@@ -572,25 +282,25 @@ static lf_status events_array(reader *r)
                            r->name, (long long)r->max_events, sizeof(lf_trace_event),
                            (long long)(r->max_events * (int64_t)sizeof(lf_trace_event)),
                            (double)r->max_events * (double)sizeof(lf_trace_event) / 1e9);
-        between_events(r);
-    } while (take(r, ','));
-    if (!take(r, ']'))
-        return fail_at(r, r->pos, "not valid JSON: expected ',' or ']' between events");
+        lf_scan_between_events(r);
+    } while (lf_scan_take(r, ','));
+    if (!lf_scan_take(r, ']'))
+        return lf_scan_fail_at(r, r->pos, "not valid JSON: expected ',' or ']' between events");
     return LF_OK;
 }
 
 /* A top-level integer field (baseTimeNanoseconds, flags); other types are skipped. */
 static lf_status top_int(reader *r, int64_t *out)
 {
-    ws(r);
+    lf_scan_ws(r);
     size_t start = r->pos;
-    const pin old = pin_from(r, start, "a top-level value");
-    lf_status st = skip_value(r, 1);
-    unpin(r, old);
+    const pin old = lf_scan_pin_from(r, start, "a top-level value");
+    lf_status st = lf_scan_skip_value(r, 1);
+    lf_scan_unpin(r, old);
     LF_TRY(st);
     char num[64];
     size_t k = r->pos - start;
-    if (k && k < sizeof num && json_number_len(r->p + start, k) == k) {
+    if (k && k < sizeof num && lf_scan_json_number_len(r->p + start, k) == k) {
         memcpy(num, r->p + start, k);
         num[k] = '\0';
         double v = strtod(num, NULL);
@@ -604,11 +314,11 @@ static lf_status top_int(reader *r, int64_t *out)
  * distributedInfo), checked by jansson; *out stays NULL when it is not valid. */
 static lf_status top_raw(reader *r, const char **out, json_t **parsed)
 {
-    ws(r);
+    lf_scan_ws(r);
     size_t start = r->pos;
-    const pin old = pin_from(r, start, "a top-level value");
-    lf_status st = skip_value(r, 1);
-    unpin(r, old);
+    const pin old = lf_scan_pin_from(r, start, "a top-level value");
+    lf_status st = lf_scan_skip_value(r, 1);
+    lf_scan_unpin(r, old);
     LF_TRY(st);
     json_error_t err;
     json_t *v = json_loadb(r->p + start, r->pos - start, JSON_DECODE_ANY, &err);
@@ -638,7 +348,7 @@ static lf_status top_field(reader *r, const char *k, size_t len, int *seen)
 #define KEY(s) (len == sizeof(s) - 1 && !memcmp(k, s, len))
     if (KEY("traceEvents")) {
         if (*seen)
-            return fail_at(r, r->pos, "two \"traceEvents\" arrays");
+            return lf_scan_fail_at(r, r->pos, "two \"traceEvents\" arrays");
         LF_TRY(events_array(r));
         *seen = 1;
     } else if (KEY("baseTimeNanoseconds")) {
@@ -669,7 +379,7 @@ static lf_status top_field(reader *r, const char *k, size_t len, int *seen)
             m->world_size = json_integer_value(ws_);
         json_decref(di);
     } else {
-        LF_TRY(skip_value(r, 1));
+        LF_TRY(lf_scan_skip_value(r, 1));
     }
 #undef KEY
     return LF_OK;
@@ -678,22 +388,22 @@ static lf_status top_field(reader *r, const char *k, size_t len, int *seen)
 /* A trace object: its fields, one of which must be traceEvents. */
 static lf_status top_object(reader *r)
 {
-    if (!take(r, '{'))
-        return fail_at(r, r->pos, "not valid JSON: a trace is an object or an array");
+    if (!lf_scan_take(r, '{'))
+        return lf_scan_fail_at(r, r->pos, "not valid JSON: a trace is an object or an array");
     int seen = 0;
-    if (!take(r, '}'))
+    if (!lf_scan_take(r, '}'))
         do {
             const char *at;
             char k[32]; /* the key, copied: its text may be given back past here */
             size_t len;
-            LF_TRY(raw_string(r, &at, &len));
+            LF_TRY(lf_scan_raw_string(r, &at, &len));
             memcpy(k, at, len < sizeof k ? len : sizeof k);
-            if (!take(r, ':'))
-                return fail_at(r, r->pos, "not valid JSON: expected ':'");
+            if (!lf_scan_take(r, ':'))
+                return lf_scan_fail_at(r, r->pos, "not valid JSON: expected ':'");
             LF_TRY(top_field(r, k, len, &seen));
-        } while (take(r, ','));
-    if (!take(r, '}'))
-        return fail_at(r, r->pos, "not valid JSON: expected ',' or '}'");
+        } while (lf_scan_take(r, ','));
+    if (!lf_scan_take(r, '}'))
+        return lf_scan_fail_at(r, r->pos, "not valid JSON: expected ',' or '}'");
     if (!seen)
         return lf_fail(LF_EINVAL, "%s: no \"traceEvents\" array (not a Chrome/Kineto trace)", r->name);
     return LF_OK;
@@ -735,17 +445,18 @@ static const char *device_label(const lf_trace *t)
 static lf_status parse_doc(reader *r)
 {
     lf_trace_meta *m = lf_trace_meta_of(r->t);
-    if (have(r, 3) && !memcmp(r->p + r->pos, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark, as the opener takes it */
+    if (lf_scan_have(r, 3) &&
+        !memcmp(r->p + r->pos, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark, as the opener takes it */
         r->pos += 3;
-    ws(r);
-    const int bare = have(r, 1) && r->p[r->pos] == '[';
+    lf_scan_ws(r);
+    const int bare = lf_scan_have(r, 1) && r->p[r->pos] == '[';
     if (bare)
         LF_TRY(events_array(r));
     else
         LF_TRY(top_object(r));
-    ws(r); /* to the source's end: a gzip trace's CRCs and members checked */
-    if (have(r, 1))
-        return fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
+    lf_scan_ws(r); /* to the source's end: a gzip trace's CRCs and members checked */
+    if (lf_scan_have(r, 1))
+        return lf_scan_fail_at(r, r->pos, "not valid JSON: text after the end of the trace");
     /* FLOPs from shapes count only where PyTorch would have counted them */
     if (!m->with_flops)
         for (size_t i = 0; i < r->n_shape_flops; i++)
@@ -782,8 +493,8 @@ lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const cha
         st = lf_fail(src->err, "%s", src->msg);
     else if (r.err) /* the reader's refusal (a value too long), not the parse error that followed */
         st = lf_fail(r.err, "%s", r.msg);
-    if (st == LF_OK && progress_fn)
-        progress_fn(progress_ctx, name, (int64_t)r.n, (int64_t)r.n);
+    if (st == LF_OK)
+        lf_scan_report_end(&r);
     free(r.flows), free(r.shape_flops);
     if (st != LF_OK) {
         lf_trace_free(r.t);

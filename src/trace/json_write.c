@@ -45,6 +45,17 @@ static void put_us(FILE *f, int64_t ns)
     fprintf(f, "%s%" PRIu64 ".%03" PRIu64, ns < 0 ? "-" : "", m / 1000, m % 1000);
 }
 
+void lf_json_real(char *buf, size_t cap, double v)
+{
+    for (int p = 1; p <= 17; p++) { /* the fewest digits that read back as v */
+        snprintf(buf, cap, "%.*g", p, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eEni")) /* still a real when read back: "2.0", not "2" */
+        snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
+}
+
 /* A count (FLOPs, bytes): an integer as one while it is one JSON readers take as an integer,
  * else its shortest exact real ("%.0f" of 1e19 gave 20 digits the reader then refused). */
 static void put_num(FILE *f, double v)
