@@ -735,6 +735,30 @@ def test_torch_custom_ops(torch):
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
             out = mlp(mode.from_tensor(xm))
         check(tuple(out.shape) == (3, 64), "a patched MLP under FakeTensorMode gives the fake op's shape")
+    # torch.compile under autocast makes eager's choice (the op has no autocast rule): weights not
+    # in the autocast dtype, the module's own forward; weights in it, x cast and linfuse's op
+    f32m = toy_model(torch, "llama", layers=1)[0]
+    bf = toy_model(torch, "llama", layers=1)[0].to(torch.bfloat16)
+    lt.apply(f32m)
+    lt.apply(bf)
+    for what, m, op_wanted in (("an f32 module under bf16 autocast: its own forward", f32m.layers[0].mlp, False),
+                               ("a bf16 module, an f32 x, bf16 autocast: x cast, linfuse's op", bf.layers[0].mlp,
+                                True)):
+        xin = torch.randn(4, 64)
+        try:
+            torch._dynamo.reset()
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                explained = torch._dynamo.explain(m)(xin)
+                code = "".join(g.code for g in explained.graphs)
+                got = torch.compile(m, fullgraph=True, backend="aot_eager")(xin)
+                want = m.linfuse_base_class.forward(m, xin)
+            check(explained.graph_break_count == 0 and ("linfuse" in code) == op_wanted and got.dtype == want.dtype
+                  and torch.allclose(got.float(), want.float(), atol=0.03),
+                  "compiled, %s (%d breaks, op in the graph: %s, dtype %s)"
+                  % (what, explained.graph_break_count, "linfuse" in code, got.dtype))
+        except Exception as e:  # noqa: BLE001
+            check(False, "compiled, %s: %s: %s" % (what, type(e).__name__, e))
+    torch._dynamo.reset()
 
 
 def test_torch_misuse(torch):

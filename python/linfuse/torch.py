@@ -282,19 +282,21 @@ _TRACE_WARNED = []
 
 def _patched_forward(self, x):
     compiling = _compiling()
+    # Under autocast torch casts a Linear's operands to the autocast dtype, which is linfuse's only
+    # where the weights are in it already; the custom op has no autocast rule, so this holds when
+    # torch.compile traces the forward too (dynamo reads the autocast state as a constant).
+    cast = _autocast_dtype("cuda" if x.is_cuda else "cpu")
+    if cast is not None:
+        if self.linfuse_gate_up.dtype != cast:  # torch would cast the weights: linfuse cannot
+            return _own_forward(self, x)
+        if x.dtype != cast:
+            x = x.to(cast)
     if not compiling:
         # What the module would do and linfuse cannot: under functorch's transforms (vmap, grad)
-        # x has no memory of its own; under autocast torch casts to the autocast dtype, which is
-        # linfuse's only where the weights are in it already; torch.jit.trace before torch 2.4
-        # (no custom op) would record none of linfuse's work.
+        # x has no memory of its own; torch.jit.trace before torch 2.4 (no custom op) would
+        # record none of linfuse's work.
         if _wrapped is not None and _wrapped(x):
             return _own_forward(self, x)
-        cast = _autocast_dtype("cuda" if x.is_cuda else "cpu")
-        if cast is not None:
-            if self.linfuse_gate_up.dtype != cast:  # torch would cast the weights: linfuse cannot
-                return _own_forward(self, x)
-            if x.dtype != cast:
-                x = x.to(cast)
         if not HAS_CUSTOM_OP and torch.jit.is_tracing():
             if not _TRACE_WARNED:
                 _TRACE_WARNED.append(True)
