@@ -1,7 +1,8 @@
 /* The CPU backend's own parts: the vector math against libm on every instruction set this CPU
  * has, the same GEMM on 1 and 2 threads giving the same bits, a GEMM called from inside the
- * caller's own OpenMP team, the GEMM plan file's format, and the Hopper gated GEMM's schedule rule
- * held to the H200's measurements. The GEMMs and pointwise kernels themselves are cases of the
+ * caller's own OpenMP team, B packed once (lf_cpu_pack_b) giving the per-call packing's bits, the
+ * GEMM plan file's format, and the Hopper gated GEMM's schedule rule held to the H200's
+ * measurements. The GEMMs and pointwise kernels themselves are cases of the
  * table (test_cases, cases.c), run on each instruction set. */
 #include <omp.h>
 #include <stdlib.h>
@@ -221,6 +222,111 @@ static void test_gated_rule(void)
           "with no SM count every shape is many waves: the 128 x 256 tile, offload in bf16");
 }
 
+/* Random values in [-1, 1) as dt (f32 or bf16) into n elements of p. */
+static void fill(lf_rng *rng, void *p, lf_dtype dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float v = (float)(2 * lf_rng_uniform(rng) - 1);
+        if (dt == LF_DTYPE_BF16)
+            ((uint16_t *)p)[i] = (uint16_t)(lf_f32_bits(v) >> 16);
+        else
+            ((float *)p)[i] = v;
+    }
+}
+
+/* B packed once (lf_cpu_pack_b, linfuse/cpu.h): lf_cpu_gemm_packed gives lf_backend_gemm's bits
+ * over every layout of B (a Linear's weight seen transposed, row-major, strided, bf16), with and
+ * without a paired gate, a bias and an activation the packing never saw, on 1 and 2 threads, at a
+ * few rows (which read B itself) and at many, D poisoned first; and it refuses a GEMM it does not
+ * fit. */
+static void test_packed_b(lf_cpu_isa isa)
+{
+    OK(lf_cpu_isa_force(isa));
+    lf_rng rng;
+    lf_rng_seed(&rng, 23);
+    enum { LINEAR, ROWMAJOR, STRIDED };
+    static const struct {
+        int64_t M, K, N;
+        int layout, gated;
+        lf_dtype bdt;
+    } cases[] = {
+        /* two B panels (2048 columns a panel); two threads (from 3.2e7 flops), gated and not */
+        {20, 40, 2100, LINEAR, 0, LF_DTYPE_F32},   {200, 256, 400, LINEAR, 0, LF_DTYPE_F32},
+        {200, 192, 512, LINEAR, 1, LF_DTYPE_BF16}, {100, 70, 45, LINEAR, 0, LF_DTYPE_F32},
+        {37, 33, 64, ROWMAJOR, 0, LF_DTYPE_F32},   {29, 40, 50, STRIDED, 0, LF_DTYPE_F32},
+        {64, 48, 160, LINEAR, 1, LF_DTYPE_F32},    {3, 64, 96, LINEAR, 0, LF_DTYPE_F32},
+        {50, 80, 120, LINEAR, 1, LF_DTYPE_BF16},   {21, 17, 90, ROWMAJOR, 1, LF_DTYPE_BF16},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t M = cases[c].M, K = cases[c].K, N = cases[c].N, No = cases[c].gated ? N / 2 : N;
+        const int lay = cases[c].layout;
+        const lf_dtype bdt = cases[c].bdt;
+        const size_t es = lf_dtype_size(bdt);
+        const int64_t bn = lay == STRIDED ? 2 * K * N : K * N; /* a strided B skips every other element */
+        /* A in B's dtype (the GEMM takes one), D f32; D sized for the ungated refusal below */
+        float *bias = malloc((size_t)N * 4), *d1 = malloc((size_t)(M * N) * 4), *d2 = malloc((size_t)(M * N) * 4);
+        void *a = malloc((size_t)(M * K) * es), *b = malloc((size_t)bn * es);
+        fill(&rng, a, bdt, M * K), fill(&rng, b, bdt, bn), fill(&rng, bias, LF_DTYPE_F32, N);
+        lf_gemm g = {.ep = lf_epilogue_default()};
+        g.a = (lf_matrix){a, bdt, M, K, K, 1};
+        g.b = lay == LINEAR     ? (lf_matrix){b, bdt, K, N, 1, K}
+              : lay == ROWMAJOR ? (lf_matrix){b, bdt, K, N, N, 1}
+                                : (lf_matrix){b, bdt, K, N, 2 * N, 2};
+        g.d = (lf_matrix){d1, LF_DTYPE_F32, M, No, No, 1};
+        if (cases[c].gated) {
+            g.ep.gate = LF_GATE_PAIRED;
+            g.ep.gate_group = No % 16 == 0 ? 16 : No % 12 == 0 ? 12 : No; /* blocks of gates, or stacked */
+        }
+        lf_cpu_packed_b *p = NULL;
+        OK(lf_cpu_pack_b(&g, &p)); /* packed with no bias and no activation */
+        g.ep.bias = bias, g.ep.bias_dtype = LF_DTYPE_F32, g.ep.act = cases[c].gated ? LF_ACT_SILU : LF_ACT_GELU_TANH;
+        for (int threads = 1; threads <= 2; threads++) {
+            lf_cpu_set_threads(threads);
+            for (int64_t i = 0; i < M * No; i++)
+                d1[i] = d2[i] = NAN;
+            g.d.data = d1;
+            OK(lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
+            g.d.data = d2;
+            OK(lf_cpu_gemm_packed(&g, p, NULL));
+            CHECK(!memcmp(d1, d2, (size_t)(M * No) * 4) && d2[M * No - 1] == d2[M * No - 1],
+                  "%s: B packed once, %lld x %lld x %lld, layout %d, %s%s, %d threads: lf_backend_gemm's bits",
+                  lf_cpu_isa_name(isa), (long long)M, (long long)K, (long long)N, lay, lf_dtype_name(bdt),
+                  cases[c].gated ? ", gated" : "", threads);
+        }
+        lf_cpu_set_threads(0);
+        /* what it does not fit: another B at another address, another shape, no gate, other kernels */
+        lf_gemm h = g;
+        h.b.data = (char *)b + es;
+        FAILS(LF_EINVAL, "not the one packed", lf_cpu_gemm_packed(&h, p, NULL));
+        h = g;
+        h.a.cols = h.b.rows = K - 1;
+        FAILS(LF_EINVAL, "not the one packed", lf_cpu_gemm_packed(&h, p, NULL));
+        if (cases[c].gated) {
+            h = g;
+            h.ep.gate = LF_GATE_NONE, h.d.cols = h.d.rs = N;
+            FAILS(LF_EINVAL, "packed for a paired gate", lf_cpu_gemm_packed(&h, p, NULL));
+            if (No % 2 == 0 && g.ep.gate_group % 2 == 0) { /* the same B in smaller gate groups */
+                h = g;
+                h.ep.gate_group /= 2;
+                FAILS(LF_EINVAL, "gate group", lf_cpu_gemm_packed(&h, p, NULL));
+            }
+        }
+        if (isa > LF_CPU_ISA_SCALAR) {
+            OK(lf_cpu_isa_force(LF_CPU_ISA_SCALAR));
+            FAILS(LF_EINVAL, "pack it again", lf_cpu_gemm_packed(&g, p, NULL));
+            OK(lf_cpu_isa_force(isa));
+        }
+        FAILS(LF_EINVAL, "packed", lf_cpu_gemm_packed(NULL, p, NULL));
+        FAILS(LF_EINVAL, "packed", lf_cpu_gemm_packed(&g, NULL, NULL));
+        lf_cpu_packed_b_free(p);
+        free(a), free(b), free(bias), free(d1), free(d2);
+    }
+    lf_cpu_packed_b *p = (lf_cpu_packed_b *)&rng;
+    FAILS(LF_EINVAL, "", lf_cpu_pack_b(NULL, &p));
+    CHECK(p == NULL, "a refused packing leaves NULL");
+    lf_cpu_packed_b_free(NULL);
+}
+
 int main(void)
 {
     lf_cpu_isa best = lf_cpu_isa_detect();
@@ -230,6 +336,9 @@ int main(void)
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_threads_deterministic();
     test_inside_callers_team();
+    for (int isa = 0; isa <= (int)best; isa++)
+        test_packed_b((lf_cpu_isa)isa);
+    CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_plan_file();
     test_gated_rule();
     return lf_test_finish("test_backend_cpu");

@@ -2,8 +2,9 @@
  * strides while packing (so nn, tn, nt and tt cost the same and nothing is transposed in
  * memory), bf16/f16 widened to f32 while packing, f32 accumulation in registers, and the
  * epilogue (alpha, C, bias, activation, gate) applied to each row-block of results while it
- * is still in L1. Threads split D into independent blocks; each packs its own operands. A few
- * rows against an nn.Linear weight (decode) skip the packing: dot products (few_rows).
+ * is still in L1. Threads split D into independent blocks; each packs its own operands, but B
+ * where the caller packed it once for many calls (lf_cpu_pack_b: a weight). A few rows against
+ * an nn.Linear weight (decode) skip the packing: dot products (few_rows).
  *
  * Per thread, over its block of D:
  *   for each panel of NC output columns:     pack B (K x NC) into slivers of nr columns
@@ -25,11 +26,23 @@ enum { KC = 384 }; /* 384 x 32 floats of B (48 KB) per chunk: measured best on A
 typedef struct plan {
     const lf_gemm *g;
     const lf_cpu_kernels *k;
-    int64_t M, N, K; /* N counts pre-gate columns */
-    int64_t No;      /* output columns of D */
-    int nro;         /* output columns per micro-tile: nr, or nr/2 when gated */
-    int64_t mc, nco; /* rows per A block, output columns per B panel */
+    int64_t M, N, K;  /* N counts pre-gate columns */
+    int64_t No;       /* output columns of D */
+    int nro;          /* output columns per micro-tile: nr, or nr/2 when gated */
+    int64_t mc, nco;  /* rows per A block, output columns per B panel */
+    const float *bpk; /* B packed once (lf_cpu_pack_b): every sliver, in column order; NULL: pack per call */
 } plan;
+
+/* B packed once (linfuse/cpu.h): all of B's slivers as pack_b lays out a panel, one after the
+ * other, so a block's panel starts at sliver o / nro. What it was packed from is kept to refuse a
+ * GEMM it does not fit. */
+struct lf_cpu_packed_b {
+    const lf_cpu_kernels *k; /* the kernel set (its nr) it was packed for */
+    lf_matrix b;             /* B: data, shape, strides, dtype */
+    lf_gate gate;
+    int64_t gate_group, No;
+    float *data; /* (No / nro rounded up) slivers of (K, nr) floats */
+};
 
 /* dst[i*dstep] = src[start + i*step] as float, for i < n. */
 static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst, int64_t dstep)
@@ -208,7 +221,7 @@ static ws_layout layout_for(const plan *pl)
 #define TAKE(field, n) \
     l.field = off;     \
     off += ((size_t)(n) + 63) & ~(size_t)63;
-    TAKE(bp, (size_t)nsl * K * nr * sizeof(float));
+    TAKE(bp, pl->bpk ? 0 : (size_t)nsl * K * nr * sizeof(float));
     TAKE(ap, (size_t)mcp * K * sizeof(float));
     TAKE(strip, (size_t)mcp * nr * sizeof(float));
     TAKE(cols, (size_t)nsl * nr * sizeof(int64_t));
@@ -235,13 +248,22 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
     const lf_cpu_kernels *k = pl->k;
     const int mr = k->mr, nr = k->nr;
     const int64_t K = pl->K;
-    float *bp = (float *)(slot + l->bp), *ap = (float *)(slot + l->ap), *strip = (float *)(slot + l->strip);
+    float *ap = (float *)(slot + l->ap), *strip = (float *)(slot + l->strip);
     int64_t *cols = (int64_t *)(slot + l->cols);
     float *bias = (float *)(slot + l->bias);
     for (int64_t oc = o0; oc < o1; oc += pl->nco) {
         int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco;
         int64_t nsl = (nco + pl->nro - 1) / pl->nro;
-        pack_b(pl, oc, nco, bp, cols, bias);
+        const float *bp;
+        if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
+            bp = pl->bpk + oc / pl->nro * K * nr;
+            for (int64_t s = 0; s < nsl; s++)
+                sliver_map(pl, oc + s * pl->nro, cols + s * nr, bias + s * nr);
+        } else {
+            float *own = (float *)(slot + l->bp);
+            pack_b(pl, oc, nco, own, cols, bias);
+            bp = own;
+        }
         for (int64_t ic = m0; ic < m1; ic += pl->mc) {
             int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc;
             int64_t nsa = (mc + mr - 1) / mr;
@@ -375,12 +397,10 @@ void lf_cpu_gated_choose(const lf_gemm *g, lf_gated_choice *c)
     }
 }
 
-lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
+/* The plan's shape and blocks for g on kernel set k. */
+static plan plan_for(const lf_gemm *g, const lf_cpu_kernels *k)
 {
-    char why[128];
-    if (!lf_cpu_gemm_supports(g, why, sizeof why))
-        return lf_fail(LF_EUNSUPPORTED, "cpu gemm: %s", why);
-    plan pl = {.g = g, .k = lf_cpu_kernels_active()};
+    plan pl = {.g = g, .k = k};
     pl.M = g->a.rows;
     pl.K = g->a.cols;
     pl.N = g->b.cols;
@@ -388,13 +408,22 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     pl.nro = g->ep.gate == LF_GATE_PAIRED ? pl.k->nr / 2 : pl.k->nr;
     /* Blocks: 8 micro-tiles of rows; B panels of up to 2048 output columns, fewer when K is so
      * long that the panel would pass 8 MB (A blocks shrink the same way past 2 MB). */
-    const int64_t mr = pl.k->mr, nr = pl.k->nr;
+    const int64_t mr = k->mr, nr = k->nr;
     int64_t mc_cap = (2 << 20) / (4 * pl.K) / mr * mr;
     pl.mc = 8 * mr < mc_cap ? 8 * mr : (mc_cap > mr ? mc_cap : mr);
     int64_t nsl_cap = (8 << 20) / (4 * pl.K * nr);
     int64_t nsl = 2048 / pl.nro < nsl_cap ? 2048 / pl.nro : (nsl_cap > 1 ? nsl_cap : 1);
     pl.nco = nsl * pl.nro;
+    return pl;
+}
 
+static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel_info *info)
+{
+    char why[128];
+    if (!lf_cpu_gemm_supports(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "cpu gemm: %s", why);
+    plan pl = plan_for(g, packed ? packed->k : lf_cpu_kernels_active());
+    const int64_t mr = pl.k->mr;
     double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
     int T = lf_cpu_threads();
     /* Below ~0.2 ms of single-thread work, waking OpenMP workers (tens of us to a ms once they
@@ -407,6 +436,7 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
             lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);
         return LF_OK;
     }
+    pl.bpk = packed ? packed->data : NULL; /* the few rows above read B itself, as valid as its packing */
     int tm, tn;
     split(&pl, T, &tm, &tn);
     int64_t mt = (pl.M + mr - 1) / mr, nt = (pl.No + pl.nro - 1) / pl.nro;
@@ -436,4 +466,84 @@ lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
     if (info)
         lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, pl.k->mr, pl.k->nr, info);
     return LF_OK;
+}
+
+lf_status lf_cpu_gemm(const lf_gemm *g, lf_kernel_info *info)
+{
+    return gemm(g, NULL, info);
+}
+
+/* --- B packed once (linfuse/cpu.h) --- */
+
+lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
+{
+    LF_CHECK_PTR(out, "lf_cpu_pack_b", "out");
+    *out = NULL;
+    LF_CHECK_PTR(g, "lf_cpu_pack_b", "g");
+    LF_TRY(lf_gemm_validate(g));
+    char why[128];
+    if (!lf_cpu_gemm_supports(g, why, sizeof why))
+        return lf_fail(LF_EUNSUPPORTED, "lf_cpu_pack_b: %s", why);
+    const plan pl = plan_for(g, lf_cpu_kernels_active());
+    const int nr = pl.k->nr;
+    const int64_t K = pl.K, nsl = (pl.No + pl.nro - 1) / pl.nro;
+    if (K < 1 || nsl < 1 || (uint64_t)nsl > SIZE_MAX / sizeof(float) / (uint64_t)K / (uint64_t)nr)
+        return lf_fail(LF_ESHAPE, "lf_cpu_pack_b: B of %lld x %lld cannot be packed", (long long)K, (long long)pl.N);
+    const size_t bytes = ((size_t)nsl * (size_t)K * (size_t)nr * sizeof(float) + 63) & ~(size_t)63;
+    lf_cpu_packed_b *p = calloc(1, sizeof *p);
+    float *data = p ? aligned_alloc(64, bytes) : NULL;
+    /* pack_b's column map and biases for one panel (the biases are the call's, not kept) */
+    const int64_t per = LF_CPU_PANEL_MAX, panels = (nsl + per - 1) / per;
+    int64_t *cols = malloc((size_t)per * (size_t)nr * sizeof *cols);
+    float *bias = malloc((size_t)per * (size_t)nr * sizeof *bias);
+    if (!p || !data || !cols || !bias) {
+        free(p), free(data), free(cols), free(bias);
+        return lf_fail(LF_ENOMEM, "lf_cpu_pack_b: %zu bytes for B packed", bytes);
+    }
+    for (int64_t q = 0; q < panels; q++) {
+        const int64_t s0 = q * per, o0 = s0 * pl.nro, nco = pl.No - o0 < per * pl.nro ? pl.No - o0 : per * pl.nro;
+        pack_b(&pl, o0, nco, data + s0 * K * nr, cols, bias);
+    }
+    free(cols), free(bias);
+    *p = (lf_cpu_packed_b){
+        .k = pl.k, .b = g->b, .gate = g->ep.gate, .gate_group = g->ep.gate_group, .No = pl.No, .data = data};
+    *out = p;
+    return LF_OK;
+}
+
+lf_status lf_cpu_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p, lf_kernel_info *info)
+{
+    LF_CHECK_PTR(g, "lf_cpu_gemm_packed", "g");
+    LF_CHECK_PTR(p, "lf_cpu_gemm_packed", "packed");
+    LF_TRY(lf_gemm_validate(g));
+    const lf_matrix *b = &g->b;
+    if (b->data != p->b.data || b->rows != p->b.rows || b->cols != p->b.cols || b->rs != p->b.rs || b->cs != p->b.cs ||
+        b->dtype != p->b.dtype)
+        return lf_fail(LF_EINVAL,
+                       "lf_cpu_gemm_packed: B is not the one packed (%lld x %lld %s, strides (%lld, %lld), at %p; "
+                       "packed: %lld x %lld %s, strides (%lld, %lld), at %p)",
+                       (long long)b->rows, (long long)b->cols, lf_dtype_name(b->dtype), (long long)b->rs,
+                       (long long)b->cs, b->data, (long long)p->b.rows, (long long)p->b.cols, lf_dtype_name(p->b.dtype),
+                       (long long)p->b.rs, (long long)p->b.cs, p->b.data);
+    const int paired = g->ep.gate == LF_GATE_PAIRED, was_paired = p->gate == LF_GATE_PAIRED;
+    if (paired != was_paired || (paired && g->ep.gate_group != p->gate_group) || g->d.cols != p->No)
+        return lf_fail(LF_EINVAL,
+                       "lf_cpu_gemm_packed: B was packed for %s (gate group %lld), %lld output columns; this GEMM has "
+                       "%s (gate group %lld), %lld",
+                       was_paired ? "a paired gate" : "no gate", was_paired ? (long long)p->gate_group : 0LL,
+                       (long long)p->No, paired ? "a paired gate" : "no gate",
+                       paired ? (long long)g->ep.gate_group : 0LL, (long long)g->d.cols);
+    if (p->k != lf_cpu_kernels_active())
+        return lf_fail(LF_EINVAL,
+                       "lf_cpu_gemm_packed: B was packed for the %s kernels and %s are in use: pack it again",
+                       lf_cpu_isa_name(p->k->isa), lf_cpu_isa_name(lf_cpu_isa_active()));
+    return gemm(g, p, info);
+}
+
+void lf_cpu_packed_b_free(lf_cpu_packed_b *p)
+{
+    if (!p)
+        return;
+    free(p->data);
+    free(p);
 }
