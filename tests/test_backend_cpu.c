@@ -321,7 +321,28 @@ static void test_packed_b(lf_cpu_isa isa)
         lf_cpu_packed_b_free(p);
         free(a), free(b), free(bias), free(d1), free(d2);
     }
+    /* sizes past 63 bits, valid with broadcast strides (a few bytes of memory): a clear refusal,
+     * where 4 K nr wrapped to 0 (a division by zero) and the packed size to 0 past 2^64 - 63 */
+    static float tiny[64];
+    const int nr = isa == LF_CPU_ISA_AVX512 ? 32 : isa == LF_CPU_ISA_AVX2 ? 16 : 8;
+    const int64_t huge_k = (int64_t)(((uint64_t)1 << 62) / (uint64_t)nr);
+    lf_gemm big = {.ep = lf_epilogue_default()};
+    big.a = (lf_matrix){tiny, LF_DTYPE_F32, 32, huge_k, 0, 0};
+    big.b = (lf_matrix){tiny + 1, LF_DTYPE_F32, huge_k, 64, 0, 0};
+    big.d = (lf_matrix){tiny, LF_DTYPE_F32, 32, 64, 64, 1};
+    float *dbig = malloc(32 * 64 * sizeof(float));
+    big.d.data = dbig;
     lf_cpu_packed_b *p = (lf_cpu_packed_b *)&rng;
+    FAILS(LF_EOVERFLOW, "63 bits", lf_cpu_pack_b(&big, &p));
+    CHECK(p == NULL, "a refused packing leaves NULL");
+    FAILS(LF_EOVERFLOW, "past", lf_backend_gemm(LF_DEVICE_CPU, &big, NULL));
+    if (isa == LF_CPU_ISA_SCALAR) { /* 179951 x 8 x 3203431780337 slivers x 4 bytes = 2^64 - 32 */
+        big.a.rows = big.d.rows = 1, big.a.cols = big.b.rows = 179951;
+        big.b.cols = big.d.cols = (int64_t)8 * 3203431780337LL, big.d.rs = big.d.cols;
+        FAILS(LF_EOVERFLOW, "63 bits", lf_cpu_pack_b(&big, &p));
+    }
+    free(dbig);
+    p = (lf_cpu_packed_b *)&rng;
     FAILS(LF_EINVAL, "", lf_cpu_pack_b(NULL, &p));
     CHECK(p == NULL, "a refused packing leaves NULL");
     lf_cpu_packed_b_free(NULL);

@@ -29,18 +29,23 @@ LF_API lf_status lf_cpu_isa_force(lf_cpu_isa isa);
 LF_API const char *lf_cpu_isa_name(lf_cpu_isa isa);
 
 /* B packed once. Every CPU GEMM first copies B, as every BLAS does, into the micro-kernel's
- * layout (slivers of 32 or 8 columns, k-major, widened to f32): 4-6% of a 1024 x 3072 x 768
- * Linear on two cores. Where many products share one B (an nn.Linear's weight in inference; MKL's
- * cblas_sgemm_pack and oneDNN's packed weights serve the same use), pack it once:
+ * layout (slivers of 32, 16 or 8 columns for AVX-512, AVX2 or scalar, k-major, widened to f32):
+ * 4-7% of a 1024 x 3072 x 768 Linear on two cores. Where many products share one B (an
+ * nn.Linear's weight in inference; MKL's cblas_sgemm_pack and oneDNN's packed weights serve the
+ * same use), pack it once:
  *   lf_cpu_pack_b(&g, &p);                 B as g reads it (its strides, dtype and gate)
  *   lf_cpu_gemm_packed(&g, p, NULL);       g on the CPU, B read from p instead of packed again
  *   lf_cpu_packed_b_free(p);
  * p holds a copy of B's values in f32 (4 bytes each, whatever B's dtype), for the kernels in use
- * when it was packed. lf_cpu_gemm_packed takes any g with the same B (its data pointer, shape,
- * strides and dtype), gate mode, gate group and output width; A, D, the bias, the activation and
- * alpha are the call's own. It refuses, with LF_EINVAL, a B that is not the one packed, or kernels
- * changed since (lf_cpu_isa_force). After B's values change, pack again: p is not told. The result
- * is the one lf_backend_gemm(LF_DEVICE_CPU, &g, ...) gives, to the bit. */
+ * when it was packed. B itself must stay as it was packed for as long as p is used: a call of up
+ * to 16 rows against a Linear weight (a decode step) reads B directly, as lf_backend_gemm does, and
+ * after B's values change, pack again (p is not told). lf_cpu_gemm_packed takes any g with the
+ * same B (its data pointer, shape, strides and dtype), gate mode, gate group and output width; A,
+ * C and beta, D, the bias, the activation and alpha are the call's own. It refuses, with
+ * LF_EINVAL, a B that is not the one packed, or kernels changed since (lf_cpu_isa_force). p is
+ * only read: threads may share it. The result is the one lf_backend_gemm(LF_DEVICE_CPU, &g, ...)
+ * gives, to the bit. lf_cpu_pack_b needs a whole valid g (lf_gemm_validate) and refuses a B whose
+ * packing would not fit in 63 bits of bytes (LF_EOVERFLOW). */
 typedef struct lf_cpu_packed_b lf_cpu_packed_b;
 struct lf_gemm;        /* linfuse/backend.h, which includes this header */
 struct lf_kernel_info; /* likewise */

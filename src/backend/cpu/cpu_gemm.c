@@ -409,9 +409,9 @@ static plan plan_for(const lf_gemm *g, const lf_cpu_kernels *k)
     /* Blocks: 8 micro-tiles of rows; B panels of up to 2048 output columns, fewer when K is so
      * long that the panel would pass 8 MB (A blocks shrink the same way past 2 MB). */
     const int64_t mr = k->mr, nr = k->nr;
-    int64_t mc_cap = (2 << 20) / (4 * pl.K) / mr * mr;
+    int64_t mc_cap = (2 << 20) / 4 / pl.K / mr * mr; /* divided in steps: 4 K nr may not fit */
     pl.mc = 8 * mr < mc_cap ? 8 * mr : (mc_cap > mr ? mc_cap : mr);
-    int64_t nsl_cap = (8 << 20) / (4 * pl.K * nr);
+    int64_t nsl_cap = (8 << 20) / 4 / pl.K / nr;
     int64_t nsl = 2048 / pl.nro < nsl_cap ? 2048 / pl.nro : (nsl_cap > 1 ? nsl_cap : 1);
     pl.nco = nsl * pl.nro;
     return pl;
@@ -422,6 +422,9 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     char why[128];
     if (!lf_cpu_gemm_supports(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "cpu gemm: %s", why);
+    if (g->a.cols > LF_CPU_K_MAX) /* valid with broadcast strides, and past what a workspace indexes */
+        return lf_fail(LF_EOVERFLOW, "cpu gemm: K = %lld is past the %lld the CPU GEMM's buffers index",
+                       (long long)g->a.cols, (long long)LF_CPU_K_MAX);
     plan pl = plan_for(g, packed ? packed->k : lf_cpu_kernels_active());
     const int64_t mr = pl.k->mr;
     double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
@@ -487,9 +490,11 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     const plan pl = plan_for(g, lf_cpu_kernels_active());
     const int nr = pl.k->nr;
     const int64_t K = pl.K, nsl = (pl.No + pl.nro - 1) / pl.nro;
-    if (K < 1 || nsl < 1 || (uint64_t)nsl > SIZE_MAX / sizeof(float) / (uint64_t)K / (uint64_t)nr)
-        return lf_fail(LF_ESHAPE, "lf_cpu_pack_b: B of %lld x %lld cannot be packed", (long long)K, (long long)pl.N);
-    const size_t bytes = ((size_t)nsl * (size_t)K * (size_t)nr * sizeof(float) + 63) & ~(size_t)63;
+    int64_t n;
+    if (K > LF_CPU_K_MAX || __builtin_mul_overflow(nsl, K * nr, &n) || n > (INT64_MAX - 63) / (int64_t)sizeof(float))
+        return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: B of %lld x %lld packed would not fit in 63 bits of bytes",
+                       (long long)K, (long long)pl.N);
+    const size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
     lf_cpu_packed_b *p = calloc(1, sizeof *p);
     float *data = p ? aligned_alloc(64, bytes) : NULL;
     /* pack_b's column map and biases for one panel (the biases are the call's, not kept) */
@@ -498,7 +503,7 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     float *bias = malloc((size_t)per * (size_t)nr * sizeof *bias);
     if (!p || !data || !cols || !bias) {
         free(p), free(data), free(cols), free(bias);
-        return lf_fail(LF_ENOMEM, "lf_cpu_pack_b: %zu bytes for B packed", bytes);
+        return lf_fail(LF_ENOMEM, "lf_cpu_pack_b: out of memory for B packed (%zu bytes)", bytes);
     }
     for (int64_t q = 0; q < panels; q++) {
         const int64_t s0 = q * per, o0 = s0 * pl.nro, nco = pl.No - o0 < per * pl.nro ? pl.No - o0 : per * pl.nro;
