@@ -758,6 +758,20 @@ def test_torch_custom_ops(torch):
                   % (what, explained.graph_break_count, "linfuse" in code, got.dtype))
         except Exception as e:  # noqa: BLE001
             check(False, "compiled, %s: %s: %s" % (what, type(e).__name__, e))
+    # the autocast state is part of what a compiled forward was traced under: called again without
+    # autocast, the f32 module compiled under it must not keep autocast's choice
+    try:
+        torch._dynamo.reset()
+        m, xin = f32m.layers[0].mlp, torch.randn(4, 64)
+        c = torch.compile(m, fullgraph=True, backend="aot_eager")
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            under = c(xin)
+        with torch.no_grad():
+            got, want = c(xin), m(xin)
+        check(under.dtype == torch.bfloat16 and got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-4),
+              "compiled under autocast, then called without it: %s then %s" % (under.dtype, got.dtype))
+    except Exception as e:  # noqa: BLE001
+        check(False, "compiled under autocast, then called without it: %s: %s" % (type(e).__name__, e))
     torch._dynamo.reset()
 
 

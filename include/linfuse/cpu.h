@@ -30,7 +30,7 @@ LF_API const char *lf_cpu_isa_name(lf_cpu_isa isa);
 
 /* B packed once. Every CPU GEMM first copies B, as every BLAS does, into the micro-kernel's
  * layout (slivers of 32, 16 or 8 columns for AVX-512, AVX2 or scalar, k-major, widened to f32):
- * 4-7% of a 1024 x 3072 x 768 Linear on two cores. Where many products share one B (an
+ * 2-7% of a 1024 x 3072 x 768 Linear on two cores (about 4% on average). Where many products share one B (an
  * nn.Linear's weight in inference; MKL's cblas_sgemm_pack and oneDNN's packed weights serve the
  * same use), pack it once:
  *   lf_cpu_pack_b(&g, &p);                 B as g reads it (its strides, dtype and gate)
@@ -45,7 +45,8 @@ LF_API const char *lf_cpu_isa_name(lf_cpu_isa isa);
  * LF_EINVAL, a B that is not the one packed, or kernels changed since (lf_cpu_isa_force). p is
  * only read: threads may share it. The result is the one lf_backend_gemm(LF_DEVICE_CPU, &g, ...)
  * gives, to the bit. lf_cpu_pack_b needs a whole valid g (lf_gemm_validate) and refuses a B whose
- * packing would not fit in 63 bits of bytes (LF_EOVERFLOW). */
+ * packing would not fit in 63 bits of bytes (LF_EOVERFLOW). Every CPU GEMM, packed or not, refuses
+ * a K past 2^40 (LF_EOVERFLOW: valid only with broadcast strides, past what its buffers index). */
 typedef struct lf_cpu_packed_b lf_cpu_packed_b;
 struct lf_gemm;        /* linfuse/backend.h, which includes this header */
 struct lf_kernel_info; /* likewise */

@@ -491,7 +491,10 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     const int nr = pl.k->nr;
     const int64_t K = pl.K, nsl = (pl.No + pl.nro - 1) / pl.nro;
     int64_t n;
-    if (K > LF_CPU_K_MAX || __builtin_mul_overflow(nsl, K * nr, &n) || n > (INT64_MAX - 63) / (int64_t)sizeof(float))
+    if (K > LF_CPU_K_MAX)
+        return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: K = %lld is past the %lld the CPU GEMM's buffers index",
+                       (long long)K, (long long)LF_CPU_K_MAX);
+    if (__builtin_mul_overflow(nsl, K * nr, &n) || n > (INT64_MAX - 63) / (int64_t)sizeof(float))
         return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: B of %lld x %lld packed would not fit in 63 bits of bytes",
                        (long long)K, (long long)pl.N);
     const size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
