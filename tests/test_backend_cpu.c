@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend_impl.h"
 #include "backend/cuda/gated_rule.h"
@@ -368,6 +369,32 @@ static void test_packed_b(lf_cpu_isa isa)
     lf_cpu_packed_b_free(NULL);
 }
 
+/* A one-column D with a huge column stride (valid: one column never steps by it): the epilogue's
+ * prefetch of D once walked nro strides of it, for ever at 2^40. Killed by the alarm if so. */
+static void test_one_column_stride(void)
+{
+    float a[64 * 8], b[8], d[64];
+    for (int i = 0; i < 64 * 8; i++)
+        a[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 8; i++)
+        b[i] = 0.5f * (float)i;
+    lf_gemm g = {.ep = lf_epilogue_default()};
+    g.a = (lf_matrix){a, LF_DTYPE_F32, 64, 8, 8, 1};
+    g.b = (lf_matrix){b, LF_DTYPE_F32, 8, 1, 1, 8};
+    g.d = (lf_matrix){d, LF_DTYPE_F32, 64, 1, 1, (int64_t)1 << 40};
+    alarm(60);
+    OK(lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
+    alarm(0);
+    int ok = 1;
+    for (int r = 0; r < 64; r++) {
+        float want = 0;
+        for (int k = 0; k < 8; k++)
+            want += a[r * 8 + k] * b[k];
+        ok &= d[r] == want;
+    }
+    CHECK(ok, "a one-column D of column stride 2^40: computed, at once");
+}
+
 int main(void)
 {
     lf_cpu_isa best = lf_cpu_isa_detect();
@@ -377,6 +404,7 @@ int main(void)
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));
     test_threads_deterministic();
     test_inside_callers_team();
+    test_one_column_stride();
     for (int isa = 0; isa <= (int)best; isa++)
         test_packed_b((lf_cpu_isa)isa);
     CHECK(lf_cpu_isa_force(best) == LF_OK, "restore %s", lf_cpu_isa_name(best));

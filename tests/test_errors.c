@@ -78,7 +78,9 @@ static void test_op_errors(void)
     FAILS(LF_ESHAPE, "bias of shape [5] does not broadcast to the result's [2, 4]", lf_addmm(&y, b5, a, c, 1, 1));
     FAILS(LF_ESHAPE, "expected [4]", lf_addmm_act(&y, b5, a, c, LF_ACT_GELU_TANH));
     FAILS(LF_EINVAL, "activation 9", lf_addmm_act(&y, NULL, a, c, (lf_act)9));
-    FAILS(LF_ESHAPE, "whole blocks of 2 x group = 6", lf_mm_gated(&y, a, c, LF_ACT_GELU_TANH, 3));
+    FAILS(LF_ESHAPE, "whole blocks of 2 x group (group 3)", lf_mm_gated(&y, a, c, LF_ACT_GELU_TANH, 3));
+    /* 2 x group wrapped to -4, which divides 4 columns: the up column was then read 2^63 - 2 columns on */
+    FAILS(LF_ESHAPE, "whole blocks of 2 x group", lf_mm_gated(&y, a, c, LF_ACT_SILU, INT64_MAX - 1));
     /* linear: input features, bias length */
     FAILS(LF_ESHAPE, "input [2, 3] has 3 features but weight [3, 4] expects 4", lf_linear(&y, a, c, NULL));
     FAILS(LF_ESHAPE, "bias [5] does not match weight [4, 3]", lf_linear(&y, a, b, b5));
@@ -119,6 +121,9 @@ static void test_backend_errors(void)
     bad.ep.gate = LF_GATE_PAIRED;
     bad.ep.gate_group = 3;
     FAILS(LF_ESHAPE, "2 x gate_group", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad.ep.gate_group = INT64_MAX - 1; /* 2 x group wraps to -4, which divides b's 4 columns */
+    FAILS(LF_ESHAPE, "2 x gate_group", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    FAILS(LF_ESHAPE, "2 x gate_group", lf_gemm_reference(&bad));
     bad.ep.gate_group = 1;
     bad.d.cols = 2;
     bad.c = (lf_matrix){buf + 40, LF_DTYPE_F32, 2, 4, 4, 1};
@@ -184,7 +189,8 @@ static void test_tensor_preconditions(void)
     OK(lf_tensor_fill(a, 1.0f));
     OK(lf_tensor_fill(b, 1.0f));
     a->stride[0] = 1000; /* rows 1000 floats apart in a 16-float buffer */
-    FAILS(LF_ESHAPE, "lf_mm: argument 'mat1' (shape [4, 4], strides [1000, 1], offset 0) reaches past its storage of 64 bytes",
+    FAILS(LF_ESHAPE,
+          "lf_mm: argument 'mat1' (shape [4, 4], strides [1000, 1], offset 0) reaches past its storage of 64 bytes",
           lf_mm(&y, a, b));
     a->stride[0] = 4;
     a->offset = 1; /* one past: the last element falls off the end */
@@ -194,12 +200,56 @@ static void test_tensor_preconditions(void)
     FAILS(LF_ESHAPE, "reaches past its storage", lf_gelu(&y, b, LF_GELU_TANH));
     b->stride[1] = 1;
     OK(lf_mm(&y, a, b));
+    /* the tensor layer's own walks and views check the same: they wrote or read past the buffer */
+    float out[16];
+    lf_rng rng;
+    lf_rng_seed(&rng, 1);
+    lf_tensor *v = NULL;
+    a->stride[0] = (int64_t)1 << 40;
+    FAILS(LF_ESHAPE, "lf_tensor_fill: argument 't'", lf_tensor_fill(a, 2.0f));
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_tensor_fill_uniform(a, &rng, 0, 1));
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_tensor_to_f32(a, out, 16));
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_tensor_to_device(&v, a, LF_DEVICE_CPU));
+    FAILS(LF_ESHAPE, "reaches past its storage", lf_tensor_t(&v, a));
+    a->stride[0] = a->stride[1] = 0; /* every element the first: inside, but 2^64 of them */
+    a->shape[0] = a->shape[1] = (int64_t)1 << 32;
+    FAILS(LF_EOVERFLOW, "more elements than 63 bits", lf_tensor_to_f32(a, out, 16));
+    a->shape[0] = a->shape[1] = 4, a->stride[0] = 4, a->stride[1] = 1;
+    a->ndim = 32; /* permute copied 32 dims into arrays of 4 */
+    const int perm[32] = {1, 0};
+    FAILS(LF_EINVAL, "not a valid tensor", lf_tensor_permute(&v, a, perm));
+    a->ndim = 2;
+    OK(lf_tensor_to_f32(a, out, 16));
+    CHECK(v == NULL && out[15] == 1.0f, "refused calls changed nothing");
     lf_tensor_free(y), lf_tensor_free(a), lf_tensor_free(b);
+}
+
+/* lf_copy_out into an out whose elements overlap: refused (a (2^30, 2^30) view of one float
+ * walked 2^60 elements); a plain copy still works, and into a broadcast-free out. */
+static void test_copy_out(void)
+{
+    lf_tensor *one = NULL, *x = NULL, *out = NULL, *bx = NULL;
+    int64_t s1 = 1, big[2] = {(int64_t)1 << 30, (int64_t)1 << 30}, zero[2] = {0, 0}, sh[2] = {2, 3};
+    OK(lf_tensor_empty(&one, LF_DTYPE_F32, 1, &s1, LF_DEVICE_CPU));
+    OK(lf_tensor_fill(one, 3.0f));
+    OK(lf_tensor_as_strided(&bx, one, 2, big, zero, 0));
+    OK(lf_tensor_empty(&x, LF_DTYPE_F32, 1, &s1, LF_DEVICE_CPU));
+    OK(lf_tensor_as_strided(&out, x, 2, big, zero, 0));
+    FAILS(LF_EINVAL, "out's elements overlap (dim 0", lf_copy_out(out, bx));
+    lf_tensor_free(out), lf_tensor_free(bx), out = bx = NULL;
+    OK(lf_tensor_as_strided(&bx, one, 2, sh, zero, 0)); /* x may repeat its elements; out may not */
+    OK(lf_tensor_empty(&out, LF_DTYPE_F32, 2, sh, LF_DEVICE_CPU));
+    OK(lf_copy_out(out, bx));
+    float v[6];
+    OK(lf_tensor_to_f32(out, v, 6));
+    CHECK(v[0] == 3.0f && v[5] == 3.0f, "a broadcast x copied into a plain out");
+    lf_tensor_free(one), lf_tensor_free(x), lf_tensor_free(out), lf_tensor_free(bx);
 }
 
 int main(void)
 {
     test_tensor_errors();
+    test_copy_out();
     test_tensor_preconditions();
     test_op_errors();
     test_backend_errors();

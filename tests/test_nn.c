@@ -231,6 +231,11 @@ static void test_forward_out(void)
     FAILS(LF_ESHAPE, "dim = 24 last", lf_nn_gated_mlp_forward_out(&m, LF_MLP_GATED, x, y, ws));
     FAILS(LF_EINVAL, "'workspace'", lf_nn_gated_mlp_forward_out(&m, LF_MLP_GATED, x, y, NULL));
     FAILS(LF_ESHAPE, ">= 1", lf_nn_gated_mlp_workspace(&m, LF_MLP_GATED, 0, (size_t[]){0}));
+    /* byte counts past 2^62 refused: they wrapped, 2^56 tokens to 256 bytes with LF_OK */
+    for (int v = 0; v <= LF_MLP_FP8; v++) {
+        FAILS(LF_EOVERFLOW, "2^62", lf_nn_gated_mlp_workspace(&m, (lf_mlp_variant)v, (int64_t)1 << 56, (size_t[]){0}));
+        FAILS(LF_EOVERFLOW, "2^62", lf_nn_gated_mlp_workspace(&m, (lf_mlp_variant)v, INT64_MAX, (size_t[]){0}));
+    }
     lf_tensor_free(y), lf_tensor_free(ws), lf_tensor_free(x);
     lf_nn_gated_mlp_free(&m);
 }

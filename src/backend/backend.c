@@ -222,7 +222,7 @@ lf_status lf_gemm_validate(const lf_gemm *g)
                        (int)ep->act);
     int64_t n_out = N;
     if (ep->gate == LF_GATE_PAIRED) {
-        if (ep->gate_group < 1 || N % (2 * ep->gate_group))
+        if (ep->gate_group < 1 || ep->gate_group > N / 2 || N % (2 * ep->gate_group)) /* 2 x group may not fit */
             return lf_fail(LF_ESHAPE,
                            "lf_gemm: paired gate needs b's %lld columns to be whole blocks of "
                            "2 x gate_group (%lld)",

@@ -403,6 +403,12 @@ lf_status lf_nn_gated_mlp_workspace(const lf_nn_gated_mlp *m, lf_mlp_variant v, 
         return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_workspace: %lld tokens, expected >= 1", (long long)tokens);
     if ((unsigned)v > LF_MLP_FP8)
         return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_workspace: variant %d is not eager, fused, gated or fp8", (int)v);
+    /* below, a dozen pieces of at most 4 x (tokens + 3) x (2 hidden or dim) bytes: refused past
+     * 2^62 bytes in all rather than wrapped (tokens near 2^63 gave LF_OK and 256 bytes) */
+    if (tokens > INT64_MAX - 3 ||
+        4.0 * ((double)tokens + 3) * (8.0 * (double)m->hidden + 4.0 * (double)m->dim + 16) > 0x1p62)
+        return lf_fail(LF_EOVERFLOW, "lf_nn_gated_mlp_workspace: %lld tokens need more than 2^62 bytes",
+                       (long long)tokens);
     const size_t es = lf_dtype_size(m->gate_up->dtype);
     const int64_t T = tokens, H = m->hidden, D = m->dim, T4 = LF_SCALE_LD(tokens);
     /* the x copy reshape makes when x's leading dims do not flatten in place, y's result when the

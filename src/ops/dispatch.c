@@ -177,22 +177,9 @@ static lf_status check_tensor(const char *op, const char *name, const lf_tensor 
                        "%s: '%s' is f8e4m3, a dtype linfuse stores but does not compute in: convert it "
                        "first (lf_tensor_to_f32, lf_st_get_as), or use the FP8 GEMMs (lf_scaled_mm)",
                        op, name);
-    if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || !lf_dtype_known(t->dtype))
-        return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", op, name);
     /* the struct is public, so its geometry may have been edited: every element it names must
      * lie inside its storage, or a kernel would read or write past it */
-    int64_t last = t->offset, size = (int64_t)lf_dtype_size(t->dtype), span;
-    int ok = t->offset >= 0;
-    for (int d = 0; d < t->ndim && ok; d++)
-        ok = t->shape[d] >= 1 && t->stride[d] >= 0 && lf_mul_ok(t->shape[d] - 1, t->stride[d], &span) &&
-             lf_add_ok(last, span, &last);
-    if (!ok || !lf_mul_ok(last + 1, size, &span) || span > (int64_t)t->storage->nbytes) {
-        char sh[LF_SHAPE_STR_CAP], st[LF_SHAPE_STR_CAP];
-        return lf_fail(LF_ESHAPE,
-                       "%s: argument '%s' (shape %s, strides %s, offset %lld) reaches past its storage of %zu bytes",
-                       op, name, lf_fmt_shape(sh, sizeof sh, t->ndim, t->shape),
-                       lf_fmt_shape(st, sizeof st, t->ndim, t->stride), (long long)t->offset, t->storage->nbytes);
-    }
+    LF_TRY(lf_tensor_check(op, name, t));
     /* a device's kernels run on this thread's unit (lf_device_select): its tensors must be there */
     if (t->storage->device != LF_DEVICE_CPU && t->storage->index != lf_device_current(t->storage->device))
         return lf_fail(LF_EDEVICE, "%s: '%s' is on %s:%d but this thread runs on %s:%d (lf_device_select)", op, name,

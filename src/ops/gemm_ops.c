@@ -130,7 +130,8 @@ static lf_status addmm_act_describe(const char *fn, const lf_tensor *bias, const
     char x[LF_SHAPE_STR_CAP];
     LF_TRY(check_operands(fn, a, b));
     if ((unsigned)act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn, (int)act);
+        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn,
+                       (int)act);
     *g = (lf_gemm){.ep = lf_epilogue_default()};
     g->ep.act = act;
     if (bias) {
@@ -232,10 +233,11 @@ static lf_status mm_gated_check(const char *fn, const lf_tensor *a, const lf_ten
 {
     LF_TRY(check_operands(fn, a, b));
     if ((unsigned)act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn, (int)act);
-    if (group < 1 || b->shape[1] % (2 * group))
-        return lf_fail(LF_ESHAPE, "%s: mat2 has %lld columns, expected whole blocks of 2 x group = %lld", fn,
-                       (long long)b->shape[1], (long long)(2 * (group > 0 ? group : 0)));
+        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn,
+                       (int)act);
+    if (group < 1 || group > b->shape[1] / 2 || b->shape[1] % (2 * group)) /* 2 x group may not fit */
+        return lf_fail(LF_ESHAPE, "%s: mat2 has %lld columns, expected whole blocks of 2 x group (group %lld)", fn,
+                       (long long)b->shape[1], (long long)group);
     return LF_OK;
 }
 

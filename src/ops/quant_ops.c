@@ -29,8 +29,13 @@ static lf_status quantize_impl(const char *fn, lf_tensor **q, lf_tensor **scale,
     if (s == LF_OK)
         s = lf_tensor_empty(&tq, LF_DTYPE_F8E4M3, 2, (int64_t[]){rows, C}, lf_tensor_device(w));
     if (s == LF_OK) {
-        lf_quant qu = {.rows = R, .cols = C, .in = lf_strided_of(w), .q = lf_tensor_data(tq), .scale = lf_tensor_data(ts),
-                       .mode = m, .pad_rows = m == LF_SCALE_ROWS ? rows : 0};
+        lf_quant qu = {.rows = R,
+                       .cols = C,
+                       .in = lf_strided_of(w),
+                       .q = lf_tensor_data(tq),
+                       .scale = lf_tensor_data(ts),
+                       .mode = m,
+                       .pad_rows = m == LF_SCALE_ROWS ? rows : 0};
         s = lf_launch_quant(lf_tensor_device(w), &qu);
     }
     if (s != LF_OK) {
@@ -144,8 +149,8 @@ static lf_status new_out(lf_tensor **y, const lf_tensor *a, int64_t n, lf_dtype 
     return lf_tensor_empty(y, dt, 2, (int64_t[]){a->shape[0], n}, lf_tensor_device(a));
 }
 
-static lf_gemm scaled_gemm(const lf_tensor *a, const lf_tensor *as, const lf_tensor *b, const lf_tensor *bs,
-                           int block, const lf_tensor *y)
+static lf_gemm scaled_gemm(const lf_tensor *a, const lf_tensor *as, const lf_tensor *b, const lf_tensor *bs, int block,
+                           const lf_tensor *y)
 {
     lf_gemm g = {.ep = lf_epilogue_default()};
     g.a = lf_matrix_of(a);
@@ -193,10 +198,12 @@ static lf_status scaled_mm_out_impl(lf_tensor *out, const lf_tensor *a, const lf
     int block;
     LF_TRY(check_scaled("lf_scaled_mm_out", a, as, b, bs, &block));
     if (!lf_dtype_computes(out->dtype))
-        return lf_fail(LF_EDTYPE, "lf_scaled_mm_out: out is %s; it must be bf16, f16 or f32", lf_dtype_name(out->dtype));
+        return lf_fail(LF_EDTYPE, "lf_scaled_mm_out: out is %s; it must be bf16, f16 or f32",
+                       lf_dtype_name(out->dtype));
     if (out->ndim != 2 || out->shape[0] != a->shape[0] || out->shape[1] != b->shape[1])
         return lf_fail(LF_ESHAPE, "lf_scaled_mm_out: out is %s, the result is [%lld, %lld]",
-                       lf_fmt_shape(x, sizeof x, out->ndim, out->shape), (long long)a->shape[0], (long long)b->shape[1]);
+                       lf_fmt_shape(x, sizeof x, out->ndim, out->shape), (long long)a->shape[0],
+                       (long long)b->shape[1]);
     if (lf_tensor_device(out) != lf_tensor_device(a) || lf_tensor_device_index(out) != lf_tensor_device_index(a))
         return lf_fail(LF_EDEVICE, "lf_scaled_mm_out: out and mat1 are on different devices");
     lf_gemm g = scaled_gemm(a, as, b, bs, block, out);
@@ -235,10 +242,11 @@ static lf_status check_gated(const char *fn, const lf_tensor *a, const lf_tensor
 {
     LF_TRY(check_scaled(fn, a, as, b, bs, block));
     if ((unsigned)act >= LF_ACT_COUNT)
-        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn, (int)act);
-    if (group < 1 || b->shape[1] % (2 * group))
-        return lf_fail(LF_ESHAPE, "%s: mat2 has %lld columns, expected whole blocks of 2 x group = %lld", fn,
-                       (long long)b->shape[1], (long long)(2 * (group > 0 ? group : 0)));
+        return lf_fail(LF_EINVAL, "%s: activation %d is not one of none, relu, gelu_tanh, gelu_erf, silu", fn,
+                       (int)act);
+    if (group < 1 || group > b->shape[1] / 2 || b->shape[1] % (2 * group)) /* 2 x group may not fit */
+        return lf_fail(LF_ESHAPE, "%s: mat2 has %lld columns, expected whole blocks of 2 x group (group %lld)", fn,
+                       (long long)b->shape[1], (long long)group);
     return LF_OK;
 }
 
@@ -282,8 +290,8 @@ static lf_status scaled_mm_gated_impl(lf_tensor **out, const lf_tensor *a, const
 lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
                              const lf_tensor *b_scale, lf_act act, int64_t group)
 {
-    lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG(a_scale), LF_ARG(b_scale), LF_ARG_SCALAR(act),
-                        LF_ARG_SCALAR((double)group)};
+    lf_op_arg args[] = {LF_ARG(a),       LF_ARG(b),          LF_ARG(a_scale),
+                        LF_ARG(b_scale), LF_ARG_SCALAR(act), LF_ARG_SCALAR((double)group)};
     LF_DISPATCH(SCALED_MM_GATED, args, out, scaled_mm_gated_impl(out, a, a_scale, b, b_scale, act, group));
 }
 
@@ -340,8 +348,7 @@ static lf_status scaled_mm_gated_fp8_impl(lf_tensor **h, lf_tensor **h_scale, co
 lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a, const lf_tensor *a_scale,
                                  const lf_tensor *b, const lf_tensor *b_scale, lf_act act, int64_t group)
 {
-    lf_op_arg args[] = {LF_ARG(a), LF_ARG(b), LF_ARG(a_scale), LF_ARG(b_scale), LF_ARG_SCALAR(act),
-                        LF_ARG_SCALAR((double)group)};
-    LF_DISPATCH(SCALED_MM_GATED_FP8, args, h,
-                scaled_mm_gated_fp8_impl(h, h_scale, a, a_scale, b, b_scale, act, group));
+    lf_op_arg args[] = {LF_ARG(a),       LF_ARG(b),          LF_ARG(a_scale),
+                        LF_ARG(b_scale), LF_ARG_SCALAR(act), LF_ARG_SCALAR((double)group)};
+    LF_DISPATCH(SCALED_MM_GATED_FP8, args, h, scaled_mm_gated_fp8_impl(h, h_scale, a, a_scale, b, b_scale, act, group));
 }

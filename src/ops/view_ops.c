@@ -61,6 +61,12 @@ static lf_status copy_out_impl(lf_tensor *out, const lf_tensor *x)
                        lf_fmt_shape(b, sizeof b, x->ndim, x->shape));
     if (lf_tensor_shares_storage(out, x))
         return lf_fail(LF_EINVAL, "lf_copy_out: out shares memory with x");
+    for (int d = 0; d < out->ndim; d++) /* torch's internal-overlap check: the case it can tell */
+        if (out->stride[d] == 0 && out->shape[d] > 1)
+            return lf_fail(LF_EINVAL,
+                           "lf_copy_out: out's elements overlap (dim %d: %lld elements at stride 0), so each "
+                           "would be written many times",
+                           d, (long long)out->shape[d]);
     lf_pointwise p = {.op = LF_PW_COPY, .in = {lf_strided_of(x)}, .out = lf_strided_of(out), .ndim = x->ndim};
     memcpy(p.shape, x->shape, sizeof p.shape);
     return lf_launch_pointwise(lf_tensor_device(x), &p);

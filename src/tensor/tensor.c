@@ -362,9 +362,37 @@ int lf_tensor_shares_storage(const lf_tensor *a, const lf_tensor *b)
 
 /* --- host data --- */
 
+lf_status lf_tensor_check(const char *fn, const char *name, const lf_tensor *t)
+{
+    if (!t)
+        return lf_fail(LF_EINVAL, "%s: argument '%s' is NULL", fn, name);
+    if (!t->storage || t->ndim < 1 || t->ndim > LF_MAX_DIMS || !lf_dtype_known(t->dtype))
+        return lf_fail(LF_EINVAL, "%s: argument '%s' is not a valid tensor", fn, name);
+    int64_t last = t->offset, size = (int64_t)lf_dtype_size(t->dtype), span, n = 1;
+    int ok = t->offset >= 0, fits = 1;
+    for (int d = 0; d < t->ndim && ok; d++) {
+        ok = t->shape[d] >= 1 && t->stride[d] >= 0 && lf_mul_ok(t->shape[d] - 1, t->stride[d], &span) &&
+             lf_add_ok(last, span, &last);
+        fits = fits && lf_mul_ok(n, t->shape[d], &n);
+    }
+    if (!ok || !lf_mul_ok(last + 1, size, &span) || span > (int64_t)t->storage->nbytes) {
+        char sh[LF_SHAPE_STR_CAP], st[LF_SHAPE_STR_CAP];
+        return lf_fail(LF_ESHAPE,
+                       "%s: argument '%s' (shape %s, strides %s, offset %lld) reaches past its storage of %zu bytes",
+                       fn, name, lf_fmt_shape(sh, sizeof sh, t->ndim, t->shape),
+                       lf_fmt_shape(st, sizeof st, t->ndim, t->stride), (long long)t->offset, t->storage->nbytes);
+    }
+    if (!fits) {
+        char sh[LF_SHAPE_STR_CAP];
+        return lf_fail(LF_EOVERFLOW, "%s: argument '%s' (shape %s) has more elements than 63 bits count", fn, name,
+                       lf_fmt_shape(sh, sizeof sh, t->ndim, t->shape));
+    }
+    return LF_OK;
+}
+
 static lf_status host_check(const lf_tensor *t, const char *fn)
 {
-    LF_CHECK_PTR(t, fn, "t");
+    LF_TRY(lf_tensor_check(fn, "t", t));
     if (lf_tensor_device(t) != LF_DEVICE_CPU)
         return lf_fail(LF_EDEVICE, "%s: tensor is on %s, expected cpu (copy it to the host first)", fn,
                        lf_device_name(lf_tensor_device(t)));
@@ -394,6 +422,7 @@ static lf_status host_check(const lf_tensor *t, const char *fn)
 static lf_status host_bytes(const lf_tensor *t, const char *fn, const void **bytes, void **staged)
 {
     *staged = NULL;
+    LF_TRY(lf_tensor_check(fn, "t", t));
     lf_device dev = lf_tensor_device(t);
     if (dev == LF_DEVICE_CPU) {
         *bytes = t->storage->data;
@@ -451,6 +480,7 @@ lf_status lf_tensor_to_f32(const lf_tensor *t, float *dst, int64_t cap)
 {
     LF_CHECK_PTR(t, "lf_tensor_to_f32", "t");
     LF_CHECK_PTR(dst, "lf_tensor_to_f32", "dst");
+    LF_TRY(lf_tensor_check("lf_tensor_to_f32", "t", t)); /* before its element count is trusted */
     int64_t n = lf_tensor_numel(t);
     if (cap < n)
         return lf_fail(LF_EINVAL, "lf_tensor_to_f32: dst holds %lld elements, tensor has %lld", (long long)cap,

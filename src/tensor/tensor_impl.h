@@ -40,6 +40,13 @@ typedef struct lf_allocator {
 
 void lf_tensor_set_allocator(lf_device dev, const lf_allocator *a);
 
+/* t as a valid tensor (fn and name for the message): not NULL, a storage, 1 to LF_MAX_DIMS dims,
+ * a known dtype (LF_EINVAL); every element it names inside its storage (LF_ESHAPE: the struct is
+ * public, so its geometry may have been edited); its element count in 63 bits (LF_EOVERFLOW).
+ * Every function here that walks a tensor's elements or copies its geometry asks it first, and
+ * so does the ops layer (with its own checks of dtype and device on top). */
+lf_status lf_tensor_check(const char *fn, const char *name, const lf_tensor *t);
+
 /* Memory from the caller: while an arena is set on a thread, every tensor that thread creates on
  * the arena's device is carved from the arena's bytes (256-byte aligned, in order, never given
  * back) instead of taken from the allocator, so an out= forward (lf_nn_gated_mlp_forward_out)

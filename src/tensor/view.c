@@ -20,6 +20,7 @@ lf_status lf_tensor_transpose(lf_tensor **out, const lf_tensor *t, int d0, int d
     LF_CHECK_PTR(out, "lf_tensor_transpose", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_transpose", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_transpose", "t", t));
     int a = wrap_dim(d0, t->ndim), b = wrap_dim(d1, t->ndim);
     DIM_CHECK("lf_tensor_transpose", "dim0", a, d0, t->ndim);
     DIM_CHECK("lf_tensor_transpose", "dim1", b, d1, t->ndim);
@@ -36,6 +37,7 @@ lf_status lf_tensor_t(lf_tensor **out, const lf_tensor *t)
     LF_CHECK_PTR(out, "lf_tensor_t", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_t", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_t", "t", t));
     if (t->ndim > 2)
         return lf_fail(LF_ESHAPE, "lf_tensor_t: expects a tensor with <= 2 dims, got %d dims (use transpose)", t->ndim);
     if (t->ndim < 2)
@@ -48,6 +50,7 @@ lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const int *perm
     LF_CHECK_PTR(out, "lf_tensor_permute", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_permute", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_permute", "t", t));
     LF_CHECK_PTR(perm, "lf_tensor_permute", "perm");
     int64_t shape[LF_MAX_DIMS], stride[LF_MAX_DIMS];
     int seen = 0;
@@ -127,6 +130,7 @@ lf_status lf_tensor_view(lf_tensor **out, const lf_tensor *t, int ndim, const in
     LF_CHECK_PTR(out, "lf_tensor_view", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_view", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_view", "t", t));
     LF_CHECK_PTR(shape_in, "lf_tensor_view", "shape");
     int64_t shape[LF_MAX_DIMS], stride[LF_MAX_DIMS];
     if (ndim < 1 || ndim > LF_MAX_DIMS)
@@ -148,6 +152,7 @@ lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, co
     LF_CHECK_PTR(out, "lf_tensor_as_strided", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_as_strided", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_as_strided", "t", t));
     LF_CHECK_PTR(stride, "lf_tensor_as_strided", "stride");
     LF_TRY(lf_shape_check("lf_tensor_as_strided", ndim, shape, t->dtype, NULL));
     if (offset < 0)
@@ -173,6 +178,7 @@ lf_status lf_tensor_unsqueeze(lf_tensor **out, const lf_tensor *t, int dim)
     LF_CHECK_PTR(out, "lf_tensor_unsqueeze", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_unsqueeze", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_unsqueeze", "t", t));
     if (t->ndim >= LF_MAX_DIMS)
         return lf_fail(LF_ESHAPE, "lf_tensor_unsqueeze: tensor already has %d dims, the most supported", t->ndim);
     int d = dim < 0 ? dim + t->ndim + 1 : dim;
@@ -198,6 +204,7 @@ lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int 
     LF_CHECK_PTR(out, "lf_tensor_flatten", "out");
     *out = NULL;
     LF_CHECK_PTR(t, "lf_tensor_flatten", "t");
+    LF_TRY(lf_tensor_check("lf_tensor_flatten", "t", t));
     int s = wrap_dim(start, t->ndim), e = wrap_dim(end, t->ndim);
     DIM_CHECK("lf_tensor_flatten", "start_dim", s, start, t->ndim);
     DIM_CHECK("lf_tensor_flatten", "end_dim", e, end, t->ndim);

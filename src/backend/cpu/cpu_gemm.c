@@ -232,11 +232,15 @@ static ws_layout layout_for(const plan *pl)
 }
 
 /* Ask for the D lines a strip will write while its sums are being computed, so the epilogue's
- * stores do not wait on memory (D is written once; without this its misses cost ~10%). */
+ * stores do not wait on memory (D is written once; without this its misses cost ~10%). Rows of
+ * contiguous columns only, and only the strip's real columns: with a column stride the span ran
+ * over nro strides (a one-column D of stride 2^55 prefetched for ever). */
 static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
 {
     const lf_matrix *d = &pl->g->d;
-    const int64_t es = (int64_t)lf_dtype_size(d->dtype), span = pl->nro * d->cs * es;
+    if (d->cs != 1)
+        return;
+    const int64_t es = (int64_t)lf_dtype_size(d->dtype), span = (pl->No - o0 < pl->nro ? pl->No - o0 : pl->nro) * es;
     const char *base = (const char *)d->data + (i0 * d->rs + o0 * d->cs) * es;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t off = 0; off < span; off += 64)
