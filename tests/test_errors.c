@@ -128,6 +128,11 @@ static void test_backend_errors(void)
     bad.d.cols = 2;
     bad.c = (lf_matrix){buf + 40, LF_DTYPE_F32, 2, 4, 4, 1};
     FAILS(LF_EUNSUPPORTED, "takes no C input", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    bad = g; /* a K of 2^57 over broadcast operands: valid, and past what any CPU path takes */
+    bad.a = (lf_matrix){buf, LF_DTYPE_F32, 2, (int64_t)1 << 57, 0, 0};
+    bad.b = (lf_matrix){buf, LF_DTYPE_F32, (int64_t)1 << 57, 4, 0, 0};
+    FAILS(LF_EOVERFLOW, "is past the", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));
+    FAILS(LF_EOVERFLOW, "is past the 2^40", lf_gemm_reference(&bad));
     bad = g;
     bad.a.rs = INT64_MAX / 2;
     FAILS(LF_EOVERFLOW, "63 bits", lf_backend_gemm(LF_DEVICE_CPU, &bad, NULL));

@@ -11,7 +11,7 @@ double lf_act_ref(lf_act act, double x)
     switch (act) {
     case LF_ACT_RELU:
         return x < 0 ? 0 : x; /* NaN stays NaN */
-    case LF_ACT_GELU_TANH: /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
+    case LF_ACT_GELU_TANH:    /* 0.5 x (1 + tanh(u)) written as x sigmoid(2u): no cancellation for x < 0 */
         return x / (1.0 + exp(-2.0 * 0.7978845608028654 * (x + 0.044715 * x * x * x)));
     case LF_ACT_GELU_ERF:
         return 0.5 * x * erfc(-x * 0.7071067811865476);
@@ -59,6 +59,8 @@ lf_status lf_gemm_reference(const lf_gemm *g)
 {
     LF_TRY(lf_gemm_validate(g));
     const int64_t M = g->a.rows, K = g->a.cols, N = g->b.cols;
+    if (K > ((int64_t)1 << 40)) /* valid only with broadcast strides, and 2^40 sums an output: never done */
+        return lf_fail(LF_EOVERFLOW, "lf_gemm_reference: K = %lld is past the 2^40 the reference sums", (long long)K);
     const lf_epilogue *ep = &g->ep;
     const int gated = ep->gate == LF_GATE_PAIRED;
     double *row = NULL;
