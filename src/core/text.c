@@ -11,21 +11,30 @@
 
 #include "core/core.h"
 
+/* Room for `more` bytes and a NUL after b->n (the capacity doubled from 4 KiB); 0, with b->oom
+ * set, when memory runs out. The one place a buffer grows. */
+static int sbuf_reserve(lf_sbuf *b, size_t more)
+{
+    if (b->oom)
+        return 0;
+    if (b->p && b->cap - b->n >= more + 1)
+        return 1;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->n < more + 1)
+        cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+        b->oom = 1;
+        return 0;
+    }
+    b->p = q, b->cap = cap;
+    return 1;
+}
+
 void lf_sbuf_put(lf_sbuf *b, const char *s, size_t n)
 {
-    if (b->oom || n == 0)
+    if (n == 0 || !sbuf_reserve(b, n))
         return;
-    if (!b->p || b->cap - b->n < n + 1) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->n < n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q, b->cap = cap;
-    }
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = '\0';
@@ -48,16 +57,8 @@ void lf_sbuf_printf(lf_sbuf *b, const char *fmt, ...)
             b->n += (size_t)k;
             return;
         }
-        size_t cap = b->cap ? 2 * b->cap : 4096;
-        while (cap < b->n + (size_t)k + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
+        if (!sbuf_reserve(b, (size_t)k))
             return;
-        }
-        b->p = q;
-        b->cap = cap;
     }
 }
 
@@ -161,19 +162,8 @@ static size_t term_write(char *dst, size_t cap, const char *s, size_t keep)
 void lf_sbuf_term_str(lf_sbuf *b, const char *s, size_t keep)
 {
     const size_t need = 4 * (s ? strlen(s) : 0) + 4; /* an escape is at most four bytes a byte */
-    if (b->oom)
+    if (!sbuf_reserve(b, need))
         return;
-    if (!b->p || b->cap - b->n < need + 1) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->n < need + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q, b->cap = cap;
-    }
     b->n += term_write(b->p + b->n, need + 1, s, keep);
     b->p[b->n] = '\0';
 }
