@@ -40,8 +40,8 @@ struct lf_cpu_packed_b {
     const lf_cpu_kernels *k; /* the kernel set (its nr) it was packed for */
     lf_matrix b;             /* B: data, shape, strides, dtype */
     lf_gate gate;
-    int64_t gate_group, No;
-    float *data; /* (No / nro rounded up) slivers of (K, nr) floats */
+    int64_t gate_group;
+    float *data; /* (D's columns / nro rounded up) slivers of (K, nr) floats */
 };
 
 /* dst[i*dstep] = src[start + i*step] as float, for i < n. */
@@ -134,13 +134,19 @@ static int runs_ok(const int64_t *cols, int64_t nsl, int nr)
     return 1;
 }
 
+/* The column maps and biases of the nsl slivers from output column o0 on. */
+static void panel_map(const plan *pl, int64_t o0, int64_t nsl, int64_t *cols, float *bias)
+{
+    for (int64_t s = 0; s < nsl; s++)
+        sliver_map(pl, o0 + s * pl->nro, cols + s * pl->k->nr, bias + s * pl->k->nr);
+}
+
 static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *cols, float *bias)
 {
     const lf_matrix *b = &pl->g->b;
     const int nr = pl->k->nr;
     const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
-    for (int64_t s = 0; s < nsl; s++)
-        sliver_map(pl, o0 + s * pl->nro, cols + s * nr, bias + s * nr);
+    panel_map(pl, o0, nsl, cols, bias);
     if (b->rs == 1 || K == 1) { /* columns contiguous along k (the nn.Linear weight): transpose */
         for (int64_t s = 0; s < nsl; s++) {
             int64_t src[LF_CPU_NR_MAX];
@@ -261,8 +267,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
         const float *bp;
         if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
             bp = pl->bpk + oc / pl->nro * K * nr;
-            for (int64_t s = 0; s < nsl; s++)
-                sliver_map(pl, oc + s * pl->nro, cols + s * nr, bias + s * nr);
+            panel_map(pl, oc, nsl, cols, bias);
         } else {
             float *own = (float *)(slot + l->bp);
             pack_b(pl, oc, nco, own, cols, bias);
@@ -517,8 +522,7 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
         pack_b(&pl, o0, nco, data + s0 * K * nr, cols, bias);
     }
     free(cols), free(bias);
-    *p = (lf_cpu_packed_b){
-        .k = pl.k, .b = g->b, .gate = g->ep.gate, .gate_group = g->ep.gate_group, .No = pl.No, .data = data};
+    *p = (lf_cpu_packed_b){.k = pl.k, .b = g->b, .gate = g->ep.gate, .gate_group = g->ep.gate_group, .data = data};
     *out = p;
     return LF_OK;
 }
@@ -537,14 +541,13 @@ lf_status lf_cpu_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p, lf_kern
                        (long long)b->rows, (long long)b->cols, lf_dtype_name(b->dtype), (long long)b->rs,
                        (long long)b->cs, b->data, (long long)p->b.rows, (long long)p->b.cols, lf_dtype_name(p->b.dtype),
                        (long long)p->b.rs, (long long)p->b.cs, p->b.data);
+    /* with the same B and gate, lf_gemm_validate has held D's width to the packing's */
     const int paired = g->ep.gate == LF_GATE_PAIRED, was_paired = p->gate == LF_GATE_PAIRED;
-    if (paired != was_paired || (paired && g->ep.gate_group != p->gate_group) || g->d.cols != p->No)
+    if (paired != was_paired || (paired && g->ep.gate_group != p->gate_group))
         return lf_fail(LF_EINVAL,
-                       "lf_cpu_gemm_packed: B was packed for %s (gate group %lld), %lld output columns; this GEMM has "
-                       "%s (gate group %lld), %lld",
+                       "lf_cpu_gemm_packed: B was packed for %s (gate group %lld); this GEMM has %s (gate group %lld)",
                        was_paired ? "a paired gate" : "no gate", was_paired ? (long long)p->gate_group : 0LL,
-                       (long long)p->No, paired ? "a paired gate" : "no gate",
-                       paired ? (long long)g->ep.gate_group : 0LL, (long long)g->d.cols);
+                       paired ? "a paired gate" : "no gate", paired ? (long long)g->ep.gate_group : 0LL);
     if (p->k != lf_cpu_kernels_active())
         return lf_fail(LF_EINVAL,
                        "lf_cpu_gemm_packed: B was packed for the %s kernels and %s are in use: pack it again",
