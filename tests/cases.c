@@ -198,6 +198,17 @@ static void gemm_cases(case_list *l)
             c.act = s == 0 ? LF_ACT_SILU : s == 1 ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF;
             add(l, c);
         }
+    /* The Hopper GEMV's tiling (GPU-sized): more 64-output tiles than SMs (no split), 16 tiles with
+     * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
+     * 64-step split over 8. `make test-gpu` runs the table again with LINFUSE_GEMV_KERNEL=mma. */
+    static const int64_t gv[][4] = {
+        /* M, K, H, group */ {11, 1536, 9216, 128}, {4, 2048, 1024, 1024}, {1, 4104, 192, 64}};
+    for (int i = 0; i < 3; i++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, gv[i][0], 2 * gv[i][2], gv[i][1]);
+        c.lb = LAY_COL, c.group = gv[i][3], c.big = 1;
+        c.act = i == 0 ? LF_ACT_SILU : i == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
+        add(l, c);
+    }
     /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
      * and without a bias, x in padded rows; a K of 14336 (the down projection of Llama-3-8B's
      * MLP), K = 8 and 132, and an activation, in every dtype. */

@@ -440,8 +440,9 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", c.why);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     const int gemv = c.kernel == LF_GATED_KERNEL_GEMV;
-    lf_status s = gemv ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, lf_cuda_stream(d)))
-                       : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, lf_cuda_stream(d)));
+    lf_status s = gemv && c.tile_m ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)))
+                  : gemv           ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, lf_cuda_stream(d)))
+                                   : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, lf_cuda_stream(d)));
     if (s != LF_OK) {
         lf_cuda_time_cancel(tm);
         return s;

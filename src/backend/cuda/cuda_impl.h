@@ -141,7 +141,7 @@ cudaError_t lf_cuda_pointwise_launch(const lf_pointwise *p, cudaStream_t stream)
 /* Row-wise FP8 quantization (quant.cu). */
 cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t stream);
 
-/* The gated GEMM's kernels: for 1 to 16 tokens the GEMV (gemv.cu: a memory-bound pass over the
+/* The gated GEMM's kernels: for 1 to 16 tokens a GEMV (a memory-bound pass over the
  * weights), else the Hopper kernel in the schedule lf_gated_rule picks (gated_gemm.cu).
  * lf_cuda_gated_choose is the backend's answer to lf_gated_choose; the launches run the kernel
  * it chose. */
@@ -149,6 +149,11 @@ void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
+/* The Hopper GEMV (gemv_hopper.cu: TMA into shared memory, wgmma), where it applies and
+ * LINFUSE_GEMV_KERNEL does not ask for the mma.sync one; lf_cuda_gated_choose then gives its
+ * tile (tokens 8 or 16 x 128). */
+int lf_cuda_gemv_tma_supported(const lf_gemm *g);
+cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
 
 /* --- fused pointwise kernels built with NVRTC (fused_nvrtc.c) --- */

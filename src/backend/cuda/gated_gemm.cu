@@ -234,7 +234,7 @@ bool init_device(int dev)
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
     for (const gated_entry &e : kernels)
         loads = loads && cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem) == cudaSuccess;
-    if (!loads) {
+    if (!loads || !lf::gated::gemv_init()) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
         return false;
@@ -255,7 +255,11 @@ bool init_device(int dev)
     return true;
 }
 
-// The calling thread's GPU, checked once; -1 (why in that GPU's why_not) when it cannot run.
+} // namespace
+
+namespace lf {
+namespace gated {
+
 int ready_device()
 {
     int dev = 0;
@@ -276,9 +280,11 @@ int ready_device()
     return st > 0 ? dev : -1;
 }
 
-// A (rows, cols) row-major matrix of bf16 (or of e4m3, fp8) with row stride ld elements, in boxes
-// of box_rows x 128 bytes (64 bf16, 128 e4m3) with the 128-byte swizzle; reads past the end give
-// zeros, writes there are dropped.
+int device_sms(int dev)
+{
+    return sm_count[dev];
+}
+
 bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows, bool fp8)
 {
     const int eb = fp8 ? 1 : 2;
@@ -292,7 +298,11 @@ bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, l
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-} // namespace
+} // namespace gated
+} // namespace lf
+
+using lf::gated::make_map;
+using lf::gated::ready_device;
 
 extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
 {
@@ -370,6 +380,12 @@ static int gated_band()
 extern "C" void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c)
 {
     memset(c, 0, sizeof *c);
+    if (lf_cuda_gemv_tma_supported(g)) { // its tile: 8 or 16 tokens x 64 gates and their 64 ups
+        c->kernel = LF_GATED_KERNEL_GEMV;
+        c->tile_m = g->a.rows <= 8 ? 8 : 16;
+        c->tile_n = 128;
+        return;
+    }
     if (lf_cuda_gemv_supported(g)) {
         c->kernel = LF_GATED_KERNEL_GEMV;
         return;

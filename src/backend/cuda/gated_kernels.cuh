@@ -101,6 +101,20 @@ LF_GATED_DECLS(128x256_offload)
 LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3);
 LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256_to_f8e4m3);
 
+// The host side every Hopper kernel's launch shares (gated_gemm.cu).
+// The calling thread's GPU, checked once (sm_90, every kernel loads, shared-memory limits raised,
+// the tensor-map encoder found); -1 when it cannot run them (lf_cuda_gated_supported says why).
+int ready_device();
+// The SM count of a GPU ready_device returned.
+int device_sms(int dev);
+// A (rows, cols) row-major matrix of bf16 (or of e4m3, fp8) with row stride ld elements, in boxes
+// of box_rows x 128 bytes (64 bf16, 128 e4m3) with the 128-byte swizzle; reads past the end give
+// zeros, writes there are dropped.
+bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows, bool fp8);
+// The few-token GEMV's kernels (gemv_hopper.cu) made ready on the current GPU: their shared-memory
+// limits raised. Called once per GPU by ready_device.
+bool gemv_init();
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
