@@ -54,7 +54,7 @@ test-gpu:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=ON -DLINFUSE_CUDA=ON
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cases cuda
-	LINFUSE_GEMV_KERNEL=mma ./$(BUILD)/tests/test_cases cuda "gemm bf16" group=
+	LINFUSE_GEMV_KERNEL=mma ./$(BUILD)/tests/test_cases cuda "gemm bf16"
 	./$(BUILD)/tests/test_cuda
 	./$(BUILD)/tests/test_cuda_stream
 	./$(BUILD)/tests/test_tp_gpu

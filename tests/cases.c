@@ -200,13 +200,22 @@ static void gemm_cases(case_list *l)
         }
     /* The Hopper GEMV's tiling (GPU-sized): more 64-output tiles than SMs (no split), 16 tiles with
      * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
-     * 64-step split over 8. `make test-gpu` runs the table again with LINFUSE_GEMV_KERNEL=mma. */
+     * 64-step split over 8. `make test-gpu` runs the bf16 GEMMs again with LINFUSE_GEMV_KERNEL=mma. */
     static const int64_t gv[][4] = {
         /* M, K, H, group */ {11, 1536, 9216, 128}, {4, 2048, 1024, 1024}, {1, 4104, 192, 64}};
     for (int i = 0; i < 3; i++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, gv[i][0], 2 * gv[i][2], gv[i][1]);
         c.lb = LAY_COL, c.group = gv[i][3], c.big = 1;
         c.act = i == 0 ? LF_ACT_SILU : i == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
+        add(l, c);
+    }
+    /* The Hopper GEMV's plain form (K of 256 or more): odd token and output counts (a last tile
+     * part past the weight's rows), K past its last 64-step and split over a cluster, x in
+     * padded rows, a bias. */
+    static const int64_t pg[][3] = {/* M, N, K */ {1, 200, 520}, {9, 64, 4104}, {16, 1100, 768}, {3, 4096, 2048}};
+    for (int i = 0; i < 4; i++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, pg[i][0], pg[i][1], pg[i][2]);
+        c.la = i == 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = i % 2, c.big = i == 3;
         add(l, c);
     }
     /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
