@@ -82,8 +82,10 @@ for T in [t for t in TOKENS if t <= 16]:
           "(GPU read ceiling %.0f GB/s)" % (T, "" if T == 1 else "s", read_bw))
     total = 0.0
     for name, us in sorted(kernels(T).items(), key=lambda kv: -kv[1]):
-        # the gated GEMV reads [Wg; Wu]; cuBLASLt's down GEMM (nvjet) the down weight; a split-K reduce nothing
-        share = 2 * D * H * 2 if "gated" in name else D * H * 2 if ("nvjet" in name or "gemm" in name) else 0
+        # the gated GEMV reads [Wg; Wu]; the down GEMM (cuBLASLt's nvjet or our GEMV) the down weight; a
+        # split-K reduce nothing
+        share = 2 * D * H * 2 if "gated" in name else D * H * 2 if any(k in name for k in ("nvjet", "gemm", "gemv")) \
+            else 0
         total += us
         bw = share / (us * 1e-6) / 1e9 if share else float("nan")
         print("  %-70s %9.2f us %7.0f GB/s (%3.0f%%)" % (name[:70], us, bw, 100 * bw / read_bw))

@@ -209,9 +209,8 @@ static void gemm_cases(case_list *l)
         c.act = i == 0 ? LF_ACT_SILU : i == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
         add(l, c);
     }
-    /* The Hopper GEMV's plain form (K of 256 or more): odd token and output counts (a last tile
-     * part past the weight's rows), K past its last 64-step and split over a cluster, x in
-     * padded rows, a bias. */
+    /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans): odd token and
+     * output counts, K past a 64-step, x in padded rows, a bias. */
     static const int64_t pg[][3] = {/* M, N, K */ {1, 200, 520}, {9, 64, 4104}, {16, 1100, 768}, {3, 4096, 2048}};
     for (int i = 0; i < 4; i++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, pg[i][0], pg[i][1], pg[i][2]);

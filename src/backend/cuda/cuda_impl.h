@@ -149,10 +149,9 @@ void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
-/* The Hopper GEMV (gemv_hopper.cu: TMA into shared memory, wgmma), gated or plain (+ bias), where
- * it applies and LINFUSE_GEMV_KERNEL does not ask for the older kernels; for a gated GEMM
- * lf_cuda_gated_choose then gives its tile (tokens 8 or 16 x 128 pre-gate columns), a plain one
- * takes it before cuBLASLt. */
+/* The Hopper GEMV (gemv_hopper.cu: TMA into shared memory, wgmma), where it applies and
+ * LINFUSE_GEMV_KERNEL does not ask for the mma.sync one; lf_cuda_gated_choose then gives its
+ * tile (tokens 8 or 16 x 128). */
 int lf_cuda_gemv_tma_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
