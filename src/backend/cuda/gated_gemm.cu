@@ -333,11 +333,13 @@ extern "C" int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap)
     if (g->ep.gate_group % 64)
         NO("gate_group %lld is not a multiple of 64 (the ping-pong kernel's half tile; 128 for the cooperative one)",
            (long long)g->ep.gate_group);
-    if (A->cs != 1 || A->rs % per16 || (uintptr_t)A->data % 16 || A->cols % per16)
-        NO("x must be row-major with rows a multiple of 16 bytes and 16-byte aligned (dim %lld, row stride %lld)",
+    if (A->cs != 1 || A->rs % per16 || (uintptr_t)A->data % 16 || A->cols % per16 || A->rs < A->cols)
+        NO("x must be row-major with rows a multiple of 16 bytes, 16-byte aligned and not overlapping (dim %lld, row "
+           "stride %lld)",
            (long long)A->cols, (long long)A->rs);
-    if (B->rs != 1 || B->cs % per16 || (uintptr_t)B->data % 16)
-        NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 16 bytes");
+    if (B->rs != 1 || B->cs % per16 || (uintptr_t)B->data % 16 || B->cs < B->rows)
+        NO("the weight must be a (2H, dim) row-major matrix seen transposed, rows a multiple of 16 bytes that do "
+           "not overlap");
     if (fp8 && ((uintptr_t)g->ep.b_scale % 8 || g->ep.gate_group % 2))
         NO("the weight's scales must be 8-byte aligned");
     if (D->cs != 1 || (D->rs * (qout ? 1 : 2)) % 16 || (uintptr_t)D->data % 16 || (uintptr_t)g->ep.d_scale % 4)

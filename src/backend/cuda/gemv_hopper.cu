@@ -248,6 +248,7 @@ extern "C" int lf_cuda_gemv_tma_supported(const lf_gemm *g)
            (g->ep.act == LF_ACT_SILU || g->ep.act == LF_ACT_GELU_TANH || g->ep.act == LF_ACT_GELU_ERF) &&
            A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
            !g->ep.bias && g->ep.alpha == 1.0f && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 &&
+           (A->rows == 1 || A->rs >= A->cols) && B->cs >= B->rows && // TMA's strides hold whole rows
            A->cols >= 1 && A->cols <= 0x7fffffffLL && (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs % 8 == 0 &&
            (uintptr_t)B->data % 16 == 0 && D->cs == 1 && D->cols >= lf::gemv_tma::ROWS &&
            D->cols % lf::gemv_tma::ROWS == 0 && D->cols <= 0x3fffffffLL && g->ep.gate_group % lf::gemv_tma::ROWS == 0 &&
@@ -264,7 +265,10 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     const int M = (int)A->rows, K = (int)A->cols, H = (int)D->cols, G = (int)g->ep.gate_group;
     const int n = M <= 8 ? 8 : 16;
     CUtensorMap xm, wm;
-    if (!lf::gated::make_map(&xm, A->data, A->rows, A->cols, A->rs, n, false) ||
+    // One token: its row stride is never used (a broadcast x may give 0); TMA is given one that
+    // holds the row.
+    const long long ldx = M == 1 ? A->cols : A->rs;
+    if (!lf::gated::make_map(&xm, A->data, A->rows, A->cols, ldx, n, false) ||
         !lf::gated::make_map(&wm, B->data, B->cols, B->rows, B->cs, ROWS, false))
         return cudaErrorInvalidValue;
     // Split K over a cluster only where the tiles alone leave SMs idle, and never below four K
