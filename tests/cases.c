@@ -200,13 +200,18 @@ static void gemm_cases(case_list *l)
         }
     /* The Hopper GEMV's tiling (GPU-sized): more 64-output tiles than SMs (no split), 16 tiles with
      * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
-     * 64-step split over 8. `make test-gpu` runs the bf16 GEMMs again with LINFUSE_GEMV_KERNEL=mma. */
-    static const int64_t gv[][4] = {
-        /* M, K, H, group */ {11, 1536, 9216, 128}, {4, 2048, 1024, 1024}, {1, 4104, 192, 64}};
-    for (int i = 0; i < 3; i++) {
+     * 64-step split over 8; then a K under one 64-step (the copy box wider than the tensor) and
+     * 33 K steps split over 8 (four each, one rank five). `make test-gpu` runs the bf16 GEMMs again
+     * with LINFUSE_GEMV_KERNEL=mma. */
+    static const int64_t gv[][4] = {/* M, K, H, group */ {11, 1536, 9216, 128},
+                                    {4, 2048, 1024, 1024},
+                                    {1, 4104, 192, 64},
+                                    {1, 8, 64, 64},
+                                    {3, 2056, 1024, 1024}};
+    for (int i = 0; i < 5; i++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, gv[i][0], 2 * gv[i][2], gv[i][1]);
-        c.lb = LAY_COL, c.group = gv[i][3], c.big = 1;
-        c.act = i == 0 ? LF_ACT_SILU : i == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
+        c.lb = LAY_COL, c.group = gv[i][3], c.big = i < 3;
+        c.act = i % 3 == 0 ? LF_ACT_SILU : i % 3 == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
         add(l, c);
     }
     /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans): odd token and

@@ -249,7 +249,8 @@ extern "C" int lf_cuda_gemv_tma_supported(const lf_gemm *g)
            A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
            !g->ep.bias && g->ep.alpha == 1.0f && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 &&
            (A->rows == 1 || A->rs >= A->cols) && B->cs >= B->rows && // TMA's strides hold whole rows
-           A->cols >= 1 && A->cols <= 0x7fffffffLL && (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs % 8 == 0 &&
+           A->cols >= 1 && A->cols <= 0x7fffffffLL - 64 && A->rs < (1LL << 39) && B->cs < (1LL << 39) &&
+           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs % 8 == 0 &&
            (uintptr_t)B->data % 16 == 0 && D->cs == 1 && D->cols >= lf::gemv_tma::ROWS &&
            D->cols % lf::gemv_tma::ROWS == 0 && D->cols <= 0x3fffffffLL && g->ep.gate_group % lf::gemv_tma::ROWS == 0 &&
            lf::gated::ready_device() >= 0;
