@@ -198,30 +198,6 @@ static void gemm_cases(case_list *l)
             c.act = s == 0 ? LF_ACT_SILU : s == 1 ? LF_ACT_GELU_TANH : LF_ACT_GELU_ERF;
             add(l, c);
         }
-    /* The Hopper GEMV's tiling (GPU-sized): more 64-output tiles than SMs (no split), 16 tiles with
-     * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
-     * 64-step split over 8; then a K under one 64-step (the copy box wider than the tensor) and
-     * 33 K steps split over 8 (four each, one rank five). `make test-gpu` runs the bf16 GEMMs again
-     * with LINFUSE_GEMV_KERNEL=mma. */
-    static const int64_t gv[][4] = {/* M, K, H, group */ {11, 1536, 9216, 128},
-                                    {4, 2048, 1024, 1024},
-                                    {1, 4104, 192, 64},
-                                    {1, 8, 64, 64},
-                                    {3, 2056, 1024, 1024}};
-    for (int i = 0; i < 5; i++) {
-        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, gv[i][0], 2 * gv[i][2], gv[i][1]);
-        c.lb = LAY_COL, c.group = gv[i][3], c.big = i < 3;
-        c.act = i % 3 == 0 ? LF_ACT_SILU : i % 3 == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
-        add(l, c);
-    }
-    /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans): odd token and
-     * output counts, K past a 64-step, x in padded rows, a bias. */
-    static const int64_t pg[][3] = {/* M, N, K */ {1, 200, 520}, {9, 64, 4104}, {16, 1100, 768}, {3, 4096, 2048}};
-    for (int i = 0; i < 4; i++) {
-        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, pg[i][0], pg[i][1], pg[i][2]);
-        c.la = i == 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = i % 2, c.big = i == 3;
-        add(l, c);
-    }
     /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
      * and without a bias, x in padded rows; a K of 14336 (the down projection of Llama-3-8B's
      * MLP), K = 8 and 132, and an activation, in every dtype. */
@@ -452,6 +428,36 @@ static void pointwise_cases(case_list *l)
     }
 }
 
+/* Cases added after the table above settled, last so that every earlier case keeps its index,
+ * and so its seed (test_cases.c: data by index). */
+static void later_gemm_cases(case_list *l)
+{
+    /* The Hopper GEMV's tiling (GPU-sized): more 64-output tiles than SMs (no split), 16 tiles with
+     * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
+     * 64-step split over 8; then a K under one 64-step (the copy box wider than the tensor) and
+     * 33 K steps split over 8 (four each, one rank five). `make test-gpu` runs the bf16 GEMMs again
+     * with LINFUSE_GEMV_KERNEL=mma. */
+    static const int64_t gv[][4] = {/* M, K, H, group */ {11, 1536, 9216, 128},
+                                    {4, 2048, 1024, 1024},
+                                    {1, 4104, 192, 64},
+                                    {1, 8, 64, 64},
+                                    {3, 2056, 1024, 1024}};
+    for (int i = 0; i < 5; i++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, gv[i][0], 2 * gv[i][2], gv[i][1]);
+        c.lb = LAY_COL, c.group = gv[i][3], c.big = i < 3;
+        c.act = i % 3 == 0 ? LF_ACT_SILU : i % 3 == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
+        add(l, c);
+    }
+    /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans): odd token and
+     * output counts, K past a 64-step, x in padded rows, a bias. */
+    static const int64_t pg[][3] = {/* M, N, K */ {1, 200, 520}, {9, 64, 4104}, {16, 1100, 768}, {3, 4096, 2048}};
+    for (int i = 0; i < 4; i++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, pg[i][0], pg[i][1], pg[i][2]);
+        c.la = i == 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = i % 2, c.big = i == 3;
+        add(l, c);
+    }
+}
+
 /* Work a case does, in multiply-adds or elements. */
 static double work_of(const case_t *c)
 {
@@ -466,6 +472,7 @@ void cases_build(case_list *l)
     op_gemm_cases(l);
     fp8_cases(l);
     pointwise_cases(l);
+    later_gemm_cases(l);
     /* More than the CPU does in CI under ASan in a few seconds: 1e7 multiply-adds, 1e5 elements. */
     for (int i = 0; i < l->n; i++)
         l->v[i].big |= work_of(&l->v[i]) > (is_gemm_like(l->v[i].op) ? 1e7 : 1e5);

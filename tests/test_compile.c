@@ -2,7 +2,8 @@
  * checked through the dispatcher's observer (the ops and kernels a run launches) and against
  * eager results: compiled linear = eager's one kernel and no view op; matmul-add = one GEMM
  * reading the 2-D bias as its C input; the MLP = 3 GEMMs + one fused kernel (2 kernels with the
- * gated pass); each pass's off switch; guards and recompiles; bad uses. */
+ * gated pass); each pass's off switch; weights packed at compile time; guards and recompiles; bad
+ * uses. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +290,62 @@ static void test_mlp(void)
     }
 }
 
+/* Whether two compiled runs of x give the same values, to the bit (as f32, which holds bf16's). */
+static int same_bits(lf_compiled *a, lf_compiled *b, lf_tensor *x)
+{
+    lf_tensor *ya = NULL, *yb = NULL;
+    float *fa = NULL, *fb = NULL;
+    int same = 0;
+    if (lf_compiled_run(a, 1, &x, &ya) == LF_OK && lf_compiled_run(b, 1, &x, &yb) == LF_OK &&
+        lf_tensor_numel(ya) == lf_tensor_numel(yb)) {
+        const int64_t n = lf_tensor_numel(ya);
+        fa = malloc((size_t)n * sizeof *fa), fb = malloc((size_t)n * sizeof *fb);
+        same = fa && fb && lf_tensor_to_f32(ya, fa, n) == LF_OK && lf_tensor_to_f32(yb, fb, n) == LF_OK &&
+               !memcmp(fa, fb, (size_t)n * sizeof *fa);
+    }
+    free(fa), free(fb);
+    lf_tensor_free(ya), lf_tensor_free(yb);
+    return same;
+}
+
+/* LF_PASS_PACK_WEIGHTS: every GEMM reading a parameter reads it packed at compile time, with the
+ * same kernels and the same bits as the plan without it; a decode-sized x (up to 16 rows, read
+ * from B itself) and a larger one; the plan says which GEMMs it packed. */
+static void test_packed_weights(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 57);
+    for (int dt = 0; dt < 2; dt++)
+        for (int rows = 0; rows < 2; rows++) {
+            const lf_dtype d = dt ? LF_DTYPE_BF16 : LF_DTYPE_F32;
+            model m = {0};
+            lf_nn_gated_mlp_opts o = {48, 136, d, LF_DEVICE_CPU, LF_ACT_GELU_TANH};
+            OK(lf_nn_gated_mlp_init(&m.mlp, &o, &rng));
+            int64_t xs[3] = {rows ? 3 : 1, 7, 48};
+            lf_tensor *x = rand_tensor(&rng, d, 3, xs);
+            for (int gated = 0; gated < 2; gated++) {
+                const unsigned base = gated ? LF_PASSES_ALL : LF_PASSES_DEFAULT;
+                char what[96];
+                snprintf(what, sizeof what, "packed weights, %s, %s, %d rows", gated ? "gated" : "default",
+                         lf_dtype_name(d), (int)(xs[0] * xs[1]));
+                lf_compiled *plain = compile_with(fwd_mlp, &m, x, base, 0);
+                lf_compiled *packed = compile_with(fwd_mlp, &m, x, base | LF_PASS_PACK_WEIGHTS, 0);
+                check_run(packed, fwd_mlp, &m, x, gated ? 2 : 4, gated ? "_gated" : "lf_poi_fused_gelu_mul_0", 0, what);
+                CHECK(same_bits(plain, packed, x), "%s: the bits of the plan without packing", what);
+                char *text = NULL;
+                OK(lf_compiled_describe(packed, &text));
+                int n = 0;
+                for (const char *t = text; t && (t = strstr(t, "B packed once")); t++)
+                    n++;
+                CHECK(n == (gated ? 2 : 3), "%s: %d GEMMs say they read a packed B", what, n);
+                free(text);
+                lf_compiled_free(plain), lf_compiled_free(packed);
+            }
+            lf_tensor_free(x);
+            lf_nn_gated_mlp_free(&m.mlp);
+        }
+}
+
 static void test_guards_and_recompiles(void)
 {
     lf_rng rng;
@@ -364,6 +421,7 @@ int main(void)
     test_linear();
     test_matmul_add();
     test_mlp();
+    test_packed_weights();
     test_guards_and_recompiles();
     test_bad_uses();
     return lf_test_finish("test_compile");

@@ -15,7 +15,8 @@ extern "C" {
 
 /* The forward to compile: computes *out from in[0..n_in-1] with linfuse ops. Tensors it reads
  * that are not inputs (parameters) are taken as constants: they must outlive the compiled
- * forward, and their values are read at each run, their addresses fixed at compile time. */
+ * forward, and their values are read at each run, their addresses fixed at compile time
+ * (LF_PASS_FP8 and LF_PASS_PACK_WEIGHTS read the weights they change once, at compile time). */
 typedef lf_status (*lf_forward_fn)(void *ctx, int n_in, lf_tensor *const *in, lf_tensor **out);
 
 /* The passes, in the order they run (each can be left out to compare fused with unfused). */
@@ -30,6 +31,12 @@ enum {
      * the forward's dtype). It changes the numbers (about 5e-2 relative error), so it is never a
      * default: ask for it. */
     LF_PASS_FP8 = 1u << 5,
+    /* CPU: every GEMM that reads a parameter as its B (a Linear's weight) reads a copy packed once,
+     * at compile time (lf_cpu_pack_b, linfuse/cpu.h), instead of packing it again at every run;
+     * the results are the same to the bit. The weights are then frozen: a parameter changed after
+     * compiling is not seen by the packed copy (compile again), so it is never a default: ask for
+     * it. Runs last; a GEMM on another device, or one the packing refuses, is left as it was. */
+    LF_PASS_PACK_WEIGHTS = 1u << 6,
     /* what torch.compile does for these forwards; the gated GEMM goes beyond it, so it is asked for */
     LF_PASSES_DEFAULT = LF_PASS_FOLD_VIEWS | LF_PASS_BIAS_EPILOGUE | LF_PASS_POINTWISE_FUSION | LF_PASS_ACT_EPILOGUE,
     LF_PASSES_ALL = LF_PASSES_DEFAULT | LF_PASS_GATED_GEMM

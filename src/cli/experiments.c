@@ -35,7 +35,7 @@ enum {
 enum opt_id {
     O_SIZE, O_BATCHED, O_WARM, O_BATCH, O_IN_DIM, O_OUT_DIM, O_NO_BIAS, O_SEQ, O_DIM, O_HIDDEN, O_VARIANT,
     O_COMPILE, O_NO_CUDA_GRAPH, O_COMPILE_VERBOSE, O_NO_FOLD_VIEWS, O_NO_BIAS_EPILOGUE, O_NO_POINTWISE_FUSION,
-    O_NO_ACT_EPILOGUE, O_GATED, O_FP8, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
+    O_NO_ACT_EPILOGUE, O_GATED, O_FP8, O_PACK_WEIGHTS, O_DEVICE, O_DTYPE, O_OUT, O_WAIT, O_WARMUP_STEPS, O_ACTIVE, O_REPEAT, O_ROW_LIMIT,
     O_THREADS, O_TP, O_CHUNKS, O_WEIGHTS, O_PREFIX, O_ACT, O_NO_GEMM_AUTOTUNE, O_COUNT
 };
 
@@ -77,6 +77,9 @@ static const flag_def flag_defs[O_COUNT] = {
     {{"fp8", 0, O_FP8, 0}, T_GATE, "--fp8",
      "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
      "compile time; down stays bf16); elsewhere the plan says why"},
+    {{"pack-weights", 0, O_PACK_WEIGHTS, 0}, T_COMPILE, "--pack-weights",
+     "CPU: each GEMM reads its weight packed once, at compile time, not at every run (same results; a weight "
+     "changed later is not seen)"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
     {{"dtype", 1, O_DTYPE, 0}, 0, "--dtype bf16|f16|f32", "element type (bf16)"},
     {{"out", 1, O_OUT, 0}, 0, "--out DIR", "where traces go (traces)"},
@@ -317,6 +320,9 @@ static int compile_flag(exp_cfg *c, int id, seen_flags *sf)
     case O_FP8:
         c->passes |= LF_PASS_GATED_GEMM | LF_PASS_FP8;
         break;
+    case O_PACK_WEIGHTS:
+        c->passes |= LF_PASS_PACK_WEIGHTS;
+        break;
     default:
         return FLAG_NOT_MINE;
     }
@@ -402,7 +408,7 @@ static int check_flags(exp_cfg *c, const char *cmd, const seen_flags *sf)
         }
     }
     if (sf->compile_flag && !c->compile) {
-        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --no-...) need --compile\n", cmd);
+        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --pack-weights, --no-...) need --compile\n", cmd);
         return LF_EXIT_USAGE;
     }
     /* torchrun's RANK is read only when --tp asks for a split (tp_run.c): set in a shell for another

@@ -253,8 +253,10 @@ static void cap_comm_wait(void *user, lf_device dev, void *comm)
 
 void cg_free(graph *g)
 {
-    for (int i = 0; i < g->n_nodes; i++)
+    for (int i = 0; i < g->n_nodes; i++) {
         lf_tensor_free(g->nodes[i].vin_const);
+        lf_cpu_packed_b_free(g->nodes[i].packed);
+    }
     for (int v = 0; v < g->n_values; v++)
         lf_tensor_free(g->values[v].buf);
     for (int i = 0; i < g->n_owned; i++)

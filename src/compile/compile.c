@@ -215,7 +215,11 @@ static lf_status run_steps(plan *p, lf_tensor *const *in, int direct)
             continue;
         lf_status s;
         switch (n->kind) {
-        case N_GEMM: s = direct ? lf_backend_gemm(n->dev, &n->g, NULL) : lf_launch_gemm(n->dev, &n->g); break;
+        case N_GEMM: /* a packed B is a CPU step's, never recorded in a graph */
+            s = n->packed ? lf_launch_gemm_packed(&n->g, n->packed)
+                : direct  ? lf_backend_gemm(n->dev, &n->g, NULL)
+                          : lf_launch_gemm(n->dev, &n->g);
+            break;
         case N_PW: s = direct ? lf_backend_pointwise(n->dev, &n->p, NULL) : lf_launch_pointwise(n->dev, &n->p); break;
         case N_FUSED: s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f); break;
         case N_COLL: s = lf_launch_collective(n->dev, &n->coll, direct); break;

@@ -495,6 +495,35 @@ static int pass_act(graph *g, char *log, size_t cap)
     return done;
 }
 
+/* --- packed weights (LF_PASS_PACK_WEIGHTS) --- */
+
+/* Every live CPU GEMM whose B is a constant (a parameter, or a weight a pass made) gets B packed
+ * now; the plan's step then reads the packed copy (lf_cpu_gemm_packed). The node's g still holds
+ * the capture's addresses for A, C and D, which packing does not read: it reads B and checks the
+ * description's shapes. */
+static void pass_pack(graph *g, char *log, size_t cap)
+{
+    int packed = 0, refused = 0;
+    lf_status why = LF_OK;
+    for (int i = 0; i < g->n_nodes; i++) {
+        node *n = &g->nodes[i];
+        if (n->dead || n->kind != N_GEMM || n->dev != LF_DEVICE_CPU || n->gb.kind != R_CONST || n->packed)
+            continue;
+        const lf_status s = lf_cpu_pack_b(&n->g, &n->packed);
+        if (s == LF_OK) {
+            packed++;
+            snprintf(n->note + strlen(n->note), sizeof n->note - strlen(n->note), "%sB packed once",
+                     n->note[0] ? "; " : "");
+        } else {
+            n->packed = NULL, refused++, why = s;
+        }
+    }
+    if (packed || refused)
+        logf_(log, cap, "  pack weights: %d GEMM%s read a B packed at compile time%s%s\n", packed,
+              packed == 1 ? "" : "s", refused ? "; left as they were (packing refused): " : "",
+              refused ? lf_status_name(why) : "");
+}
+
 /* --- the driver --- */
 
 void cg_run_passes(graph *g, unsigned passes, char *log, size_t cap)
@@ -513,5 +542,7 @@ void cg_run_passes(graph *g, unsigned passes, char *log, size_t cap)
         pass_pointwise(g, log, cap);
     if (passes & LF_PASS_ACT_EPILOGUE)
         pass_act(g, log, cap);
+    if (passes & LF_PASS_PACK_WEIGHTS)
+        pass_pack(g, log, cap);
     cg_count_users(g);
 }

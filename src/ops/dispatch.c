@@ -44,6 +44,21 @@ lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
     return s;
 }
 
+lf_status lf_launch_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p)
+{
+    const lf_capture_hooks *c = lf_capture_tls;
+    if (__builtin_expect(c != NULL, 0))
+        c->gemm(c->user, LF_DEVICE_CPU, g);
+    const lf_op_observer *o = lf_obs();
+    if (__builtin_expect(o == NULL, 1))
+        return lf_cpu_gemm_packed(g, p, NULL);
+    lf_kernel_info info = {0};
+    o->kernel_begin(o->user, LF_DEVICE_CPU, &info);
+    lf_status s = lf_cpu_gemm_packed(g, p, &info);
+    o->kernel_end(o->user, LF_DEVICE_CPU, s == LF_OK ? &info : NULL);
+    return s;
+}
+
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)
 {
     const lf_capture_hooks *c = lf_capture_tls;

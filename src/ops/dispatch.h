@@ -59,6 +59,8 @@ extern _Thread_local const lf_capture_hooks *lf_capture_tls;
 
 /* Launch through dev's backend, with the observer told about the kernel. */
 lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g);
+/* A CPU GEMM whose B was packed once (lf_cpu_pack_b), seen by the hooks as lf_launch_gemm's. */
+lf_status lf_launch_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p);
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p);
 lf_status lf_launch_fused(lf_device dev, const lf_fused *f);
 /* FP8 quantization (row-wise or in blocks); a capture records it as a step. */
