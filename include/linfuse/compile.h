@@ -33,9 +33,11 @@ enum {
     LF_PASS_FP8 = 1u << 5,
     /* CPU: every GEMM that reads a parameter as its B (a Linear's weight) reads a copy packed once,
      * at compile time (lf_cpu_pack_b, linfuse/cpu.h), instead of packing it again at every run;
-     * the results are the same to the bit. The weights are then frozen: a parameter changed after
-     * compiling is not seen by the packed copy (compile again), so it is never a default: ask for
-     * it. Runs last; a GEMM on another device, or one the packing refuses, is left as it was. */
+     * the results are the same to the bit. The copy does not follow the parameter: change no
+     * parameter after compiling with it (compile again), so it is never a default: ask for it.
+     * Runs last; a GEMM on another device, one the packing refuses, and one of up to
+     * LF_CPU_DIRECT_ROWS rows against a Linear weight (which reads the weight itself, packed or
+     * not) are left as they were. */
     LF_PASS_PACK_WEIGHTS = 1u << 6,
     /* what torch.compile does for these forwards; the gated GEMM goes beyond it, so it is asked for */
     LF_PASSES_DEFAULT = LF_PASS_FOLD_VIEWS | LF_PASS_BIAS_EPILOGUE | LF_PASS_POINTWISE_FUSION | LF_PASS_ACT_EPILOGUE,

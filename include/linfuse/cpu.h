@@ -41,13 +41,17 @@ LF_API const char *lf_cpu_isa_name(lf_cpu_isa isa);
  * to 16 rows against a Linear weight (a decode step) reads B directly, as lf_backend_gemm does, and
  * after B's values change, pack again (p is not told). lf_cpu_gemm_packed takes any g with the
  * same B (its data pointer, shape, strides and dtype), gate mode, gate group and output width; A,
- * C and beta, D, the bias, the activation and alpha are the call's own. It refuses, with
- * LF_EINVAL, a B that is not the one packed, or kernels changed since (lf_cpu_isa_force). p is
+ * C and beta, D, the bias, the activation and alpha are the call's own (lf_cpu_pack_b reads B
+ * alone). It refuses, with LF_EINVAL, a B that is not the one packed; with kernels forced to
+ * another instruction set since (lf_cpu_isa_force) it packs B again for the call. p is
  * only read: threads may share it. The result is the one lf_backend_gemm(LF_DEVICE_CPU, &g, ...)
  * gives, to the bit. lf_cpu_pack_b needs a whole valid g (lf_gemm_validate) and refuses a B whose
  * packing would not fit in 63 bits of bytes (LF_EOVERFLOW). Every CPU GEMM, packed or not, refuses
  * a K past 2^40 (LF_EOVERFLOW: valid only with broadcast strides, past what its buffers index). */
 typedef struct lf_cpu_packed_b lf_cpu_packed_b;
+/* Rows of A up to which a GEMM against a Linear weight (B's columns along k) reads B itself, packed
+ * or not: a decode step's tokens. */
+#define LF_CPU_DIRECT_ROWS 16
 struct lf_gemm;        /* linfuse/backend.h, which includes this header */
 struct lf_kernel_info; /* likewise */
 LF_API lf_status lf_cpu_pack_b(const struct lf_gemm *g, lf_cpu_packed_b **out);

@@ -78,8 +78,8 @@ static const flag_def flag_defs[O_COUNT] = {
      "--gated, its GEMM in FP8 where the device has one (x per token at run time, [Wg; Wu] per channel at "
      "compile time; down stays bf16); elsewhere the plan says why"},
     {{"pack-weights", 0, O_PACK_WEIGHTS, 0}, T_COMPILE, "--pack-weights",
-     "CPU: each GEMM reads its weight packed once, at compile time, not at every run (same results; a weight "
-     "changed later is not seen)"},
+     "CPU: each GEMM reads its weight packed once, at compile time, not at every run (same results; change no "
+     "weight after compiling)"},
     {{"device", 1, O_DEVICE, 0}, 0, "--device auto|cpu|cuda", "where to run (auto: cuda when a GPU is usable)"},
     {{"dtype", 1, O_DTYPE, 0}, 0, "--dtype bf16|f16|f32", "element type (bf16)"},
     {{"out", 1, O_OUT, 0}, 0, "--out DIR", "where traces go (traces)"},

@@ -498,17 +498,23 @@ static int pass_act(graph *g, char *log, size_t cap)
 /* --- packed weights (LF_PASS_PACK_WEIGHTS) --- */
 
 /* Every live CPU GEMM whose B is a constant (a parameter, or a weight a pass made) gets B packed
- * now; the plan's step then reads the packed copy (lf_cpu_gemm_packed). The node's g still holds
+ * now; the plan's step then reads the packed copy (lf_cpu_gemm_packed). A GEMM of up to
+ * LF_CPU_DIRECT_ROWS rows against a Linear weight reads the weight itself (linfuse/cpu.h): it is
+ * left as it was, and sees the weight's values at each run. The node's g still holds
  * the capture's addresses for A, C and D, which packing does not read: it reads B and checks the
  * description's shapes. */
 static void pass_pack(graph *g, char *log, size_t cap)
 {
-    int packed = 0, refused = 0;
+    int packed = 0, refused = 0, direct = 0;
     lf_status why = LF_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         node *n = &g->nodes[i];
         if (n->dead || n->kind != N_GEMM || n->dev != LF_DEVICE_CPU || n->gb.kind != R_CONST || n->packed)
             continue;
+        if (n->g.a.rows <= LF_CPU_DIRECT_ROWS && (n->g.b.rs == 1 || n->g.a.cols == 1)) {
+            direct++; /* a decode step's rows: the GEMM reads the weight itself, packed or not */
+            continue;
+        }
         const lf_status s = lf_cpu_pack_b(&n->g, &n->packed);
         if (s == LF_OK) {
             packed++;
@@ -518,10 +524,10 @@ static void pass_pack(graph *g, char *log, size_t cap)
             n->packed = NULL, refused++, why = s;
         }
     }
-    if (packed || refused)
-        logf_(log, cap, "  pack weights: %d GEMM%s read a B packed at compile time%s%s\n", packed,
-              packed == 1 ? "" : "s", refused ? "; left as they were (packing refused): " : "",
-              refused ? lf_status_name(why) : "");
+    if (packed || refused || direct)
+        logf_(log, cap, "  pack weights: %d GEMM%s read a B packed at compile time%s%s%s\n", packed,
+              packed == 1 ? "" : "s", direct ? "; left as they were (16 rows or fewer read the weight itself)" : "",
+              refused ? "; left as they were (packing refused): " : "", refused ? lf_status_name(why) : "");
 }
 
 /* --- the driver --- */

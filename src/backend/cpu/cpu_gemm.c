@@ -496,7 +496,11 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     char why[128];
     if (!lf_cpu_gemm_supports(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "lf_cpu_pack_b: %s", why);
-    const plan pl = plan_for(g, lf_cpu_kernels_active());
+    /* B alone is read: the bias is each call's own (pack_b would gather it), and A, C and D may
+     * already be gone (a compiled plan packs with its capture's addresses) */
+    lf_gemm only_b = *g;
+    only_b.ep.bias = NULL;
+    const plan pl = plan_for(&only_b, lf_cpu_kernels_active());
     const int nr = pl.k->nr;
     const int64_t K = pl.K, nsl = (pl.No + pl.nro - 1) / pl.nro;
     int64_t n;
@@ -548,11 +552,9 @@ lf_status lf_cpu_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p, lf_kern
                        "lf_cpu_gemm_packed: B was packed for %s (gate group %lld); this GEMM has %s (gate group %lld)",
                        was_paired ? "a paired gate" : "no gate", was_paired ? (long long)p->gate_group : 0LL,
                        paired ? "a paired gate" : "no gate", paired ? (long long)g->ep.gate_group : 0LL);
-    if (p->k != lf_cpu_kernels_active())
-        return lf_fail(LF_EINVAL,
-                       "lf_cpu_gemm_packed: B was packed for the %s kernels and %s are in use: pack it again",
-                       lf_cpu_isa_name(p->k->isa), lf_cpu_isa_name(lf_cpu_isa_active()));
-    return gemm(g, p, info);
+    /* kernels forced to another instruction set since the packing (lf_cpu_isa_force): the copy
+     * is laid out for the other kernels, so B is packed again for this call, as unpacked */
+    return gemm(g, p->k == lf_cpu_kernels_active() ? p : NULL, info);
 }
 
 void lf_cpu_packed_b_free(lf_cpu_packed_b *p)
