@@ -1,6 +1,6 @@
 /* An experiment's configuration and result: what experiments.c (the commands and their table),
- * exp_models.c (the models) and tp_run.c (the MLP over several GPUs) share, and how every
- * experiment profiles. Types only. Layer: cli/. */
+ * exp_run.c (a run), exp_models.c (the models) and tp_run.c (the MLP over several GPUs) share,
+ * and how every experiment profiles. Types only. Layer: cli/. */
 #ifndef LF_CLI_EXP_CFG_H
 #define LF_CLI_EXP_CFG_H
 

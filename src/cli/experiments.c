@@ -1,34 +1,17 @@
 /* The blog's experiments as commands: matmul-add, linear, simple-mlp, kernels-mlp. Each is one
  * row of the table below (name, trace label, the flags it takes, shape, model, forward); the
- * parser, the usage text and the run read the rows, so a new experiment is a new row. A run
- * builds the model, runs profiled steps under a torch-like schedule, and for every window the
- * schedule records writes <out>/<experiment>/<shape>_<dtype>_<cold|warm>_<mode>.json and .txt
- * (DESIGN's artifact names; `_window<k>` added when --repeat asks for several), prints the
- * table and a one-line summary. Layer: cli/. */
+ * parser, the usage text and a run (exp_run.c) read the rows, so a new experiment is a new row.
+ * Here: the table, the flags each row takes, and the command line parsed into an exp_cfg.
+ * Layer: cli/. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "cli/exp_models.h"
+#include "cli/exp_table.h"
 #include "cli/experiments.h"
-#include "cli/tp_run.h"
-#include "linfuse/io.h"
-#include "linfuse/trace.h"
 
 /* --- the flags --- */
-
-/* What an experiment's row says it takes (common flags are taken by all). */
-enum {
-    T_SIZE = 1 << 0,    /* matmul-add: --size --batched --warmup */
-    T_LINEAR = 1 << 1,  /* --batch --in-dim --out-dim --no-bias */
-    T_MLP = 1 << 2,     /* --batch --seq --dim --hidden */
-    T_VARIANT = 1 << 3, /* --variant fused|gated|fp8 */
-    T_COMPILE = 1 << 4, /* --compile and its flags */
-    T_GATE = 1 << 5,    /* --compile's --gated and --fp8: two GEMMs meeting in act(a)*b, an MLP's */
-};
 
 /* The flags and the experiments are tables: a row a line, as written. */
 /* clang-format off */
@@ -108,19 +91,8 @@ static const flag_def flag_defs[O_COUNT] = {
 
 /* --- the table --- */
 
-typedef struct exp_def {
-    const char *name, *alias; /* the command, and the blog's spelling */
-    const char *label;        /* the record_function range around each forward */
-    const char *what;         /* one line for help */
-    unsigned takes;           /* T_* */
-    int64_t batch;            /* default --batch */
-    void (*shape)(const exp_cfg *c, char *buf, size_t cap);
-    void (*memory)(const exp_cfg *c, exp_memory *e);
-    lf_status (*build)(const exp_cfg *c, lf_rng *rng, model *m);
-    lf_status (*forward)(const exp_cfg *c, const model *m, const lf_tensor *x, lf_tensor **y);
-} exp_def;
 
-static const exp_def exps[EXP_COUNT] = {
+const exp_def lf_exp_defs[EXP_COUNT] = {
     [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
                         0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add, exp_forward_matmul_add},
     [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
@@ -137,20 +109,20 @@ static const exp_def exps[EXP_COUNT] = {
 
 const char *lf_exp_name(exp_kind k)
 {
-    return exps[k].name;
+    return lf_exp_defs[k].name;
 }
 
 int lf_exp_find(const char *name)
 {
     for (int k = 0; k < EXP_COUNT; k++)
-        if (!strcmp(name, exps[k].name) || (exps[k].alias && !strcmp(name, exps[k].alias)))
+        if (!strcmp(name, lf_exp_defs[k].name) || (lf_exp_defs[k].alias && !strcmp(name, lf_exp_defs[k].alias)))
             return k;
     return -1;
 }
 
 static int takes(exp_kind k, const flag_def *f)
 {
-    return !f->takes || (f->takes & exps[k].takes);
+    return !f->takes || (f->takes & lf_exp_defs[k].takes);
 }
 
 void lf_exp_defaults(exp_cfg *c, exp_kind k)
@@ -158,7 +130,7 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     memset(c, 0, sizeof *c);
     c->kind = k;
     c->size = 64;
-    c->batch = exps[k].batch;
+    c->batch = lf_exp_defs[k].batch;
     c->in_dim = 32, c->out_dim = 64;
     c->seq = 128, c->dim = 768, c->hidden = 3072;
     c->dtype = LF_DTYPE_BF16;
@@ -166,14 +138,14 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->sched = (lf_prof_schedule){.wait = 1, .warmup = 1, .active = 3, .repeat = 1};
     c->out_dir = "traces";
     c->row_limit = 25;
-    c->variant = exps[k].takes & T_VARIANT ? LF_MLP_FUSED : LF_MLP_EAGER;
+    c->variant = lf_exp_defs[k].takes & T_VARIANT ? LF_MLP_FUSED : LF_MLP_EAGER;
     c->act = LF_ACT_GELU_TANH;
     c->passes = LF_PASSES_DEFAULT;
 }
 
 void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)
 {
-    exps[c->kind].shape(c, buf, cap);
+    lf_exp_defs[c->kind].shape(c, buf, cap);
 }
 
 static void usage(FILE *f, exp_kind k)
@@ -181,7 +153,7 @@ static void usage(FILE *f, exp_kind k)
     fprintf(f,
             "usage: linfuse %s [flags]\n%s. The defaults are the blog's sizes; each recorded window's trace\n"
             "and table are written to DIR/%s/.\n",
-            exps[k].name, exps[k].what, exps[k].name);
+            lf_exp_defs[k].name, lf_exp_defs[k].what, lf_exp_defs[k].name);
     for (int i = 0; i < O_COUNT; i++)
         if (takes(k, &flag_defs[i])) {
             /* the help wrapped at 100 columns, under its own column */
@@ -218,10 +190,10 @@ static void other_commands(exp_kind k, const char *bad)
             same = bad[2 + c] == name[c] || (bad[2 + c] == '_' && name[c] == '-');
         if (!same)
             continue;
-        fprintf(stderr, "linfuse %s: --%s is for", exps[k].name, name);
+        fprintf(stderr, "linfuse %s: --%s is for", lf_exp_defs[k].name, name);
         for (int e = 0, first = 1; e < EXP_COUNT; e++)
             if (takes((exp_kind)e, &flag_defs[i]))
-                fprintf(stderr, "%s %s", first ? "" : ",", exps[e].name), first = 0;
+                fprintf(stderr, "%s %s", first ? "" : ",", lf_exp_defs[e].name), first = 0;
         fprintf(stderr, "\n");
     }
 }
@@ -408,7 +380,8 @@ static int check_flags(exp_cfg *c, const char *cmd, const seen_flags *sf)
         }
     }
     if (sf->compile_flag && !c->compile) {
-        fprintf(stderr, "%s: compile flags (--no-cuda-graph, --gated, --fp8, --pack-weights, --no-...) need --compile\n", cmd);
+        fprintf(stderr,
+                "%s: compile flags (--no-cuda-graph, --gated, --fp8, --pack-weights, --no-...) need --compile\n", cmd);
         return LF_EXIT_USAGE;
     }
     /* torchrun's RANK is read only when --tp asks for a split (tp_run.c): set in a shell for another
@@ -446,7 +419,7 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
 {
     lf_exp_defaults(c, k);
     char cmd[64];
-    snprintf(cmd, sizeof cmd, "linfuse %s", exps[k].name);
+    snprintf(cmd, sizeof cmd, "linfuse %s", lf_exp_defs[k].name);
     lf_cli_opt opts[O_COUNT];
     int n = 0;
     for (int i = 0; i < O_COUNT; i++)
@@ -480,271 +453,6 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
             return LF_EXIT_USAGE;
     }
     return check_flags(c, cmd, &sf);
-}
-
-/* --- a run --- */
-
-/* What each completed window needs: where its files go, and what the run has to report. */
-typedef struct run_ctx {
-    const exp_cfg *c;
-    exp_result *r;
-    const char *base; /* <dir>/<shape>_<dtype>_<cold|warm>_<mode> */
-    int print;
-    lf_status st;
-    int write_failed;
-} run_ctx;
-
-/* The schedule's on_trace_ready: write this window's trace and table, summarize it. */
-static void window_ready(lf_profiler *p, void *user)
-{
-    run_ctx *x = user;
-    exp_result *r = x->r;
-    if (x->st != LF_OK || x->write_failed)
-        return;
-    int k = r->windows + 1; /* counted once written */
-    const char *sfx = "";
-    char wsfx[32];
-    if (x->c->sched.repeat > 1) {
-        snprintf(wsfx, sizeof wsfx, "_window%d", k);
-        sfx = wsfx;
-    }
-    snprintf(r->json_path, sizeof r->json_path, "%s%s.json", x->base, sfx);
-    snprintf(r->txt_path, sizeof r->txt_path, "%s%s.txt", x->base, sfx);
-    const lf_trace *t = NULL;
-    char *table = NULL;
-    lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = x->c->row_limit};
-    lf_status s = lf_prof_trace(p, &t);
-    if (s == LF_OK)
-        s = lf_prof_table(p, &to, &table);
-    if (s == LF_OK)
-        s = lf_trace_summarize(t, &r->sum);
-    if (s != LF_OK) {
-        x->st = s;
-    } else {
-        /* the trace and its table together: both appear, or neither changes */
-        lf_trace_json_job jj = {t, r->json_path};
-        lf_file_job jobs[2] = {{r->json_path, lf_trace_json_write_cb, &jj}, {r->txt_path, lf_cli_put_text, table}};
-        s = lf_write_files_atomic(jobs, 2);
-        if (s != LF_OK) {
-            fprintf(stderr, "linfuse %s: %s\n", exps[x->c->kind].name, lf_last_error());
-            x->write_failed = 1;
-        }
-    }
-    if (s == LF_OK) {
-        r->windows = k;
-        lf_trace_summary_line(&r->sum, r->summary, sizeof r->summary);
-        if (x->print) {
-            if (x->c->sched.repeat > 1)
-                printf("window %d of %d:\n", k, x->c->sched.repeat);
-            fputs(table, stdout);
-            printf("trace: %s\ntable: %s\n%s\n", r->json_path, r->txt_path, r->summary);
-        }
-    }
-    free(table);
-}
-
-typedef struct fwd_ctx {
-    const exp_cfg *c;
-    const model *m;
-} fwd_ctx;
-
-/* The forward as compile mode captures it: x is the input, the model's tensors are parameters. */
-static lf_status compiled_forward(void *ctx, int n_in, lf_tensor *const *in, lf_tensor **out)
-{
-    const fwd_ctx *f = ctx;
-    (void)n_in;
-    return exps[f->c->kind].forward(f->c, f->m, in[0], out);
-}
-
-static lf_status forward(const exp_cfg *c, const model *m, lf_compiled *compiled)
-{
-    lf_tensor *y = NULL;
-    lf_status s = compiled ? lf_compiled_run(compiled, 1, &m->x, &y) : exps[c->kind].forward(c, m, m->x, &y);
-    lf_tensor_free(y);
-    return s;
-}
-
-static lf_status model_build(const exp_cfg *c, model *m)
-{
-    memset(m, 0, sizeof *m);
-    lf_rng rng;
-    lf_rng_seed(&rng, 0);
-    lf_status s = exps[c->kind].build(c, &rng, m);
-    if (s == LF_OK)
-        s = lf_tensor_fill_uniform(m->x, &rng, -1, 1);
-    if (s == LF_OK && c->variant == LF_MLP_FP8 && m->mlp.gate_up) /* on the host, where a bad weight is reported */
-        s = lf_nn_gated_mlp_quantize_fp8(&m->mlp);
-    if (s == LF_OK && c->device != LF_DEVICE_CPU && m->mlp.gate_up)
-        s = lf_nn_gated_mlp_to_device(&m->mlp, c->device);
-    if (s == LF_OK && c->device != LF_DEVICE_CPU) { /* parameters start on the host, as torch's */
-        lf_tensor **all[] = {&m->x, &m->w, &m->b, &m->lin.weight, &m->lin.bias};
-        for (size_t i = 0; i < sizeof all / sizeof all[0] && s == LF_OK; i++)
-            if (*all[i]) {
-                lf_tensor *d = NULL;
-                s = lf_tensor_to_device(&d, *all[i], c->device);
-                if (s == LF_OK) {
-                    lf_tensor_free(*all[i]);
-                    *all[i] = d;
-                }
-            }
-    }
-    if (s != LF_OK)
-        exp_model_free(m);
-    return s;
-}
-
-/* The path every file of the run starts with: <dir>/<shape>[_<layer>]_<dtype>_<cold|warm>_<mode>,
- * the mode saying how the forward ran (eager, kernels: the hand-fused middle, gated, fp8 or
- * compile; gated where fp8 was asked for and the device has no FP8 GEMM, said). 0 when too long. */
-static int name_outputs(const exp_cfg *c, const char *dir, const char *shape, char *base, size_t cap)
-{
-    const char *name = exps[c->kind].name;
-    const char *mode = c->compile                           ? "compile"
-                       : !(exps[c->kind].takes & T_VARIANT) ? "eager"
-                       : c->variant == LF_MLP_GATED         ? "gated"
-                       : c->variant == LF_MLP_FP8           ? "fp8"
-                                                            : "kernels";
-    if (!c->compile && c->variant == LF_MLP_FP8 && (exps[c->kind].takes & T_VARIANT) &&
-        lf_fp8_supported(c->device) != LF_OK) { /* the files are named by what ran, and the reason said whole */
-        fprintf(stderr, "linfuse %s: --variant fp8: %s; the gated %s forward runs instead\n", name, lf_last_error(),
-                lf_dtype_name(c->dtype));
-        mode = "gated";
-    }
-    char layer[160] = ""; /* a real layer's outputs carry its name: two layers, two sets of files */
-    if (c->weights && c->prefix) {
-        char p[512];
-        lf_cli_mlp_prefix(p, sizeof p, c->prefix);
-        layer[0] = '_';
-        lf_cli_file_word(layer + 1, sizeof layer - 1, p);
-    }
-    if (snprintf(base, cap, "%s/%s%s_%s_%s_%s", dir, shape, layer, lf_dtype_name(c->dtype), c->warm ? "warm" : "cold",
-                 mode) >= (int)cap) {
-        fprintf(stderr, "linfuse %s: --out: path too long\n", name);
-        return 0;
-    }
-    return 1;
-}
-
-/* --compile: the first call's work, once, before the profiled steps (its time into r). */
-static lf_status compile_model(const exp_cfg *c, fwd_ctx *fc, lf_compiled **compiled, exp_result *r, int print)
-{
-    lf_compile_opts co = lf_compile_opts_default();
-    co.name = exps[c->kind].label;
-    co.passes = c->passes;
-    co.no_cuda_graph = c->no_cuda_graph;
-    co.verbose = c->compile_verbose;
-    lf_tensor *x = fc->m->x;
-    lf_status s = lf_compile(compiled, compiled_forward, fc, 1, &x, &co);
-    if (s != LF_OK)
-        return s;
-    lf_compiled_stats st = lf_compiled_get_stats(*compiled);
-    if (print)
-        printf("compile: %.1f ms, once before the profiled steps; each step replays a plan of %d kernel%s%s%s\n",
-               st.compile_ms, st.kernels, st.kernels == 1 ? "" : "s", st.views ? " and view ops" : "",
-               st.graph ? " as one CUDA graph launch" : "");
-    r->compile_ms = st.compile_ms;
-    return LF_OK;
-}
-
-/* The profiled steps: warm-up forwards first when asked (the blog's --warmup), then the
- * schedule's steps, each window written by window_ready as it completes (*pp: the profiler, for
- * the caller to free). */
-static lf_status profile_steps(const exp_cfg *c, const model *m, lf_compiled *compiled, run_ctx *rc, lf_profiler **pp)
-{
-    lf_status s = LF_OK;
-    for (int i = 0; c->warm && i < 3 && s == LF_OK; i++)
-        s = forward(c, m, compiled);
-    lf_profiler *p = NULL;
-    lf_prof_opts po = lf_exp_prof_opts(c, window_ready, rc);
-    if (s == LF_OK)
-        s = lf_prof_start(&p, &po);
-    *pp = p;
-    int steps = c->sched.skip_first + (c->sched.wait + c->sched.warmup + c->sched.active) * c->sched.repeat;
-    for (int i = 0; i < steps && s == LF_OK && rc->st == LF_OK && !rc->write_failed; i++) {
-        lf_prof_range_push(exps[c->kind].label);
-        s = forward(c, m, compiled);
-        lf_prof_range_pop();
-        if (s == LF_OK)
-            s = lf_prof_step(p);
-    }
-    if (p && s == LF_OK)
-        s = lf_prof_stop(p);
-    return s == LF_OK ? rc->st : s;
-}
-
-/* The run itself, into dir (made and proved writable). */
-static int run_into(const exp_cfg *c, exp_result *r, int print, const char *dir)
-{
-    const char *name = exps[c->kind].name;
-    char shape[96], base[4400];
-    lf_exp_shape(c, shape, sizeof shape);
-    if (!name_outputs(c, dir, shape, base, sizeof base))
-        return LF_EXIT_USAGE;
-    lf_cpu_set_threads(c->threads);
-    if (c->tp > 1 || c->tp < 0) { /* the MLP over several GPUs */
-        exp_tp_job j = {c, name, exps[c->kind].label, base, c->variant, NULL};
-        return lf_exp_run_tp(&j, r, print);
-    }
-    model m;
-    lf_status s = model_build(c, &m);
-    if (s != LF_OK) {
-        fprintf(stderr, "linfuse %s: cannot set up %s: %s\n", name, shape, lf_last_error());
-        /* refused before any work: sizes, or --weights that cannot be read (exit 2); a device failing, 1 */
-        const int refused = s == LF_ENOMEM || s == LF_EOVERFLOW || s == LF_ESHAPE || s == LF_EINVAL || s == LF_EDTYPE;
-        return refused ? LF_EXIT_USAGE : LF_EXIT_FAIL;
-    }
-    lf_compiled *compiled = NULL;
-    fwd_ctx fc = {c, &m};
-    if (c->compile && compile_model(c, &fc, &compiled, r, print) != LF_OK) {
-        fprintf(stderr, "linfuse %s: --compile: %s\n", name, lf_last_error());
-        exp_model_free(&m);
-        return LF_EXIT_FAIL;
-    }
-    run_ctx rc = {c, r, base, print, LF_OK, 0};
-    lf_profiler *p = NULL;
-    s = profile_steps(c, &m, compiled, &rc, &p);
-    int code = LF_EXIT_OK;
-    if (s != LF_OK) {
-        fprintf(stderr, "linfuse %s: %s\n", name, lf_last_error());
-        code = LF_EXIT_FAIL;
-    } else if (rc.write_failed) {
-        code = LF_EXIT_FAIL;
-    } else if (r->windows == 0) {
-        fprintf(stderr, "linfuse %s: the schedule recorded no window\n", name);
-        code = LF_EXIT_FAIL;
-    }
-    lf_prof_free(p);
-    lf_compiled_free(compiled);
-    exp_model_free(&m);
-    lf_cpu_set_threads(0);
-    return code;
-}
-
-int lf_exp_run(const exp_cfg *c, exp_result *r, int print)
-{
-    memset(r, 0, sizeof *r);
-    const char *name = exps[c->kind].name;
-    char err[512], dir[4200], made[4200];
-    if (snprintf(dir, sizeof dir, "%s/%s", c->out_dir, name) >= (int)sizeof dir) {
-        fprintf(stderr, "linfuse %s: --out: path too long\n", name);
-        return LF_EXIT_USAGE;
-    }
-    exp_memory e;
-    char shape[96];
-    exps[c->kind].memory(c, &e);
-    exps[c->kind].shape(c, shape, sizeof shape);
-    if (!lf_exp_memory_fits(c, exps[c->kind].name, shape, &e))
-        return LF_EXIT_USAGE;
-    /* made and proved writable before the run; what was made is removed again when the run wrote
-     * nothing (refused, failed), so a failed run leaves no empty directories behind */
-    if (!lf_cli_prepare_dir(dir, made, sizeof made, err, sizeof err)) {
-        fprintf(stderr, "linfuse %s: --out: %s\n", name, err);
-        return LF_EXIT_USAGE;
-    }
-    int code = run_into(c, r, print, dir);
-    if (r->windows == 0)
-        lf_cli_unmake_dir(dir, made);
-    return code;
 }
 
 int lf_cli_experiment(exp_kind k, int argc, char **argv)
