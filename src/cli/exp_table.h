@@ -1,5 +1,5 @@
-/* The experiments' table (experiments.c): one row an experiment, read by the command-line parser
- * there and by a run (exp_run.c). Layer: cli/. */
+/* The experiments' table (exp_table.c): one row an experiment, read by the command-line parser
+ * (experiments.c) and by a run (exp_run.c). Layer: cli/. */
 #ifndef LF_CLI_EXP_TABLE_H
 #define LF_CLI_EXP_TABLE_H
 

@@ -1,7 +1,7 @@
 /* The blog's experiments as commands: matmul-add, linear, simple-mlp, kernels-mlp. Each is one
- * row of the table below (name, trace label, the flags it takes, shape, model, forward); the
+ * row of a table (exp_table.c: name, trace label, the flags it takes, shape, model, forward); the
  * parser, the usage text and a run (exp_run.c) read the rows, so a new experiment is a new row.
- * Here: the table, the flags each row takes, and the command line parsed into an exp_cfg.
+ * Here: the flags each row takes, and the command line parsed into an exp_cfg.
  * Layer: cli/. */
 #include <stdio.h>
 #include <string.h>
@@ -89,36 +89,7 @@ static const flag_def flag_defs[O_COUNT] = {
      "--tp: token chunks whose all-reduce overlaps the next chunk's compute (default 1: measured faster)"},
 };
 
-/* --- the table --- */
-
-
-const exp_def lf_exp_defs[EXP_COUNT] = {
-    [EXP_MATMUL_ADD] = {"matmul-add", "matmul_add", "matmul_add", "Part 1: matmul then add, profiled", T_SIZE | T_COMPILE,
-                        0, exp_shape_matmul_add, exp_memory_matmul_add, exp_build_matmul_add, exp_forward_matmul_add},
-    [EXP_LINEAR] = {"linear", NULL, "linear_fwd", "Part 2: nn.Linear with bias, profiled", T_LINEAR | T_COMPILE, 1024,
-                    exp_shape_linear, exp_memory_linear, exp_build_linear, exp_forward_linear},
-    [EXP_SIMPLE_MLP] = {"simple-mlp", "simple_mlp", "mlp_fwd", "Part 2: the GeGLU MLP, profiled",
-                        T_MLP | T_COMPILE | T_GATE, 64,
-                        exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
-    /* no --compile: kernels-mlp is the hand-fused path, the blog's point being "no compile" */
-    [EXP_KERNELS_MLP] = {"kernels-mlp", "kernels_mlp", "mlp_fwd",
-                         "Part 2: the GeGLU MLP with a hand-fused gelu*mul kernel, profiled", T_MLP | T_VARIANT, 64,
-                         exp_shape_mlp, exp_memory_mlp, exp_build_mlp, exp_forward_mlp},
-};
 /* clang-format on */
-
-const char *lf_exp_name(exp_kind k)
-{
-    return lf_exp_defs[k].name;
-}
-
-int lf_exp_find(const char *name)
-{
-    for (int k = 0; k < EXP_COUNT; k++)
-        if (!strcmp(name, lf_exp_defs[k].name) || (lf_exp_defs[k].alias && !strcmp(name, lf_exp_defs[k].alias)))
-            return k;
-    return -1;
-}
 
 static int takes(exp_kind k, const flag_def *f)
 {
@@ -141,11 +112,6 @@ void lf_exp_defaults(exp_cfg *c, exp_kind k)
     c->variant = lf_exp_defs[k].takes & T_VARIANT ? LF_MLP_FUSED : LF_MLP_EAGER;
     c->act = LF_ACT_GELU_TANH;
     c->passes = LF_PASSES_DEFAULT;
-}
-
-void lf_exp_shape(const exp_cfg *c, char *buf, size_t cap)
-{
-    lf_exp_defs[c->kind].shape(c, buf, cap);
 }
 
 static void usage(FILE *f, exp_kind k)

@@ -1,5 +1,5 @@
 /* The experiments' commands, shared with the tour and main.c. Each experiment is one row of a
- * table in experiments.c (its name, label, the flags it takes, its shape, model and forward), as
+ * table in exp_table.c (its name, label, the flags it takes, its shape, model and forward), as
  * ops.def is for ops; its configuration and result are exp_cfg.h's. Layer: cli/. */
 #ifndef LF_CLI_EXPERIMENTS_H
 #define LF_CLI_EXPERIMENTS_H
