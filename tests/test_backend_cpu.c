@@ -242,6 +242,21 @@ static void fill(lf_rng *rng, void *p, lf_dtype dt, int64_t n)
  * asked (two run from 3.2e7 flops: two of the cases), at a few rows (which read B itself against a
  * Linear weight) and at many, D poisoned first; it reads its copy, not B; and it refuses a GEMM
  * it does not fit. */
+/* g into d1 through lf_backend_gemm and into d2 through the packed B p, both poisoned first;
+ * 1 when both calls succeed and the n outputs have the same bits (and the last is a number). */
+static int packed_matches(lf_gemm *g, const lf_cpu_packed_b *p, float *d1, float *d2, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        d1[i] = d2[i] = NAN;
+    g->d.data = d1;
+    const lf_status s1 = lf_backend_gemm(LF_DEVICE_CPU, g, NULL);
+    g->d.data = d2;
+    const lf_status s2 = lf_cpu_gemm_packed(g, p, NULL);
+    if (s1 != LF_OK || s2 != LF_OK)
+        fprintf(stderr, "packed_matches: %s / %s: %s\n", lf_status_name(s1), lf_status_name(s2), lf_last_error());
+    return s1 == LF_OK && s2 == LF_OK && !memcmp(d1, d2, (size_t)n * 4) && d2[n - 1] == d2[n - 1];
+}
+
 static void test_packed_b(lf_cpu_isa isa)
 {
     OK(lf_cpu_isa_force(isa));
@@ -306,13 +321,7 @@ static void test_packed_b(lf_cpu_isa isa)
         g.ep.bias = bias, g.ep.bias_dtype = LF_DTYPE_F32, g.ep.act = cases[c].gated ? LF_ACT_SILU : LF_ACT_GELU_TANH;
         for (int threads = 1; threads <= 2; threads++) {
             lf_cpu_set_threads(threads);
-            for (int64_t i = 0; i < M * No; i++)
-                d1[i] = d2[i] = NAN;
-            g.d.data = d1;
-            OK(lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
-            g.d.data = d2;
-            OK(lf_cpu_gemm_packed(&g, p, NULL));
-            CHECK(!memcmp(d1, d2, (size_t)(M * No) * 4) && d2[M * No - 1] == d2[M * No - 1],
+            CHECK(packed_matches(&g, p, d1, d2, M * No),
                   "%s: B packed once, %lld x %lld x %lld, layout %d, %s%s, %d threads: lf_backend_gemm's bits",
                   lf_cpu_isa_name(isa), (long long)M, (long long)K, (long long)N, lay, lf_dtype_name(bdt),
                   cases[c].gated ? ", gated" : "", threads);
@@ -348,13 +357,7 @@ static void test_packed_b(lf_cpu_isa isa)
         }
         if (isa > LF_CPU_ISA_SCALAR) { /* kernels forced elsewhere since: B packed again, as unpacked */
             OK(lf_cpu_isa_force(LF_CPU_ISA_SCALAR));
-            for (int64_t i = 0; i < M * No; i++)
-                d1[i] = d2[i] = NAN;
-            g.d.data = d1;
-            OK(lf_backend_gemm(LF_DEVICE_CPU, &g, NULL));
-            g.d.data = d2;
-            OK(lf_cpu_gemm_packed(&g, p, NULL));
-            CHECK(!memcmp(d1, d2, (size_t)(M * No) * 4), "%s packing, scalar kernels in use: lf_backend_gemm's bits",
+            CHECK(packed_matches(&g, p, d1, d2, M * No), "%s packing, scalar kernels in use: lf_backend_gemm's bits",
                   lf_cpu_isa_name(isa));
             OK(lf_cpu_isa_force(isa));
         }
