@@ -509,7 +509,7 @@ static void pass_pack(graph *g, char *log, size_t cap)
     lf_status why = LF_OK;
     for (int i = 0; i < g->n_nodes; i++) {
         node *n = &g->nodes[i];
-        if (n->dead || n->kind != N_GEMM || n->dev != LF_DEVICE_CPU || n->gb.kind != R_CONST || n->packed)
+        if (n->dead || n->kind != N_GEMM || n->dev != LF_DEVICE_CPU || n->gb.kind != R_CONST)
             continue;
         if (n->g.a.rows <= LF_CPU_DIRECT_ROWS && (n->g.b.rs == 1 || n->g.a.cols == 1)) {
             direct++; /* a decode step's rows: the GEMM reads the weight itself, packed or not */
@@ -521,7 +521,7 @@ static void pass_pack(graph *g, char *log, size_t cap)
             snprintf(n->note + strlen(n->note), sizeof n->note - strlen(n->note), "%sB packed once",
                      n->note[0] ? "; " : "");
         } else {
-            n->packed = NULL, refused++, why = s;
+            refused++, why = s; /* n->packed stays NULL */
         }
     }
     if (packed || refused || direct)

@@ -29,34 +29,30 @@ void lf_ops_set_observer(const lf_op_observer *obs)
 
 _Thread_local const lf_capture_hooks *lf_capture_tls;
 
-lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
+/* A GEMM on dev, or on the CPU with a B packed once (p), seen by the hooks the same way. */
+static lf_status launch_gemm(lf_device dev, const lf_gemm *g, const lf_cpu_packed_b *p)
 {
     const lf_capture_hooks *c = lf_capture_tls;
     if (__builtin_expect(c != NULL, 0))
         c->gemm(c->user, dev, g);
     const lf_op_observer *o = lf_obs();
-    if (__builtin_expect(o == NULL, 1))
-        return lf_backend_gemm(dev, g, NULL);
-    lf_kernel_info info = {0};
-    o->kernel_begin(o->user, dev, &info);
-    lf_status s = lf_backend_gemm(dev, g, &info);
-    o->kernel_end(o->user, dev, s == LF_OK ? &info : NULL);
+    lf_kernel_info info = {0}, *ip = o ? &info : NULL;
+    if (o)
+        o->kernel_begin(o->user, dev, ip);
+    lf_status s = p ? lf_cpu_gemm_packed(g, p, ip) : lf_backend_gemm(dev, g, ip);
+    if (o)
+        o->kernel_end(o->user, dev, s == LF_OK ? ip : NULL);
     return s;
+}
+
+lf_status lf_launch_gemm(lf_device dev, const lf_gemm *g)
+{
+    return launch_gemm(dev, g, NULL);
 }
 
 lf_status lf_launch_gemm_packed(const lf_gemm *g, const lf_cpu_packed_b *p)
 {
-    const lf_capture_hooks *c = lf_capture_tls;
-    if (__builtin_expect(c != NULL, 0))
-        c->gemm(c->user, LF_DEVICE_CPU, g);
-    const lf_op_observer *o = lf_obs();
-    if (__builtin_expect(o == NULL, 1))
-        return lf_cpu_gemm_packed(g, p, NULL);
-    lf_kernel_info info = {0};
-    o->kernel_begin(o->user, LF_DEVICE_CPU, &info);
-    lf_status s = lf_cpu_gemm_packed(g, p, &info);
-    o->kernel_end(o->user, LF_DEVICE_CPU, s == LF_OK ? &info : NULL);
-    return s;
+    return launch_gemm(LF_DEVICE_CPU, g, p);
 }
 
 lf_status lf_launch_pointwise(lf_device dev, const lf_pointwise *p)

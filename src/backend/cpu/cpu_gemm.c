@@ -303,7 +303,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
     }
 }
 
-/* A GEMM of LF_CPU_FEW_ROWS rows or fewer whose B columns run along k (an nn.Linear weight seen
+/* A GEMM of LF_CPU_DIRECT_ROWS (linfuse/cpu.h) rows or fewer whose B columns run along k (an nn.Linear weight seen
  * as W^T): each output a dot product read straight from B, the epilogue the tiled path's. At a
  * decode step's one token, packing B cost more than the product (a one-token MLP on the CPU spent
  * 25% of its time in pack_cols and 15% in a micro-kernel whose 12 rows were 11 of padding). The
@@ -442,7 +442,7 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
      * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. */
     if (flops < 3.2e7)
         T = 1;
-    if (pl.M <= LF_CPU_FEW_ROWS && (g->b.rs == 1 || pl.K == 1)) {
+    if (pl.M <= LF_CPU_DIRECT_ROWS && (g->b.rs == 1 || pl.K == 1)) {
         LF_TRY(few_rows(&pl, T));
         if (info)
             lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);

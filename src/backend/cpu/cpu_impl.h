@@ -7,7 +7,6 @@
 
 #define LF_CPU_NR_MAX    32   /* widest micro-tile among the kernel sets */
 #define LF_CPU_PANEL_MAX 1024 /* most slivers in one packed B panel (2048 columns / nr >= 2) */
-#define LF_CPU_FEW_ROWS  LF_CPU_DIRECT_ROWS /* up to this many rows of A (decode's tokens) take dot products, unpacked */
 /* The longest K the CPU GEMM takes: its workspaces hold K x (up to 2048 columns or 96 rows) floats,
  * so this keeps every size far inside 63 bits (a longer K is only valid with broadcast strides). */
 #define LF_CPU_K_MAX ((int64_t)1 << 40)

@@ -25,7 +25,7 @@ namespace lf
 namespace gemv
 {
 
-constexpr int MAX_TOKENS = 16; // the mma's rows
+constexpr int MAX_TOKENS = LF_CUDA_GEMV_MAX_TOKENS; // the mma's rows
 constexpr int WARPS = 4;       // split k in a block of 8 outputs
 constexpr int U = 4;           // 32-k chunks a warp has in flight: 4 x 2 x 512 bytes of weights
 
@@ -180,13 +180,8 @@ bool runs_here()
 extern "C" int lf_cuda_gemv_supported(const lf_gemm *g)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    return g->ep.gate == LF_GATE_PAIRED && A->rows >= 1 && A->rows <= lf::gemv::MAX_TOKENS &&
-           (g->ep.act == LF_ACT_SILU || g->ep.act == LF_ACT_GELU_TANH || g->ep.act == LF_ACT_GELU_ERF) &&
-           A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
-           !g->ep.bias && g->ep.alpha == 1.0f && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 &&
-           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs == A->cols && (uintptr_t)B->data % 16 == 0 &&
-           D->cs == 1 && D->cols >= 1 && g->ep.gate_group >= 1 && A->cols <= 0x7fffffffLL - 32 * 16 &&
-           D->cols <= 0x7fffffffLL && lf::gemv::runs_here();
+    return lf_cuda_gemv_shape(g) && B->cs == A->cols && D->cols >= 1 && g->ep.gate_group >= 1 &&
+           A->cols <= 0x7fffffffLL - 32 * 16 && D->cols <= 0x7fffffffLL && lf::gemv::runs_here();
 }
 
 extern "C" cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream)

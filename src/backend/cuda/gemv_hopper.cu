@@ -37,7 +37,7 @@ constexpr int ROWS = 64;  // outputs a tile: wgmma's M
 constexpr int BK = 64;    // k a stage: 128 bytes of every row
 constexpr int STAGES = 4; // 64 KiB of weights in flight a CTA; measured no slower than six (RESULTS, session 16)
 constexpr int W_BYTES = ROWS * 128;                              // a gate or an up box: 8 KiB
-constexpr int X_ROWS = 16;                                       // the most tokens
+constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS;                   // the most tokens
 constexpr int STAGE_BYTES = 2 * W_BYTES + X_ROWS * 128;          // 18 KiB (1024-byte multiples)
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;          // + room to align to 1024 B
 constexpr int THREADS = 160;                                     // the consumer warpgroup, the producer warp
@@ -244,14 +244,10 @@ extern "C" int lf_cuda_gemv_tma_supported(const lf_gemm *g)
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
     if (gemv_kernel_setting() == 1) // mma
         return 0;
-    return g->ep.gate == LF_GATE_PAIRED && A->rows >= 1 && A->rows <= lf::gemv_tma::X_ROWS &&
-           (g->ep.act == LF_ACT_SILU || g->ep.act == LF_ACT_GELU_TANH || g->ep.act == LF_ACT_GELU_ERF) &&
-           A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
-           !g->ep.bias && g->ep.alpha == 1.0f && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 &&
-           (A->rows == 1 || A->rs >= A->cols) && B->cs >= B->rows && // TMA's strides hold whole rows
+    return lf_cuda_gemv_shape(g) && (A->rows == 1 || A->rs >= A->cols) &&
+           B->cs >= B->rows && // TMA's strides hold whole rows
            A->cols >= 1 && A->cols <= 0x7fffffffLL - 64 && A->rs < (1LL << 39) && B->cs < (1LL << 39) &&
-           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs % 8 == 0 &&
-           (uintptr_t)B->data % 16 == 0 && D->cs == 1 && D->cols >= lf::gemv_tma::ROWS &&
+           B->cs % 8 == 0 && D->cols >= lf::gemv_tma::ROWS &&
            D->cols % lf::gemv_tma::ROWS == 0 && D->cols <= 0x3fffffffLL && g->ep.gate_group % lf::gemv_tma::ROWS == 0 &&
            lf::gated::ready_device() >= 0;
 }
