@@ -56,14 +56,18 @@ struct lf_safetensors {
     char *what; /* the path it was opened from (or the buffer's name), for messages */
 };
 
-/* The tensor called name and its file (*file set), or NULL. */
-const st_tensor *st_find(const lf_safetensors *st, const char *name, const st_file **file);
-
-/* "<what>: no tensor "name"; it holds N: a few of its names": an LF_EINVAL. */
-lf_status st_missing(const lf_safetensors *st, const char *name);
-/* Tensor name as a CPU tensor of its own in its stored dtype, read with st_read. */
-lf_status st_copy(const lf_safetensors *st, const char *name, lf_tensor **out);
-
+/* --- one file (file.c) --- */
+/* Open path, check its header (read with pread) and map it for lf_st_get's views. */
+lf_status st_file_open(st_file *f, const char *path);
+/* The header length *n from a file's first 8 bytes (of size), checked against the file. */
+lf_status st_header_len(const unsigned char *p, size_t size, const char *name, uint64_t *n);
+/* Check and index a file's header: hdr, its n bytes of JSON, in a file of size bytes whose data
+ * its tensors cover exactly. */
+lf_status st_parse(st_file *f, const char *name, const unsigned char *hdr, uint64_t n, size_t size);
+/* Its tensors' names and metadata freed, its reference on the mapping dropped. */
+void st_file_free(st_file *f);
+/* A reference on a mapping dropped (the last unmaps or frees it); a tensor's release callback. */
+void st_map_unref(void *ctx);
 /* Bytes [begin, begin + n) of f's data section copied into dst: read from the file (pread), never
  * through the mapping, so a file cut short since it was opened is an LF_EINVAL naming it and the
  * tensor (what), not a SIGBUS. */
@@ -75,5 +79,14 @@ lf_status st_read(const st_file *f, uint64_t begin, size_t n, void *dst, const c
 lf_status st_open_regular(const char *path, int *fd, struct stat *sb);
 /* A JSON file (an index, a config.json) read through st_open_regular; jansson's flags. */
 lf_status st_load_json(const char *path, size_t flags, json_t **out);
+
+/* --- a checkpoint (read.c) --- */
+/* The tensor called name and its file (*file set), or NULL. */
+const st_tensor *st_find(const lf_safetensors *st, const char *name, const st_file **file);
+
+/* "<what>: no tensor "name"; it holds N: a few of its names": an LF_EINVAL. */
+lf_status st_missing(const lf_safetensors *st, const char *name);
+/* Tensor name as a CPU tensor of its own in its stored dtype, read with st_read. */
+lf_status st_copy(const lf_safetensors *st, const char *name, lf_tensor **out);
 
 #endif
