@@ -31,7 +31,7 @@ if ls "$src"/tests/fuzz/regressions/* >/dev/null 2>&1; then
 fi
 # then search for new failures, bounded in time and memory
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$src/include" -I"$src/src" "$src/tests/fuzz/fuzz_safetensors.c" "$src/src/safetensors/read.c" "$src/src/safetensors/fp8.c" "$src/src/tensor/tensor.c" \
+    -I"$src/include" -I"$src/src" "$src/tests/fuzz/fuzz_safetensors.c" "$src/src/safetensors/read.c" "$src/src/safetensors/file.c" "$src/src/safetensors/fp8.c" "$src/src/tensor/tensor.c" \
     "$src/src/tensor/view.c" "$src/src/tensor/rng.c" "$src/src/tensor/host_memory.c" "$src/src/core/status.c" "$src/src/core/text.c" "$src/src/core/settings.c" \
     $(pkg-config --cflags --libs jansson) -lm -o "$work/fuzz_safetensors"
 mkdir -p "$work/st_corpus"
