@@ -55,6 +55,7 @@ test-gpu:
 	cmake --build $(BUILD) -j $(JOBS)
 	./$(BUILD)/tests/test_cases cuda
 	LINFUSE_GEMV_KERNEL=mma ./$(BUILD)/tests/test_cases cuda "gemm bf16"
+	LINFUSE_GEMV_KERNEL=tma ./$(BUILD)/tests/test_cases cuda "gemm bf16"
 	./$(BUILD)/tests/test_cuda
 	./$(BUILD)/tests/test_cuda_stream
 	./$(BUILD)/tests/test_tp_gpu

@@ -436,7 +436,7 @@ static void later_gemm_cases(case_list *l)
      * K split over a cluster of 8, and 3 tiles of a 64-row gate group with a K past its last
      * 64-step split over 8; then a K under one 64-step (the copy box wider than the tensor) and
      * 33 K steps split over 8 (four each, one rank five). `make test-gpu` runs the bf16 GEMMs again
-     * with LINFUSE_GEMV_KERNEL=mma. */
+     * with LINFUSE_GEMV_KERNEL=mma and =tma. */
     static const int64_t gv[][4] = {/* M, K, H, group */ {11, 1536, 9216, 128},
                                     {4, 2048, 1024, 1024},
                                     {1, 4104, 192, 64},
@@ -448,8 +448,9 @@ static void later_gemm_cases(case_list *l)
         c.act = i % 3 == 0 ? LF_ACT_SILU : i % 3 == 1 ? LF_ACT_GELU_ERF : LF_ACT_GELU_TANH;
         add(l, c);
     }
-    /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans): odd token and
-     * output counts, K past a 64-step, x in padded rows, a bias. */
+    /* Plain GEMMs of a few tokens reading a weight (cuBLASLt's split-K plans; the Hopper GEMV's
+     * plain form under LINFUSE_GEMV_KERNEL=tma): odd token and output counts (a last tile past the
+     * weight's rows), K past a 64-step and split over a cluster, x in padded rows, a bias. */
     static const int64_t pg[][3] = {/* M, N, K */ {1, 200, 520}, {9, 64, 4104}, {16, 1100, 768}, {3, 4096, 2048}};
     for (int i = 0; i < 4; i++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, pg[i][0], pg[i][1], pg[i][2]);

@@ -1,12 +1,17 @@
 /* The gated MLP module on the GPU: every variant against float64 (GeGLU at an odd size, SwiGLU at
  * the blog's shape on a sample of tokens), its weights moved as views of gate_up, the fused forward
- * equal to the eager one bit for bit; part of test_cuda (test_cuda.c runs it). The gated GEMM and
- * act_mul themselves, in every schedule, are cases of the table (test_cases cuda). */
+ * equal to the eager one bit for bit; a decode step's two kernels. Part of test_cuda (test_cuda.c
+ * runs them). The gated GEMM and act_mul themselves, in every schedule, are cases of the table
+ * (test_cases cuda). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../testutil.h"
 #include "cuda_test.h"
+#include "linfuse/backend.h"
+#include "linfuse/compile.h"
 #include "linfuse/nn.h"
 
 void test_mlp_variants_gpu(void)
@@ -48,4 +53,109 @@ void test_mlp_variants_gpu(void)
         lf_tensor_free(x), lf_tensor_free(gx);
         lf_nn_gated_mlp_free(&cpu), lf_nn_gated_mlp_free(&gpu);
     }
+}
+
+static lf_status mlp_fwd(void *ctx, int n, lf_tensor *const *in, lf_tensor **out)
+{
+    (void)n;
+    return lf_nn_gated_mlp_forward(ctx, in[0], out);
+}
+
+/* One GEMM on the GPU through the backend, with what it launched: info->name. */
+static lf_status run_gemm(const lf_gemm *g, lf_kernel_info *info)
+{
+    memset(info, 0, sizeof *info);
+    return lf_backend_gemm(LF_DEVICE_CUDA, g, info);
+}
+
+/* A decode step's MLP (1 to 17 tokens; the gated GEMV, then the down projection that reads its h)
+ * against float64, eager and compiled into a CUDA graph, at a dim that ends in a part tile and a
+ * hidden size of 19 tiles; then which kernels ran: on Hopper (where the gated GEMM is the
+ * TMA-fed GEMV) the down projection right after it is the GEMV's plain form, launched to overlap
+ * it, and the same GEMM after anything else is cuBLASLt's (unless LINFUSE_GEMV_KERNEL says
+ * otherwise). */
+void test_mlp_decode_gpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 43);
+    const int64_t D = 328, H = 1216;
+    lf_nn_gated_mlp cpu, gpu;
+    lf_nn_gated_mlp_opts o = {D, H, LF_DTYPE_BF16, LF_DEVICE_CPU, LF_ACT_SILU};
+    lf_rng r2 = rng;
+    OK(lf_nn_gated_mlp_init(&cpu, &o, &rng));
+    OK(lf_nn_gated_mlp_init(&gpu, &o, &r2));
+    OK(lf_nn_gated_mlp_to_device(&gpu, LF_DEVICE_CUDA));
+    static const int64_t tokens[] = {1, 5, 13, 16, 17};
+    for (size_t ti = 0; ti < sizeof tokens / sizeof tokens[0]; ti++) {
+        int64_t xs[2] = {tokens[ti], D};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *y = NULL;
+        for (int rep = 0; rep < 2; rep++) { /* twice: the second forward follows the first's down GEMM */
+            OK(lf_nn_gated_mlp_forward_variant(&gpu, LF_MLP_GATED, gx, &y));
+            const double e = y ? gated_mlp_err(&cpu, x, y, 1) : 1e30;
+            CHECK(e < tol_for(LF_DTYPE_BF16), "decode mlp, %lld tokens, forward %d vs float64: err %.3g",
+                  (long long)tokens[ti], rep, e);
+            lf_tensor_free(y), y = NULL;
+        }
+        if (ti == 0 || ti == 2) { /* compiled with the gated pass, one CUDA graph */
+            lf_compile_opts co = lf_compile_opts_default();
+            co.passes = LF_PASSES_ALL;
+            lf_compiled *c = NULL;
+            OK(lf_compile(&c, mlp_fwd, &gpu, 1, &gx, &co));
+            for (int run = 0; c && run < 3; run++) {
+                OK(lf_compiled_run(c, 1, &gx, &y));
+                const double e = y ? gated_mlp_err(&cpu, x, y, 1) : 1e30;
+                CHECK(e < tol_for(LF_DTYPE_BF16), "compiled decode mlp, %lld tokens, run %d vs float64: err %.3g",
+                      (long long)tokens[ti], run, e);
+                lf_tensor_free(y), y = NULL;
+            }
+            lf_compiled_free(c);
+        }
+        lf_tensor_free(x), lf_tensor_free(gx);
+    }
+
+    /* The kernels: x (1, D) . gate_up^T into h (1, H), then h . down^T into y (1, D). */
+    int64_t xs[2] = {1, D}, hs[2] = {1, H};
+    lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *h = NULL, *y = NULL;
+    OK(lf_tensor_empty(&h, LF_DTYPE_BF16, 2, hs, LF_DEVICE_CUDA));
+    OK(lf_tensor_empty(&y, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CUDA));
+    lf_gemm gated = {.a = {lf_tensor_data(gx), LF_DTYPE_BF16, 1, D, D, 1},
+                     .b = {lf_tensor_data(gpu.gate_up), LF_DTYPE_BF16, D, 2 * H, 1, D},
+                     .d = {lf_tensor_data(h), LF_DTYPE_BF16, 1, H, H, 1},
+                     .ep = {.alpha = 1.0f, .act = LF_ACT_SILU, .gate = LF_GATE_PAIRED, .gate_group = H}};
+    lf_gemm down = {.a = {lf_tensor_data(h), LF_DTYPE_BF16, 1, H, H, 1},
+                    .b = {lf_tensor_data(gpu.down.weight), LF_DTYPE_BF16, H, D, 1, H},
+                    .d = {lf_tensor_data(y), LF_DTYPE_BF16, 1, D, D, 1},
+                    .ep = {.alpha = 1.0f}};
+    lf_gated_choice ch;
+    OK(lf_gated_choose(LF_DEVICE_CUDA, &gated, &ch));
+    const char *setting = getenv("LINFUSE_GEMV_KERNEL");
+    const int tma = ch.kernel == LF_GATED_KERNEL_GEMV && ch.tile_m > 0, every = setting && !strcmp(setting, "tma");
+    lf_kernel_info gi, after, alone;
+    OK(run_gemm(&gated, &gi));
+    OK(run_gemm(&down, &after));
+    OK(run_gemm(&down, &alone));
+    printf("decode step on the GPU: %s, then %s; the same down GEMM alone: %s\n", gi.name ? gi.name : "?",
+           after.name ? after.name : "?", alone.name ? alone.name : "?");
+    CHECK(after.name && !strcmp(after.name, tma ? "lf::gemv_tma::gemv_bf16_8x64" : alone.name),
+          "the down GEMM after the gated GEMV: %s", after.name ? after.name : "?");
+    CHECK(alone.name && (strstr(alone.name, "gemv_tma") != NULL) == (tma && every),
+          "the down GEMM after another GEMM: %s", alone.name ? alone.name : "?");
+    /* y against the float64 product of the h the GPU wrote */
+    lf_tensor *hh = NULL, *yh = NULL;
+    OK(lf_tensor_to_device(&hh, h, LF_DEVICE_CPU));
+    OK(lf_tensor_to_device(&yh, y, LF_DEVICE_CPU));
+    double *H64 = to_f64(hh), *Y64 = to_f64(yh), *W64 = to_f64(cpu.down.weight);
+    double *R = mm_nt(H64, W64, 1, D, H), worst = 0;
+    for (int64_t j = 0; j < D; j++) {
+        double mag = 0;
+        for (int64_t k = 0; k < H; k++)
+            mag += fabs(H64[k] * W64[j * H + k]);
+        const double e = fabs(Y64[j] - R[j]) / (mag > 1e-30 ? mag : 1e-30);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(worst < tol_for(LF_DTYPE_BF16), "the down GEMM's y against float64 of its h: err %.3g", worst);
+    free(H64), free(Y64), free(W64), free(R);
+    lf_tensor_free(hh), lf_tensor_free(yh);
+    lf_tensor_free(x), lf_tensor_free(gx), lf_tensor_free(h), lf_tensor_free(y);
+    lf_nn_gated_mlp_free(&cpu), lf_nn_gated_mlp_free(&gpu);
 }

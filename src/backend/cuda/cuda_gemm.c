@@ -458,6 +458,23 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
     return LF_OK;
 }
 
+/* A bf16 GEMM of 1 to 16 tokens after the Hopper gated GEMV: the plain TMA-fed GEMV
+ * (gemv_hopper.cu), launched to overlap the gated kernel's drain, where cuBLASLt's split-K plan
+ * starts after it and adds a reduce kernel. */
+static lf_status gemv_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
+{
+    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
+    const lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)));
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(d, info, tm);
+    if (info)
+        lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_GEMV, g->a.rows <= 8 ? 8 : 16, 64, info);
+    return LF_OK;
+}
+
 int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
     if (g->ep.gate != LF_GATE_NONE) {
@@ -502,8 +519,11 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     lf_cuda_dev *d = lf_cuda_cur();
     if (!d)
         return LF_EDEVICE;
+    const int gemv = lf_cuda_gemv_plain_takes(g, lf_cuda_stream(d)); /* asked of every GEMM: see cuda_impl.h */
     if (g->ep.gate != LF_GATE_NONE)
         return gated_gemm(d, g, info);
+    if (gemv)
+        return gemv_gemm(d, g, info);
     char why[256];
     if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);

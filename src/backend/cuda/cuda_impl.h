@@ -163,10 +163,15 @@ static inline int lf_cuda_gemv_shape(const lf_gemm *g)
 }
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
-/* The Hopper GEMV (gemv_hopper.cu: TMA into shared memory, wgmma), where it applies and
- * LINFUSE_GEMV_KERNEL does not ask for the mma.sync one; lf_cuda_gated_choose then gives its
- * tile (tokens 8 or 16 x 128). */
+/* The Hopper GEMV (gemv_hopper.cu: TMA into shared memory, wgmma), gated where it applies and
+ * LINFUSE_GEMV_KERNEL does not ask for the mma.sync one (lf_cuda_gated_choose then gives its
+ * tile, tokens 8 or 16 x 128 pre-gate columns), or plain (+ bias). */
 int lf_cuda_gemv_tma_supported(const lf_gemm *g);
+/* Whether the plain form runs g on stream: where it applies and, under LINFUSE_GEMV_KERNEL=auto,
+ * only for the GEMM that reads what this thread's last gated GEMV wrote on the same stream (the
+ * decode step's down projection, launched to overlap it); =tma for every GEMM it applies to.
+ * Call it once for every GEMM, gated or not: it forgets that last gated GEMV. */
+int lf_cuda_gemv_plain_takes(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
 

@@ -2,7 +2,7 @@
  * epilogue> (CUPTI then reports cuBLAS's own kernel under it), the pointwise kernels as
  * lf_cuda_<op>_<dtype>[_strided], and the hand-written kernels by their own C++ names, so the
  * name in a trace is the symbol in the binary: lf::gated::gated_gemm_<dtype>_<act>_<tile>[_pingpong|
- * _offload|_to_f8e4m3], lf::gemv::gated_gemv_<dtype>_<act>, lf::gemv_tma::gated_gemv_<dtype>_<act>_<tile>,
+ * _offload|_to_f8e4m3], lf::gemv::gated_gemv_<dtype>_<act>, lf::gemv_tma::[gated_]gemv_<dtype>[_<act>]_<tile>[_bias],
  * lf_cuda_quantize_fp8_<dtype>_<mode>.
  * Layer: backend/cuda. */
 #include <stdio.h>
@@ -28,14 +28,19 @@ void lf_cuda_kernel_namer(const lf_kernel_key *k, char *buf, size_t cap)
                  k->family == LF_CUDA_KF_GATED_PINGPONG ? "pingpong" : "offload");
         break;
     case LF_CUDA_KF_GEMV:
-        if (k->tile_m) /* the Hopper one (gemv_hopper.cu) */
+        if (k->tile_m && !(k->flags & LF_KEY_GATED)) /* the Hopper ones (gemv_hopper.cu) */
+            snprintf(buf, cap, "lf::gemv_tma::gemv_%s_%ux%u%s", dt, k->tile_m, k->tile_n,
+                     k->flags & LF_KEY_BIAS ? "_bias" : "");
+        else if (k->tile_m)
             snprintf(buf, cap, "lf::gemv_tma::gated_gemv_%s_%s_%ux%u", dt, act, k->tile_m, k->tile_n);
         else
             snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, act);
         break;
     case LF_CUDA_KF_QUANT:
         snprintf(buf, cap, "lf_cuda_quantize_fp8_%s_%s", dt,
-                 k->op == LF_SCALE_1X128 ? "1x128" : k->op == LF_SCALE_128X128 ? "128x128" : "rowwise");
+                 k->op == LF_SCALE_1X128     ? "1x128"
+                 : k->op == LF_SCALE_128X128 ? "128x128"
+                                             : "rowwise");
         break;
     case LF_CUDA_KF_POINTWISE:
     default: {

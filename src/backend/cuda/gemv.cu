@@ -25,7 +25,6 @@ namespace lf
 namespace gemv
 {
 
-constexpr int MAX_TOKENS = LF_CUDA_GEMV_MAX_TOKENS; // the mma's rows
 constexpr int WARPS = 4;       // split k in a block of 8 outputs
 constexpr int U = 4;           // 32-k chunks a warp has in flight: 4 x 2 x 512 bytes of weights
 

@@ -1,24 +1,37 @@
-// The gated GEMM for a few tokens (1 to 16) on Hopper (sm_90a): act(x . Wg^T) * (x . Wu^T) as one
-// pass over the weights, fed by TMA into shared memory and multiplied by wgmma, the weights as the
-// MMA's M side ("swap AB": 64 weight rows a wgmma, the tokens its N of 8 or 16).
+// The GEMMs of a few tokens (1 to 16) on Hopper (sm_90a) as one pass over the weights, fed by TMA
+// into shared memory and multiplied by wgmma with the weights as the MMA's M side ("swap AB": 64
+// weight rows a wgmma, the tokens its N of 8 or 16): the gated GEMM act(x . Wg^T) * (x . Wu^T),
+// and a plain x . W^T (+ bias), the decode step's down projection that reads what the gated one
+// wrote.
 //
-// Why a second GEMV beside gemv.cu's mma.sync one: that one holds the bytes it has in flight in
-// registers, and stopped at 88% of the read bandwidth whatever was tried (loads, orders, unrolls,
-// L2 prefetch, a persistent grid; bench/RESULTS.md, session 13), while cuBLASLt's down GEMM after
-// it, fed by TMA, reads at 95%. Here the copies land in shared memory: each CTA keeps a ring of
-// four 18 KiB stages in flight without spending a register on them, and the copy engine makes the
-// weight reads regular (64 rows x 128 bytes a box).
+// Why beside gemv.cu's mma.sync GEMV: that one holds the bytes it has in flight in registers, and
+// stopped at 88% of the read bandwidth whatever was tried (loads, orders, unrolls, L2 prefetch, a
+// persistent grid; bench/RESULTS.md, session 13), while cuBLASLt's down GEMM after it, fed by
+// TMA, read at 95%. Here the copies land in shared memory: each CTA keeps 64 KiB of weights in
+// flight without spending a register on it, and the copy engine makes the weight reads regular
+// (64 rows x 128 bytes a box).
 //
 // Shape of the kernel:
-//   - a CTA owns 64 outputs (a tile): their 64 gate rows and the 64 up rows G rows on, which is why
-//     G must be a multiple of 64; every K step (64 k, 128 bytes a row) brings the gate box, the up
-//     box and the tokens' box (8 or 16 rows of x: rows past M are the copy engine's zeros);
+//   - a CTA owns 64 outputs (a tile): gated, their 64 gate rows and the 64 up rows G rows on,
+//     which is why G must be a multiple of 64; plain, their 64 weight rows. Every K step (64 k,
+//     128 bytes a row) brings those boxes and the tokens' box (8 or 16 rows of x: rows past M
+//     are the copy engine's zeros);
 //   - one producer warp (one thread issues the copies) and one consumer warpgroup that runs
-//     wgmma m64nNk16 for g and u, four k16 steps a stage, and hands the stage back;
+//     wgmma m64nNk16, four k16 steps a stage, and hands the stage back;
 //   - where there are fewer tiles than SMs the K range is split over a cluster of `splits` CTAs;
 //     ranks 1.. leave their fp32 sums in their own shared memory and rank 0 adds them in rank
 //     order over DSMEM (deterministic: no atomics, no workspace, nothing to reset between calls),
-//     then writes act(g) * u in bf16, g and u in fp32 to the one rounding, as gemv.cu does.
+//     then writes act(g) * u, or the sum plus the bias, in bf16 (fp32 to the one rounding).
+//
+// The two kernels of a decode step's MLP overlap by programmatic dependent launch (PDL): the gated
+// kernel lets the next kernel launch once each of its CTAs has issued its last copy, and the plain
+// one, launched with PDL, is placed on the SMs the gated kernel frees as it drains and waits there
+// (griddepcontrol.wait) for it to finish before it reads anything. Alone, the plain form is no
+// faster than cuBLASLt's split-K GEMM plus its reduce (bench/RESULTS.md, session 16); what it gains
+// is the gap and the ramp between the two kernels (a Llama-3-8B decode MLP 0.9-1.9 us faster
+// eager, 0.3-0.4 us on average under a CUDA graph, where launches already run back to back;
+// session 17), so cuda_gemm.c takes it for the GEMM that reads what the gated GEMV has just
+// written.
 // Layer: backend/cuda.
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -33,15 +46,22 @@
 namespace lf {
 namespace gemv_tma {
 
-constexpr int ROWS = 64;  // outputs a tile: wgmma's M
-constexpr int BK = 64;    // k a stage: 128 bytes of every row
-constexpr int STAGES = 4; // 64 KiB of weights in flight a CTA; measured no slower than six (RESULTS, session 16)
-constexpr int W_BYTES = ROWS * 128;                              // a gate or an up box: 8 KiB
-constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS;                   // the most tokens
-constexpr int STAGE_BYTES = 2 * W_BYTES + X_ROWS * 128;          // 18 KiB (1024-byte multiples)
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;          // + room to align to 1024 B
-constexpr int THREADS = 160;                                     // the consumer warpgroup, the producer warp
-constexpr int MAX_SPLITS = 8;                                    // a portable cluster
+constexpr int ROWS = 64;                        // outputs a tile: wgmma's M
+constexpr int BK = 64;                          // k a stage: 128 bytes of every row
+constexpr int W_BYTES = ROWS * 128;             // a box of weight rows: 8 KiB
+constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS; // the most tokens
+constexpr int THREADS = 160;                    // the consumer warpgroup, the producer warp
+constexpr int MAX_SPLITS = 8;                   // a portable cluster
+
+// The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), a plain one a
+// weight box and x's (10 KiB); each kind keeps 64 KiB of weights in flight a CTA (four stages
+// measured no slower than six, bench/RESULTS.md session 16), 72 or 80 KiB of shared memory, so
+// two or three CTAs share an SM.
+template <bool GATED> struct ring {
+    static constexpr int STAGE_BYTES = (GATED ? 2 : 1) * W_BYTES + X_ROWS * 128; // 1024-byte multiples
+    static constexpr int STAGES = GATED ? 4 : 8;
+    static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align to 1024 B
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using gated::fence_acc;
@@ -51,6 +71,18 @@ using gated::mbar_wait;
 using gated::smem_addr;
 using gated::smem_desc;
 using gated::tma_load;
+
+// Programmatic dependent launch: let the grid launched after this one (with PDL) start once every
+// CTA of this one has said so; wait until the grid before this one has finished and its writes
+// are visible (at once when this grid was not launched with PDL).
+__device__ __forceinline__ void launch_dependents()
+{
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prior_grid()
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // d (64 x N per warpgroup, fp32) [+]= A (64 x 16 bf16) . B (16 x N), both K-major in shared
 // memory with the 128-byte swizzle; scale_d = 0 overwrites d.
@@ -97,16 +129,22 @@ template <int ACT> __device__ __forceinline__ float act(float x)
 }
 #endif
 
-// out[m][j] = act(x[m] . w[gr(j)]) * (x[m] . w[gr(j) + G]) for m < M, j < H, gr(j) = j / G * 2G +
-// j % G. x: map over (M, K) in N-row boxes; w: over (2H, K) in 64-row boxes; grid: H / 64 tiles x
-// splits CTAs, a cluster of `splits` on each tile, rank r on K steps [r kb / splits, (r + 1) kb /
+// The products of a tile: GATED, out[m][j] = act(x[m] . w[gr(j)]) * (x[m] . w[gr(j) + G]) with
+// gr(j) = j / G * 2G + j % G, for j < H (a multiple of 64); plain, out[m][j] = x[m] . w[j] (+
+// bias[j], bf16 or f32: bias_f32) for j < H (any; rows of w past H are the copy engine's zeros).
+// x: map over (M, K) in N-row boxes; w: over (2H or H, K) in 64-row boxes; grid: tiles x splits
+// CTAs, a cluster of `splits` on each tile, rank r on K steps [r kb / splits, (r + 1) kb /
 // splits). Long, and read best as one: the producer's branch and the consumers' are two sides of
 // one ring, and the reduction after them needs every thread of the cluster.
-template <int ACT, int N>
+template <int ACT, int N, bool GATED>
 __global__ void __launch_bounds__(THREADS, 1)
-    gated_gemv_bf16_tma(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
-                        __nv_bfloat16 *__restrict__ out, long long ldo, int M, int K, int G, int splits)
+    gemv_bf16_tma(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
+                  __nv_bfloat16 *__restrict__ out, long long ldo, const void *bias, int bias_f32, int M, int K,
+                  int H, int G, int splits)
 {
+    constexpr int STAGES = ring<GATED>::STAGES, STAGE_BYTES = ring<GATED>::STAGE_BYTES;
+    constexpr int X_AT = (GATED ? 2 : 1) * W_BYTES; // x's box in a stage
+    constexpr int NA = GATED ? 2 : 1;               // accumulators: g and u, or one
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -115,11 +153,18 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int tile = blockIdx.x / splits, rank = blockIdx.x % splits; // clusters run along x
     const int kb = (K + BK - 1) / BK, k0 = (int)((long long)rank * kb / splits),
               k1 = (int)((long long)(rank + 1) * kb / splits);
-    const int j0 = tile * ROWS, gate_row = j0 / G * 2 * G + j0 % G;
-    float g[N / 2], u[N / 2];
+    const int j0 = tile * ROWS, row0 = GATED ? j0 / G * 2 * G + j0 % G : j0;
+    float acc[NA][N / 2];
 #pragma unroll
-    for (int i = 0; i < N / 2; i++)
-        g[i] = u[i] = 0.f;
+    for (int a = 0; a < NA; a++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++)
+            acc[a][i] = 0.f;
+    if (!GATED)
+        // Launched with PDL after the kernel that writes x: nothing is read before that kernel
+        // has finished and its writes are visible. (Asking L2 for the first weights before the
+        // wait measured slower, filling the ring with them no faster: bench/RESULTS.md, session 17.)
+        wait_for_prior_grid();
 
     if (warp == 4) { // the producer
         if (lane == 0) {
@@ -127,28 +172,32 @@ __global__ void __launch_bounds__(THREADS, 1)
             for (int k = k0; k < k1; k++) {
                 mbar_wait(&empty[stage], phase ^ 1);
                 unsigned char *s = ring + stage * STAGE_BYTES;
-                mbar_expect_tx(&full[stage], 2 * W_BYTES + N * 128);
-                tma_load(s, &w, &full[stage], k * BK, gate_row);
-                tma_load(s + W_BYTES, &w, &full[stage], k * BK, gate_row + G);
-                tma_load(s + 2 * W_BYTES, &x, &full[stage], k * BK, 0);
+                mbar_expect_tx(&full[stage], X_AT + N * 128);
+                tma_load(s, &w, &full[stage], k * BK, row0);
+                if (GATED)
+                    tma_load(s + W_BYTES, &w, &full[stage], k * BK, row0 + G);
+                tma_load(s + X_AT, &x, &full[stage], k * BK, 0);
                 if (++stage == STAGES)
                     stage = 0, phase ^= 1;
             }
+            if (GATED) // the down projection after it may start filling its ring
+                launch_dependents();
         }
     } else { // the consumer warpgroup: one group of MMAs in flight, the stage before it handed back
         int stage = 0, phase = 0, prev = -1;
         for (int k = k0; k < k1; k++) {
             mbar_wait(&full[stage], phase);
             const unsigned char *s = ring + stage * STAGE_BYTES;
-            const uint64_t dg = smem_desc(s), du = smem_desc(s + W_BYTES), dx = smem_desc(s + 2 * W_BYTES);
-            fence_acc(g);
-            fence_acc(u);
+            const uint64_t dx = smem_desc(s + X_AT);
+#pragma unroll
+            for (int a = 0; a < NA; a++)
+                fence_acc(acc[a]);
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++) { // 32 bytes a k16 step: 2 descriptor units
-                wgmma_n<N>(g, dg + 2 * kk, dx + 2 * kk, 1);
-                wgmma_n<N>(u, du + 2 * kk, dx + 2 * kk, 1);
-            }
+            for (int kk = 0; kk < BK / 16; kk++) // 32 bytes a k16 step: 2 descriptor units
+#pragma unroll
+                for (int a = 0; a < NA; a++)
+                    wgmma_n<N>(acc[a], smem_desc(s + a * W_BYTES) + 2 * kk, dx + 2 * kk, 1);
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             if (prev >= 0 && threadIdx.x == 0)
@@ -158,8 +207,9 @@ __global__ void __launch_bounds__(THREADS, 1)
                 stage = 0, phase ^= 1;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_acc(g);
-        fence_acc(u);
+#pragma unroll
+        for (int a = 0; a < NA; a++)
+            fence_acc(acc[a]);
     }
 
     // Rank r > 0 of a split tile leaves its sums in its own ring (every copy into it has landed
@@ -169,87 +219,137 @@ __global__ void __launch_bounds__(THREADS, 1)
         float *part = reinterpret_cast<float *>(ring);
         if (rank > 0 && warp < 4)
 #pragma unroll
-            for (int i = 0; i < N / 2; i++)
-                part[i * 128 + threadIdx.x] = g[i], part[(N / 2 + i) * 128 + threadIdx.x] = u[i];
+            for (int a = 0; a < NA; a++)
+#pragma unroll
+                for (int i = 0; i < N / 2; i++)
+                    part[(a * N / 2 + i) * 128 + threadIdx.x] = acc[a][i];
         cluster_sync();
         if (rank == 0 && warp < 4)
             for (int r = 1; r < splits; r++)
 #pragma unroll
-                for (int i = 0; i < N / 2; i++) {
-                    g[i] += ld_peer(part + i * 128 + threadIdx.x, (unsigned)r);
-                    u[i] += ld_peer(part + (N / 2 + i) * 128 + threadIdx.x, (unsigned)r);
-                }
+                for (int a = 0; a < NA; a++)
+#pragma unroll
+                    for (int i = 0; i < N / 2; i++)
+                        acc[a][i] += ld_peer(part + (a * N / 2 + i) * 128 + threadIdx.x, (unsigned)r);
         cluster_sync();
     }
     if (rank != 0 || warp == 4)
         return;
     // wgmma's D fragment: register 4i + 2h + e holds row 16 warp + lane / 4 + 8h (an output),
-    // column 8i + 2 (lane % 4) + e (a token).
+    // column 8i + 2 (lane % 4) + e (a token). In fp32 to the one rounding.
 #pragma unroll
-    for (int i = 0; i < N / 8; i++)
+    for (int h = 0; h < 2; h++) {
+        const int j = j0 + 16 * warp + lane / 4 + 8 * h;
+        if (j >= H)
+            continue;
+        float b = 0.f;
+        if (!GATED && bias)
+            b = bias_f32 ? static_cast<const float *>(bias)[j]
+                         : __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[j]);
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int i = 0; i < N / 8; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int r = 16 * warp + lane / 4 + 8 * h, m = 8 * i + 2 * (lane % 4) + e, q = 4 * i + 2 * h + e;
+                const int m = 8 * i + 2 * (lane % 4) + e, q = 4 * i + 2 * h + e;
                 if (m < M)
-                    out[m * ldo + j0 + r] = __float2bfloat16_rn(act<ACT>(g[q]) * u[q]);
+                    out[m * ldo + j] =
+                        __float2bfloat16_rn(GATED ? act<ACT>(acc[0][q]) * acc[NA - 1][q] : acc[0][q] + b);
             }
+    }
 #else
-    (void)x, (void)w, (void)out, (void)ldo, (void)M, (void)K, (void)G, (void)splits;
+    (void)x, (void)w, (void)out, (void)ldo, (void)bias, (void)bias_f32, (void)M, (void)K, (void)H, (void)G,
+        (void)splits;
     __trap(); // built only for sm_90a; the host checks the device before launching
 #endif
 }
 
-typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, __nv_bfloat16 *, long long, int, int, int, int);
+typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, __nv_bfloat16 *, long long, const void *, int, int,
+                          int, int, int, int);
 
-// The instantiations, by activation and N.
-template <int N> kernel_fn kernel_for(lf_act a)
+// The instantiations: gated by activation, and plain, each for N 8 and 16.
+template <int N> kernel_fn kernel_for(lf_gate gate, lf_act a)
 {
-    return a == LF_ACT_SILU        ? gated_gemv_bf16_tma<LF_ACT_SILU, N>
-           : a == LF_ACT_GELU_TANH ? gated_gemv_bf16_tma<LF_ACT_GELU_TANH, N>
-                                   : gated_gemv_bf16_tma<LF_ACT_GELU_ERF, N>;
+    return gate == LF_GATE_NONE      ? gemv_bf16_tma<LF_ACT_NONE, N, false>
+           : a == LF_ACT_SILU        ? gemv_bf16_tma<LF_ACT_SILU, N, true>
+           : a == LF_ACT_GELU_TANH   ? gemv_bf16_tma<LF_ACT_GELU_TANH, N, true>
+                                     : gemv_bf16_tma<LF_ACT_GELU_ERF, N, true>;
 }
 
 } // namespace gemv_tma
 
 bool gated::gemv_init()
 {
-    const lf_act acts[3] = {LF_ACT_SILU, LF_ACT_GELU_TANH, LF_ACT_GELU_ERF};
-    for (lf_act a : acts)
-        if (cudaFuncSetAttribute(gemv_tma::kernel_for<8>(a), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 gemv_tma::SMEM_BYTES) != cudaSuccess ||
-            cudaFuncSetAttribute(gemv_tma::kernel_for<16>(a), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 gemv_tma::SMEM_BYTES) != cudaSuccess)
+    struct {
+        lf_gate gate;
+        lf_act act;
+    } kinds[4] = {{LF_GATE_NONE, LF_ACT_NONE}, {LF_GATE_PAIRED, LF_ACT_SILU}, {LF_GATE_PAIRED, LF_ACT_GELU_TANH},
+                  {LF_GATE_PAIRED, LF_ACT_GELU_ERF}};
+    for (const auto &k : kinds) {
+        const int smem = k.gate == LF_GATE_NONE ? gemv_tma::ring<false>::SMEM_BYTES : gemv_tma::ring<true>::SMEM_BYTES;
+        if (cudaFuncSetAttribute(gemv_tma::kernel_for<8>(k.gate, k.act), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess ||
+            cudaFuncSetAttribute(gemv_tma::kernel_for<16>(k.gate, k.act), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 smem) != cudaSuccess)
             return false;
+    }
     return true;
 }
 
 } // namespace lf
 
-// Which few-token GEMV runs: LINFUSE_GEMV_KERNEL (auto|mma|tma), read once.
+// Which few-token kernels run: LINFUSE_GEMV_KERNEL (auto|mma|tma), read once.
+enum { GEMV_AUTO, GEMV_MMA, GEMV_TMA };
 static int gemv_kernel_setting()
 {
     static std::atomic<int> v{-1};
     int k = v.load(std::memory_order_relaxed);
     if (k < 0) {
-        k = lf_setting_choice_or(LF_SET_GEMV_KERNEL, 0);
+        k = lf_setting_choice_or(LF_SET_GEMV_KERNEL, GEMV_AUTO);
         v.store(k, std::memory_order_relaxed);
     }
     return k;
 }
 
-extern "C" int lf_cuda_gemv_tma_supported(const lf_gemm *g)
+// What TMA's maps take of x and of the weight, in either form: whole rows in each stride (one
+// token's x gets a stride that holds its row, a broadcast x may carry 0), K below 2^31 - 64 (kb's
+// rounding), strides under TMA's 2^40 bytes, at least one tile of outputs.
+static bool tma_operands(const lf_gemm *g)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    if (gemv_kernel_setting() == 1) // mma
-        return 0;
-    return lf_cuda_gemv_shape(g) && (A->rows == 1 || A->rs >= A->cols) &&
-           B->cs >= B->rows && // TMA's strides hold whole rows
-           A->cols >= 1 && A->cols <= 0x7fffffffLL - 64 && A->rs < (1LL << 39) && B->cs < (1LL << 39) &&
-           B->cs % 8 == 0 && D->cols >= lf::gemv_tma::ROWS &&
-           D->cols % lf::gemv_tma::ROWS == 0 && D->cols <= 0x3fffffffLL && g->ep.gate_group % lf::gemv_tma::ROWS == 0 &&
+    return (A->rows == 1 || A->rs >= A->cols) && B->cs >= B->rows && A->cols >= 1 && A->cols <= 0x7fffffffLL - 64 &&
+           A->rs < (1LL << 39) && B->cs < (1LL << 39) && B->cs % 8 == 0 && D->cols >= lf::gemv_tma::ROWS &&
+           D->cols <= 0x3fffffffLL;
+}
+
+extern "C" int lf_cuda_gemv_tma_supported(const lf_gemm *g)
+{
+    return gemv_kernel_setting() != GEMV_MMA && lf_cuda_gemv_shape(g) && tma_operands(g) &&
+           g->d.cols % lf::gemv_tma::ROWS == 0 && g->ep.gate_group % lf::gemv_tma::ROWS == 0 &&
            lf::gated::ready_device() >= 0;
+}
+
+// The last gated GEMV this thread launched: its stream and where it wrote.
+static thread_local struct {
+    cudaStream_t stream;
+    const void *out;
+} last_gated;
+
+extern "C" int lf_cuda_gemv_plain_takes(const lf_gemm *g, cudaStream_t stream)
+{
+    const bool follows = last_gated.out && last_gated.out == g->a.data && last_gated.stream == stream;
+    last_gated.out = NULL; // one GEMM after it, whichever
+    const int setting = gemv_kernel_setting();
+    if (setting == GEMV_MMA || (setting == GEMV_AUTO && !follows))
+        return 0;
+    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
+    const lf_epilogue *e = &g->ep;
+    return e->gate == LF_GATE_NONE && e->act == LF_ACT_NONE && A->rows >= 1 && A->rows <= LF_CUDA_GEMV_MAX_TOKENS &&
+           A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
+           !e->a_scale && e->alpha == 1.0f &&
+           (!e->bias || e->bias_dtype == LF_DTYPE_BF16 || e->bias_dtype == LF_DTYPE_F32) && A->cs == 1 &&
+           A->rs % 8 == 0 && A->cols % 8 == 0 && A->cols >= 256 && // a read of the weights, not a launch
+           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && (uintptr_t)B->data % 16 == 0 && D->cs == 1 &&
+           tma_operands(g) && lf::gated::ready_device() >= 0;
 }
 
 extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t stream)
@@ -259,7 +359,8 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     const int dev = lf::gated::ready_device();
     if (dev < 0)
         return cudaErrorInvalidDevice;
-    const int M = (int)A->rows, K = (int)A->cols, H = (int)D->cols, G = (int)g->ep.gate_group;
+    const bool gated = g->ep.gate == LF_GATE_PAIRED;
+    const int M = (int)A->rows, K = (int)A->cols, H = (int)D->cols, G = gated ? (int)g->ep.gate_group : 0;
     const int n = M <= 8 ? 8 : 16;
     CUtensorMap xm, wm;
     // One token: its row stride is never used (a broadcast x may give 0); TMA is given one that
@@ -269,28 +370,40 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         !lf::gated::make_map(&wm, B->data, B->cols, B->rows, B->cs, ROWS, false))
         return cudaErrorInvalidValue;
     // Split K over a cluster only where the tiles alone leave SMs idle, and never below four K
-    // steps a CTA.
-    const int tiles = H / ROWS, kb = (K + BK - 1) / BK, sms = lf::gated::device_sms(dev);
-    int splits = tiles >= sms ? 1 : (sms + tiles - 1) / tiles;
+    // steps a CTA. The gated form rounds up (more CTAs than SMs share them); the plain one, its
+    // eight-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection:
+    // 64 tiles split in two, 128 CTAs on 132 SMs; three ways measured 1 us slower, RESULTS
+    // session 16).
+    const int tiles = (H + ROWS - 1) / ROWS, kb = (K + BK - 1) / BK, sms = lf::gated::device_sms(dev);
+    int splits = tiles >= sms ? 1 : gated ? (sms + tiles - 1) / tiles : sms / tiles;
     if (splits > MAX_SPLITS)
         splits = MAX_SPLITS;
     while (splits > 1 && kb / splits < 4)
         splits--;
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     cfg.gridDim = dim3((unsigned)(tiles * splits));
     cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = SMEM_BYTES;
+    cfg.dynamicSmemBytes = gated ? ring<true>::SMEM_BYTES : ring<false>::SMEM_BYTES;
     cfg.stream = stream;
+    cfg.attrs = attr;
     if (splits > 1) {
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = (unsigned)splits;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = (unsigned)splits;
+        attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
     }
-    const kernel_fn fn = n == 8 ? kernel_for<8>(g->ep.act) : kernel_for<16>(g->ep.act);
-    __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(D->data);
-    return cudaLaunchKernelEx(&cfg, fn, xm, wm, out, (long long)D->rs, M, K, G, splits);
+    if (!gated) { // its weights asked of L2 while the kernel before it drains (the kernel waits for it)
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs++;
+    }
+    const kernel_fn fn = n == 8 ? kernel_for<8>(g->ep.gate, g->ep.act) : kernel_for<16>(g->ep.gate, g->ep.act);
+    const cudaError_t e =
+        cudaLaunchKernelEx(&cfg, fn, xm, wm, static_cast<__nv_bfloat16 *>(D->data), (long long)D->rs, g->ep.bias,
+                           (int)(g->ep.bias_dtype == LF_DTYPE_F32), M, K, H, G, splits);
+    if (e == cudaSuccess && gated)
+        last_gated.stream = stream, last_gated.out = D->data;
+    return e;
 }
