@@ -394,7 +394,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         attr[cfg.numAttrs].val.clusterDim.z = 1;
         cfg.numAttrs++;
     }
-    if (!gated) { // its weights asked of L2 while the kernel before it drains (the kernel waits for it)
+    if (!gated) { // placed on the SMs the kernel before it frees as it drains; the kernel waits for it
         attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
         cfg.numAttrs++;
