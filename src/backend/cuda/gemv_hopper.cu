@@ -7,9 +7,9 @@
 // Why beside gemv.cu's mma.sync GEMV: that one holds the bytes it has in flight in registers, and
 // stopped at 88% of the read bandwidth whatever was tried (loads, orders, unrolls, L2 prefetch, a
 // persistent grid; bench/RESULTS.md, session 13), while cuBLASLt's down GEMM after it, fed by
-// TMA, read at 95%. Here the copies land in shared memory: each CTA keeps 64 KiB of weights in
-// flight without spending a register on it, and the copy engine makes the weight reads regular
-// (64 rows x 128 bytes a box).
+// TMA, read at 95%. Here the copies land in shared memory: each CTA keeps 64 KiB of weights or
+// more in flight without spending a register on them, and the copy engine makes the weight reads
+// regular (64 rows x 128 bytes a box).
 //
 // Shape of the kernel:
 //   - a CTA owns 64 outputs (a tile): gated, their 64 gate rows and the 64 up rows G rows on,
@@ -53,13 +53,15 @@ constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS; // the most tokens
 constexpr int THREADS = 160;                    // the consumer warpgroup, the producer warp
 constexpr int MAX_SPLITS = 8;                   // a portable cluster
 
-// The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), a plain one a
-// weight box and x's (10 KiB); each kind keeps 64 KiB of weights in flight a CTA (four stages
-// measured no slower than six, bench/RESULTS.md session 16), 72 or 80 KiB of shared memory, so
-// two or three CTAs share an SM.
+// The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), four of them 64
+// KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md session 16) in 73
+// KiB of shared memory, so two CTAs share an SM; a plain one a weight box and x's (10 KiB), twelve
+// of them 96 KiB in flight in 121 KiB, one CTA an SM (against eight stages, a Llama-3-8B decode
+// MLP as fast at one token and 0.8 us faster at 16 on average over five pairs; 16 and 20 stages
+// no better; bench/RESULTS.md session 17).
 template <bool GATED> struct ring {
     static constexpr int STAGE_BYTES = (GATED ? 2 : 1) * W_BYTES + X_ROWS * 128; // 1024-byte multiples
-    static constexpr int STAGES = GATED ? 4 : 8;
+    static constexpr int STAGES = GATED ? 4 : 12;
     static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align to 1024 B
 };
 
@@ -371,7 +373,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         return cudaErrorInvalidValue;
     // Split K over a cluster only where the tiles alone leave SMs idle, and never below four K
     // steps a CTA. The gated form rounds up (more CTAs than SMs share them); the plain one, its
-    // eight-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection:
+    // twelve-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection:
     // 64 tiles split in two, 128 CTAs on 132 SMs; three ways measured 1 us slower, RESULTS
     // session 16).
     const int tiles = (H + ROWS - 1) / ROWS, kb = (K + BK - 1) / BK, sms = lf::gated::device_sms(dev);
