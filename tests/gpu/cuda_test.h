@@ -9,6 +9,7 @@
 lf_tensor *to_gpu(const lf_tensor *t);
 void test_mlp_variants_gpu(void);
 void test_mlp_decode_gpu(void);
+void test_mlp_decode_race_gpu(void);
 void test_scaled_refusals_gpu(void);
 void test_fp8_mlp_gpu(void);
 void test_fp8_layer_gpu(void);

@@ -370,6 +370,7 @@ int main(void)
     test_profiled_memory();
     test_mlp_variants_gpu();
     test_mlp_decode_gpu();
+    test_mlp_decode_race_gpu();
     test_scaled_refusals_gpu();
     test_fp8_mlp_gpu();
     test_fp8_layer_gpu();

@@ -68,6 +68,33 @@ static lf_status run_gemm(const lf_gemm *g, lf_kernel_info *info)
     return lf_backend_gemm(LF_DEVICE_CUDA, g, info);
 }
 
+/* The worst error of y (M x D, on the GPU) against float64 of h (M x K, on the GPU) . w^T (+ bias,
+ * f32, D), each output relative to the sum of its products' magnitudes; a NaN anywhere is the
+ * worst (it never compares below anything). */
+static double down_err(const lf_tensor *h, const lf_tensor *w, const lf_tensor *bias, const lf_tensor *y, int64_t M,
+                       int64_t D, int64_t K)
+{
+    lf_tensor *hh = NULL, *yh = NULL;
+    if (lf_tensor_to_device(&hh, h, LF_DEVICE_CPU) != LF_OK || lf_tensor_to_device(&yh, y, LF_DEVICE_CPU) != LF_OK) {
+        lf_tensor_free(hh);
+        return INFINITY; /* a failed copy fails the check that reads the error */
+    }
+    double *H64 = to_f64(hh), *Y64 = to_f64(yh), *W64 = to_f64(w), *B64 = bias ? to_f64(bias) : NULL;
+    double *R = mm_nt(H64, W64, M, D, K), worst = 0;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < D; j++) {
+            double mag = B64 ? fabs(B64[j]) : 0;
+            for (int64_t k = 0; k < K; k++)
+                mag += fabs(H64[m * K + k] * W64[j * K + k]);
+            const double e = fabs(Y64[m * D + j] - R[m * D + j] - (B64 ? B64[j] : 0)) / (mag > 1e-30 ? mag : 1e-30);
+            if (!(e <= worst))
+                worst = e;
+        }
+    free(H64), free(Y64), free(W64), free(B64), free(R);
+    lf_tensor_free(hh), lf_tensor_free(yh);
+    return worst;
+}
+
 /* A decode step's MLP (1 to 17 tokens; the gated GEMV, then the down projection that reads its h)
  * against float64, eager and compiled into a CUDA graph, at a dim that ends in a part tile and a
  * hidden size of 19 tiles; then which kernels ran: on Hopper (where the gated GEMM is the
@@ -141,21 +168,78 @@ void test_mlp_decode_gpu(void)
     CHECK(alone.name && (strstr(alone.name, "gemv_tma") != NULL) == (tma && every),
           "the down GEMM after another GEMM: %s", alone.name ? alone.name : "?");
     /* y against the float64 product of the h the GPU wrote */
-    lf_tensor *hh = NULL, *yh = NULL;
-    OK(lf_tensor_to_device(&hh, h, LF_DEVICE_CPU));
-    OK(lf_tensor_to_device(&yh, y, LF_DEVICE_CPU));
-    double *H64 = to_f64(hh), *Y64 = to_f64(yh), *W64 = to_f64(cpu.down.weight);
-    double *R = mm_nt(H64, W64, 1, D, H), worst = 0;
-    for (int64_t j = 0; j < D; j++) {
-        double mag = 0;
-        for (int64_t k = 0; k < H; k++)
-            mag += fabs(H64[k] * W64[j * H + k]);
-        const double e = fabs(Y64[j] - R[j]) / (mag > 1e-30 ? mag : 1e-30);
-        worst = e > worst ? e : worst;
-    }
+    const double worst = down_err(h, cpu.down.weight, NULL, y, 1, D, H);
     CHECK(worst < tol_for(LF_DTYPE_BF16), "the down GEMM's y against float64 of its h: err %.3g", worst);
-    free(H64), free(Y64), free(W64), free(R);
-    lf_tensor_free(hh), lf_tensor_free(yh);
     lf_tensor_free(x), lf_tensor_free(gx), lf_tensor_free(h), lf_tensor_free(y);
     lf_nn_gated_mlp_free(&cpu), lf_nn_gated_mlp_free(&gpu);
+}
+
+/* The race the overlap could open, hunted: h poisoned with NaN before every gated GEMV, so a down
+ * projection that read h before the gated kernel had finished would return NaN. At 3 and 16
+ * tokens, a down GEMM whose ring goes round (K = 1024: 16 K steps, more than the stages), unsplit
+ * (132 tiles, the last one part filled) and with a bias (f32 where the plain form runs); 100 steps each, every y the
+ * same bits as the first, the first against float64. */
+void test_mlp_decode_race_gpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 47);
+    const int64_t D = 8424, H = 1024;
+    int64_t gs[2] = {2 * H, D}, ws[2] = {D, H}, bs[1] = {D};
+    lf_tensor *gu = rand_tensor(&rng, LF_DTYPE_BF16, 2, gs), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws),
+              *b32 = rand_tensor(&rng, LF_DTYPE_F32, 1, bs), *b16 = rand_tensor(&rng, LF_DTYPE_BF16, 1, bs);
+    lf_tensor *ggu = to_gpu(gu), *gw = to_gpu(w), *gb32 = to_gpu(b32), *gb16 = to_gpu(b16);
+    static const int64_t tokens[] = {3, 16};
+    for (size_t ti = 0; ti < sizeof tokens / sizeof tokens[0]; ti++) {
+        const int64_t M = tokens[ti];
+        int64_t xs[2] = {M, D}, hs[2] = {M, H};
+        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *nan = NULL, *gnan = NULL;
+        lf_tensor *h = NULL, *y = NULL;
+        OK(lf_tensor_empty(&nan, LF_DTYPE_BF16, 2, hs, LF_DEVICE_CPU));
+        OK(lf_tensor_fill(nan, NAN));
+        gnan = to_gpu(nan);
+        OK(lf_tensor_empty(&h, LF_DTYPE_BF16, 2, hs, LF_DEVICE_CUDA));
+        OK(lf_tensor_empty(&y, LF_DTYPE_BF16, 2, xs, LF_DEVICE_CUDA));
+        lf_gemm gated = {.a = {lf_tensor_data(gx), LF_DTYPE_BF16, M, D, D, 1},
+                         .b = {lf_tensor_data(ggu), LF_DTYPE_BF16, D, 2 * H, 1, D},
+                         .d = {lf_tensor_data(h), LF_DTYPE_BF16, M, H, H, 1},
+                         .ep = {.alpha = 1.0f, .act = LF_ACT_SILU, .gate = LF_GATE_PAIRED, .gate_group = H}};
+        lf_gated_choice ch;
+        OK(lf_gated_choose(LF_DEVICE_CUDA, &gated, &ch));
+        const int tma = ch.kernel == LF_GATED_KERNEL_GEMV && ch.tile_m > 0;
+        /* An f32 bias where the plain form runs (cuBLASLt refuses one beside a bf16 output) */
+        const lf_tensor *b = tma ? gb32 : gb16, *hb = tma ? b32 : b16;
+        lf_gemm down = {
+            .a = {lf_tensor_data(h), LF_DTYPE_BF16, M, H, H, 1},
+            .b = {lf_tensor_data(gw), LF_DTYPE_BF16, H, D, 1, H},
+            .d = {lf_tensor_data(y), LF_DTYPE_BF16, M, D, D, 1},
+            .ep = {.alpha = 1.0f, .bias = lf_tensor_data(b), .bias_dtype = tma ? LF_DTYPE_F32 : LF_DTYPE_BF16}};
+        const size_t bytes = (size_t)(M * D) * 2;
+        unsigned char *first = malloc(bytes);
+        int same = 1, named = 1;
+        for (int step = 0; step < 100; step++) {
+            lf_kernel_info gi, di;
+            OK(lf_copy_out(h, gnan)); /* on the stream, before the gated GEMV */
+            OK(run_gemm(&gated, &gi));
+            OK(run_gemm(&down, &di));
+            named &= di.name && (strstr(di.name, "gemv_tma") != NULL) == tma;
+            lf_tensor *yh = NULL;
+            OK(lf_tensor_to_device(&yh, y, LF_DEVICE_CPU));
+            if (step == 0) {
+                memcpy(first, lf_tensor_data(yh), bytes);
+                const double e = down_err(h, w, hb, y, M, D, H);
+                CHECK(e < tol_for(LF_DTYPE_BF16), "decode race, %lld tokens: y against float64 of its h: err %.3g",
+                      (long long)M, e);
+            } else
+                same &= !memcmp(first, lf_tensor_data(yh), bytes);
+            lf_tensor_free(yh);
+        }
+        CHECK(same, "decode race, %lld tokens: 100 steps, every y the same bits as the first", (long long)M);
+        CHECK(named, "decode race, %lld tokens: the down GEMM ran the %s", (long long)M,
+              tma ? "TMA GEMV's plain form" : "cuBLASLt plan");
+        free(first);
+        lf_tensor_free(x), lf_tensor_free(gx), lf_tensor_free(nan), lf_tensor_free(gnan);
+        lf_tensor_free(h), lf_tensor_free(y);
+    }
+    lf_tensor_free(gu), lf_tensor_free(w), lf_tensor_free(b32), lf_tensor_free(b16);
+    lf_tensor_free(ggu), lf_tensor_free(gw), lf_tensor_free(gb32), lf_tensor_free(gb16);
 }

@@ -28,10 +28,10 @@
 // one, launched with PDL, is placed on the SMs the gated kernel frees as it drains and waits there
 // (griddepcontrol.wait) for it to finish before it reads anything. Alone, the plain form is no
 // faster than cuBLASLt's split-K GEMM plus its reduce (bench/RESULTS.md, session 16); what it gains
-// is the gap and the ramp between the two kernels (a Llama-3-8B decode MLP 0.9-1.9 us faster
-// eager, 0.3-0.4 us on average under a CUDA graph, where launches already run back to back;
-// session 17), so cuda_gemm.c takes it for the GEMM that reads what the gated GEMV has just
-// written.
+// is the gap and the ramp between the two kernels (a Llama-3-8B decode MLP 0.9-3.0 us faster
+// eager; under a CUDA graph, where launches already run back to back, 0.2 us at one token and 0.6
+// at 16 on average, -0.5 to +1.6 a pair; session 17), so cuda_gemm.c takes it for the GEMM that
+// reads what the gated GEMV has just written.
 // Layer: backend/cuda.
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -133,7 +133,8 @@ template <int ACT> __device__ __forceinline__ float act(float x)
 
 // The products of a tile: GATED, out[m][j] = act(x[m] . w[gr(j)]) * (x[m] . w[gr(j) + G]) with
 // gr(j) = j / G * 2G + j % G, for j < H (a multiple of 64); plain, out[m][j] = x[m] . w[j] (+
-// bias[j], bf16 or f32: bias_f32) for j < H (any; rows of w past H are the copy engine's zeros).
+// bias[j], bf16 or f32: bias_f32) for j < H (64 or more, any multiple; rows of w past H are the copy
+// engine's zeros).
 // x: map over (M, K) in N-row boxes; w: over (2H or H, K) in 64-row boxes; grid: tiles x splits
 // CTAs, a cluster of `splits` on each tile, rank r on K steps [r kb / splits, (r + 1) kb /
 // splits). Long, and read best as one: the producer's branch and the consumers' are two sides of
