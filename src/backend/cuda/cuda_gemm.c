@@ -428,8 +428,21 @@ static lf_status lt_launch(lf_cuda_dev *d, const lf_gemm *g, const lt_call *c, c
                                                 &pl->algo, ws, LF_CUDA_WORKSPACE_BYTES, stream));
 }
 
-/* One of our own GEMM kernels launched on d's stream, timed when info asks; name is the launch
- * function's, for the error message. */
+/* The end of one of our own GEMM kernels' launch on d's stream (tm from lf_cuda_time_begin before
+ * it, e what the launch returned, name the launch function's, for the error message): timed when
+ * info asks, the timing dropped when it failed. */
+static lf_status own_kernel_done(const lf_cuda_dev *d, lf_kernel_info *info, lf_cuda_timing *tm, cudaError_t e,
+                                 const char *name)
+{
+    const lf_status s = lf_cu_status(LF_CU_RUNTIME, (int)e, name);
+    if (s != LF_OK) {
+        lf_cuda_time_cancel(tm);
+        return s;
+    }
+    lf_cuda_time_end(d, info, tm);
+    return LF_OK;
+}
+
 /* The paired-gate epilogue has no cuBLASLt form: our kernels run it, the one lf_gated_choose
  * names. */
 static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
@@ -440,14 +453,14 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", c.why);
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     const int gemv = c.kernel == LF_GATED_KERNEL_GEMV;
-    lf_status s = gemv && c.tile_m ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)))
-                  : gemv           ? LF_CU_CHECK(RUNTIME, lf_cuda_gemv_launch(g, lf_cuda_stream(d)))
-                                   : LF_CU_CHECK(RUNTIME, lf_cuda_gated_launch(g, c.kernel, lf_cuda_stream(d)));
-    if (s != LF_OK) {
-        lf_cuda_time_cancel(tm);
-        return s;
-    }
-    lf_cuda_time_end(d, info, tm);
+    const int tma = gemv && c.tile_m;
+    const cudaError_t e = tma    ? lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d))
+                          : gemv ? lf_cuda_gemv_launch(g, lf_cuda_stream(d))
+                                 : lf_cuda_gated_launch(g, c.kernel, lf_cuda_stream(d));
+    LF_TRY(own_kernel_done(d, info, tm, e,
+                           tma    ? "lf_cuda_gemv_tma_launch"
+                           : gemv ? "lf_cuda_gemv_launch"
+                                  : "lf_cuda_gated_launch"));
     if (info) {
         const lf_cuda_family fam = gemv                                   ? LF_CUDA_KF_GEMV
                                    : c.kernel == LF_GATED_KERNEL_PINGPONG ? LF_CUDA_KF_GATED_PINGPONG
@@ -464,12 +477,7 @@ static lf_status gated_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_in
 static lf_status gemv_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
 {
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    const lf_status s = LF_CU_CHECK(RUNTIME, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)));
-    if (s != LF_OK) {
-        lf_cuda_time_cancel(tm);
-        return s;
-    }
-    lf_cuda_time_end(d, info, tm);
+    LF_TRY(own_kernel_done(d, info, tm, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)), "lf_cuda_gemv_tma_launch"));
     if (info)
         lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_GEMV, g->a.rows <= 8 ? 8 : 16, 64, info);
     return LF_OK;

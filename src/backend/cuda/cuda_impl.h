@@ -147,19 +147,25 @@ cudaError_t lf_cuda_quantize_launch(const lf_quant *q, cudaStream_t stream);
  * it chose. */
 void lf_cuda_gated_choose(const lf_gemm *g, lf_gated_choice *c);
 int lf_cuda_gated_supported(const lf_gemm *g, char *why, size_t cap);
-/* What both few-token GEMVs take: a paired gate in silu, gelu_tanh or gelu_erf over 1 to
- * LF_CUDA_GEMV_MAX_TOKENS bf16 tokens, with no C, bias or alpha; x row-major in 16-byte rows and
- * 16-byte aligned, the (2H, K) weight row-major seen transposed and 16-byte aligned, out
- * row-major. Each kernel's own check adds its limits. */
+/* The operands every few-token GEMV takes: 1 to LF_CUDA_GEMV_MAX_TOKENS bf16 tokens, with no C and
+ * alpha 1; x row-major in 16-byte rows and 16-byte aligned, the weight row-major seen transposed
+ * and 16-byte aligned, out row-major. */
 #define LF_CUDA_GEMV_MAX_TOKENS 16
-static inline int lf_cuda_gemv_shape(const lf_gemm *g)
+static inline int lf_cuda_gemv_operands(const lf_gemm *g)
 {
     const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    return g->ep.gate == LF_GATE_PAIRED && A->rows >= 1 && A->rows <= LF_CUDA_GEMV_MAX_TOKENS &&
+    return A->rows >= 1 && A->rows <= LF_CUDA_GEMV_MAX_TOKENS && A->dtype == LF_DTYPE_BF16 &&
+           B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data && g->ep.alpha == 1.0f && A->cs == 1 &&
+           A->rs % 8 == 0 && A->cols % 8 == 0 && (uintptr_t)A->data % 16 == 0 && B->rs == 1 &&
+           (uintptr_t)B->data % 16 == 0 && D->cs == 1;
+}
+/* What both gated GEMVs take: those operands, a paired gate in silu, gelu_tanh or gelu_erf and no
+ * bias ((2H, K) weight). Each kernel's own check adds its limits. */
+static inline int lf_cuda_gemv_shape(const lf_gemm *g)
+{
+    return g->ep.gate == LF_GATE_PAIRED && !g->ep.bias &&
            (g->ep.act == LF_ACT_SILU || g->ep.act == LF_ACT_GELU_TANH || g->ep.act == LF_ACT_GELU_ERF) &&
-           A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 && !g->c.data &&
-           !g->ep.bias && g->ep.alpha == 1.0f && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 &&
-           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && (uintptr_t)B->data % 16 == 0 && D->cs == 1;
+           lf_cuda_gemv_operands(g);
 }
 int lf_cuda_gemv_supported(const lf_gemm *g);
 cudaError_t lf_cuda_gemv_launch(const lf_gemm *g, cudaStream_t stream);
