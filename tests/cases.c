@@ -200,7 +200,7 @@ static void gemm_cases(case_list *l)
         }
     /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
      * and without a bias, x in padded rows; a K of 14336 (the down projection of Llama-3-8B's
-     * MLP), K = 8 and 132, and an activation, in every dtype. */
+     * MLP), K = 8, 132, 328 and 4104, and an activation, in every dtype. */
     for (int64_t m = 1; m <= 17; m++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, m, 257, 136);
         c.la = m % 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = (m / 2) % 2;
@@ -211,8 +211,12 @@ static void gemm_cases(case_list *l)
                                      {1, 1031, 4096, LF_ACT_NONE},
                                      {5, 40, 8, LF_ACT_NONE},
                                      {3, 64, 132, LF_ACT_NONE},
-                                     {4, 64, 136, LF_ACT_GELU_TANH}};
-    for (int i = 0; i < 5; i++)
+                                     {4, 64, 136, LF_ACT_GELU_TANH},
+                                     /* an odd count of 64-wide K steps, the last one partial (the
+                                      * Hopper GEMV's plain form takes two a stage) */
+                                     {7, 200, 4104, LF_ACT_NONE},
+                                     {13, 72, 328, LF_ACT_NONE}};
+    for (int i = 0; i < (int)(sizeof lin / sizeof lin[0]); i++)
         for (int d = 0; d < 3; d++) {
             case_t c = mk(CASE_GEMM, dtypes[d], lin[i][0], lin[i][1], lin[i][2]);
             c.lb = LAY_COL, c.bias = i % 2, c.act = (lf_act)lin[i][3];

@@ -12,12 +12,14 @@
 // regular (64 rows x 128 bytes a box).
 //
 // Shape of the kernel:
-//   - a CTA owns 64 outputs (a tile): gated, their 64 gate rows and the 64 up rows G rows on,
-//     which is why G must be a multiple of 64; plain, their 64 weight rows. Every K step (64 k,
-//     128 bytes a row) brings those boxes and the tokens' box (8 or 16 rows of x: rows past M
-//     are the copy engine's zeros);
+//   - a gated CTA owns 64 outputs (a tile), their 64 gate rows and the 64 up rows G rows on,
+//     which is why G must be a multiple of 64; each stage brings one K step (64 k, 128 bytes a
+//     row) of those boxes and the tokens' box (8 or 16 rows of x: rows past M are the copy
+//     engine's zeros). A plain CTA owns 32 outputs, and each stage brings two K steps of their
+//     rows, stacked into the wgmma's 64 (the fold, below the ring);
 //   - one producer warp (one thread issues the copies) and one consumer warpgroup that runs
-//     wgmma m64nNk16, four k16 steps a stage, and hands the stage back;
+//     wgmma m64nNk16 (N: 8 or 16 tokens, twice that folded), four k16 steps a stage, and hands
+//     the stage back;
 //   - where there are fewer tiles than SMs the K range is split over a cluster of `splits` CTAs;
 //     ranks 1.. leave their fp32 sums in their own shared memory and rank 0 adds them in rank
 //     order over DSMEM (deterministic: no atomics, no workspace, nothing to reset between calls),
@@ -26,12 +28,11 @@
 // The two kernels of a decode step's MLP overlap by programmatic dependent launch (PDL): the gated
 // kernel lets the next kernel launch once each of its CTAs has issued its last copy, and the plain
 // one, launched with PDL, is placed on the SMs the gated kernel frees as it drains and waits there
-// (griddepcontrol.wait) for it to finish before it reads anything. Alone, the plain form is no
-// faster than cuBLASLt's split-K GEMM plus its reduce (bench/RESULTS.md, session 16); what it gains
-// is the gap and the ramp between the two kernels (a Llama-3-8B decode MLP 0.9-3.0 us faster
-// eager; under a CUDA graph, where launches already run back to back, 0.2 us at one token and 0.6
-// at 16 on average, -0.5 to +1.6 a pair; session 17), so cuda_gemm.c takes it for the GEMM that
-// reads what the gated GEMV has just written.
+// (griddepcontrol.wait) for it to finish before it reads anything. Alone, the plain form is about
+// as fast as cuBLASLt's split-K GEMM plus its reduce (31.0-31.4 us against 29.3 + 1.6 at
+// Llama-3-8B's down projection, bench/RESULTS.md session 18); with the gap and the ramp between
+// the two kernels gone, the MLP is 1.0-1.5 us faster eager and under a CUDA graph (sessions 17,
+// 18), so cuda_gemm.c takes it for the GEMM that reads what the gated GEMV has just written.
 // Layer: backend/cuda.
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -52,15 +53,16 @@ constexpr int W_BYTES = ROWS * 128;             // a box of weight rows: 8 KiB
 constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS; // the most tokens
 constexpr int THREADS = 160;                    // the consumer warpgroup, the producer warp
 constexpr int MAX_SPLITS = 8;                   // a portable cluster
+constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS / FOLD outputs a tile
 
 // The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), four of them 64
 // KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md session 16) in 73
-// KiB of shared memory, so two CTAs share an SM; a plain one a weight box and x's (10 KiB), twelve
-// of them 96 KiB in flight in 121 KiB, one CTA an SM (against eight stages, a Llama-3-8B decode
-// MLP as fast at one token and 0.8 us faster at 16 on average over five pairs; 16 and 20 stages
-// no better; bench/RESULTS.md session 17).
+// KiB of shared memory, so two CTAs share an SM; a plain one two K steps of 32 weight rows and
+// x's two boxes (12 KiB), twelve of them 96 KiB of weights in flight in 145 KiB, one CTA an SM
+// (against eight stages, a Llama-3-8B decode MLP as fast at one token and 0.8 us faster at 16 on
+// average over five pairs; 16 and 20 stages no better; bench/RESULTS.md session 17).
 template <bool GATED> struct ring {
-    static constexpr int STAGE_BYTES = (GATED ? 2 : 1) * W_BYTES + X_ROWS * 128; // 1024-byte multiples
+    static constexpr int STAGE_BYTES = GATED ? 2 * W_BYTES + X_ROWS * 128 : W_BYTES + FOLD * X_ROWS * 128; // KiBs
     static constexpr int STAGES = GATED ? 4 : 12;
     static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align to 1024 B
 };
@@ -96,12 +98,20 @@ template <int N> __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint
                      "}\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "l"(da), "l"(db), "r"(scale_d));
-    else
+    else if constexpr (N == 16)
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, "
                      "%9, p, 1, 1, 0, 0;\n}\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
                        "+f"(d[7])
+                     : "l"(da), "l"(db), "r"(scale_d));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
+                     "%10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                       "+f"(d[15])
                      : "l"(da), "l"(db), "r"(scale_d));
 }
 
@@ -133,12 +143,21 @@ template <int ACT> __device__ __forceinline__ float act(float x)
 
 // The products of a tile: GATED, out[m][j] = act(x[m] . w[gr(j)]) * (x[m] . w[gr(j) + G]) with
 // gr(j) = j / G * 2G + j % G, for j < H (a multiple of 64); plain, out[m][j] = x[m] . w[j] (+
-// bias[j], bf16 or f32: bias_f32) for j < H (64 or more, any multiple; rows of w past H are the copy
-// engine's zeros).
-// x: map over (M, K) in N-row boxes; w: over (2H or H, K) in 64-row boxes; grid: tiles x splits
-// CTAs, a cluster of `splits` on each tile, rank r on K steps [r kb / splits, (r + 1) kb /
-// splits). Long, and read best as one: the producer's branch and the consumers' are two sides of
-// one ring, and the reduction after them needs every thread of the cluster.
+// bias[j], bf16 or f32: bias_f32) for j < H (64 or more; rows of w past H are the copy engine's
+// zeros).
+// A plain tile is R = ROWS / FOLD outputs, and each stage brings FOLD K steps of them: the boxes
+// of the FOLD steps, stacked, are the wgmma's 64 rows, and x's boxes of the same steps, stacked,
+// its FOLD N columns, so block f of the product (rows f R.., columns f N..) is step f's share of
+// the tile and the blocks off the diagonal are discarded (the MMA has time to spare: the kernel
+// waits on memory). With the K range split inside the MMA, Llama-3-8B's down projection (64 tiles
+// of 64 rows) runs as 128 tiles of 32 on their own, where two CTAs a tile added their sums across
+// a cluster: the kernel 0.4-1.4 us faster, the MLP 1.0-1.5 us (bench/RESULTS.md, session 18;
+// without the cluster and with the sums added through L2 behind a counter, 1.4 us slower).
+// x: map over (M, K) in N-row boxes; w: over (2H or H, K) in 64-row boxes (ROWS / FOLD, plain);
+// grid: tiles x splits CTAs, a cluster of `splits` on each tile, rank r on stages [r ks / splits,
+// (r + 1) ks / splits) of ks (K steps a stage: 1, or FOLD). Long, and read best as one: the
+// producer's branch and the consumers' are two sides of one ring, and the reduction after them
+// needs every thread of the cluster.
 template <int ACT, int N, bool GATED>
 __global__ void __launch_bounds__(THREADS, 1)
     gemv_bf16_tma(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
@@ -146,22 +165,23 @@ __global__ void __launch_bounds__(THREADS, 1)
                   int H, int G, int splits)
 {
     constexpr int STAGES = ring<GATED>::STAGES, STAGE_BYTES = ring<GATED>::STAGE_BYTES;
-    constexpr int X_AT = (GATED ? 2 : 1) * W_BYTES; // x's box in a stage
-    constexpr int NA = GATED ? 2 : 1;               // accumulators: g and u, or one
+    constexpr int X_AT = (GATED ? 2 : 1) * W_BYTES;               // x's boxes in a stage
+    constexpr int NA = GATED ? 2 : 1;                             // accumulators: g and u, or one
+    constexpr int F = GATED ? 1 : FOLD, R = ROWS / F, NB = F * N; // K steps a stage, outputs, MMA's N
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
     unsigned char *ring = gated::ring_start<STAGES>(smem_raw, full, empty, 1, [] {});
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tile = blockIdx.x / splits, rank = blockIdx.x % splits; // clusters run along x
-    const int kb = (K + BK - 1) / BK, k0 = (int)((long long)rank * kb / splits),
-              k1 = (int)((long long)(rank + 1) * kb / splits);
-    const int j0 = tile * ROWS, row0 = GATED ? j0 / G * 2 * G + j0 % G : j0;
-    float acc[NA][N / 2];
+    const int ks = ((K + BK - 1) / BK + F - 1) / F, k0 = (int)((long long)rank * ks / splits),
+              k1 = (int)((long long)(rank + 1) * ks / splits);
+    const int j0 = tile * R, row0 = GATED ? j0 / G * 2 * G + j0 % G : j0;
+    float acc[NA][NB / 2];
 #pragma unroll
     for (int a = 0; a < NA; a++)
 #pragma unroll
-        for (int i = 0; i < N / 2; i++)
+        for (int i = 0; i < NB / 2; i++)
             acc[a][i] = 0.f;
     if (!GATED)
         // Launched with PDL after the kernel that writes x: nothing is read before that kernel
@@ -175,11 +195,14 @@ __global__ void __launch_bounds__(THREADS, 1)
             for (int k = k0; k < k1; k++) {
                 mbar_wait(&empty[stage], phase ^ 1);
                 unsigned char *s = ring + stage * STAGE_BYTES;
-                mbar_expect_tx(&full[stage], X_AT + N * 128);
-                tma_load(s, &w, &full[stage], k * BK, row0);
+                mbar_expect_tx(&full[stage], X_AT + F * N * 128); // a step past K: the engine's zeros
+#pragma unroll
+                for (int f = 0; f < F; f++) {
+                    tma_load(s + f * R * 128, &w, &full[stage], (k * F + f) * BK, row0);
+                    tma_load(s + X_AT + f * N * 128, &x, &full[stage], (k * F + f) * BK, 0);
+                }
                 if (GATED)
                     tma_load(s + W_BYTES, &w, &full[stage], k * BK, row0 + G);
-                tma_load(s + X_AT, &x, &full[stage], k * BK, 0);
                 if (++stage == STAGES)
                     stage = 0, phase ^= 1;
             }
@@ -200,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             for (int kk = 0; kk < BK / 16; kk++) // 32 bytes a k16 step: 2 descriptor units
 #pragma unroll
                 for (int a = 0; a < NA; a++)
-                    wgmma_n<N>(acc[a], smem_desc(s + a * W_BYTES) + 2 * kk, dx + 2 * kk, 1);
+                    wgmma_n<NB>(acc[a], smem_desc(s + a * W_BYTES) + 2 * kk, dx + 2 * kk, 1);
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
             if (prev >= 0 && threadIdx.x == 0)
@@ -224,25 +247,45 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int a = 0; a < NA; a++)
 #pragma unroll
-                for (int i = 0; i < N / 2; i++)
-                    part[(a * N / 2 + i) * 128 + threadIdx.x] = acc[a][i];
+                for (int i = 0; i < NB / 2; i++)
+                    part[(a * NB / 2 + i) * 128 + threadIdx.x] = acc[a][i];
         cluster_sync();
         if (rank == 0 && warp < 4)
             for (int r = 1; r < splits; r++)
 #pragma unroll
                 for (int a = 0; a < NA; a++)
 #pragma unroll
-                    for (int i = 0; i < N / 2; i++)
-                        acc[a][i] += ld_peer(part + (a * N / 2 + i) * 128 + threadIdx.x, (unsigned)r);
+                    for (int i = 0; i < NB / 2; i++)
+                        acc[a][i] += ld_peer(part + (a * NB / 2 + i) * 128 + threadIdx.x, (unsigned)r);
         cluster_sync();
     }
     if (rank != 0 || warp == 4)
         return;
+    // A folded tile: warp w of row block f > 0 holds, in the registers of column block f, the sums
+    // of the rows warp w - f R / 16 holds in column block 0 (same lane, same register): handed
+    // over in the ring (all its copies landed and read), added in block order.
+    if constexpr (F > 1) {
+        float *hand = reinterpret_cast<float *>(ring);
+        const int fb = 16 * warp / R, w0 = warp % (R / 16); // this warp's row block, its block-0 warp
+#pragma unroll
+        for (int f = 1; f < F; f++) // registers named at compile time: no local memory
+            if (fb == f)
+#pragma unroll
+                for (int q = 0; q < N / 2; q++)
+                    hand[(((f - 1) * (R / 16) + w0) * (N / 2) + q) * 32 + lane] = acc[0][f * N / 2 + q];
+        asm volatile("bar.sync 1, 128;" ::: "memory"); // the consumer warpgroup alone
+        if (fb > 0)
+            return;
+        for (int f = 1; f < F; f++)
+#pragma unroll
+            for (int q = 0; q < N / 2; q++)
+                acc[0][q] += hand[(((f - 1) * (R / 16) + w0) * (N / 2) + q) * 32 + lane];
+    }
     // wgmma's D fragment: register 4i + 2h + e holds row 16 warp + lane / 4 + 8h (an output),
     // column 8i + 2 (lane % 4) + e (a token). In fp32 to the one rounding.
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int j = j0 + 16 * warp + lane / 4 + 8 * h;
+        const int j = j0 + 16 * warp + lane / 4 + 8 * h; // warp < R / 16
         if (j >= H)
             continue;
         float b = 0.f;
@@ -365,19 +408,20 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     // One token: its row stride is never used (a broadcast x may give 0); TMA is given one that
     // holds the row.
     const long long ldx = M == 1 ? A->cols : A->rs;
+    const int rows = gated ? ROWS : ROWS / FOLD; // outputs a tile, weight rows a box
     if (!lf::gated::make_map(&xm, A->data, A->rows, A->cols, ldx, n, false) ||
-        !lf::gated::make_map(&wm, B->data, B->cols, B->rows, B->cs, ROWS, false))
+        !lf::gated::make_map(&wm, B->data, B->cols, B->rows, B->cs, rows, false))
         return cudaErrorInvalidValue;
-    // Split K over a cluster only where the tiles alone leave SMs idle, and never below four K
-    // steps a CTA. The gated form rounds up (more CTAs than SMs share them); the plain one, its
-    // twelve-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection:
-    // 64 tiles split in two, 128 CTAs on 132 SMs; three ways measured 1 us slower, RESULTS
-    // session 16).
-    const int tiles = (H + ROWS - 1) / ROWS, kb = (K + BK - 1) / BK, sms = lf::gated::device_sms(dev);
+    // Split K over a cluster only where the tiles alone leave SMs idle, and never below four
+    // stages a CTA. The gated form rounds up (more CTAs than SMs share them); the plain one, its
+    // twelve-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection,
+    // 128 folded tiles on 132 SMs, is not split).
+    const int tiles = (H + rows - 1) / rows, sms = lf::gated::device_sms(dev);
+    const int ks = ((K + BK - 1) / BK + (gated ? 0 : FOLD - 1)) / (gated ? 1 : FOLD); // stages
     int splits = tiles >= sms ? 1 : gated ? (sms + tiles - 1) / tiles : sms / tiles;
     if (splits > MAX_SPLITS)
         splits = MAX_SPLITS;
-    while (splits > 1 && kb / splits < 4)
+    while (splits > 1 && ks / splits < 4)
         splits--;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
