@@ -67,7 +67,7 @@ void case_name(const case_t *c, char *buf, size_t cap)
     else
         MORE(" %s/%s", case_layout_name(c->la), case_layout_name(c->lb));
     if (c->bias)
-        MORE(" %s", c->op == CASE_ADDMM ? bias_names[c->bias] : "bias");
+        MORE(" %s", c->op == CASE_ADDMM ? bias_names[c->bias] : c->bias_f32 ? "bias=f32" : "bias");
     if (c->c_input)
         MORE(" c");
     if (c->alpha != 1.0f)
@@ -222,6 +222,16 @@ static void gemm_cases(case_list *l)
             c.lb = LAY_COL, c.bias = i % 2, c.act = (lf_act)lin[i][3];
             add(l, c);
         }
+    /* An f32 bias on 16-bit operands (lf_epilogue's default bias dtype; cuBLASLt's epilogue takes
+     * only d's), with and without an activation, one token and nine. */
+    for (int d = 1; d < 3; d++)
+        for (int act = 0; act < 3; act++)
+            for (int m = 1; m <= 9; m += 8) {
+                case_t c = mk(CASE_GEMM, dtypes[d], m, 136, 300);
+                c.lb = LAY_COL, c.bias = 1, c.bias_f32 = 1;
+                c.act = act == 0 ? LF_ACT_NONE : act == 1 ? LF_ACT_GELU_TANH : LF_ACT_SILU;
+                add(l, c);
+            }
     /* FP8 through the backend (test_cuda_fp8's): cuBLASLt's scaled GEMM, row-wise and in blocks, and
      * the gated kernel's e4m3 form in every schedule, into poisoned outputs; then h written in
      * e4m3 with its 1 x 128 scales. */

@@ -37,7 +37,7 @@ static lf_gemm describe(const gemm_ctx *x, int host)
     g.ep.alpha = c->alpha, g.ep.act = c->act;
     if (c->bias) {
         g.ep.bias = lf_tensor_data(host ? x->bias.hview : x->bias.dview);
-        g.ep.bias_dtype = c->dt;
+        g.ep.bias_dtype = c->bias_f32 ? LF_DTYPE_F32 : c->dt;
     }
     if (c->c_input) {
         g.c = mat(host ? x->cin.hview : x->cin.dview);
@@ -68,7 +68,7 @@ static void expect_report(case_run *r, const gemm_ctx *x, const lf_gemm *g, cons
     if (c->c_input)
         bytes += M * N * (double)lf_dtype_size(c->dt);
     if (c->bias)
-        bytes += N * (double)lf_dtype_size(c->dt);
+        bytes += N * (double)lf_dtype_size(c->bias_f32 ? LF_DTYPE_F32 : c->dt);
     if (x->hsa)
         bytes += 4.0 * (double)(lf_scale_count(g->ep.blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, x->M, x->K) +
                                 lf_scale_count(g->ep.blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, x->N, x->K));
@@ -225,7 +225,7 @@ void run_gemm_case(case_run *proto, lf_rng *rng)
         operand_rand(&x.b, rng, c->dt, 2, (int64_t[]){x.K, x.N}, c->lb);
     }
     if (c->bias)
-        operand_rand(&x.bias, rng, c->dt, 1, &x.N, LAY_ROW);
+        operand_rand(&x.bias, rng, c->bias_f32 ? LF_DTYPE_F32 : c->dt, 1, &x.N, LAY_ROW);
     /* d aligned to 16 bytes where a TMA kernel writes it (the gated kernels, FP8), else an odd pitch */
     const lf_dtype out = c->out_fp8 ? LF_DTYPE_F8E4M3 : fp8 ? LF_DTYPE_BF16 : c->dt;
     operand_poisoned(&x.d, out, x.M, x.No, c->group || fp8 ? POISON_ALIGNED : POISON_ODD);

@@ -535,19 +535,35 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     char why[256];
     if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
+    /* cuBLASLt's bias epilogue on a 16-bit d takes a bias of d's dtype and refuses an f32 one (no
+     * algorithm, seen on the H200; an lf_epilogue's default bias dtype is f32): the GEMM runs
+     * without it and a kernel adds it after, then the activation. Each rounds to d's dtype, as
+     * cuBLASLt rounds A.B to it before its epilogue. */
+    const int late_bias = g->ep.bias && g->ep.bias_dtype == LF_DTYPE_F32 && g->d.dtype != LF_DTYPE_F32;
+    lf_gemm bare = *g;
+    if (late_bias)
+        bare.ep.bias = NULL, bare.ep.act = LF_ACT_NONE;
     lt_call c;
-    LF_TRY(describe(g, &c));
+    LF_TRY(describe(&bare, &c));
     lf_cuda_timing *tm = NULL;
     pthread_once(&caches_once, caches_init);
     plan_cache *pc = &caches[d->ordinal];
     pthread_mutex_lock(&pc->lock);
-    lf_status s = lt_launch(d, g, &c, info, &tm);
+    lf_status s = lt_launch(d, &bare, &c, info, &tm);
     pthread_mutex_unlock(&pc->lock);
-    if (s == LF_OK && (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU)) {
-        /* no cuBLASLt epilogue for it: an in-place kernel, timed with the GEMM */
-        lf_pointwise p = {.op = LF_PW_ACT, .act = g->ep.act, .ndim = 2, .shape = {g->d.rows, g->d.cols}};
-        p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
-        p.in[0] = p.out;
+    /* what the epilogue did not do: in-place kernels, timed with the GEMM */
+    lf_pointwise p = {.ndim = 2, .shape = {g->d.rows, g->d.cols}};
+    p.out = (lf_strided){g->d.data, g->d.dtype, {g->d.rs, g->d.cs}};
+    p.in[0] = p.out;
+    if (s == LF_OK && late_bias) {
+        p.op = LF_PW_ADD;
+        p.in[1] = (lf_strided){(void *)g->ep.bias, LF_DTYPE_F32, {0, 1}}; /* read only */
+        s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda_stream(d)));
+    }
+    /* silu and gelu_erf have no cuBLASLt epilogue; a late bias comes before any activation */
+    if (s == LF_OK &&
+        (g->ep.act == LF_ACT_GELU_ERF || g->ep.act == LF_ACT_SILU || (late_bias && g->ep.act != LF_ACT_NONE))) {
+        p.op = LF_PW_ACT, p.act = g->ep.act;
         s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda_stream(d)));
     }
     if (s != LF_OK) {
