@@ -58,12 +58,13 @@ constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS 
 // The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), four of them 64
 // KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md session 16) in 73
 // KiB of shared memory, so two CTAs share an SM; a plain one two K steps of 32 weight rows and
-// x's two boxes (12 KiB), twelve of them 96 KiB of weights in flight in 145 KiB, one CTA an SM
-// (against eight stages, a Llama-3-8B decode MLP as fast at one token and 0.8 us faster at 16 on
-// average over five pairs; 16 and 20 stages no better; bench/RESULTS.md session 17).
+// x's two boxes (12 KiB), sixteen of them 128 KiB of weights in flight in 193 KiB, one CTA an SM
+// (a Llama-3-8B decode MLP 0.4-0.9 us faster than with twelve in 15 of 16 pairs, 0.04 in the
+// last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split over clusters,
+// sixteen were no better than twelve and twelve 0.8 us faster than eight at 16 tokens, session 17).
 template <bool GATED> struct ring {
     static constexpr int STAGE_BYTES = GATED ? 2 * W_BYTES + X_ROWS * 128 : W_BYTES + FOLD * X_ROWS * 128; // KiBs
-    static constexpr int STAGES = GATED ? 4 : 12;
+    static constexpr int STAGES = GATED ? 4 : 16;
     static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024; // + room to align to 1024 B
 };
 
@@ -414,7 +415,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         return cudaErrorInvalidValue;
     // Split K over a cluster only where the tiles alone leave SMs idle, and never below four
     // stages a CTA. The gated form rounds up (more CTAs than SMs share them); the plain one, its
-    // twelve-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection,
+    // sixteen-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection,
     // 128 folded tiles on 132 SMs, is not split).
     const int tiles = (H + rows - 1) / rows, sms = lf::gated::device_sms(dev);
     const int ks = ((K + BK - 1) / BK + (gated ? 0 : FOLD - 1)) / (gated ? 1 : FOLD); // stages
