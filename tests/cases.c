@@ -200,7 +200,7 @@ static void gemm_cases(case_list *l)
         }
     /* A Linear at every token count from 1 to 17 (a decode step's, where cuBLASLt splits k), with
      * and without a bias, x in padded rows; a K of 14336 (the down projection of Llama-3-8B's
-     * MLP), K = 8, 132, 328 and 4104, and an activation, in every dtype. */
+     * MLP), K = 8 and 132, and an activation, in every dtype. */
     for (int64_t m = 1; m <= 17; m++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, m, 257, 136);
         c.la = m % 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = (m / 2) % 2;
@@ -211,27 +211,13 @@ static void gemm_cases(case_list *l)
                                      {1, 1031, 4096, LF_ACT_NONE},
                                      {5, 40, 8, LF_ACT_NONE},
                                      {3, 64, 132, LF_ACT_NONE},
-                                     {4, 64, 136, LF_ACT_GELU_TANH},
-                                     /* an odd count of 64-wide K steps, the last one partial (the
-                                      * Hopper GEMV's plain form takes two a stage) */
-                                     {7, 200, 4104, LF_ACT_NONE},
-                                     {13, 72, 328, LF_ACT_NONE}};
+                                     {4, 64, 136, LF_ACT_GELU_TANH}};
     for (int i = 0; i < (int)(sizeof lin / sizeof lin[0]); i++)
         for (int d = 0; d < 3; d++) {
             case_t c = mk(CASE_GEMM, dtypes[d], lin[i][0], lin[i][1], lin[i][2]);
             c.lb = LAY_COL, c.bias = i % 2, c.act = (lf_act)lin[i][3];
             add(l, c);
         }
-    /* An f32 bias on 16-bit operands (lf_epilogue's default bias dtype; cuBLASLt's epilogue takes
-     * only d's), with and without an activation, one token and nine. */
-    for (int d = 1; d < 3; d++)
-        for (int act = 0; act < 3; act++)
-            for (int m = 1; m <= 9; m += 8) {
-                case_t c = mk(CASE_GEMM, dtypes[d], m, 136, 300);
-                c.lb = LAY_COL, c.bias = 1, c.bias_f32 = 1;
-                c.act = act == 0 ? LF_ACT_NONE : act == 1 ? LF_ACT_GELU_TANH : LF_ACT_SILU;
-                add(l, c);
-            }
     /* FP8 through the backend (test_cuda_fp8's): cuBLASLt's scaled GEMM, row-wise and in blocks, and
      * the gated kernel's e4m3 form in every schedule, into poisoned outputs; then h written in
      * e4m3 with its 1 x 128 scales. */
@@ -471,6 +457,31 @@ static void later_gemm_cases(case_list *l)
         c.la = i == 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = i % 2, c.big = i == 3;
         add(l, c);
     }
+    /* An odd count of 64-wide K steps, the last one partial (the Hopper GEMV's plain form takes
+     * two a stage, the second past K), with and without a bias, in every dtype. */
+    static const int64_t oddk[][3] = {/* M, N, K */ {7, 200, 4104}, {13, 72, 264}};
+    for (int i = 0; i < 2; i++)
+        for (int d = 0; d < 3; d++) {
+            case_t c = mk(CASE_GEMM, dtypes[d], oddk[i][0], oddk[i][1], oddk[i][2]);
+            c.lb = LAY_COL, c.bias = i % 2;
+            add(l, c);
+        }
+    /* An f32 bias on 16-bit operands (lf_epilogue's default bias dtype; cuBLASLt's epilogue takes
+     * only d's, so CUDA adds it after), with no activation, relu and gelu_tanh (cuBLASLt's own
+     * epilogues, which the bias then may not ride), one token and nine; then with a C input, beta
+     * and alpha. */
+    for (int d = 1; d < 3; d++)
+        for (int act = 0; act < 3; act++)
+            for (int m = 1; m <= 9; m += 8) {
+                case_t c = mk(CASE_GEMM, dtypes[d], m, 136, 300);
+                c.lb = LAY_COL, c.bias = 1, c.bias_f32 = 1;
+                c.act = act == 0 ? LF_ACT_NONE : act == 1 ? LF_ACT_RELU : LF_ACT_GELU_TANH;
+                add(l, c);
+            }
+    case_t cb = mk(CASE_GEMM, LF_DTYPE_BF16, 37, 136, 300);
+    cb.lb = LAY_COL, cb.bias = 1, cb.bias_f32 = 1, cb.c_input = 1, cb.beta = 0.5f, cb.alpha = 0.75f;
+    cb.act = LF_ACT_GELU_TANH;
+    add(l, cb);
 }
 
 /* Work a case does, in multiply-adds or elements. */

@@ -155,7 +155,7 @@ void test_mlp_decode_gpu(void)
     OK(run_gemm(&down, &alone));
     printf("decode step on the GPU: %s, then %s; the same down GEMM alone: %s\n", gi.name ? gi.name : "?",
            after.name ? after.name : "?", alone.name ? alone.name : "?");
-    CHECK(after.name && !strcmp(after.name, tma ? "lf::gemv_tma::gemv_bf16_8x64" : alone.name),
+    CHECK(after.name && !strcmp(after.name, tma ? "lf::gemv_tma::gemv_bf16_8x32" : alone.name),
           "the down GEMM after the gated GEMV: %s", after.name ? after.name : "?");
     CHECK(alone.name && (strstr(alone.name, "gemv_tma") != NULL) == (tma && every),
           "the down GEMM after another GEMM: %s", alone.name ? alone.name : "?");

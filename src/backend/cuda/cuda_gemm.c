@@ -479,7 +479,7 @@ static lf_status gemv_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_inf
     lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
     LF_TRY(own_kernel_done(d, info, tm, lf_cuda_gemv_tma_launch(g, lf_cuda_stream(d)), "lf_cuda_gemv_tma_launch"));
     if (info)
-        lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_GEMV, g->a.rows <= 8 ? 8 : 16, 64, info);
+        lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_GEMV, g->a.rows <= 8 ? 8 : 16, 32, info); /* 32 outputs */
     return LF_OK;
 }
 
@@ -535,11 +535,13 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     char why[256];
     if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);
-    /* cuBLASLt's bias epilogue on a 16-bit d takes a bias of d's dtype and refuses an f32 one (no
-     * algorithm, seen on the H200; an lf_epilogue's default bias dtype is f32): the GEMM runs
-     * without it and a kernel adds it after, then the activation. Each rounds to d's dtype, as
-     * cuBLASLt rounds A.B to it before its epilogue. */
-    const int late_bias = g->ep.bias && g->ep.bias_dtype == LF_DTYPE_F32 && g->d.dtype != LF_DTYPE_F32;
+    /* cuBLASLt's bias epilogue takes a bias of d's dtype and refuses, with no algorithm, an f32
+     * one on a bf16 d (seen on the H200; an lf_epilogue's default bias dtype is f32): a bias of
+     * another dtype than d's is added by a kernel after the bare GEMM, then the activation by
+     * another. Each rounds to d's dtype: one rounding more than cuBLASLt's epilogue, which
+     * rounds A.B to d's dtype before it, and two extra passes over d (a path for a mismatched
+     * bias, not for speed). */
+    const int late_bias = g->ep.bias && g->ep.bias_dtype != g->d.dtype;
     lf_gemm bare = *g;
     if (late_bias)
         bare.ep.bias = NULL, bare.ep.act = LF_ACT_NONE;
@@ -557,7 +559,7 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
     p.in[0] = p.out;
     if (s == LF_OK && late_bias) {
         p.op = LF_PW_ADD;
-        p.in[1] = (lf_strided){(void *)g->ep.bias, LF_DTYPE_F32, {0, 1}}; /* read only */
+        p.in[1] = (lf_strided){(void *)g->ep.bias, g->ep.bias_dtype, {0, 1}}; /* read only */
         s = LF_CU_CHECK(RUNTIME, lf_cuda_pointwise_launch(&p, lf_cuda_stream(d)));
     }
     /* silu and gelu_erf have no cuBLASLt epilogue; a late bias comes before any activation */

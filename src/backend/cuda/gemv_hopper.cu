@@ -106,7 +106,8 @@ template <int N> __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
                        "+f"(d[7])
                      : "l"(da), "l"(db), "r"(scale_d));
-    else
+    else {
+        static_assert(N == 32, "wgmma_n: N is 8, 16 or 32");
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, "
                      "%10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
@@ -114,6 +115,7 @@ template <int N> __device__ __forceinline__ void wgmma_n(float (&d)[N / 2], uint
                        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
                        "+f"(d[15])
                      : "l"(da), "l"(db), "r"(scale_d));
+    }
 }
 
 // Every thread of every CTA of the cluster meets here; shared-memory writes before it are seen
@@ -237,6 +239,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int a = 0; a < NA; a++)
             fence_acc(acc[a]);
+        // Every consumer warp past its last wgmma before any of them writes into the ring (the
+        // sums below, the fold's hand-off): one warp's wait does not say another's reads are done.
+        asm volatile("bar.sync 1, 128;" ::: "memory");
     }
 
     // Rank r > 0 of a split tile leaves its sums in its own ring (every copy into it has landed
