@@ -50,11 +50,12 @@ typedef struct lf_epilogue {
      * f8e4m3. */
     float *d_scale;
     float alpha;
-    float beta;          /* scales C; ignored when there is no C */
-    const void *bias;    /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */
-    lf_dtype bias_dtype; /* f32 by default; on CUDA an f32 bias on a bf16 or f16 d is added by a
-                          * kernel after cuBLASLt's GEMM, whose epilogue takes only d's dtype */
-    lf_act act;          /* applied to every column, or to the gates in paired mode */
+    float beta;       /* scales C; ignored when there is no C */
+    const void *bias; /* (N) one per column of A.B (pre-gate), added unscaled; NULL = none */
+    /* f32 by default; on CUDA a bias of another dtype than d's is added by a kernel after
+     * cuBLASLt's GEMM, whose bias epilogue takes only d's */
+    lf_dtype bias_dtype;
+    lf_act act; /* applied to every column, or to the gates in paired mode */
     lf_gate gate;
     int64_t gate_group; /* paired mode: width of each gate/up half of a block; >= 1 */
 } lf_epilogue;
@@ -68,8 +69,8 @@ typedef struct lf_epilogue {
  *                     scale[(r / 128) * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / 128].
  * Padding entries are 1. */
 typedef enum lf_scale_mode { LF_SCALE_ROWS, LF_SCALE_1X128, LF_SCALE_128X128 } lf_scale_mode;
-#define LF_SCALE_BLOCK     128
-#define LF_SCALE_LD(n)     (((n) + 3) / 4 * 4)
+#define LF_SCALE_BLOCK 128
+#define LF_SCALE_LD(n) (((n) + 3) / 4 * 4)
 #define LF_SCALE_BLOCKS(k) (((k) + LF_SCALE_BLOCK - 1) / LF_SCALE_BLOCK)
 
 /* The scales over a (rows, cols) matrix in mode m: their 2-D shape, their count, and the index of
@@ -90,12 +91,9 @@ static inline int64_t lf_scale_count(lf_scale_mode m, int64_t rows, int64_t cols
 static inline int64_t lf_scale_index(lf_scale_mode m, int64_t rows, int64_t cols, int64_t r, int64_t c)
 {
     switch (m) {
-    case LF_SCALE_1X128:
-        return r + c / LF_SCALE_BLOCK * LF_SCALE_LD(rows);
-    case LF_SCALE_128X128:
-        return r / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / LF_SCALE_BLOCK;
-    default:
-        return r;
+    case LF_SCALE_1X128: return r + c / LF_SCALE_BLOCK * LF_SCALE_LD(rows);
+    case LF_SCALE_128X128: return r / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / LF_SCALE_BLOCK;
+    default: return r;
     }
 }
 

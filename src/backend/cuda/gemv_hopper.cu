@@ -60,8 +60,9 @@ constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS 
 // KiB of shared memory, so two CTAs share an SM; a plain one two K steps of 32 weight rows and
 // x's two boxes (12 KiB), sixteen of them 128 KiB of weights in flight in 193 KiB, one CTA an SM
 // (a Llama-3-8B decode MLP 0.4-0.9 us faster than with twelve in 15 of 16 pairs, 0.04 in the
-// last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split over clusters,
-// sixteen were no better than twelve and twelve 0.8 us faster than eight at 16 tokens, session 17).
+// last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split
+// over clusters, sixteen were no better than twelve, and twelve 0.8 us faster than eight at 16
+// tokens, session 17).
 template <bool GATED> struct ring {
     static constexpr int STAGE_BYTES = GATED ? 2 * W_BYTES + X_ROWS * 128 : W_BYTES + FOLD * X_ROWS * 128; // KiBs
     static constexpr int STAGES = GATED ? 4 : 16;
@@ -414,7 +415,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     // One token: its row stride is never used (a broadcast x may give 0); TMA is given one that
     // holds the row.
     const long long ldx = M == 1 ? A->cols : A->rs;
-    const int rows = gated ? ROWS : ROWS / FOLD; // outputs a tile, weight rows a box
+    const int fold = gated ? 1 : FOLD, rows = ROWS / fold; // K steps a stage; outputs a tile, rows a box
     if (!lf::gated::make_map(&xm, A->data, A->rows, A->cols, ldx, n, false) ||
         !lf::gated::make_map(&wm, B->data, B->cols, B->rows, B->cs, rows, false))
         return cudaErrorInvalidValue;
@@ -423,7 +424,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     // sixteen-stage ring keeping one CTA an SM busy, rounds down (Llama-3-8B's down projection,
     // 128 folded tiles on 132 SMs, is not split).
     const int tiles = (H + rows - 1) / rows, sms = lf::gated::device_sms(dev);
-    const int ks = ((K + BK - 1) / BK + (gated ? 0 : FOLD - 1)) / (gated ? 1 : FOLD); // stages
+    const int ks = ((K + BK - 1) / BK + fold - 1) / fold; // stages, as the kernel counts them
     int splits = tiles >= sms ? 1 : gated ? (sms + tiles - 1) / tiles : sms / tiles;
     if (splits > MAX_SPLITS)
         splits = MAX_SPLITS;
