@@ -168,23 +168,22 @@ void test_mlp_decode_gpu(void)
 
 /* The race the overlap could open, hunted: h poisoned with NaN before every gated GEMV, so a down
  * projection that read h before the gated kernel had finished would return NaN. At 3 and 16
- * tokens, a down GEMM whose ring goes round (K = 1024: 16 K steps, more than the stages), unsplit
- * (132 tiles, the last one part filled) and with a bias (f32 where the plain form runs); 100 steps each, every y the
- * same bits as the first, the first against float64. */
-void test_mlp_decode_race_gpu(void)
+ * tokens, a down GEMM whose ring goes round (K = 2560: 20 stages of two K steps, more than the
+ * ring's 16), with a bias (f32 where the plain form runs), over D = 4200 outputs (132 tiles of 32,
+ * one an SM, the last part filled) and D = 8424 (264 tiles: two CTAs share an SM, each with a
+ * smaller ring); 100 steps each, every y the same bits as the first, the first against float64. */
+static void decode_race(lf_rng *rng, int64_t D)
 {
-    lf_rng rng;
-    lf_rng_seed(&rng, 47);
-    const int64_t D = 8424, H = 1024;
+    const int64_t H = 2560;
     int64_t gs[2] = {2 * H, D}, ws[2] = {D, H}, bs[1] = {D};
-    lf_tensor *gu = rand_tensor(&rng, LF_DTYPE_BF16, 2, gs), *w = rand_tensor(&rng, LF_DTYPE_BF16, 2, ws),
-              *b32 = rand_tensor(&rng, LF_DTYPE_F32, 1, bs), *b16 = rand_tensor(&rng, LF_DTYPE_BF16, 1, bs);
+    lf_tensor *gu = rand_tensor(rng, LF_DTYPE_BF16, 2, gs), *w = rand_tensor(rng, LF_DTYPE_BF16, 2, ws),
+              *b32 = rand_tensor(rng, LF_DTYPE_F32, 1, bs), *b16 = rand_tensor(rng, LF_DTYPE_BF16, 1, bs);
     lf_tensor *ggu = to_gpu(gu), *gw = to_gpu(w), *gb32 = to_gpu(b32), *gb16 = to_gpu(b16);
     static const int64_t tokens[] = {3, 16};
     for (size_t ti = 0; ti < sizeof tokens / sizeof tokens[0]; ti++) {
         const int64_t M = tokens[ti];
         int64_t xs[2] = {M, D}, hs[2] = {M, H};
-        lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *nan = NULL, *gnan = NULL;
+        lf_tensor *x = rand_tensor(rng, LF_DTYPE_BF16, 2, xs), *gx = to_gpu(x), *nan = NULL, *gnan = NULL;
         lf_tensor *h = NULL, *y = NULL;
         OK(lf_tensor_empty(&nan, LF_DTYPE_BF16, 2, hs, LF_DEVICE_CPU));
         OK(lf_tensor_fill(nan, NAN));
@@ -219,14 +218,15 @@ void test_mlp_decode_race_gpu(void)
             if (step == 0) {
                 memcpy(first, lf_tensor_data(yh), bytes);
                 const double e = down_err(h, w, hb, y, M, D, H);
-                CHECK(e < tol_for(LF_DTYPE_BF16), "decode race, %lld tokens: y against float64 of its h: err %.3g",
-                      (long long)M, e);
+                CHECK(e < tol_for(LF_DTYPE_BF16), "decode race, %lld x %lld: y against float64 of its h: err %.3g",
+                      (long long)M, (long long)D, e);
             } else
                 same &= !memcmp(first, lf_tensor_data(yh), bytes);
             lf_tensor_free(yh);
         }
-        CHECK(same, "decode race, %lld tokens: 100 steps, every y the same bits as the first", (long long)M);
-        CHECK(named, "decode race, %lld tokens: the down GEMM ran the %s", (long long)M,
+        CHECK(same, "decode race, %lld x %lld: 100 steps, every y the same bits as the first", (long long)M,
+              (long long)D);
+        CHECK(named, "decode race, %lld x %lld: the down GEMM ran the %s", (long long)M, (long long)D,
               tma ? "TMA GEMV's plain form" : "cuBLASLt plan");
         free(first);
         lf_tensor_free(x), lf_tensor_free(gx), lf_tensor_free(nan), lf_tensor_free(gnan);
@@ -234,4 +234,12 @@ void test_mlp_decode_race_gpu(void)
     }
     lf_tensor_free(gu), lf_tensor_free(w), lf_tensor_free(b32), lf_tensor_free(b16);
     lf_tensor_free(ggu), lf_tensor_free(gw), lf_tensor_free(gb32), lf_tensor_free(gb16);
+}
+
+void test_mlp_decode_race_gpu(void)
+{
+    lf_rng rng;
+    lf_rng_seed(&rng, 47);
+    decode_race(&rng, 4200);
+    decode_race(&rng, 8424);
 }

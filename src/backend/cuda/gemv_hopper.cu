@@ -62,7 +62,10 @@ constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS 
 // (a Llama-3-8B decode MLP 0.4-0.9 us faster than with twelve in 15 of 16 pairs, 0.04 in the
 // last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split
 // over clusters, sixteen were no better than twelve, and twelve 0.8 us faster than eight at 16
-// tokens, session 17).
+// tokens, session 17). Sixteen is the most: with more plain tiles than SMs, c CTAs share an SM
+// with a shorter ring each (plain_stages, below), all in flight at once. Run as a second wave on
+// one CTA an SM, d = 5120's 160 tiles took 54.9 us where two an SM with 9 stages took 39.0, the
+// MLP 122.7 us against 107.1 (bench/RESULTS.md session 19).
 template <bool GATED> struct ring {
     static constexpr int STAGE_BYTES = GATED ? 2 * W_BYTES + X_ROWS * 128 : W_BYTES + FOLD * X_ROWS * 128; // KiBs
     static constexpr int STAGES = GATED ? 4 : 16;
@@ -166,9 +169,10 @@ template <int ACT, int N, bool GATED>
 __global__ void __launch_bounds__(THREADS, 1)
     gemv_bf16_tma(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
                   __nv_bfloat16 *__restrict__ out, long long ldo, const void *bias, int bias_f32, int M, int K,
-                  int H, int G, int splits)
+                  int H, int G, int splits, int nstages)
 {
     constexpr int STAGES = ring<GATED>::STAGES, STAGE_BYTES = ring<GATED>::STAGE_BYTES;
+    const int NST = GATED ? STAGES : nstages; // stages in use: the plain ring's is the host's choice
     constexpr int X_AT = (GATED ? 2 : 1) * W_BYTES;               // x's boxes in a stage
     constexpr int NA = GATED ? 2 : 1;                             // accumulators: g and u, or one
     constexpr int F = GATED ? 1 : FOLD, R = ROWS / F, NB = F * N; // K steps a stage, outputs, MMA's N
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 }
                 if (GATED)
                     tma_load(s + W_BYTES, &w, &full[stage], k * BK, row0 + G);
-                if (++stage == STAGES)
+                if (++stage == NST)
                     stage = 0, phase ^= 1;
             }
             if (GATED) // the down projection after it may start filling its ring
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (prev >= 0 && threadIdx.x == 0)
                 mbar_arrive(&empty[prev]);
             prev = stage;
-            if (++stage == STAGES)
+            if (++stage == NST)
                 stage = 0, phase ^= 1;
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -311,13 +315,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
 #else
     (void)x, (void)w, (void)out, (void)ldo, (void)bias, (void)bias_f32, (void)M, (void)K, (void)H, (void)G,
-        (void)splits;
+        (void)splits, (void)nstages;
     __trap(); // built only for sm_90a; the host checks the device before launching
 #endif
 }
 
 typedef void (*kernel_fn)(const CUtensorMap, const CUtensorMap, __nv_bfloat16 *, long long, const void *, int, int,
-                          int, int, int, int);
+                          int, int, int, int, int);
 
 // The instantiations: gated by activation, and plain, each for N 8 and 16.
 template <int N> kernel_fn kernel_for(lf_gate gate, lf_act a)
@@ -326,6 +330,19 @@ template <int N> kernel_fn kernel_for(lf_gate gate, lf_act a)
            : a == LF_ACT_SILU        ? gemv_bf16_tma<LF_ACT_SILU, N, true>
            : a == LF_ACT_GELU_TANH   ? gemv_bf16_tma<LF_ACT_GELU_TANH, N, true>
                                      : gemv_bf16_tma<LF_ACT_GELU_ERF, N, true>;
+}
+
+// The plain ring's stages when c CTAs share an SM (c = 1..MAX_CPS), by device: the most, up to
+// ring<false>::STAGES, that the occupancy calculator lets c of them hold at once. 0: none fits.
+#ifndef LF_GEMV_MAX_CPS
+#define LF_GEMV_MAX_CPS 4
+#endif
+constexpr int MAX_CPS = LF_GEMV_MAX_CPS;
+static int plain_stages[LF_CUDA_MAX_DEVICES][MAX_CPS + 1];
+
+static int plain_smem(int stages)
+{
+    return stages * ring<false>::STAGE_BYTES + 1024;
 }
 
 } // namespace gemv_tma
@@ -344,6 +361,19 @@ bool gated::gemv_init()
             cudaFuncSetAttribute(gemv_tma::kernel_for<16>(k.gate, k.act), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  smem) != cudaSuccess)
             return false;
+    }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= LF_CUDA_MAX_DEVICES)
+        return false;
+    for (int c = 1; c <= gemv_tma::MAX_CPS; c++) {
+        int st = gemv_tma::ring<false>::STAGES, fit = 0;
+        for (; st >= 4; st--)
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, gemv_tma::kernel_for<16>(LF_GATE_NONE, LF_ACT_NONE),
+                                                              gemv_tma::THREADS, gemv_tma::plain_smem(st)) !=
+                    cudaSuccess ||
+                fit >= c)
+                break;
+        gemv_tma::plain_stages[dev][c] = fit >= c ? st : 0;
     }
     return true;
 }
@@ -430,11 +460,23 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         splits = MAX_SPLITS;
     while (splits > 1 && ks / splits < 4)
         splits--;
+    // More plain tiles than SMs: c = ceil(tiles / SMs) CTAs share an SM, each with the stages c of
+    // them can hold, so that every tile is in flight at once and none waits for a second wave.
+    int stages = ring<false>::STAGES;
+    if (!gated && tiles > sms) {
+        int c = (tiles + sms - 1) / sms;
+        if (c > MAX_CPS)
+            c = MAX_CPS;
+        while (c > 1 && !plain_stages[dev][c])
+            c--;
+        if (plain_stages[dev][c])
+            stages = plain_stages[dev][c];
+    }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     cfg.gridDim = dim3((unsigned)(tiles * splits));
     cfg.blockDim = dim3(THREADS);
-    cfg.dynamicSmemBytes = gated ? ring<true>::SMEM_BYTES : ring<false>::SMEM_BYTES;
+    cfg.dynamicSmemBytes = gated ? ring<true>::SMEM_BYTES : plain_smem(stages);
     cfg.stream = stream;
     cfg.attrs = attr;
     if (splits > 1) {
@@ -452,7 +494,7 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
     const kernel_fn fn = n == 8 ? kernel_for<8>(g->ep.gate, g->ep.act) : kernel_for<16>(g->ep.gate, g->ep.act);
     const cudaError_t e =
         cudaLaunchKernelEx(&cfg, fn, xm, wm, static_cast<__nv_bfloat16 *>(D->data), (long long)D->rs, g->ep.bias,
-                           (int)(g->ep.bias_dtype == LF_DTYPE_F32), M, K, H, G, splits);
+                           (int)(g->ep.bias_dtype == LF_DTYPE_F32), M, K, H, G, splits, stages);
     if (e == cudaSuccess && gated)
         last_gated.stream = stream, last_gated.out = D->data;
     return e;
