@@ -482,6 +482,15 @@ static void later_gemm_cases(case_list *l)
     cb.lb = LAY_COL, cb.bias = 1, cb.bias_f32 = 1, cb.c_input = 1, cb.beta = 0.5f, cb.alpha = 0.75f;
     cb.act = LF_ACT_GELU_TANH;
     add(l, cb);
+    /* More 32-output tiles of the Hopper GEMV's plain form than an H200 has SMs (132): 282 tiles,
+     * three CTAs an SM; 532, four an SM and four past them. Both rings go round (17 and 9 stages
+     * of two K steps), one with a bias, one with x in padded rows. */
+    static const int64_t wide[][3] = {/* M, N, K */ {5, 9000, 2120}, {14, 17000, 1100}};
+    for (int i = 0; i < 2; i++) {
+        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, wide[i][0], wide[i][1], wide[i][2]);
+        c.la = i ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = !i, c.big = 1;
+        add(l, c);
+    }
 }
 
 /* Work a case does, in multiply-adds or elements. */
