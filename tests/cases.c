@@ -484,11 +484,12 @@ static void later_gemm_cases(case_list *l)
     add(l, cb);
     /* More 32-output tiles of the Hopper GEMV's plain form than an H200 has SMs (132): 282 tiles,
      * three CTAs an SM; 532, four an SM and four past them. Both rings go round (17 and 9 stages
-     * of two K steps), one with a bias, one with x in padded rows. */
-    static const int64_t wide[][3] = {/* M, N, K */ {5, 9000, 2120}, {14, 17000, 1100}};
+     * of two K steps, the last step partial), one with a bias, one with x in padded rows; under
+     * LINFUSE_GEMV_KERNEL=tma the plain form must be what ran them. */
+    static const int64_t wide[][3] = {/* M, N, K */ {5, 9000, 2120}, {14, 17000, 1096}};
     for (int i = 0; i < 2; i++) {
         case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, wide[i][0], wide[i][1], wide[i][2]);
-        c.la = i ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = !i, c.big = 1;
+        c.la = i ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = !i, c.big = 1, c.gemv_tma = 1;
         add(l, c);
     }
 }

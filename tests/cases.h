@@ -76,6 +76,7 @@ typedef struct case_t {
     case_layout la, lb;  /* a (x, g) and b (w, u); pointwise: first and second operand */
     int bias;            /* (n) vector; addmm: a BIAS_ form */
     int bias_f32;        /* gemm: the bias in f32 whatever dt is (an lf_epilogue's default) */
+    int gemv_tma;        /* gemm: under LINFUSE_GEMV_KERNEL=tma, a Hopper GPU runs it on the TMA GEMV's plain form */
     int c_input;         /* gemm: a C input, laid out as d is */
     float alpha, beta;   /* gemm, addmm */
     lf_act act;          /* epilogue, pointwise activation */

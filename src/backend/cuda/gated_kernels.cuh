@@ -112,7 +112,8 @@ int device_sms(int dev);
 // zeros, writes there are dropped.
 bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows, bool fp8);
 // The few-token GEMV's kernels (gemv_hopper.cu) made ready on the current GPU: their shared-memory
-// limits raised. Called once per GPU by ready_device.
+// limits raised, and the plain form's ring depth for 1 to 4 CTAs an SM read from the occupancy
+// calculator. Called once per GPU by ready_device, under its lock.
 bool gemv_init();
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

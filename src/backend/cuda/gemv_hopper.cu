@@ -7,7 +7,7 @@
 // Why beside gemv.cu's mma.sync GEMV: that one holds the bytes it has in flight in registers, and
 // stopped at 88% of the read bandwidth whatever was tried (loads, orders, unrolls, L2 prefetch, a
 // persistent grid; bench/RESULTS.md, session 13), while cuBLASLt's down GEMM after it, fed by
-// TMA, read at 95%. Here the copies land in shared memory: each CTA keeps 64 KiB of weights or
+// TMA, read at 95%. Here the copies land in shared memory: each SM keeps 64 KiB of weights or
 // more in flight without spending a register on them, and the copy engine makes the weight reads
 // regular (64 rows x 128 bytes a box).
 //
@@ -54,6 +54,10 @@ constexpr int X_ROWS = LF_CUDA_GEMV_MAX_TOKENS; // the most tokens
 constexpr int THREADS = 160;                    // the consumer warpgroup, the producer warp
 constexpr int MAX_SPLITS = 8;                   // a portable cluster
 constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS / FOLD outputs a tile
+#ifndef LF_GEMV_MAX_CPS
+#define LF_GEMV_MAX_CPS 4
+#endif
+constexpr int MAX_CPS = LF_GEMV_MAX_CPS; // plain CTAs that may share an SM
 
 // The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), four of them 64
 // KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md session 16) in 73
@@ -63,7 +67,8 @@ constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS 
 // last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split
 // over clusters, sixteen were no better than twelve, and twelve 0.8 us faster than eight at 16
 // tokens, session 17). Sixteen is the most: with more plain tiles than SMs, c CTAs share an SM
-// with a shorter ring each (plain_stages, below), all in flight at once. Run as a second wave on
+// with a shorter ring each (plain_stages, below), all in flight together up to four an SM (528
+// tiles on an H200; past that, the rest follow as CTAs finish). Run as a second wave on
 // one CTA an SM, d = 5120's 160 tiles took 54.9 us where two an SM with 9 stages took 39.0, the
 // MLP 122.7 us against 107.1 (bench/RESULTS.md session 19).
 template <bool GATED> struct ring {
@@ -166,13 +171,15 @@ template <int ACT> __device__ __forceinline__ float act(float x)
 // producer's branch and the consumers' are two sides of one ring, and the reduction after them
 // needs every thread of the cluster.
 template <int ACT, int N, bool GATED>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(THREADS, GATED ? 1 : MAX_CPS)
     gemv_bf16_tma(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,
                   __nv_bfloat16 *__restrict__ out, long long ldo, const void *bias, int bias_f32, int M, int K,
                   int H, int G, int splits, int nstages)
 {
     constexpr int STAGES = ring<GATED>::STAGES, STAGE_BYTES = ring<GATED>::STAGE_BYTES;
-    const int NST = GATED ? STAGES : nstages; // stages in use: the plain ring's is the host's choice
+    // Stages in use: the plain ring's is the host's choice (kept in [2, STAGES]: the barriers are
+    // STAGES, and a consumer hands a stage back only once it is on the next one).
+    const int NST = GATED ? STAGES : nstages < 2 ? 2 : nstages > STAGES ? STAGES : nstages;
     constexpr int X_AT = (GATED ? 2 : 1) * W_BYTES;               // x's boxes in a stage
     constexpr int NA = GATED ? 2 : 1;                             // accumulators: g and u, or one
     constexpr int F = GATED ? 1 : FOLD, R = ROWS / F, NB = F * N; // K steps a stage, outputs, MMA's N
@@ -333,11 +340,8 @@ template <int N> kernel_fn kernel_for(lf_gate gate, lf_act a)
 }
 
 // The plain ring's stages when c CTAs share an SM (c = 1..MAX_CPS), by device: the most, up to
-// ring<false>::STAGES, that the occupancy calculator lets c of them hold at once. 0: none fits.
-#ifndef LF_GEMV_MAX_CPS
-#define LF_GEMV_MAX_CPS 4
-#endif
-constexpr int MAX_CPS = LF_GEMV_MAX_CPS;
+// ring<false>::STAGES and no fewer than four, that the occupancy calculator lets c of them hold at
+// once, for both token widths. 0: none fits. Filled by gemv_init, under ready_device's lock.
 static int plain_stages[LF_CUDA_MAX_DEVICES][MAX_CPS + 1];
 
 static int plain_smem(int stages)
@@ -366,14 +370,23 @@ bool gated::gemv_init()
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= LF_CUDA_MAX_DEVICES)
         return false;
     for (int c = 1; c <= gemv_tma::MAX_CPS; c++) {
-        int st = gemv_tma::ring<false>::STAGES, fit = 0;
-        for (; st >= 4; st--)
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, gemv_tma::kernel_for<16>(LF_GATE_NONE, LF_ACT_NONE),
+        int st = gemv_tma::ring<false>::STAGES;
+        for (; st >= 4; st--) {
+            int f8 = 0, f16 = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f8, gemv_tma::kernel_for<8>(LF_GATE_NONE, LF_ACT_NONE),
                                                               gemv_tma::THREADS, gemv_tma::plain_smem(st)) !=
                     cudaSuccess ||
-                fit >= c)
+                cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f16, gemv_tma::kernel_for<16>(LF_GATE_NONE, LF_ACT_NONE),
+                                                              gemv_tma::THREADS, gemv_tma::plain_smem(st)) !=
+                    cudaSuccess) {
+                cudaGetLastError(); // not left for the next launch to report as its own
+                st = 0;
                 break;
-        gemv_tma::plain_stages[dev][c] = fit >= c ? st : 0;
+            }
+            if (f8 >= c && f16 >= c)
+                break;
+        }
+        gemv_tma::plain_stages[dev][c] = st >= 4 ? st : 0;
     }
     return true;
 }
@@ -460,11 +473,12 @@ extern "C" cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t st
         splits = MAX_SPLITS;
     while (splits > 1 && ks / splits < 4)
         splits--;
-    // More plain tiles than SMs: c = ceil(tiles / SMs) CTAs share an SM, each with the stages c of
-    // them can hold, so that every tile is in flight at once and none waits for a second wave.
+    // More plain tiles than SMs: c = ceil(tiles / SMs) CTAs (at most MAX_CPS) share an SM, each with
+    // the stages c of them can hold, so that the tiles are in flight together rather than a wave
+    // and a tail (once the gated kernel before them has drained).
     int stages = ring<false>::STAGES;
-    if (!gated && tiles > sms) {
-        int c = (tiles + sms - 1) / sms;
+    if (!gated) {
+        int c = tiles > sms ? (tiles + sms - 1) / sms : 1;
         if (c > MAX_CPS)
             c = MAX_CPS;
         while (c > 1 && !plain_stages[dev][c])
