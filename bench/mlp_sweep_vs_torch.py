@@ -34,7 +34,8 @@ from torch_timing import bench, linfuse_cases
 ap = argparse.ArgumentParser(description="linfuse's MLP variants against PyTorch eager over token counts")
 ap.add_argument("linfuse")
 ap.add_argument("--act", choices=("gelu_tanh", "silu"), default="gelu_tanh")
-ap.add_argument("--dims", default="768x3072,4096x14336", help="DIMxHIDDEN pairs, comma-separated")
+ap.add_argument("--dims", default="768x3072,4096x14336,5120x13824",
+                help="DIMxHIDDEN pairs, comma-separated (the third: more down-projection tiles than an H200 has SMs)")
 ap.add_argument("--tokens", default="1,16,17,64,128,256,512,1024,2048,4096,8192,16384")
 ap.add_argument("--reps", type=int, default=10, help="samples per linfuse case (PyTorch takes as many)")
 ap.add_argument("--rounds", type=int, default=3, help="linfuse-then-PyTorch passes; ratios are medians over them")
