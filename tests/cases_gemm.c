@@ -166,7 +166,7 @@ static void gemm_run(case_run *r, void *ctxp)
     EXPECT(r, s == LF_OK, "synchronize: %s", s == LF_OK ? "" : lf_last_error());
     snprintf(r->note, sizeof r->note, "%s", info.name ? info.name : "?");
     expect_report(r, x, &g, &info);
-    const char *gk = getenv("LINFUSE_GEMV_KERNEL");
+    const char *gk = lf_setting_get(LF_SET_GEMV_KERNEL);
     if (c->gemv_tma && r->dev == LF_DEVICE_CUDA && case_gated_here && gk && !strcmp(gk, "tma"))
         EXPECT(r, info.name && strstr(info.name, "gemv_tma"),
                "LINFUSE_GEMV_KERNEL=tma: the TMA GEMV's plain form runs it, not %s", info.name ? info.name : "?");

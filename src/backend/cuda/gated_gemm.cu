@@ -234,7 +234,7 @@ bool init_device(int dev)
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
     for (const gated_entry &e : kernels)
         loads = loads && cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem) == cudaSuccess;
-    if (!loads || !lf::gated::gemv_init()) {
+    if (!loads || !lf::gated::gemv_init(dev)) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
         return false;

@@ -111,10 +111,10 @@ int device_sms(int dev);
 // of box_rows x 128 bytes (64 bf16, 128 e4m3) with the 128-byte swizzle; reads past the end give
 // zeros, writes there are dropped.
 bool make_map(CUtensorMap *map, const void *p, long long rows, long long cols, long long ld, int box_rows, bool fp8);
-// The few-token GEMV's kernels (gemv_hopper.cu) made ready on the current GPU: their shared-memory
+// The few-token GEMV's kernels (gemv_hopper.cu) made ready on GPU dev, the current one: their shared-memory
 // limits raised, and the plain form's ring depth for 1 to 4 CTAs an SM read from the occupancy
 // calculator. Called once per GPU by ready_device, under its lock.
-bool gemv_init();
+bool gemv_init(int dev);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void *p)

@@ -351,7 +351,7 @@ static int plain_smem(int stages)
 
 } // namespace gemv_tma
 
-bool gated::gemv_init()
+bool gated::gemv_init(int dev)
 {
     struct {
         lf_gate gate;
@@ -366,9 +366,6 @@ bool gated::gemv_init()
                                  smem) != cudaSuccess)
             return false;
     }
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= LF_CUDA_MAX_DEVICES)
-        return false;
     for (int c = 1; c <= gemv_tma::MAX_CPS; c++) {
         int st = gemv_tma::ring<false>::STAGES;
         for (; st >= 4; st--) {
