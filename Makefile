@@ -66,6 +66,10 @@ test-gpu:
 	@if python3 -c 'import torch' 2>/dev/null; then \
 		tests/gpu/profile_check.py ./$(BUILD)/linfuse $(BUILD)/profile-check; \
 	else echo 'profile_check: skipped (needs torch)'; fi
+	@if python3 -c 'import torch, transformers' 2>/dev/null; then \
+		PYTHONPATH=python LINFUSE_LIBRARY=$(BUILD)/liblinfuse.so tests/gpu/torch_patch_check.py \
+			--linfuse ./$(BUILD)/linfuse --out $(BUILD)/torch-check --models llama,gemma,phi3,qwen3,olmo2,gemma3; \
+	else echo 'torch_patch_check: skipped (needs torch and transformers)'; fi
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -588,10 +588,10 @@ def test_torch_apply(torch):
         biased.up_proj = nn.Linear(64, 96, bias=True).to(torch.bfloat16)
         model.biased = biased
         wrong_act = MLP(model.config).to(torch.bfloat16)
-        wrong_act.act_fn = nn.GELU() if family == "gemma" else nn.ReLU()
+        wrong_act.act_fn = nn.Tanh() if family == "gemma" else nn.ReLU()
         model.wrong_act = wrong_act
-        other = nn.Module()
-        other.gate_proj, other.up_proj, other.down_proj = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+        other = nn.Module()  # the layout, but no activation to read
+        other.gate_proj, other.up_proj, other.down_proj = (nn.Linear(4, 4, bias=False) for _ in range(3))
         model.other = other
         report = lt.apply(model, variant="fp8")
         text = str(report)
@@ -599,8 +599,8 @@ def test_torch_apply(torch):
               "%s: both MLPs replaced, %s, the fp8 variant running gated on the CPU:\n%s" % (family, act, text))
         check("fp8 runs gated" in text, "%s: the report says why fp8 runs gated: %s" % (family, text))
         left = {name: why for name, _, why in report.left}
-        check("biases" in left.get("biased", "") and "is not" in left.get("wrong_act", "") and
-              "not one of the MLP classes" in left.get("other", ""),
+        check("biases" in left.get("biased", "") and "none of silu, gelu_tanh" in left.get("wrong_act", "") and
+              "no act_fn" in left.get("other", ""),
               "%s: each module left alone with its reason: %s" % (family, left))
         del model.biased, model.wrong_act, model.other
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
@@ -692,6 +692,136 @@ def test_torch_apply(torch):
         gc.collect()
         check(old_gu() is None, "%s: and linfuse holds none of the weights from before the cast" % family)
         lt.unapply(model)
+
+
+def test_torch_apply_layouts(torch):
+    """Gated MLPs by their layout, whatever their class: Phi-3's fused gate_up_proj, a model's own
+    SwiGLU with no config, and the modules that look like one but are not."""
+    import linfuse
+    import linfuse.torch as lt
+    nn, F = torch.nn, torch.nn.functional
+    D, H = 64, 80
+    torch.manual_seed(7)
+
+    class Phi3MLP(nn.Module):  # transformers' Phi3MLP (and GlmMLP): [gate, up] = gate_up_proj(x)
+        def __init__(self, act="silu"):
+            super().__init__()
+            self.config = types.SimpleNamespace(hidden_act=act)
+            self.gate_up_proj = nn.Linear(D, 2 * H, bias=False)
+            self.down_proj = nn.Linear(H, D, bias=False)
+            self.activation_fn = nn.SiLU() if act == "silu" else nn.GELU(approximate="tanh")
+
+        def forward(self, x):
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(up * self.activation_fn(gate))
+
+    class SwiGLU(nn.Module):  # a model's own: no config, the activation a plain function
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(D, H, bias=False), nn.Linear(D, H, bias=False)
+            self.down_proj = nn.Linear(H, D, bias=False)
+            self.act_fn = F.silu
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+    class Dropped(SwiGLU):  # one more part (a dropout) linfuse would not run
+        def __init__(self):
+            super().__init__()
+            self.dropout = nn.Dropout(0.1)
+
+    class UpFirst(Phi3MLP):  # the layout, but [up, gate]: the probe against its own forward says no
+        def forward(self, x):
+            up, gate = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(up * self.activation_fn(gate))
+
+    model = nn.Module()
+    model.phi = Phi3MLP()
+    model.gemmaish = Phi3MLP("gelu_pytorch_tanh")
+    model.erf = SwiGLU()
+    model.erf.act_fn = nn.GELU()  # exact: linfuse's gelu_erf, told apart from the tanh form by the probe
+    model.own = SwiGLU()
+    model.dropped = Dropped()
+    model.up_first = UpFirst()
+    model.odd = Phi3MLP()
+    model.odd.gate_up_proj = nn.Linear(D, 2 * H + 1, bias=False)
+    model.biased = Phi3MLP()
+    model.biased.gate_up_proj = nn.Linear(D, 2 * H, bias=True)
+    model.relu = Phi3MLP()
+    model.relu.activation_fn = nn.ReLU()
+    model = model.to(torch.bfloat16)
+    x = torch.randn(3, 5, D).to(torch.bfloat16)
+    with torch.no_grad():
+        ref = {n: getattr(model, n)(x) for n in ("phi", "gemmaish", "own", "erf")}
+    w_phi = model.phi.gate_up_proj.weight
+    nbytes = storage_bytes(torch, model)
+    report = lt.apply(model)
+    text = str(report)
+    done = {name: (act, note) for name, _, act, _, note in report.replaced}
+    left = {name: why for name, _, why in report.left}
+    check(set(done) == {"phi", "gemmaish", "own", "erf"} and done["phi"][0] == "silu" and
+          done["gemmaish"][0] == "gelu_tanh" and done["own"][0] == "silu" and done["erf"][0] == "gelu_erf",
+          "layouts: Phi-3's fused MLP (silu, gelu_tanh) and a model's own SwiGLU (silu, erf GELU) "
+          "replaced:\n%s" % text)
+    check("config.hidden_act = 'silu'" in done.get("phi", ("", ""))[1] and
+          "computes silu (probed)" in done.get("own", ("", ""))[1],
+          "layouts: the report says where each activation came from:\n%s" % text)
+    check("more than its projections" in left.get("dropped", "") and "dropout (Dropout)" in left.get("dropped", ""),
+          "layouts: an MLP with a dropout is left, naming it: %s" % left.get("dropped"))
+    check("differs from the module's own" in left.get("up_first", ""),
+          "layouts: a fused MLP whose halves are [up, gate] fails the probe and is left: %s" % left.get("up_first"))
+    check("expected (2H, D), (D, H)" in left.get("odd", ""), "layouts: an odd gate_up_proj is left: %s"
+          % left.get("odd"))
+    check("biases" in left.get("biased", ""), "layouts: a biased gate_up_proj is left: %s" % left.get("biased"))
+    check("none of silu, gelu_tanh, gelu_erf" in left.get("relu", "") and "config.hidden_act = 'silu'" in left.get("relu", ""),
+          "layouts: an activation_fn that is not the config's, nor one linfuse takes, is left: %s" % left.get("relu"))
+    phi = model.phi
+    check(phi.gate_up_proj.weight is w_phi and phi.linfuse_gate_up.data_ptr() == w_phi.data_ptr() and
+          storage_bytes(torch, model) == nbytes,
+          "layouts: the fused weight is used as it is (the same Parameter, no copy, memory did not grow)")
+    with torch.no_grad():
+        got = {n: getattr(model, n)(x) for n in ref}
+        for n in ref:
+            e = float((got[n].float() - ref[n].float()).abs().max() / ref[n].float().abs().max())
+            check(e <= 2e-2, "layouts: %s's patched output within bf16 tolerance (%.3g <= 2e-2)" % (n, e))
+        check(torch.equal(got["phi"], lt.gated_mlp(x, w_phi, phi.down_proj.weight, "silu", "gated")),
+              "layouts: the fused MLP's eager call is the op on its own weight")
+        with torch.profiler.profile() as prof:
+            profiled = phi(x)
+        check(torch.equal(profiled, got["phi"]) and "linfuse::gated_mlp" in {e.key for e in prof.key_averages()},
+              "layouts: profiled, the fused MLP shows as linfuse::gated_mlp and computes the same")
+        copied = copy.deepcopy(phi)
+        check(torch.equal(copied(x), got["phi"]) and copied.gate_up_proj.weight.data_ptr() ==
+              copied.linfuse_gate_up.data_ptr() != w_phi.data_ptr(),
+              "layouts: a deep copy of the fused MLP views its own weight and computes the same")
+        cls = type(phi).linfuse_base_class
+        cls.__qualname__ = cls.__name__
+        globals()[cls.__name__] = cls
+        loaded = pickle.loads(pickle.dumps(phi))
+        check(type(loaded) is type(phi) and torch.equal(loaded(x), got["phi"]) and
+              loaded.gate_up_proj.weight.data_ptr() == loaded.linfuse_gate_up.data_ptr(),
+              "layouts: a pickled fused MLP loads patched, its weight viewed, computing the same")
+        del loaded, globals()[cls.__name__]
+        with torch.no_grad():
+            w_phi.mul_(0.5)  # written in place: the next call reads it
+        check(torch.equal(phi(x), lt.gated_mlp(x, w_phi, phi.down_proj.weight, "silu", "gated")),
+              "layouts: a fused weight written in place is what the next call reads")
+    w_phi.requires_grad_(True)
+    phi.down_proj.weight.requires_grad_(False)
+    y = phi(x)
+    raises(RuntimeError, ["has no backward", "inference"], lambda: y.float().sum().backward(),
+           "layouts: backward through the fused MLP where only gate_up_proj wants a gradient")
+    phi.gate_up_proj.weight = nn.Parameter(w_phi.detach().clone())  # replaced after apply: refused
+    raises(linfuse.Error, ["gate_up_proj weight no longer views", "unapply"], lambda: phi(x),
+           "layouts: a fused weight replaced after apply is caught")
+    phi.gate_up_proj.weight = w_phi
+    model.own.float()
+    raises(linfuse.Error, ["gate_proj and up_proj weights no longer view"], lambda: model.own(x.float()),
+           "layouts: a cast after apply is caught in the model's own MLP")
+    restored = lt.unapply(model)
+    check(sorted(restored) == ["erf", "gemmaish", "own", "phi"] and type(model.phi) is Phi3MLP and
+          type(model.own) is SwiGLU and model.phi.gate_up_proj.weight is w_phi,
+          "layouts: unapply restores the classes, the fused weight untouched: %s" % restored)
 
 
 def test_torch_custom_ops(torch):
@@ -944,6 +1074,7 @@ def main():
     if torch is not None:
         test_torch_ops(torch)
         test_torch_apply(torch)
+        test_torch_apply_layouts(torch)
         test_torch_custom_ops(torch)
         test_torch_misuse(torch)
     print("python_test: %d checks, %d failed" % (checks, failures))

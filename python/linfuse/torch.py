@@ -10,9 +10,11 @@ functions that run eagerly, inside a record_function of the same name):
 Outputs and workspaces are allocated by torch inside each op, on torch's current stream. They
 are for inference: calling backward through one raises saying so.
 
-apply(model, variant) replaces the forward of transformers' Llama, Mistral, Qwen2/Qwen3 and
-Gemma/Gemma2 MLPs (down(act(gate(x)) * up(x)), act silu or gelu_pytorch_tanh from the config)
-with linfuse::gated_mlp; unapply(model) puts them back."""
+apply(model, variant) replaces the forward of every gated MLP in a model (down(act(gate(x)) *
+up(x)), act silu, gelu_tanh or gelu_erf) with linfuse::gated_mlp, whatever its class: transformers' Llama,
+Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn), Phi-3 and GLM
+(gate_up_proj, down_proj, activation_fn), a model's own. Each is checked against its own forward
+before it is kept; unapply(model) puts them back."""
 import copy
 import threading
 import typing
@@ -127,8 +129,8 @@ else:  # older torch: plain functions, traced as record_function spans of the op
 
 # --- patching transformers' MLPs ---
 
-KNOWN_CLASSES = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP")
-_CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+_CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu_erf"}
+_ACTS = ("silu", "gelu_tanh", "gelu_erf")  # the gated activations, as linfuse names them
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The probe forward at apply: linfuse's output against the module's own on 4 random tokens, as a
 # fraction of the largest |output| (bf16 rounds at 2^-8; the fp8 variant has a few % RMS error).
@@ -172,17 +174,53 @@ def _fp8_versions(mod):
     return (_version_of(mod.linfuse_gate_up), _version_of(mod.down_proj.weight))
 
 
+# The two layouts of a gated MLP linfuse takes: gate and up as two Linears (Llama, Mistral, Qwen,
+# Gemma and most others: stacked once by apply), or as one Linear whose weight is [Wg; Wu] already
+# (Phi-3, GLM: `gate, up = gate_up_proj(x).chunk(2, -1)`, used as it is).
+_SPLIT = ("gate_proj", "up_proj", "down_proj")
+_FUSED = ("gate_up_proj", "down_proj")
+_ACT_ATTRS = ("act_fn", "activation_fn")
+
+
+def _layout(mod):
+    """The projection names mod has (_SPLIT or _FUSED), or None where it is no gated MLP."""
+    for names in (_SPLIT, _FUSED):
+        if all(hasattr(mod, p) for p in names):
+            return names
+    return None
+
+
+def _gate_up_weights(mod):
+    """The Parameters that hold gate and up: (gate_proj's, up_proj's) or (gate_up_proj's,). Read
+    from the module's own dicts where they are there (nn.Module's __getattr__ is slow)."""
+    mods = mod._modules
+    names = ("gate_up_proj",) if "gate_up_proj" in mods and "gate_proj" not in mods else ("gate_proj", "up_proj")
+    try:
+        return tuple(mods[p]._parameters["weight"] for p in names)
+    except (KeyError, AttributeError):  # a projection replaced by something else since apply
+        return tuple(getattr(mod, p).weight for p in names)
+
+
+def _views_intact(mod):
+    """Whether gate's and up's Parameters still view the stacked weight apply registered."""
+    gu, ws = mod.linfuse_gate_up, _gate_up_weights(mod)
+    if any(w.dtype != gu.dtype or w.device != gu.device for w in ws):
+        return False
+    if len(ws) == 1:
+        return ws[0].data_ptr() == gu.data_ptr() and ws[0].shape == gu.shape and ws[0].stride() == gu.stride()
+    H = gu.shape[0] // 2
+    return ws[0].data_ptr() == gu.data_ptr() and ws[1].data_ptr() == gu.data_ptr() + H * gu.shape[1] * gu.element_size()
+
+
 def _check_intact(mod):
     """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
     apply() makes new ones), and FP8 weights are redone when the weights were written since."""
-    gu = mod.linfuse_gate_up
-    g, u = mod.gate_proj.weight, mod.up_proj.weight
-    H = gu.shape[0] // 2
-    if not (g.data_ptr() == gu.data_ptr() and u.data_ptr() == gu.data_ptr() + H * gu.shape[1] * gu.element_size()
-            and g.dtype == gu.dtype == u.dtype and g.device == gu.device == u.device):
-        raise Error("linfuse: %s's gate_proj and up_proj weights no longer view the stacked [Wg; Wu] that "
+    if not _views_intact(mod):
+        what = "gate_up_proj weight no longer views" if len(_gate_up_weights(mod)) == 1 else \
+            "gate_proj and up_proj weights no longer view"
+        raise Error("linfuse: %s's %s the stacked [Wg; Wu] that "
                     "linfuse.torch.apply made (the model was moved or cast, or a parameter replaced, after apply): "
-                    "call linfuse.torch.unapply(model), move it, then apply(model) again" % type(mod).__name__)
+                    "call linfuse.torch.unapply(model), move it, then apply(model) again" % (type(mod).__name__, what))
     if mod.linfuse_gate_up_q is not None and None not in mod.linfuse_fp8_versions and \
             _fp8_versions(mod) != mod.linfuse_fp8_versions:
         _quantize(mod)
@@ -202,9 +240,14 @@ def _key(mod):
     rest."""
     mods, bufs = mod._modules, mod._buffers
     try:
-        g, u, d = (mods[p]._parameters["weight"] for p in ("gate_proj", "up_proj", "down_proj"))
+        d = mods["down_proj"]._parameters["weight"]
+        if "gate_proj" in mods:
+            g, u = mods["gate_proj"]._parameters["weight"], mods["up_proj"]._parameters["weight"]
+        else:  # one fused gate_up_proj: its weight stands for both
+            g = u = mods["gate_up_proj"]._parameters["weight"]
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
-        g, u, d = mod.gate_proj.weight, mod.up_proj.weight, mod.down_proj.weight
+        ws = _gate_up_weights(mod)
+        g, u, d = ws[0], ws[-1], mod.down_proj.weight
     gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape)
     return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
@@ -306,10 +349,10 @@ def _patched_forward(self, x):
         # Gradients: gate's and up's weights live in the stacked buffer the op is given, so where
         # only they want one the op's result would not join the graph: it is joined here, to a
         # node whose backward says why it cannot run (as the op's does).
-        if torch.is_grad_enabled() and (self.gate_proj.weight.requires_grad or self.up_proj.weight.requires_grad) \
+        if torch.is_grad_enabled() and any(w.requires_grad for w in _gate_up_weights(self)) \
                 and not (x.requires_grad or self.down_proj.weight.requires_grad):
             y = _patched_forward_inner(self, x, False)
-            return _RefuseBackward.apply(y, self.gate_proj.weight, self.up_proj.weight)
+            return _RefuseBackward.apply(y, *_gate_up_weights(self))
     return _patched_forward_inner(self, x, compiling)
 
 
@@ -350,7 +393,11 @@ def _views_again(mod):
     """gate's and up's weights as views of the module's stacked one (a copy of a module copies
     nn.Parameters by value, which leaves them apart and the module refusing)."""
     gu, H = mod.linfuse_gate_up, mod.linfuse_gate_up.shape[0] // 2
-    for lin, part in ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:])):
+    if "gate_up_proj" in mod._modules and "gate_proj" not in mod._modules:
+        parts = ((mod.gate_up_proj, gu),)
+    else:
+        parts = ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:]))
+    for lin, part in parts:
         lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
     return mod
 
@@ -399,20 +446,19 @@ def _patched_class(cls):
     return _PATCHED_CLASSES[cls]
 
 
-def _probe_act(act_fn, act):
-    """Whether act_fn computes act (silu or gelu_tanh) in float32, to 1e-5, at points where gelu's tanh
-    and erf forms differ most."""
+def _act_error(act_fn, act):
+    """act_fn's largest difference from act (one of _ACTS) in float32, at points where gelu's tanh
+    and erf forms differ most (by up to 4.7e-4). Raises what act_fn raises."""
     x = torch.linspace(-6, 6, 97, dtype=torch.float32)
-    ref = x * torch.sigmoid(x) if act == "silu" else \
-        0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    if act == "silu":
+        ref = x * torch.sigmoid(x)
+    elif act == "gelu_tanh":
+        ref = 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    else:
+        ref = 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
     with torch.no_grad():
-        try:
-            got = act_fn(x)
-        except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
-            return "act_fn %s fails on a float32 probe (%s)" % (type(act_fn).__name__, e)
-    err = float((got - ref).abs().max())
-    return None if err <= 1e-5 else "act_fn %s is not %s (max difference %.2g on a probe)" % (
-        type(act_fn).__name__, act, err)
+        got = act_fn(x)
+    return float((got - ref).abs().max())
 
 
 def _storage_ptr(t):
@@ -440,59 +486,96 @@ def _sharing(model):
     return {"modules": modules, "storages": storages}
 
 
+def _act_of(mod, model):
+    """The activation mod's act_fn (or activation_fn) computes, found by probing it: (act, note), or
+    why none linfuse takes. The config's name for it goes in the note where the config agrees."""
+    attr = next((a for a in _ACT_ATTRS if hasattr(mod, a)), None)
+    if attr is None:
+        return "it has no act_fn or activation_fn to read its activation from"
+    fn = getattr(mod, attr)
+    cfg = getattr(mod, "config", None) or getattr(model, "config", None)
+    named = None
+    for field in ("hidden_activation", "hidden_act"):  # Gemma's configs carry both: the first is its MLP's
+        if isinstance(getattr(cfg, field, None), str):
+            named = (field, getattr(cfg, field))
+            break
+    errs = []
+    for act in _ACTS:
+        try:
+            err = _act_error(fn, act)
+        except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
+            return "%s %s fails on a float32 probe (%s: %s)" % (attr, type(fn).__name__, type(e).__name__, e)
+        if err <= 1e-5:
+            if named is not None and _CONFIG_ACTS.get(named[1]) == act:
+                return act, "config.%s = %r" % named
+            return act, "%s %s computes %s (probed)" % (attr, type(fn).__name__, act)
+        errs.append("%.2g" % err)
+    return "%s %s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a float32 " \
+        "probe%s)" % (attr, type(fn).__name__, ", ".join(_ACTS), ", ".join(errs),
+                      "; config.%s = %r" % named if named is not None else "")
+
+
 def _why_not(name, mod, model, shared=None):
-    """Why linfuse cannot take mod (a reason), or (act, config's name for it). shared: _sharing(model)."""
-    cls = type(mod).__name__
+    """Why linfuse cannot take mod (a reason), or (act, a note on where the activation came from).
+    Any module of either layout (_SPLIT, _FUSED) is a candidate, whatever its class: made of its
+    projections and activation alone, plain bias-free Linears of matching shapes, an activation
+    linfuse computes; apply then checks its forward against linfuse's on random tokens.
+    shared: _sharing(model)."""
     if hasattr(mod, "linfuse_base_class"):
         return "already patched by linfuse (unapply first to patch again)"
-    if cls not in KNOWN_CLASSES:
-        return "%s is not one of the MLP classes linfuse knows compute down(act(gate(x)) * up(x)) (%s)" % (
-            cls, ", ".join(KNOWN_CLASSES))
+    names = _layout(mod)
+    if names is None:
+        return "it has neither gate_proj, up_proj, down_proj nor gate_up_proj, down_proj"
     if hasattr(mod, "_hf_hook"):
         return "its weights are managed by an accelerate hook (offloading or device map); linfuse needs them in place"
-    lins = [getattr(mod, p, None) for p in ("gate_proj", "up_proj", "down_proj")]
+    lins = [getattr(mod, p, None) for p in names]
     if any(type(lin) is not nn.Linear for lin in lins):
-        return "gate_proj, up_proj, down_proj are %s, not plain nn.Linear (quantized or wrapped layers)" % (
-            ", ".join(type(lin).__name__ for lin in lins))
-    if shared is not None:  # gate's and up's storage may be one: the stacked weight an earlier apply left
+        return "%s are %s, not plain nn.Linear (quantized or wrapped layers)" % (
+            ", ".join(names), ", ".join(type(lin).__name__ for lin in lins))
+    extra = [(n, type(c).__name__) for n, c in mod._modules.items()
+             if c is not None and n not in names and n not in _ACT_ATTRS]
+    own = [("parameter", n) for n, t in mod._parameters.items() if t is not None] + \
+        [("buffer", n) for n, t in mod._buffers.items() if t is not None]
+    if extra or own:
+        parts = ["%s (%s)" % e for e in extra] + ["%s %s" % o for o in own]
+        return "it holds more than its projections and activation (%s): linfuse would not run them" % (
+            ", ".join(parts))
+    if shared is not None and names is _SPLIT:
+        # gate's and up's storage may be one: the stacked weight an earlier apply left. (A fused
+        # gate_up_proj is used as it is: tied or not, nothing of it changes.)
         ptrs = [_storage_ptr(lin.weight) for lin in lins[:2]]
         own = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and \
             lins[0].weight is not lins[1].weight else 1
-        tied = [p for p, lin, ptr in zip(("gate_proj", "up_proj"), lins[:2], ptrs)
+        tied = [p for p, lin, ptr in zip(names[:2], lins[:2], ptrs)
                 if shared["modules"].get(id(lin), 0) > 1 or (ptr is not None and shared["storages"].get(ptr, 0) > own)]
         if tied:
             return "its %s %s shared with another module or parameter (tied weights): stacking gate and up " \
                    "would change the other" % (" and ".join(tied), "is" if len(tied) == 1 else "are")
     if any(lin.bias is not None for lin in lins):
         return "its projections have biases (mlp_bias); linfuse's gated MLP has none"
-    hooked = [p for p, lin in zip(("gate_proj", "up_proj", "down_proj"), lins)
+    hooked = [p for p, lin in zip(names, lins)
               if lin._forward_hooks or lin._forward_pre_hooks or getattr(lin, "parametrizations", None)]
     if hooked:
         return "its %s %s forward hooks or parametrizations (weight_norm, a probe): linfuse would not run " \
                "them" % (", ".join(hooked), "has" if len(hooked) == 1 else "have")
-    g, u, d = (lin.weight for lin in lins)
-    if len({(t.dtype, t.device) for t in (g, u, d)}) != 1:
+    ws = [lin.weight for lin in lins]
+    d = ws[-1]
+    if len({(t.dtype, t.device) for t in ws}) != 1:
         return "its weights are of different dtypes or devices"
-    if g.dtype not in _DTYPES:
-        return "dtype %s: linfuse computes in float32, bfloat16, float16" % g.dtype
-    if g.device.type not in ("cpu", "cuda"):
-        return "device %s: linfuse runs on the CPU and CUDA GPUs" % g.device
-    if g.shape != u.shape or d.shape != (g.shape[1], g.shape[0]):
-        return "weights %s, %s, %s: expected (H, D), (H, D), (D, H)" % (tuple(g.shape), tuple(u.shape),
-                                                                       tuple(d.shape))
-    if g.device.type == "cuda" and lib.lf_device_require(_lib.DEVICE_CUDA) != _lib.STATUS_OK:
-        return "linfuse cannot run on %s: %s" % (g.device, lib.error())
-    cfg = getattr(mod, "config", None) or getattr(model, "config", None)
-    if cfg is None:
-        return "no config to read the activation from"
-    field = "hidden_activation" if cls.startswith("Gemma") and getattr(cfg, "hidden_activation", None) else \
-        "hidden_act"
-    named = getattr(cfg, field, None)
-    if named not in _CONFIG_ACTS:
-        return "config.%s = %r: linfuse's gated MLP takes silu and gelu_pytorch_tanh" % (field, named)
-    act = _CONFIG_ACTS[named]
-    bad = _probe_act(mod.act_fn, act) if hasattr(mod, "act_fn") else "it has no act_fn"
-    return bad or (act, "config.%s = %r" % (field, named))
+    if d.dtype not in _DTYPES:
+        return "dtype %s: linfuse computes in float32, bfloat16, float16" % d.dtype
+    if d.device.type not in ("cpu", "cuda"):
+        return "device %s: linfuse runs on the CPU and CUDA GPUs" % d.device
+    if names is _SPLIT:
+        g, u = ws[0], ws[1]
+        if g.shape != u.shape or d.shape != (g.shape[1], g.shape[0]):
+            return "weights %s, %s, %s: expected (H, D), (H, D), (D, H)" % (tuple(g.shape), tuple(u.shape),
+                                                                           tuple(d.shape))
+    elif ws[0].dim() != 2 or ws[0].shape[0] % 2 or d.shape != (ws[0].shape[1], ws[0].shape[0] // 2):
+        return "weights %s, %s: expected (2H, D), (D, H)" % (tuple(ws[0].shape), tuple(d.shape))
+    if d.device.type == "cuda" and lib.lf_device_require(_lib.DEVICE_CUDA) != _lib.STATUS_OK:
+        return "linfuse cannot run on %s: %s" % (d.device, lib.error())
+    return _act_of(mod, model)
 
 
 def _quantize(mod):
@@ -506,7 +589,10 @@ def _quantize(mod):
 def _stack(mod):
     """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (their old
     memory goes: it does not grow; state_dict keeps its keys). The Parameter objects stay the same
-    ones, their data replaced: an optimizer made before apply still holds them after unapply."""
+    ones, their data replaced: an optimizer made before apply still holds them after unapply. A
+    fused gate_up_proj's weight is [Wg; Wu] already: the stacked tensor is a view of it."""
+    if _layout(mod) is _FUSED:
+        return mod.gate_up_proj.weight.detach()
     g, u = mod.gate_proj.weight, mod.up_proj.weight
     H = g.shape[0]
     with torch.no_grad():
@@ -560,13 +646,16 @@ def _probe(mod, act, variant):
 
 
 def apply(model, variant="gated"):
-    """Replace the forward of every Llama/Mistral/Qwen2/Qwen3/Gemma/Gemma2 MLP in model with
-    linfuse::gated_mlp, in place; returns a PatchReport (print it). variant "gated" (the gated
+    """Replace the forward of every gated MLP in model with linfuse::gated_mlp, in place: each
+    module, whatever its class, made of gate_proj, up_proj and down_proj (or one gate_up_proj whose
+    output is [gate, up], and down_proj), bias-free nn.Linears, and an act_fn (or activation_fn)
+    that computes silu, gelu_tanh or gelu_erf. Returns a PatchReport (print it). variant "gated" (the gated
     GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
     the module runs gated, and the report says why). Each replaced module: gate and up stacked once
     into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
-    of it, checked against its own forward on 4 random tokens. A module linfuse cannot run (an
-    unknown activation, biases, a dtype, device or layer it does not take, or a probe that differs)
+    of it (a gate_up_proj's weight is used as it is), checked against its own forward on 4 random
+    tokens. A module linfuse cannot run (an unknown activation, biases, other parts, a dtype, device
+    or layer it does not take, or a probe that differs)
     is left as it was, with the reason in the report. Patch after moving the model to its device
     and dtype; unapply(model) restores the modules."""
     if variant not in ("gated", "fp8"):
@@ -574,7 +663,7 @@ def apply(model, variant="gated"):
     report = PatchReport(variant)
     shared = _sharing(model)
     for name, mod in model.named_modules():
-        if not all(hasattr(mod, p) for p in ("gate_proj", "up_proj", "down_proj")):
+        if _layout(mod) is None:
             continue
         cls = type(mod).__name__
         why = _why_not(name, mod, model, shared)

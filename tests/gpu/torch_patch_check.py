@@ -33,7 +33,10 @@ About 3-4 minutes on an H200 (two torch.compile runs).
 usage (from the repository root, with a CUDA build in build/):
   PYTHONPATH=python LINFUSE_LIBRARY=build/liblinfuse.so LD_LIBRARY_PATH=build:/usr/local/cuda/lib64 \\
       python3 tests/gpu/torch_patch_check.py [--linfuse build/linfuse] [--out build/torch-check] \\
-      [--models llama,gemma]"""
+      [--models llama,gemma]
+
+--models also takes phi3 (Phi-3's fused gate_up_proj), qwen3, olmo2 and gemma3, each at 2 layers of
+2048 -> 5632 (the same checks but fp8)."""
 import argparse
 import copy
 import json
@@ -69,6 +72,18 @@ def max_diff(a, b):
     return float((a.float() - b.float()).abs().max())
 
 
+# Other models, smaller (2 layers of 2048 -> 5632): the MLP layouts and classes beyond Llama's and
+# Gemma's. phi3: one fused gate_up_proj (used as it is); qwen3, olmo2, gemma3: their own MLP classes.
+SMALL = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=16, num_key_value_heads=4,
+             num_hidden_layers=2, vocab_size=32000, max_position_embeddings=2048, pad_token_id=0,
+             tie_word_embeddings=False)
+OTHERS = {"phi3": ("Phi3Config", "Phi3ForCausalLM", dict(hidden_act="silu")),
+          "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(hidden_act="silu", head_dim=128)),
+          "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(hidden_act="silu")),
+          "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(hidden_activation="gelu_pytorch_tanh",
+                                                                   head_dim=128, sliding_window=512))}
+
+
 def build(name):
     """The float32 model and its bf16 copy, on the GPU."""
     import transformers
@@ -78,12 +93,16 @@ def build(name):
                                        tie_word_embeddings=False, num_hidden_layers=2, max_position_embeddings=2048,
                                        pad_token_id=0)
         cls = transformers.LlamaForCausalLM
-    else:
+    elif name == "gemma":
         cfg = transformers.GemmaConfig(hidden_size=2048, intermediate_size=16384, num_attention_heads=8,
                                        num_key_value_heads=1, head_dim=256, vocab_size=256000,
                                        hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
                                        num_hidden_layers=2, max_position_embeddings=2048, pad_token_id=0)
         cls = transformers.GemmaForCausalLM
+    else:
+        cfg_name, cls_name, extra = OTHERS[name]
+        cfg = getattr(transformers, cfg_name)(**dict(SMALL, **extra))
+        cls = getattr(transformers, cls_name)
     torch.manual_seed(0)
     with torch.device("cuda"):
         m32 = cls(cfg)
@@ -302,7 +321,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--linfuse", default="build/linfuse", help="the linfuse tool (for `trace table`)")
     ap.add_argument("--out", default="build/torch-check", help="where the traces go")
-    ap.add_argument("--models", default="llama,gemma")
+    ap.add_argument("--models", default="llama,gemma", help="of llama, gemma, " + ", ".join(OTHERS))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import transformers
