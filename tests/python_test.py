@@ -818,10 +818,120 @@ def test_torch_apply_layouts(torch):
     model.own.float()
     raises(linfuse.Error, ["gate_proj and up_proj weights no longer view"], lambda: model.own(x.float()),
            "layouts: a cast after apply is caught in the model's own MLP")
+    test_torch_apply_edges(torch, SwiGLU, Phi3MLP)
     restored = lt.unapply(model)
     check(sorted(restored) == ["erf", "gemmaish", "own", "phi"] and type(model.phi) is Phi3MLP and
           type(model.own) is SwiGLU and model.phi.gate_up_proj.weight is w_phi,
           "layouts: unapply restores the classes, the fused weight untouched: %s" % restored)
+
+
+def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
+    """What a layout alone does not say: the forward's other arguments, weights not loaded yet, an
+    activation with parameters of its own or clamped, ties, inference mode, MoE experts."""
+    import linfuse
+    import linfuse.torch as lt
+    nn, F = torch.nn, torch.nn.functional
+    D = 64
+    x = torch.randn(3, D)
+
+    class Named(SwiGLU):  # called by keyword, or with a second argument
+        def forward(self, hidden_states, scale=1.0):
+            return SwiGLU.forward(self, hidden_states) * scale
+
+    m = Named()
+    with torch.no_grad():
+        own = (m(x), m(x, 0.5))
+        check(len(lt.apply(m).replaced) == 1, "edges: a forward with a named input and a default argument is patched")
+        by_name, scaled = m(hidden_states=x), m(x, 0.5)
+    check(float((by_name - own[0]).abs().max()) <= 1e-4 * float(own[0].abs().max()) and torch.equal(scaled, own[1]),
+          "edges: x by its name runs linfuse; a second argument runs the module's own forward")
+    zero = SwiGLU()
+    for p in zero.parameters():
+        nn.init.zeros_(p)
+    why = " ".join(w for _, _, w in lt.apply(zero).left)
+    check("gives zeros" in why and "weights not loaded" in why, "edges: all-zero weights cannot be checked: left: %s" % why)
+
+    class Beta(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.beta = nn.Parameter(torch.ones(()))
+
+        def forward(self, t):
+            return t * torch.sigmoid(self.beta * t)
+    b = SwiGLU()
+    b.act_fn = Beta()
+    why = " ".join(w for _, _, w in lt.apply(b).left)
+    check("holds parameters or buffers (beta)" in why, "edges: an activation with a parameter is left: %s" % why)
+    c = SwiGLU()
+    c.act_fn = lambda t: F.silu(t.clamp(max=7.0))
+    why = " ".join(w for _, _, w in lt.apply(c).left)
+    check("none of silu" in why, "edges: a clamped silu is not silu: %s" % why)
+
+    class Clamped(SwiGLU):  # the clamp in the forward: the probe's large tokens see it
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)).clamp(max=7.0) * self.up_proj(x))
+    why = " ".join(w for _, _, w in lt.apply(Clamped()).left)
+    check("differs from the module's own" in why, "edges: a clamp inside the forward is seen: %s" % why)
+    r = SwiGLU()
+    lt.apply(r)
+    r.act_fn = nn.GELU()
+    raises(linfuse.Error, ["act_fn was replaced", "unapply"], lambda: r(x), "edges: an act_fn replaced after apply")
+    lt.unapply(r)
+    h = SwiGLU()
+    lt.apply(h)
+    seen = []
+    handle = h.down_proj.register_forward_hook(lambda mod, inp, out: seen.append(out.shape))
+    with torch.no_grad():
+        hooked = h(x)
+        own = type(h).linfuse_base_class.forward(h, x)
+    handle.remove()
+    check(len(seen) == 2 and torch.equal(hooked, own),
+          "edges: a hook put on a projection after apply runs (the module's own forward does): %s" % seen)
+    t = SwiGLU()
+    t.up_proj.weight = nn.Parameter(t.gate_proj.weight.data)  # two Parameters over one storage
+    why = " ".join(w for _, _, w in lt.apply(t).left)
+    check("tied" in why and t.up_proj.weight.data_ptr() == t.gate_proj.weight.data_ptr(),
+          "edges: gate and up over one storage are left tied: %s" % why)
+    i = SwiGLU()
+    with torch.inference_mode():
+        lt.apply(i)
+    lt.unapply(i)
+    i(torch.randn(2, D, requires_grad=True)).sum().backward()
+    check(not i.gate_proj.weight.is_inference() and i.gate_proj.weight.grad is not None,
+          "edges: apply under inference_mode leaves normal weights normal (a backward after unapply works)")
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = Phi3MLP()
+            self.other = nn.Linear(D, 160, bias=False)
+            self.other.weight = self.mlp.gate_up_proj.weight
+    tm = Tied()
+    lt.apply(tm)
+    cp = copy.deepcopy(tm)
+    check(cp.other.weight is cp.mlp.gate_up_proj.weight and cp.mlp.linfuse_gate_up.data_ptr() ==
+          cp.other.weight.data_ptr(), "edges: a copy keeps a fused weight tied to another module, and views it")
+
+    class Experts(nn.Module):  # an MoE's experts, held stacked
+        def __init__(self):
+            super().__init__()
+            self.gate_up_proj = nn.Parameter(torch.randn(4, 160, D))
+            self.down_proj = nn.Parameter(torch.randn(4, D, 80))
+            self.act_fn = nn.SiLU()
+    why = " ".join(w for _, _, w in lt.apply(Experts()).left)
+    check("not nn.Linear modules" in why and "(4, 160, 64)" in why, "edges: MoE experts are left, saying why: %s" % why)
+
+    class Both(Phi3MLP):  # gate_proj and up_proj there but None: the fused layout
+        def __init__(self):
+            super().__init__()
+            self.gate_proj = self.up_proj = None
+    check(len(lt.apply(Both()).replaced) == 1, "edges: gate_proj = up_proj = None: judged as the fused layout")
+
+    class Pair(SwiGLU):
+        def forward(self, x):
+            return SwiGLU.forward(self, x), None
+    why = " ".join(w for _, _, w in lt.apply(Pair()).left)
+    check("returns tuple" in why, "edges: a forward returning a tuple is left, saying so: %s" % why)
 
 
 def test_torch_custom_ops(torch):

@@ -16,6 +16,7 @@ Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn),
 (gate_up_proj, down_proj, activation_fn), a model's own. Each is checked against its own forward
 before it is kept; unapply(model) puts them back."""
 import copy
+import inspect
 import threading
 import typing
 import warnings
@@ -185,7 +186,7 @@ _ACT_ATTRS = ("act_fn", "activation_fn")
 def _layout(mod):
     """The projection names mod has (_SPLIT or _FUSED), or None where it is no gated MLP."""
     for names in (_SPLIT, _FUSED):
-        if all(hasattr(mod, p) for p in names):
+        if all(getattr(mod, p, None) is not None for p in names):
             return names
     return None
 
@@ -199,6 +200,14 @@ def _gate_up_weights(mod):
         return tuple(mods[p]._parameters["weight"] for p in names)
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
         return tuple(getattr(mod, p).weight for p in names)
+
+
+def _act_now(mod, attr):
+    """What mod's activation attribute holds now (a submodule, a function set on it, or its class's)."""
+    got = mod._modules.get(attr)
+    if got is None:
+        got = mod.__dict__.get(attr)
+    return got if got is not None else getattr(mod, attr, None)
 
 
 def _views_intact(mod):
@@ -215,6 +224,11 @@ def _views_intact(mod):
 def _check_intact(mod):
     """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
     apply() makes new ones), and FP8 weights are redone when the weights were written since."""
+    attr, fn = mod.linfuse_act_ref
+    now = _act_now(mod, attr)
+    if now is not fn and now != fn:
+        raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: call "
+                    "linfuse.torch.unapply(model), then apply(model) again" % (type(mod).__name__, attr, mod.linfuse_act))
     if not _views_intact(mod):
         what = "gate_up_proj weight no longer views" if len(_gate_up_weights(mod)) == 1 else \
             "gate_proj and up_proj weights no longer view"
@@ -249,7 +263,12 @@ def _key(mod):
         ws = _gate_up_weights(mod)
         g, u, d = ws[0], ws[-1], mod.down_proj.weight
     gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
-    key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape)
+    attr = mod.__dict__["linfuse_act_ref"][0]
+    act = mods.get(attr)
+    if act is None:  # a function, not a module
+        act = _act_now(mod, attr)
+    key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
+           id(act))
     return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
 
 
@@ -323,7 +342,28 @@ def _own_forward(self, x):
 _TRACE_WARNED = []
 
 
-def _patched_forward(self, x):
+def _patched_forward(self, *args, **kwargs):
+    """The patched module's forward: x alone, by position or by the name the module's own forward
+    gives it, is linfuse's; any other arguments, the module's own forward (it checked nothing else)."""
+    if len(args) == 1 and not kwargs:
+        return _forward_x(self, args[0])
+    if not args and len(kwargs) == 1 and self.linfuse_input in kwargs:
+        return _forward_x(self, kwargs[self.linfuse_input])
+    return self.linfuse_base_class.forward(self, *args, **kwargs)
+
+
+def _hooked(mod):
+    """Whether a hook was put on one of mod's projections or its activation since apply (those
+    there at apply left the module): the module's own forward runs them."""
+    for child in mod._modules.values():
+        if child is not None and (child._forward_hooks or child._forward_pre_hooks):
+            return True
+    return False
+
+
+def _forward_x(self, x):
+    if _hooked(self):
+        return _own_forward(self, x)
     compiling = _compiling()
     # Under autocast torch casts a Linear's operands to the autocast dtype, which is linfuse's only
     # where the weights are in it already; the custom op has no autocast rule, so this holds when
@@ -392,12 +432,13 @@ _BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "li
 def _views_again(mod):
     """gate's and up's weights as views of the module's stacked one (a copy of a module copies
     nn.Parameters by value, which leaves them apart and the module refusing)."""
-    gu, H = mod.linfuse_gate_up, mod.linfuse_gate_up.shape[0] // 2
     if "gate_up_proj" in mod._modules and "gate_proj" not in mod._modules:
-        parts = ((mod.gate_up_proj, gu),)
-    else:
-        parts = ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:]))
-    for lin, part in parts:
+        # the fused weight's own Parameter stays (a copy keeps what it is tied to); the stacked
+        # buffer, copied apart from it, views it again
+        mod._buffers["linfuse_gate_up"] = mod.gate_up_proj.weight.detach()
+        return mod
+    gu, H = mod.linfuse_gate_up, mod.linfuse_gate_up.shape[0] // 2
+    for lin, part in ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:])):
         lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
     return mod
 
@@ -436,20 +477,35 @@ def _patched_copy(self):
     return new
 
 
+def _input_name(cls):
+    """The name cls.forward gives its first argument after self (None where it has none: *args)."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    ok = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return params[0].name if params and params[0].kind in ok else None
+
+
 def _patched_class(cls):
     if cls not in _PATCHED_CLASSES:
         _PATCHED_CLASSES[cls] = type("Linfuse" + cls.__name__, (cls,),
                                      {"forward": _patched_forward, "__deepcopy__": _patched_deepcopy,
                                       "__copy__": _patched_copy, "__reduce_ex__": _patched_reduce,
-                                      "linfuse_base_class": cls,
+                                      "linfuse_base_class": cls, "linfuse_input": _input_name(cls),
                                       "__module__": __name__})
     return _PATCHED_CLASSES[cls]
 
 
+_ACT_POINTS = (7, 8, 10, 12, 16, 20, 30, 50, 100, 1000)
+
+
 def _act_error(act_fn, act):
-    """act_fn's largest difference from act (one of _ACTS) in float32, at points where gelu's tanh
-    and erf forms differ most (by up to 4.7e-4). Raises what act_fn raises."""
-    x = torch.linspace(-6, 6, 97, dtype=torch.float32)
+    """act_fn's largest difference from act (one of _ACTS) in float32, relative to max(1, |act|),
+    on [-6, 6], where gelu's tanh and erf forms differ most (by up to 4.7e-4), and at large values
+    both ways (where a clamped activation parts from these). Raises what act_fn raises."""
+    big = torch.tensor(_ACT_POINTS, dtype=torch.float32)
+    x = torch.cat([torch.linspace(-6, 6, 97, dtype=torch.float32), big, -big])
     if act == "silu":
         ref = x * torch.sigmoid(x)
     elif act == "gelu_tanh":
@@ -458,7 +514,7 @@ def _act_error(act_fn, act):
         ref = 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
     with torch.no_grad():
         got = act_fn(x)
-    return float((got - ref).abs().max())
+    return float(((got - ref).abs() / ref.abs().clamp(min=1)).max())
 
 
 def _storage_ptr(t):
@@ -493,6 +549,11 @@ def _act_of(mod, model):
     if attr is None:
         return "it has no act_fn or activation_fn to read its activation from"
     fn = getattr(mod, attr)
+    if isinstance(fn, nn.Module):
+        held = [n for n, _ in fn.named_parameters()] + [n for n, _ in fn.named_buffers()]
+        if held:
+            return "its %s %s holds parameters or buffers (%s): linfuse would compute without them" % (
+                attr, type(fn).__name__, ", ".join(held))
     cfg = getattr(mod, "config", None) or getattr(model, "config", None)
     named = None
     for field in ("hidden_activation", "hidden_act"):  # Gemma's configs carry both: the first is its MLP's
@@ -507,8 +568,8 @@ def _act_of(mod, model):
             return "%s %s fails on a float32 probe (%s: %s)" % (attr, type(fn).__name__, type(e).__name__, e)
         if err <= 1e-5:
             if named is not None and _CONFIG_ACTS.get(named[1]) == act:
-                return act, "config.%s = %r" % named
-            return act, "%s %s computes %s (probed)" % (attr, type(fn).__name__, act)
+                return act, "config.%s = %r" % named, attr
+            return act, "%s %s computes %s (probed)" % (attr, type(fn).__name__, act), attr
         errs.append("%.2g" % err)
     return "%s %s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a float32 " \
         "probe%s)" % (attr, type(fn).__name__, ", ".join(_ACTS), ", ".join(errs),
@@ -529,6 +590,11 @@ def _why_not(name, mod, model, shared=None):
     if hasattr(mod, "_hf_hook"):
         return "its weights are managed by an accelerate hook (offloading or device map); linfuse needs them in place"
     lins = [getattr(mod, p, None) for p in names]
+    tensors = [p for p, lin in zip(names, lins) if isinstance(lin, torch.Tensor)]
+    if tensors:
+        return "its %s %s tensors, not nn.Linear modules (%s): linfuse patches dense MLPs, not experts held " \
+               "stacked" % (", ".join(tensors), "is" if len(tensors) == 1 else "are",
+                            ", ".join("%s %s" % (p, tuple(getattr(mod, p).shape)) for p in tensors))
     if any(type(lin) is not nn.Linear for lin in lins):
         return "%s are %s, not plain nn.Linear (quantized or wrapped layers)" % (
             ", ".join(names), ", ".join(type(lin).__name__ for lin in lins))
@@ -544,8 +610,11 @@ def _why_not(name, mod, model, shared=None):
         # gate's and up's storage may be one: the stacked weight an earlier apply left. (A fused
         # gate_up_proj is used as it is: tied or not, nothing of it changes.)
         ptrs = [_storage_ptr(lin.weight) for lin in lins[:2]]
-        own = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and \
-            lins[0].weight is not lins[1].weight else 1
+        g, u = lins[0].weight, lins[1].weight
+        halves = g.shape == u.shape and g.is_contiguous() and u.is_contiguous() and \
+            u.data_ptr() == g.data_ptr() + g.numel() * g.element_size()
+        own = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and g is not u and \
+            halves else 1
         tied = [p for p, lin, ptr in zip(names[:2], lins[:2], ptrs)
                 if shared["modules"].get(id(lin), 0) > 1 or (ptr is not None and shared["storages"].get(ptr, 0) > own)]
         if tied:
@@ -592,10 +661,15 @@ def _stack(mod):
     ones, their data replaced: an optimizer made before apply still holds them after unapply. A
     fused gate_up_proj's weight is [Wg; Wu] already: the stacked tensor is a view of it."""
     if _layout(mod) is _FUSED:
-        return mod.gate_up_proj.weight.detach()
+        w = mod.gate_up_proj.weight
+        with torch.inference_mode(w.is_inference() and torch.is_inference_mode_enabled()), torch.no_grad():
+            return w.detach()
     g, u = mod.gate_proj.weight, mod.up_proj.weight
     H = g.shape[0]
-    with torch.no_grad():
+    # under inference_mode a new tensor is an inference tensor: not for weights that are not
+    normal = not (g.is_inference() or u.is_inference())
+    # (inference_mode(False) turns gradients on: no_grad goes inside it)
+    with torch.inference_mode(not normal and torch.is_inference_mode_enabled()), torch.no_grad():
         gu = torch.empty((2 * H, g.shape[1]), dtype=g.dtype, device=g.device)
         gu[:H].copy_(g)
         gu[H:].copy_(u)
@@ -619,29 +693,51 @@ def _warm(device):
         pass
 
 
+# The probe's tokens: four of N(0, 1), two 16 and two 256 times as large (where a clamp in a
+# module's forward, as some MLPs have, would part it from linfuse's).
+_PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)
+
+
 def _probe(mod, act, variant):
-    """linfuse's output against the module's own on 4 random tokens: None, or why they differ."""
+    """linfuse's output against the module's own on 8 random tokens: None, or why they differ (each
+    token's difference relative to its own largest output; tokens whose own output overflows are
+    not compared). A module whose own output is all zero cannot be checked: weights not loaded."""
     w = mod.down_proj.weight
     gen = torch.Generator(device=w.device)
     gen.manual_seed(0)
-    x = torch.randn((4, w.shape[0]), generator=gen, device=w.device, dtype=torch.float32).to(w.dtype)
+    scale = torch.tensor(_PROBE_SCALES, device=w.device).unsqueeze(1)
+    x = (torch.randn((len(_PROBE_SCALES), w.shape[0]), generator=gen, device=w.device) * scale).to(w.dtype)
     base = mod.linfuse_base_class
+    what = "on %d random tokens" % len(_PROBE_SCALES)
     # autocast off: under it both forwards might run the module's own computation (the fallback)
     with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
         try:
-            ref = base.forward(mod, x).float()
+            ref = base.forward(mod, x)
         except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
-            return "its own forward fails on 4 random tokens (%s: %s)" % (type(e).__name__, e)
+            return "its own forward fails %s (%s: %s)" % (what, type(e).__name__, e)
+        if not isinstance(ref, torch.Tensor) or ref.shape != x.shape:
+            return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
+                tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__, tuple(x.shape))
         try:
-            got = _patched_forward(mod, x).float()
+            got = _forward_x(mod, x).float()
         except Error as e:
             return "linfuse refused it: %s" % e
-    scale = float(ref.abs().max()) or 1.0
-    err = float((got - ref).abs().max()) / scale
+    ref = ref.float()
+    first = ref[:4]
+    if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
+        return "its own forward gives %s %s (weights not loaded yet?): linfuse cannot check it; apply after the " \
+               "weights are in" % ("non-finite values" if not bool(torch.isfinite(first).all()) else "zeros", what)
+    err = 0.0
+    for r, g in zip(ref, got):
+        top = float(r.abs().max())
+        if not bool(torch.isfinite(r).all()) or top == 0:
+            continue
+        e = float((g - r).abs().max()) / top
+        err = e if not e <= err else err  # a NaN in linfuse's output counts as the largest
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
     if not err <= tol:
-        return "linfuse's output differs from the module's own by %.3g of its largest value on 4 random tokens " \
-               "(tolerance %.3g)" % (err, tol)
+        return "linfuse's output differs from the module's own by %.3g of a token's largest value %s (tolerance " \
+               "%.3g)" % (err, what, tol)
     return None
 
 
@@ -670,7 +766,7 @@ def apply(model, variant="gated"):
         if isinstance(why, str):
             report.left.append((name, cls, why))
             continue
-        act, act_source = why
+        act, act_source, act_attr = why
         dev = mod.down_proj.weight.device
         _warm(dev)
         used, note = variant, act_source
@@ -687,6 +783,7 @@ def apply(model, variant="gated"):
             mod.register_buffer(n, None, persistent=False)
         del gu
         mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
+        mod.linfuse_act_ref = (act_attr, _act_now(mod, act_attr))
         try:
             if used == "fp8":
                 _quantize(mod)
@@ -709,7 +806,7 @@ def _restore(mod):
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
-    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions"):
+    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref"):
         mod.__dict__.pop(n, None)
 
 
