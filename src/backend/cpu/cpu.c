@@ -40,6 +40,22 @@ static int has_f16c(void)
 }
 #endif
 
+int lf_cpu_has_bf16_dots(void)
+{
+#ifdef LF_HAVE_X86_KERNELS
+    static atomic_int has = -1;
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        atomic_store_explicit(&has, h, memory_order_relaxed);
+    }
+    return h;
+#else
+    return 0;
+#endif
+}
+
 lf_cpu_isa lf_cpu_isa_detect(void)
 {
 #ifdef LF_HAVE_X86_KERNELS

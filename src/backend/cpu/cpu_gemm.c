@@ -316,13 +316,17 @@ static lf_status few_rows(const plan *pl, int T)
     const int64_t M = pl->M, K = pl->K, nsl = (pl->No + pl->nro - 1) / pl->nro;
     const lf_matrix *a = &g->a, *b = &g->b;
     const int f32 = b->dtype == LF_DTYPE_F32;
+    /* bf16 against bf16, on a CPU with bf16 dot products: both read as they are (A's rows copied
+     * together, B's columns in place) */
+    const int bf = k->dots_bf16 && a->dtype == LF_DTYPE_BF16 && b->dtype == LF_DTYPE_BF16 && lf_cpu_has_bf16_dots();
     if (nsl == 0 || M == 0)
         return LF_OK;
     if (T > nsl)
         T = (int)nsl;
-    /* a thread's slot: A in f32 (M, K), four B columns widened to f32 (4K), the strip (M, nr), the
-     * tile's columns and biases (nr each) */
-    const size_t floats = (size_t)(M * K + (f32 ? 0 : 4 * K) + M * nr + nr);
+    /* a thread's slot: A in f32 (M, K) (bf16 rounded up to whole floats where bf), four B columns
+     * widened to f32 (4K, unless f32 or bf), the strip (M, nr), the tile's columns and biases (nr each) */
+    const int64_t a_floats = bf ? (M * K + 1) / 2 : M * K;
+    const size_t floats = (size_t)(a_floats + (f32 || bf ? 0 : 4 * K) + M * nr + nr);
     const size_t bytes = ((floats * sizeof(float) + (size_t)nr * sizeof(int64_t)) + 63) & ~(size_t)63;
     lf_cpu_ws *ws;
     LF_TRY(lf_cpu_ws_acquire(&ws, T, bytes));
@@ -330,13 +334,28 @@ static lf_status few_rows(const plan *pl, int T)
     for (int t = omp_get_thread_num(); t < T; t += omp_get_num_threads()) { /* see lf_cpu_gemm */
         char *slot = lf_cpu_ws_slot(ws, t);
         int64_t *cols = (int64_t *)slot;
-        float *af = (float *)(cols + nr), *cb = af + M * K, *strip = cb + (f32 ? 0 : 4 * K), *bias = strip + M * nr;
-        for (int64_t r = 0; r < M; r++)
-            gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
+        float *af = (float *)(cols + nr), *cb = af + a_floats, *strip = cb + (f32 || bf ? 0 : 4 * K),
+              *bias = strip + M * nr;
+        uint16_t *abf = (uint16_t *)af;
+        for (int64_t r = 0; r < M; r++) {
+            if (!bf) {
+                gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
+                continue;
+            }
+            const uint16_t *src = (const uint16_t *)a->data + r * a->rs;
+            for (int64_t i = 0; i < K; i++)
+                abf[r * K + i] = src[i * a->cs];
+        }
         for (int64_t s = nsl * t / T; s < nsl * (t + 1) / T; s++) {
             const int64_t o = s * pl->nro;
             sliver_map(pl, o, cols, bias);
-            for (int p = 0; p < nr; p += 4) { /* the kernels' blocks are two or four columns */
+            if (bf) {
+                const uint16_t *w[LF_CPU_NR_MAX];
+                for (int p = 0; p < nr; p++)
+                    w[p] = cols[p] >= 0 ? (const uint16_t *)b->data + cols[p] * b->cs : NULL;
+                k->dots_bf16(abf, M, K, w, nr, strip, nr);
+            }
+            for (int p = 0; p < nr && !bf; p += 4) { /* the kernels' blocks are two or four columns */
                 const float *w[4] = {NULL, NULL, NULL, NULL};
                 for (int j = 0; j < 4 && p + j < nr; j++) {
                     const int64_t c = cols[p + j];
@@ -439,8 +458,12 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
     int T = lf_cpu_threads();
     /* Below ~0.2 ms of single-thread work, waking OpenMP workers (tens of us to a ms once they
-     * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. */
-    if (flops < 3.2e7)
+     * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. A
+     * few rows against a weight of more than 4 MB are reads, not FLOPs: a second core brings its
+     * own loads (a one-token bf16 MLP of 1024 -> 2816 went from 0.93-2.0 to 0.26-0.36 ms a
+     * forward on two cores, bench/RESULTS.md session 20). */
+    const double b_bytes = (double)pl.N * (double)pl.K * (double)lf_dtype_size(g->b.dtype);
+    if (flops < 3.2e7 && !(pl.M <= LF_CPU_DIRECT_ROWS && b_bytes > 4e6))
         T = 1;
     if (pl.M <= LF_CPU_DIRECT_ROWS && (g->b.rs == 1 || pl.K == 1)) {
         LF_TRY(few_rows(&pl, T));

@@ -42,6 +42,10 @@ typedef struct lf_cpu_kernels {
     /* A few rows of A against n of B's columns as dot products (no packing): acc[r * ld + p] =
      * a[r] . col[p] over K floats (zeros where col[p] is NULL); a is (m, K) row-major. */
     void (*dots)(const float *a, int64_t m, int64_t K, const float *const *col, int n, float *acc, int64_t ld);
+    /* The same in bf16, a and col read as they are (bf16 bits), f32 sums; NULL where the kernel set
+     * has none, and used only where lf_cpu_has_bf16_dots() says the CPU runs it. */
+    void (*dots_bf16)(const uint16_t *a, int64_t m, int64_t K, const uint16_t *const *col, int n, float *acc,
+                      int64_t ld);
     /* y[i] = act(x[i]) (x and y may be the same) */
     void (*act_row)(lf_act act, const float *x, float *y, int64_t n);
     /* y[i] = act(x[i]) * u[i] */
@@ -55,6 +59,8 @@ extern const lf_cpu_kernels lf_cpu_kernels_avx512;
 #endif
 
 const lf_cpu_kernels *lf_cpu_kernels_active(void);
+/* Whether the CPU has AVX512_BF16 (VDPBF16PS), asked once: a kernel set's dots_bf16 runs only then. */
+int lf_cpu_has_bf16_dots(void);
 
 /* Scratch memory for one call: n_threads slots of `bytes` each, 64-byte aligned. Taken from a
  * pool so steady-state calls neither allocate nor fault pages; returned after the call. */

@@ -3,6 +3,7 @@
  * (A: mr values per k; B: nr values per k). Compiled with -mavx512f -mfma -mf16c and
  * only called after cpuid says the CPU has them. Layer: backend/cpu. */
 #include <immintrin.h>
+#include <stdint.h>
 
 /* gelu_tanh in AVX-512 intrinsics: the generic loop's division is the epilogue's biggest
  * cost, and AVX-512 has a 14-bit reciprocal that one Newton step brings to ~2^-28. The exp is
@@ -45,8 +46,106 @@ static void gelu_tanh_row_512(float *y, const float *x, const float *bias, float
         _mm512_mask_storeu_ps(y + i, m, gelu_tanh_512(z));
     }
 }
+/* acc[r * ld + p] = a[r] . col[p] in bf16 (the dots contract of cpu_impl.h, a's rows K apart),
+ * with VDPBF16PS: 32 bf16 products an instruction, summed in pairs into 16 f32 lanes (the products
+ * are exact in f32; inputs below bf16's normal range read as zero, as AVX512_BF16 defines). A bf16
+ * Linear's few rows read the weight as it is: widened to f32 first, as the f32 dots need, a decode
+ * step's bf16 MLP ran at half the speed of PyTorch's oneDNN on the same cores (bench/RESULTS.md).
+ * Four columns by four rows, sixteen sums; K's tail in masked loads. Compiled for AVX512_BF16
+ * here alone and called only where cpuid says the CPU has it (lf_cpu_has_bf16_dots). */
+#define LF_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define LF_BF16_LOAD(p, k, m) ((__m512bh)_mm512_maskz_loadu_epi16((m), (p) + (k)))
+#define LF_BF16_MASK(K, k) ((K) - (k) >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << ((K) - (k))) - 1u))
+
+/* One row against four columns: four sums. Named accumulators, so they stay in registers. */
+LF_BF16_TARGET static inline void dots_bf16_1x4(const uint16_t *x0, const uint16_t *const w[4], int64_t K,
+                                                float out[4])
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t k = 0; k < K; k += 32) {
+        const __mmask32 mk = LF_BF16_MASK(K, k);
+        const __m512bh y = LF_BF16_LOAD(x0, k, mk);
+        s0 = _mm512_dpbf16_ps(s0, y, LF_BF16_LOAD(w[0], k, mk));
+        s1 = _mm512_dpbf16_ps(s1, y, LF_BF16_LOAD(w[1], k, mk));
+        s2 = _mm512_dpbf16_ps(s2, y, LF_BF16_LOAD(w[2], k, mk));
+        s3 = _mm512_dpbf16_ps(s3, y, LF_BF16_LOAD(w[3], k, mk));
+    }
+    out[0] = _mm512_reduce_add_ps(s0), out[1] = _mm512_reduce_add_ps(s1);
+    out[2] = _mm512_reduce_add_ps(s2), out[3] = _mm512_reduce_add_ps(s3);
+}
+
+/* Four rows against four columns: sixteen sums (with the eight loads, 24 of 32 registers). */
+LF_BF16_TARGET static inline void dots_bf16_4x4(const uint16_t *const x[4], const uint16_t *const w[4], int64_t K,
+                                                float out[16])
+{
+    __m512 s00 = _mm512_setzero_ps(), s01 = s00, s02 = s00, s03 = s00, s10 = s00, s11 = s00, s12 = s00, s13 = s00,
+           s20 = s00, s21 = s00, s22 = s00, s23 = s00, s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+    for (int64_t k = 0; k < K; k += 32) {
+        const __mmask32 mk = LF_BF16_MASK(K, k);
+        const __m512bh u0 = LF_BF16_LOAD(w[0], k, mk), u1 = LF_BF16_LOAD(w[1], k, mk), u2 = LF_BF16_LOAD(w[2], k, mk),
+                       u3 = LF_BF16_LOAD(w[3], k, mk);
+        __m512bh y = LF_BF16_LOAD(x[0], k, mk);
+        s00 = _mm512_dpbf16_ps(s00, y, u0), s01 = _mm512_dpbf16_ps(s01, y, u1);
+        s02 = _mm512_dpbf16_ps(s02, y, u2), s03 = _mm512_dpbf16_ps(s03, y, u3);
+        y = LF_BF16_LOAD(x[1], k, mk);
+        s10 = _mm512_dpbf16_ps(s10, y, u0), s11 = _mm512_dpbf16_ps(s11, y, u1);
+        s12 = _mm512_dpbf16_ps(s12, y, u2), s13 = _mm512_dpbf16_ps(s13, y, u3);
+        y = LF_BF16_LOAD(x[2], k, mk);
+        s20 = _mm512_dpbf16_ps(s20, y, u0), s21 = _mm512_dpbf16_ps(s21, y, u1);
+        s22 = _mm512_dpbf16_ps(s22, y, u2), s23 = _mm512_dpbf16_ps(s23, y, u3);
+        y = LF_BF16_LOAD(x[3], k, mk);
+        s30 = _mm512_dpbf16_ps(s30, y, u0), s31 = _mm512_dpbf16_ps(s31, y, u1);
+        s32 = _mm512_dpbf16_ps(s32, y, u2), s33 = _mm512_dpbf16_ps(s33, y, u3);
+    }
+    const __m512 all[16] = {s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33};
+    for (int i = 0; i < 16; i++)
+        out[i] = _mm512_reduce_add_ps(all[i]);
+}
+
+/* acc[r * ld + p] = a[r] . col[p] in bf16 (the dots contract of cpu_impl.h, a's rows K apart),
+ * with VDPBF16PS: 32 bf16 products an instruction, summed in pairs into 16 f32 lanes (the products
+ * are exact in f32; inputs below bf16's normal range read as zero, as AVX512_BF16 defines). A bf16
+ * Linear's few rows read the weight as it is: widened to f32 first, as the f32 dots need, a decode
+ * step's bf16 MLP ran at half the speed of PyTorch's oneDNN on the same cores (bench/RESULTS.md).
+ * Four columns by four rows, or by one row; K's tail in masked loads. Compiled for AVX512_BF16
+ * here alone and called only where cpuid says the CPU has it (lf_cpu_has_bf16_dots). */
+LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_t K, const uint16_t *const *col,
+                                            int n, float *acc, int64_t ld)
+{
+    for (int p0 = 0; p0 < n; p0 += 4) {
+        const int q = n - p0 < 4 ? n - p0 : 4;
+        const uint16_t *c[4] = {NULL, NULL, NULL, NULL}, *any = NULL;
+        for (int j = 0; j < q; j++)
+            if ((c[j] = col[p0 + j]) && !any)
+                any = c[j];
+        if (!any) {
+            for (int64_t r = 0; r < m; r++)
+                for (int j = 0; j < q; j++)
+                    acc[r * ld + p0 + j] = 0.0f;
+            continue;
+        }
+        /* a missing column reads another's values; its sums are stored as zeros */
+        const uint16_t *const w[4] = {c[0] ? c[0] : any, c[1] ? c[1] : any, c[2] ? c[2] : any, c[3] ? c[3] : any};
+        for (int64_t r0 = 0; r0 < m; r0 += 4) {
+            const int64_t nr4 = m - r0 < 4 ? m - r0 : 4;
+            float s[16];
+            if (nr4 == 1) { /* one row (a decode step's token): four sums, not sixteen */
+                dots_bf16_1x4(a + r0 * K, w, K, s);
+            } else { /* rows past m read the last real row again; their sums are not stored */
+                const uint16_t *const x[4] = {a + r0 * K, a + (r0 + 1) * K, a + (r0 + (nr4 > 2 ? 2 : 1)) * K,
+                                              a + (r0 + nr4 - 1) * K};
+                dots_bf16_4x4(x, w, K, s);
+            }
+            for (int64_t i = 0; i < nr4; i++)
+                for (int j = 0; j < q; j++)
+                    acc[(r0 + i) * ld + p0 + j] = c[j] ? s[i * 4 + j] : 0.0f;
+        }
+    }
+}
+
 #define LF_VEC_GELU_TANH_ROW gelu_tanh_row_512
 #define LF_DOTS_COLS         4 /* 32 zmm registers: four columns by four rows */
+#define LF_DOTS_BF16         dots_bf16_avx512
 
 #define LF_KSUF avx512
 #include "backend/cpu/kernels_tmpl.h"

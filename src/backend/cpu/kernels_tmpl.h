@@ -327,6 +327,10 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
 
 #endif
 
+#ifndef LF_DOTS_BF16
+#define LF_DOTS_BF16 NULL /* no bf16 dot products of its own: bf16 rows are widened to f32 first */
+#endif
+
 #define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_) \
     const lf_cpu_kernels LF_K(lf_cpu_kernels_) = { \
         .isa = (isa_),                             \
@@ -337,6 +341,7 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
         .pack_rows = LF_K(pack_rows_),             \
         .ep_strip = LF_K(ep_strip_),               \
         .dots = LF_K(dots_),                       \
+        .dots_bf16 = LF_DOTS_BF16,                 \
         .act_row = LF_K(act_row_),                 \
         .act_mul_row = LF_K(act_mul_row_),         \
     }
