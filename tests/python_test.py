@@ -768,7 +768,7 @@ def test_torch_apply_layouts(torch):
           "layouts: the report says where each activation came from:\n%s" % text)
     check("more than its projections" in left.get("dropped", "") and "dropout (Dropout)" in left.get("dropped", ""),
           "layouts: an MLP with a dropout is left, naming it: %s" % left.get("dropped"))
-    check("differs from the module's own" in left.get("up_first", ""),
+    check("own forward and linfuse's differ" in left.get("up_first", "") and "[up, gate]" in left.get("up_first", ""),
           "layouts: a fused MLP whose halves are [up, gate] fails the probe and is left: %s" % left.get("up_first"))
     check("expected (2H, D), (D, H)" in left.get("odd", ""), "layouts: an odd gate_up_proj is left: %s"
           % left.get("odd"))
@@ -812,13 +812,20 @@ def test_torch_apply_layouts(torch):
     raises(RuntimeError, ["has no backward", "inference"], lambda: y.float().sum().backward(),
            "layouts: backward through the fused MLP where only gate_up_proj wants a gradient")
     phi.gate_up_proj.weight = nn.Parameter(w_phi.detach().clone())  # replaced after apply: refused
-    raises(linfuse.Error, ["gate_up_proj weight no longer views", "unapply"], lambda: phi(x),
+    raises(linfuse.Error, ["phi (Phi3MLP)", "gate_up_proj weight no longer views", "unapply"], lambda: phi(x),
            "layouts: a fused weight replaced after apply is caught")
     phi.gate_up_proj.weight = w_phi
     model.own.float()
     raises(linfuse.Error, ["gate_proj and up_proj weights no longer view"], lambda: model.own(x.float()),
            "layouts: a cast after apply is caught in the model's own MLP")
     test_torch_apply_edges(torch, SwiGLU, Phi3MLP)
+    empty = str(lt.apply(nn.Sequential(nn.Linear(4, 4))))
+    check("0 MLPs replaced, 0 left" in empty and "no module has gate_proj" in empty,
+          "layouts: a model with no gated MLP gets a report that says what apply looks for: %s" % empty)
+    raises(TypeError, ["not a torch.nn.Module"], lambda: lt.apply("model"), "layouts: apply of a string")
+    alone = SwiGLU()
+    check("(the model itself)" in str(lt.apply(alone)), "layouts: an MLP patched on its own is named in the report")
+    lt.unapply(alone)
     restored = lt.unapply(model)
     check(sorted(restored) == ["erf", "gemmaish", "own", "phi"] and type(model.phi) is Phi3MLP and
           type(model.own) is SwiGLU and model.phi.gate_up_proj.weight is w_phi,
@@ -871,7 +878,7 @@ def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
         def forward(self, x):
             return self.down_proj(self.act_fn(self.gate_proj(x)).clamp(max=7.0) * self.up_proj(x))
     why = " ".join(w for _, _, w in lt.apply(Clamped()).left)
-    check("differs from the module's own" in why, "edges: a clamp inside the forward is seen: %s" % why)
+    check("own forward and linfuse's differ" in why, "edges: a clamp inside the forward is seen: %s" % why)
     r = SwiGLU()
     lt.apply(r)
     r.act_fn = nn.GELU()

@@ -21,7 +21,8 @@ _GATED_ACTS = ("gelu_tanh", "silu", "gelu_erf")
 def _act(act, gated):
     name = _ACT_ALIASES.get(act, act) if act is None or isinstance(act, str) else repr(act)
     if name not in _lib.ACT or (gated and name not in _GATED_ACTS):
-        takes = _GATED_ACTS if gated else tuple(_lib.ACT) + ("swish", "gelu_pytorch_tanh", "gelu")
+        takes = _GATED_ACTS + ("swish", "gelu_pytorch_tanh", "gelu") if gated else \
+            tuple(_lib.ACT) + ("swish", "gelu_pytorch_tanh", "gelu")
         raise ValueError("linfuse: act=%r: takes %s" % (act, ", ".join(takes)))
     return _lib.ACT[name]
 
@@ -215,6 +216,7 @@ class GatedMlp:
             raise Error("%s: fp8_weights is quantize_fp8()'s four arrays, got %d" % (what, len(fp8_weights)))
         kind = _Kind(gate_up)
         self.dim, self.out_features = int(gate_up.shape[1]), int(down.shape[0])
+        self._hidden = int(down.shape[1])
         self._weights = (gate_up, down) + tuple(fp8_weights or ())  # held for their addresses; () once freed
         self._torch_weights = tuple(w for w in self._weights if _dlpack.is_torch(w))
         # numpy's, which numpy reallocates under an export only when told to (resize(refcheck=False))
@@ -257,9 +259,20 @@ class GatedMlp:
                         "(torch's share_memory_, resize_, set_, as_strided_; numpy's resize): make a new one over "
                         "the weights as they are" % self.name)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if getattr(self, "_m", None) is None:
+            return "<%s (closed)>" % self.name
+        return "<%s (%s, %d -> %d -> %d)>" % (self.name, self._dtype, self.dim, self._hidden, self.out_features)
+
     def close(self):
         """Let the weights go (the object cannot be called after); at once, or when the last call
-        in flight returns."""
+        in flight returns. `with linfuse.GatedMlp(...) as m:` closes it at the block's end."""
         with self._lock:
             self._closed = True
             self._free_if_idle()

@@ -133,7 +133,7 @@ else:  # older torch: plain functions, traced as record_function spans of the op
 _CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu_erf"}
 _ACTS = ("silu", "gelu_tanh", "gelu_erf")  # the gated activations, as linfuse names them
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# The probe forward at apply: linfuse's output against the module's own on 4 random tokens, as a
+# The probe forward at apply: linfuse's output against the module's own on 8 random tokens, as a
 # fraction of the largest |output| (bf16 rounds at 2^-8; the fp8 variant has a few % RMS error).
 PROBE_TOLERANCE = {"gated": 0.03, "fp8": 0.25}
 
@@ -148,9 +148,13 @@ class PatchReport:
         lines = ["linfuse.torch.apply(variant=%r): %d MLP%s replaced, %d left as they were"
                  % (self.variant, len(self.replaced), "" if len(self.replaced) == 1 else "s", len(self.left))]
         for name, cls, act, variant, note in self.replaced:
-            lines.append("  replaced %s (%s, %s, %s)%s" % (name, cls, act, variant, ": " + note if note else ""))
+            lines.append("  replaced %s (%s, %s, %s)%s" % (name or "(the model itself)", cls, act, variant,
+                                                           ": " + note if note else ""))
         for name, cls, reason in self.left:
-            lines.append("  left     %s (%s): %s" % (name, cls, reason))
+            lines.append("  left     %s (%s): %s" % (name or "(the model itself)", cls, reason))
+        if not self.replaced and not self.left:
+            lines.append("  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
+                         "transformers gives a gated MLP's projections)")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -221,6 +225,11 @@ def _views_intact(mod):
     return ws[0].data_ptr() == gu.data_ptr() and ws[1].data_ptr() == gu.data_ptr() + H * gu.shape[1] * gu.element_size()
 
 
+def _who(mod):
+    """A patched module as its errors name it: its path in the model apply was given, and its class."""
+    return "%s (%s)" % (mod.__dict__.get("linfuse_name", "?"), mod.linfuse_base_class.__name__)
+
+
 def _check_intact(mod):
     """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
     apply() makes new ones), and FP8 weights are redone when the weights were written since."""
@@ -228,13 +237,14 @@ def _check_intact(mod):
     now = _act_now(mod, attr)
     if now is not fn and now != fn:
         raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: call "
-                    "linfuse.torch.unapply(model), then apply(model) again" % (type(mod).__name__, attr, mod.linfuse_act))
+                    "linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr, mod.linfuse_act))
     if not _views_intact(mod):
         what = "gate_up_proj weight no longer views" if len(_gate_up_weights(mod)) == 1 else \
             "gate_proj and up_proj weights no longer view"
         raise Error("linfuse: %s's %s the stacked [Wg; Wu] that "
                     "linfuse.torch.apply made (the model was moved or cast, or a parameter replaced, after apply): "
-                    "call linfuse.torch.unapply(model), move it, then apply(model) again" % (type(mod).__name__, what))
+                    "call linfuse.torch.unapply(model), then apply(model) again, after any move or cast" % (
+                        _who(mod), what))
     if mod.linfuse_gate_up_q is not None and None not in mod.linfuse_fp8_versions and \
             _fp8_versions(mod) != mod.linfuse_fp8_versions:
         _quantize(mod)
@@ -569,7 +579,8 @@ def _act_of(mod, model):
         if err <= 1e-5:
             if named is not None and _CONFIG_ACTS.get(named[1]) == act:
                 return act, "config.%s = %r" % named, attr
-            return act, "%s %s computes %s (probed)" % (attr, type(fn).__name__, act), attr
+            other = "; config.%s = %r names another, its act_fn decides" % named if named is not None else ""
+            return act, "%s %s computes %s (probed)%s" % (attr, type(fn).__name__, act, other), attr
         errs.append("%.2g" % err)
     return "%s %s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a float32 " \
         "probe%s)" % (attr, type(fn).__name__, ", ".join(_ACTS), ", ".join(errs),
@@ -736,8 +747,10 @@ def _probe(mod, act, variant):
         err = e if not e <= err else err  # a NaN in linfuse's output counts as the largest
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
     if not err <= tol:
-        return "linfuse's output differs from the module's own by %.3g of a token's largest value %s (tolerance " \
-               "%.3g)" % (err, what, tol)
+        hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" \
+            if _layout(mod) is _FUSED else ""
+        return "its own forward and linfuse's differ %s: by %.3g times the largest value of a token's own output " \
+               "(tolerance %.3g)%s" % (what, err, tol, hint)
     return None
 
 
@@ -749,13 +762,15 @@ def apply(model, variant="gated"):
     GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
     the module runs gated, and the report says why). Each replaced module: gate and up stacked once
     into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
-    of it (a gate_up_proj's weight is used as it is), checked against its own forward on 4 random
-    tokens. A module linfuse cannot run (an unknown activation, biases, other parts, a dtype, device
+    of it (a gate_up_proj's weight is used as it is), checked against its own forward on 8 random
+    tokens; its class becomes a subclass, Linfuse<Class>, whose forward calls linfuse. A module linfuse cannot run (an unknown activation, biases, other parts, a dtype, device
     or layer it does not take, or a probe that differs)
     is left as it was, with the reason in the report. Patch after moving the model to its device
     and dtype; unapply(model) restores the modules."""
     if variant not in ("gated", "fp8"):
         raise ValueError("linfuse.torch.apply: variant=%r: takes 'gated' or 'fp8'" % (variant,))
+    if not isinstance(model, nn.Module):
+        raise TypeError("linfuse.torch.apply: model is a %s, not a torch.nn.Module" % type(model).__name__)
     report = PatchReport(variant)
     shared = _sharing(model)
     for name, mod in model.named_modules():
@@ -784,6 +799,7 @@ def apply(model, variant="gated"):
         del gu
         mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
         mod.linfuse_act_ref = (act_attr, _act_now(mod, act_attr))
+        mod.linfuse_name = name or "(the model itself)"
         try:
             if used == "fp8":
                 _quantize(mod)
@@ -806,7 +822,7 @@ def _restore(mod):
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
-    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref"):
+    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name"):
         mod.__dict__.pop(n, None)
 
 
