@@ -277,8 +277,10 @@ def test_refusals_numpy():
     raises(linfuse.Error, ["bias must be contiguous"], lambda: linfuse.linear(x, w, np.ones(6, np.float32)[::2]),
            "a strided bias (linfuse's epilogue reads it contiguous)")
     gu, dn = np.ones((16, 8), np.float32), np.ones((8, 8), np.float32)
-    raises(linfuse.Error, ["linfuse.gated_mlp", "expected a contiguous (2H, D)"],
+    raises(linfuse.Error, ["linfuse.gated_mlp", "is not contiguous (strides 1, 16)", "pass a contiguous copy"],
            lambda: linfuse.gated_mlp(x, np.ones((8, 16), np.float32).T, dn), "a gate_up that is not contiguous")
+    raises(linfuse.Error, ["linfuse.gated_mlp", "x is f16 but the weights are f32"],
+           lambda: linfuse.gated_mlp(x.astype(np.float16), gu, dn), "an x of another dtype than the weights")
     raises(linfuse.Error, ["linfuse.gated_mlp", "x's last dim is 9"],
            lambda: linfuse.gated_mlp(np.ones((4, 9), np.float32), gu, dn), "x of the wrong width")
     raises(ValueError, ["act='tanh'", "silu"], lambda: linfuse.gated_mlp(x, gu, dn, act="tanh"), "an unknown act")

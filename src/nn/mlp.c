@@ -36,6 +36,9 @@ static lf_status on_tokens(const lf_nn_gated_mlp *m, const lf_tensor *x, int64_t
     if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
         return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
                        x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    if (x->dtype != m->gate_up->dtype) /* said here in the module's words, not the GEMM's (mat1, mat2) */
+        return lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_forward: x is %s but the weights are %s; expected one dtype",
+                       lf_dtype_name(x->dtype), lf_dtype_name(m->gate_up->dtype));
     int64_t flat[2] = {lf_tensor_numel(x) / m->dim, m->dim}, back[LF_MAX_DIMS];
     memcpy(back, x->shape, sizeof back);
     back[x->ndim - 1] = n;
@@ -318,6 +321,9 @@ lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v
     if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
         return lf_fail(LF_ESHAPE, "%s: x's last dim is %lld, expected dim = %lld", fn,
                        x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    if (x->dtype != m->gate_up->dtype)
+        return lf_fail(LF_EDTYPE, "%s: x is %s but the weights are %s; expected one dtype", fn, lf_dtype_name(x->dtype),
+                       lf_dtype_name(m->gate_up->dtype));
     LF_TRY(check_y(m, x, y));
     const int64_t T = lf_tensor_numel(x) / m->dim;
     size_t need = 0;
