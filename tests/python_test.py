@@ -896,6 +896,47 @@ def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
     handle.remove()
     check(len(seen) == 2 and torch.equal(hooked, own),
           "edges: a hook put on a projection after apply runs (the module's own forward does): %s" % seen)
+    ah = SwiGLU()
+    ah.act_fn = nn.SiLU()
+    ah.act_fn.register_forward_hook(lambda mod, inp, out: None)
+    why = " ".join(w for _, _, w in lt.apply(ah).left)
+    check("act_fn has forward hooks" in why, "edges: a hook on the activation at apply leaves the module: %s" % why)
+    for what in ("wrapped", "bias"):
+        pm = SwiGLU()
+        lt.apply(pm)
+        if what == "wrapped":  # as PEFT's LoRA wraps a projection: its weight is the same memory
+            class Wrapped(nn.Module):
+                def __init__(self, base):
+                    super().__init__()
+                    self.base = base
+
+                @property
+                def weight(self):
+                    return self.base.weight
+
+                def forward(self, t):
+                    return self.base(t) * 2
+            pm.up_proj = Wrapped(pm.up_proj)
+        else:
+            pm.down_proj.bias = nn.Parameter(torch.ones(D))
+        raises(linfuse.Error, ["parts changed after linfuse.torch.apply", "unapply"], lambda: pm(x),
+               "edges: a projection %s after apply" % what)
+
+    class Method(SwiGLU):  # the activation a method of the class: bound anew at each lookup
+        def __init__(self):
+            super().__init__()
+            del self.act_fn
+
+        def act_fn(self, t):
+            return F.silu(t)
+    mm = Method()
+    lt.apply(mm)
+    with torch.no_grad():
+        mm(x)
+        first = lt._PREPARED.get(mm)
+        mm(x)
+        check(first is not None and lt._PREPARED.get(mm) is first,
+              "edges: an activation written as a method keeps the module's prepared weights from call to call")
     t = SwiGLU()
     t.up_proj.weight = nn.Parameter(t.gate_proj.weight.data)  # two Parameters over one storage
     why = " ".join(w for _, _, w in lt.apply(t).left)

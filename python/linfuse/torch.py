@@ -176,7 +176,10 @@ def _version_of(t):
 
 
 def _fp8_versions(mod):
-    return (_version_of(mod.linfuse_gate_up), _version_of(mod.down_proj.weight))
+    """The versions the FP8 weights were made at: the stacked weight's, down's, and gate's and up's
+    own (a Parameter whose .data was set to a view of the stacked weight counts its writes apart)."""
+    return (_version_of(mod.linfuse_gate_up), _version_of(mod.down_proj.weight)) + \
+        tuple(_version_of(w) for w in _gate_up_weights(mod))
 
 
 # The two layouts of a gated MLP linfuse takes: gate and up as two Linears (Llama, Mistral, Qwen,
@@ -211,7 +214,8 @@ def _act_now(mod, attr):
     got = mod._modules.get(attr)
     if got is None:
         got = mod.__dict__.get(attr)
-    return got if got is not None else getattr(mod, attr, None)
+    # the class's own function (a method's bound form is made anew at every lookup)
+    return got if got is not None else getattr(type(mod), attr, None)
 
 
 def _views_intact(mod):
@@ -230,6 +234,9 @@ def _who(mod):
     return "%s (%s)" % (mod.__dict__.get("linfuse_name", "?"), mod.linfuse_base_class.__name__)
 
 
+_PARTS = _SPLIT + _FUSED[:1]
+
+
 def _check_intact(mod):
     """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
     apply() makes new ones), and FP8 weights are redone when the weights were written since."""
@@ -238,6 +245,11 @@ def _check_intact(mod):
     if now is not fn and now != fn:
         raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: call "
                     "linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr, mod.linfuse_act))
+    changed = [n for n, c in mod._modules.items() if n in _PARTS and not (
+        type(c) is nn.Linear and c._parameters.get("bias") is None and not getattr(c, "parametrizations", None))]
+    if changed or tuple(mod._modules) != mod.linfuse_children:
+        raise Error("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
+                    "then apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
     if not _views_intact(mod):
         what = "gate_up_proj weight no longer views" if len(_gate_up_weights(mod)) == 1 else \
             "gate_proj and up_proj weights no longer view"
@@ -278,8 +290,9 @@ def _key(mod):
     if act is None:  # a function, not a module
         act = _act_now(mod, attr)
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
-           id(act))
-    return key if q is None else key + (_version_of(gu), _version_of(d), q.data_ptr())
+           id(act), tuple(mods.values()), tuple(type(c) is nn.Linear and c._parameters.get("bias") is None
+                                                for n, c in mods.items() if n in _PARTS))
+    return key if q is None else key + _fp8_versions(mod) + (q.data_ptr(),)
 
 
 def _drop(mod):
@@ -635,6 +648,8 @@ def _why_not(name, mod, model, shared=None):
         return "its projections have biases (mlp_bias); linfuse's gated MLP has none"
     hooked = [p for p, lin in zip(names, lins)
               if lin._forward_hooks or lin._forward_pre_hooks or getattr(lin, "parametrizations", None)]
+    hooked += [a for a in _ACT_ATTRS if isinstance(mod._modules.get(a), nn.Module) and
+               (mod._modules[a]._forward_hooks or mod._modules[a]._forward_pre_hooks)]
     if hooked:
         return "its %s %s forward hooks or parametrizations (weight_norm, a probe): linfuse would not run " \
                "them" % (", ".join(hooked), "has" if len(hooked) == 1 else "have")
@@ -730,7 +745,7 @@ def _probe(mod, act, variant):
             return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
                 tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__, tuple(x.shape))
         try:
-            got = _forward_x(mod, x).float()
+            got = _patched_forward_inner(mod, x, False).float()
         except Error as e:
             return "linfuse refused it: %s" % e
     ref = ref.float()
@@ -800,6 +815,7 @@ def apply(model, variant="gated"):
         mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
         mod.linfuse_act_ref = (act_attr, _act_now(mod, act_attr))
         mod.linfuse_name = name or "(the model itself)"
+        mod.linfuse_children = tuple(mod._modules)
         try:
             if used == "fp8":
                 _quantize(mod)
@@ -822,7 +838,8 @@ def _restore(mod):
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
-    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name"):
+    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name",
+              "linfuse_children"):
         mod.__dict__.pop(n, None)
 
 

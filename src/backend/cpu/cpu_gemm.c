@@ -459,9 +459,9 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     int T = lf_cpu_threads();
     /* Below ~0.2 ms of single-thread work, waking OpenMP workers (tens of us to a ms once they
      * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. A
-     * few rows against a weight of more than 4 MB are reads, not FLOPs: a second core brings its
-     * own loads (a one-token bf16 MLP of 1024 -> 2816 went from 0.93-2.0 to 0.26-0.36 ms a
-     * forward on two cores, bench/RESULTS.md session 20). */
+     * few rows against a weight of more than 4 MB are reads, not FLOPs: every core brings its own
+     * loads (a one-token bf16 MLP of 1024 -> 2816 on two cores: 0.93-2.0 ms a forward with the
+     * bf16 dots on one thread, 0.26-0.36 on two; bench/RESULTS.md session 20). */
     const double b_bytes = (double)pl.N * (double)pl.K * (double)lf_dtype_size(g->b.dtype);
     if (flops < 3.2e7 && !(pl.M <= LF_CPU_DIRECT_ROWS && b_bytes > 4e6))
         T = 1;
