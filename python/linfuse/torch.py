@@ -323,11 +323,15 @@ def _eager_weights(mod):
     return got[1]
 
 
-try:  # torch.fx's "is a symbolic trace running", found once (absent from some builds)
-    from torch.fx._symbolic_trace import is_fx_tracing as _fx_tracing
+try:  # torch.fx's "is a symbolic trace running", found once (absent from some builds); newer torch
+    # names it apart from torch.export's tracing and warns at the older name's first call
+    from torch.fx._symbolic_trace import is_fx_tracing_symbolic_tracing as _fx_tracing
 except ImportError:
-    def _fx_tracing():
-        return False
+    try:
+        from torch.fx._symbolic_trace import is_fx_tracing as _fx_tracing
+    except ImportError:
+        def _fx_tracing():
+            return False
 
 
 def _unwatched(x, mod):
