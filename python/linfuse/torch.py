@@ -237,6 +237,12 @@ def _who(mod):
 _PARTS = _SPLIT + _FUSED[:1]
 
 
+def _plain(lin):
+    """A bias-free nn.Linear (a parametrization would have changed its class): what apply takes and
+    linfuse computes in a projection's place."""
+    return type(lin) is nn.Linear and lin._parameters.get("bias") is None
+
+
 def _check_intact(mod):
     """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
     apply() makes new ones), and FP8 weights are redone when the weights were written since."""
@@ -245,8 +251,7 @@ def _check_intact(mod):
     if now is not fn and now != fn:
         raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: call "
                     "linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr, mod.linfuse_act))
-    changed = [n for n, c in mod._modules.items() if n in _PARTS and not (
-        type(c) is nn.Linear and c._parameters.get("bias") is None and not getattr(c, "parametrizations", None))]
+    changed = [n for n, c in mod._modules.items() if n in _PARTS and not _plain(c)]
     if changed or tuple(mod._modules) != mod.linfuse_children:
         raise Error("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
                     "then apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
@@ -289,9 +294,10 @@ def _key(mod):
     act = mods.get(attr)
     if act is None:  # a function, not a module
         act = _act_now(mod, attr)
+    # the parts as objects, and whether each projection is still plain (a bias set, a class
+    # swapped): a change makes the next call check the module in full (_check_intact)
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
-           id(act), tuple(mods.values()), tuple(type(c) is nn.Linear and c._parameters.get("bias") is None
-                                                for n, c in mods.items() if n in _PARTS))
+           id(act), tuple(mods.values()), tuple(_plain(c) for n, c in mods.items() if n in _PARTS))
     return key if q is None else key + _fp8_versions(mod) + (q.data_ptr(),)
 
 

@@ -25,6 +25,18 @@ int lf_mlp_variant_parse(const char *s)
     return -1;
 }
 
+/* x (..., dim) in the weights' dtype, said in the module's words (the GEMM's would name mat1, mat2). */
+static lf_status check_x(const lf_nn_gated_mlp *m, const lf_tensor *x, const char *fn)
+{
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
+        return lf_fail(LF_ESHAPE, "%s: x's last dim is %lld, expected dim = %lld", fn,
+                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
+    if (x->dtype != m->gate_up->dtype)
+        return lf_fail(LF_EDTYPE, "%s: x is %s but the weights are %s; expected one dtype", fn, lf_dtype_name(x->dtype),
+                       lf_dtype_name(m->gate_up->dtype));
+    return LF_OK;
+}
+
 /* x (..., dim) flattened to (tokens, dim), f run on that, its (tokens, n) result viewed back as
  * (..., n): the forwards that run as 2-D GEMMs. */
 typedef lf_status (*on_tokens_fn)(const lf_nn_gated_mlp *m, const lf_tensor *x2, int middle_only, lf_tensor **y2);
@@ -33,12 +45,7 @@ static lf_status on_tokens(const lf_nn_gated_mlp *m, const lf_tensor *x, int64_t
                            lf_tensor **y)
 {
     *y = NULL;
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
-        return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_forward: x's last dim is %lld, expected dim = %lld",
-                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
-    if (x->dtype != m->gate_up->dtype) /* said here in the module's words, not the GEMM's (mat1, mat2) */
-        return lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_forward: x is %s but the weights are %s; expected one dtype",
-                       lf_dtype_name(x->dtype), lf_dtype_name(m->gate_up->dtype));
+    LF_TRY(check_x(m, x, "lf_nn_gated_mlp_forward"));
     int64_t flat[2] = {lf_tensor_numel(x) / m->dim, m->dim}, back[LF_MAX_DIMS];
     memcpy(back, x->shape, sizeof back);
     back[x->ndim - 1] = n;
@@ -318,12 +325,7 @@ lf_status lf_nn_gated_mlp_forward_out(const lf_nn_gated_mlp *m, lf_mlp_variant v
     LF_CHECK_PTR(workspace, fn, "workspace");
     if (!m->gate_up)
         return lf_fail(LF_EINVAL, "%s: the module is not initialised", fn);
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != m->dim)
-        return lf_fail(LF_ESHAPE, "%s: x's last dim is %lld, expected dim = %lld", fn,
-                       x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)m->dim);
-    if (x->dtype != m->gate_up->dtype)
-        return lf_fail(LF_EDTYPE, "%s: x is %s but the weights are %s; expected one dtype", fn, lf_dtype_name(x->dtype),
-                       lf_dtype_name(m->gate_up->dtype));
+    LF_TRY(check_x(m, x, fn));
     LF_TRY(check_y(m, x, y));
     const int64_t T = lf_tensor_numel(x) / m->dim;
     size_t need = 0;

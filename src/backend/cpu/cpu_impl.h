@@ -52,6 +52,15 @@ typedef struct lf_cpu_kernels {
     void (*act_mul_row)(lf_act act, const float *x, const float *u, float *y, int64_t n);
 } lf_cpu_kernels;
 
+/* The dots kernels' column block p0 .. p0 + q with no column there (every col[p] NULL): its sums
+ * are zeros, for the m rows. */
+static inline void lf_dots_zero_block(float *acc, int64_t ld, int64_t m, int p0, int q)
+{
+    for (int64_t r = 0; r < m; r++)
+        for (int j = 0; j < q; j++)
+            acc[r * ld + p0 + j] = 0.0f;
+}
+
 extern const lf_cpu_kernels lf_cpu_kernels_scalar;
 #ifdef LF_HAVE_X86_KERNELS
 extern const lf_cpu_kernels lf_cpu_kernels_avx2;

@@ -5,6 +5,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "backend/cpu/cpu_impl.h"
+
 /* gelu_tanh in AVX-512 intrinsics: the generic loop's division is the epilogue's biggest
  * cost, and AVX-512 has a 14-bit reciprocal that one Newton step brings to ~2^-28. The exp is
  * the same Taylor polynomial as vmath.h's, with roundscale and scalef for the 2^n. */
@@ -119,9 +121,7 @@ LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_
             if ((c[j] = col[p0 + j]) && !any)
                 any = c[j];
         if (!any) {
-            for (int64_t r = 0; r < m; r++)
-                for (int j = 0; j < q; j++)
-                    acc[r * ld + p0 + j] = 0.0f;
+            lf_dots_zero_block(acc, ld, m, p0, q);
             continue;
         }
         /* a missing column reads another's values; its sums are stored as zeros */

@@ -229,9 +229,7 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
             if ((c[j] = col[p0 + j]) && !any)
                 any = c[j];
         if (!any) {
-            for (int64_t r = 0; r < m; r++)
-                for (int j = 0; j < q; j++)
-                    acc[r * ld + p0 + j] = 0.0f;
+            lf_dots_zero_block(acc, ld, m, p0, q);
             continue;
         }
         /* a missing column reads another's values; its sums are stored as zeros */
@@ -281,9 +279,7 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
         const int q = n - p0 < 2 ? n - p0 : 2;
         const float *c0 = col[p0], *c1 = q > 1 ? col[p0 + 1] : NULL;
         if (!c0 && !c1) {
-            for (int64_t r = 0; r < m; r++)
-                for (int j = 0; j < q; j++)
-                    acc[r * ld + p0 + j] = 0.0f;
+            lf_dots_zero_block(acc, ld, m, p0, q);
             continue;
         }
         /* a missing column reads the other's values; its sums are stored as zeros */
