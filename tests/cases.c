@@ -492,21 +492,6 @@ static void later_gemm_cases(case_list *l)
         c.la = i ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = !i, c.big = 1, c.gemv_tma = 1;
         add(l, c);
     }
-    /* The Hopper ping-pong kernel's plain form (LINFUSE_PLAIN_GEMM=pingpong runs every one of
-     * these on it; auto takes it where its tiles end sooner): a partial last tile in M, N and K
-     * (N 1000 not a multiple of 128, K 520 = 8 steps of 64 and 8 more), one token and 17, a bias in
-     * bf16 and in f32, x in padded rows, 170 tiles (two a CTA on 132 SMs, the second consumer's
-     * turn) and the blog MLP's down GEMM (384 tiles, three a CTA, the ring round many times). */
-    static const int64_t ppl[][5] = {/* M, N, K, bias (1 bf16, 2 f32), big */
-                                     {300, 200, 520, 1, 0},  {129, 1000, 136, 0, 0},   {17, 264, 4104, 2, 0},
-                                     {1, 64, 72, 0, 0},      {1000, 776, 3080, 2, 1},  {2100, 1160, 264, 1, 1},
-                                     {8192, 768, 3072, 0, 1}};
-    for (int i = 0; i < 7; i++) {
-        case_t c = mk(CASE_GEMM, LF_DTYPE_BF16, ppl[i][0], ppl[i][1], ppl[i][2]);
-        c.la = i % 2 ? LAY_PAD16 : LAY_ROW, c.lb = LAY_COL, c.bias = ppl[i][3] > 0, c.bias_f32 = ppl[i][3] == 2;
-        c.big = (int)ppl[i][4], c.plain_pp = 1;
-        add(l, c);
-    }
 }
 
 /* Work a case does, in multiply-adds or elements. */

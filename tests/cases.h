@@ -77,8 +77,6 @@ typedef struct case_t {
     int bias;            /* (n) vector; addmm: a BIAS_ form */
     int bias_f32;        /* gemm: the bias in f32 whatever dt is (an lf_epilogue's default) */
     int gemv_tma;        /* gemm: under LINFUSE_GEMV_KERNEL=tma, a Hopper GPU runs it on the TMA GEMV's plain form */
-    int plain_pp;        /* gemm: d in 16-byte rows; under LINFUSE_PLAIN_GEMM=pingpong a Hopper GPU runs it on the
-                            ping-pong kernel's plain form */
     int c_input;         /* gemm: a C input, laid out as d is */
     float alpha, beta;   /* gemm, addmm */
     lf_act act;          /* epilogue, pointwise activation */

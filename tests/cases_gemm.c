@@ -170,11 +170,6 @@ static void gemm_run(case_run *r, void *ctxp)
     if (c->gemv_tma && r->dev == LF_DEVICE_CUDA && case_gated_here && gk && !strcmp(gk, "tma"))
         EXPECT(r, info.name && strstr(info.name, "gemv_tma"),
                "LINFUSE_GEMV_KERNEL=tma: the TMA GEMV's plain form runs it, not %s", info.name ? info.name : "?");
-    const char *pg = lf_setting_get(LF_SET_PLAIN_GEMM);
-    if (c->plain_pp && r->dev == LF_DEVICE_CUDA && case_gated_here && pg && !strcmp(pg, "pingpong"))
-        EXPECT(r, info.name && strstr(info.name, "gemm_bf16_128x128_pingpong"),
-               "LINFUSE_PLAIN_GEMM=pingpong: the ping-pong kernel's plain form runs it, not %s",
-               info.name ? info.name : "?");
     if (c->group)
         expect_gated_kernel(r, x, &ch, info.name);
     double *got = expect_poison_kept(r, &x->d, "d");
@@ -237,7 +232,7 @@ void run_gemm_case(case_run *proto, lf_rng *rng)
         operand_rand(&x.bias, rng, c->bias_f32 ? LF_DTYPE_F32 : c->dt, 1, &x.N, LAY_ROW);
     /* d aligned to 16 bytes where a TMA kernel writes it (the gated kernels, FP8), else an odd pitch */
     const lf_dtype out = c->out_fp8 ? LF_DTYPE_F8E4M3 : fp8 ? LF_DTYPE_BF16 : c->dt;
-    operand_poisoned(&x.d, out, x.M, x.No, c->group || fp8 || c->plain_pp ? POISON_ALIGNED : POISON_ODD);
+    operand_poisoned(&x.d, out, x.M, x.No, c->group || fp8 ? POISON_ALIGNED : POISON_ODD);
     if (c->c_input) { /* C with d's row pitch and offset: CUDA reads it in d's layout */
         const lf_tensor *dv = x.d.hview;
         const int64_t ld = x.N + (dv->stride[0] - x.No), off = dv->offset;

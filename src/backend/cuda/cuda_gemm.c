@@ -483,17 +483,6 @@ static lf_status gemv_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_inf
     return LF_OK;
 }
 
-/* A plain bf16 GEMM on the Hopper ping-pong kernel (lf_cuda_plain_pingpong_takes said it runs g). */
-static lf_status plain_pingpong_gemm(const lf_cuda_dev *d, const lf_gemm *g, lf_kernel_info *info)
-{
-    lf_cuda_timing *tm = lf_cuda_time_begin(d, info);
-    LF_TRY(own_kernel_done(d, info, tm, lf_cuda_plain_pingpong_launch(g, lf_cuda_stream(d)),
-                           "lf_cuda_plain_pingpong_launch"));
-    if (info)
-        lf_gemm_report(g, lf_cuda_kernel_namer, LF_CUDA_KF_PLAIN_PINGPONG, 128, 128, info);
-    return LF_OK;
-}
-
 int lf_cuda_gemm_supports(const lf_gemm *g, char *why, size_t cap)
 {
     if (g->ep.gate != LF_GATE_NONE) {
@@ -543,8 +532,6 @@ lf_status lf_cuda_gemm(const lf_gemm *g, lf_kernel_info *info)
         return gated_gemm(d, g, info);
     if (gemv)
         return gemv_gemm(d, g, info);
-    if (lf_cuda_plain_pingpong_takes(g))
-        return plain_pingpong_gemm(d, g, info);
     char why[256];
     if (g->ep.a_scale && !lf_cuda_gemm_supports(g, why, sizeof why)) /* FP8: said by name, not by cuBLASLt's code */
         return lf_fail(LF_EUNSUPPORTED, "cuda gemm: %s", why);

@@ -126,7 +126,6 @@ typedef enum lf_cuda_family {
     LF_CUDA_KF_GATED_PINGPONG,
     LF_CUDA_KF_GATED_OFFLOAD,
     LF_CUDA_KF_GEMV,
-    LF_CUDA_KF_PLAIN_PINGPONG,
     LF_CUDA_KF_QUANT
 } lf_cuda_family;
 void lf_cuda_kernel_namer(const lf_kernel_key *key, char *buf, size_t cap);
@@ -181,13 +180,6 @@ int lf_cuda_gemv_tma_supported(const lf_gemm *g);
 int lf_cuda_gemv_plain_takes(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gemv_tma_launch(const lf_gemm *g, cudaStream_t stream);
 cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel k, cudaStream_t stream);
-/* The plain bf16 GEMM on the Hopper ping-pong kernel (gated_pingpong.cu): whether it runs g, where
- * its operands fit (bf16 x row-major, the weight seen transposed, out row-major, rows of 16-byte
- * multiples, an optional bf16 or f32 bias, no activation, C or alpha) and LINFUSE_PLAIN_GEMM asks
- * for it, or, under auto, lf_plain_pingpong_rule (gated_rule.h) expects it to end sooner; and its
- * launch. */
-int lf_cuda_plain_pingpong_takes(const lf_gemm *g);
-cudaError_t lf_cuda_plain_pingpong_launch(const lf_gemm *g, cudaStream_t stream);
 
 /* --- fused pointwise kernels built with NVRTC (fused_nvrtc.c) --- */
 lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose);

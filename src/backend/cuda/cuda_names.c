@@ -2,8 +2,8 @@
  * epilogue> (CUPTI then reports cuBLAS's own kernel under it), the pointwise kernels as
  * lf_cuda_<op>_<dtype>[_strided], and the hand-written kernels by their own C++ names, so the
  * name in a trace is the symbol in the binary: lf::gated::gated_gemm_<dtype>_<act>_<tile>[_pingpong|
- * _offload|_to_f8e4m3], lf::hopper::gemm_bf16_128x128_pingpong[_bias], lf::gemv::gated_gemv_<dtype>_<act>,
- * lf::gemv_tma::[gated_]gemv_<dtype>[_<act>]_<tile>[_bias], lf_cuda_quantize_fp8_<dtype>_<mode>.
+ * _offload|_to_f8e4m3], lf::gemv::gated_gemv_<dtype>_<act>, lf::gemv_tma::[gated_]gemv_<dtype>[_<act>]_<tile>[_bias],
+ * lf_cuda_quantize_fp8_<dtype>_<mode>.
  * Layer: backend/cuda. */
 #include <stdio.h>
 
@@ -35,10 +35,6 @@ void lf_cuda_kernel_namer(const lf_kernel_key *k, char *buf, size_t cap)
             snprintf(buf, cap, "lf::gemv_tma::gated_gemv_%s_%s_%ux%u", dt, act, k->tile_m, k->tile_n);
         else
             snprintf(buf, cap, "lf::gemv::gated_gemv_%s_%s", dt, act);
-        break;
-    case LF_CUDA_KF_PLAIN_PINGPONG:
-        snprintf(buf, cap, "lf::hopper::gemm_%s_%ux%u_pingpong%s", dt, k->tile_m, k->tile_n,
-                 k->flags & LF_KEY_BIAS ? "_bias" : "");
         break;
     case LF_CUDA_KF_QUANT:
         snprintf(buf, cap, "lf_cuda_quantize_fp8_%s_%s", dt,

@@ -174,8 +174,6 @@ std::mutex init_lock;
 
 typedef void (*gated_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const float *, const float *,
                              float *, int, int, int, int, int, int);
-typedef void (*plain_kernel)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const void *, int, int, int, int,
-                             int);
 
 // Every gated kernel built, by what it is: its schedule, its operands (bf16, or e4m3 with row-wise
 // scales), its output (bf16, or e4m3 in 1 x 128 blocks) and its activation. A launch finds its
@@ -236,9 +234,6 @@ bool init_device(int dev)
     bool loads = cudaFuncGetAttributes(&fa, lf::gated::gated_gemm_bf16_gelu_tanh_128x256) == cudaSuccess;
     for (const gated_entry &e : kernels)
         loads = loads && cudaFuncSetAttribute(e.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem) == cudaSuccess;
-    for (plain_kernel fn : {lf::hopper::gemm_bf16_128x128_pingpong, lf::hopper::gemm_bf16_128x128_pingpong_bias})
-        loads = loads && cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              lf::gated::pp::SMEM_BYTES) == cudaSuccess;
     if (!loads || !lf::gated::gemv_init(dev)) {
         cudaGetLastError();
         snprintf(why_not[dev], sizeof why_not[dev], "the gated kernels cannot be loaded on this GPU");
@@ -436,61 +431,5 @@ extern "C" cudaError_t lf_cuda_gated_launch(const lf_gemm *g, lf_gated_kernel sc
         return cudaErrorInvalidValue;
     k->fn<<<grid, 384, k->smem, stream>>>(xm, wm, om, g->ep.a_scale, g->ep.b_scale, g->ep.d_scale,
                                           (int)LF_SCALE_LD((long long)M), M, H, K, G, band);
-    return cudaGetLastError();
-}
-
-// The plain bf16 GEMM on the ping-pong kernel (gated_pingpong.cu, lf::hopper): x (M, K) row-major,
-// the weight an (N, K) row-major matrix seen transposed, out (M, N) row-major, each in rows of
-// 16-byte multiples and 16-byte aligned (TMA's), N too (a TMA store past a row's last element
-// wrote the rest of its 16 bytes: at N = 1030, two elements a row outside d, seen on the H200),
-// an optional bf16 or f32 bias, nothing else.
-static bool plain_pingpong_fits(const lf_gemm *g)
-{
-    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    const lf_epilogue *e = &g->ep;
-    return A->dtype == LF_DTYPE_BF16 && B->dtype == LF_DTYPE_BF16 && D->dtype == LF_DTYPE_BF16 &&
-           e->gate == LF_GATE_NONE && e->act == LF_ACT_NONE && !g->c.data && e->alpha == 1.0f && !e->a_scale &&
-           !e->b_scale && !e->d_scale && !e->blockwise &&
-           (!e->bias || e->bias_dtype == LF_DTYPE_BF16 || e->bias_dtype == LF_DTYPE_F32) && A->rows >= 1 &&
-           A->cols >= 1 && D->cols >= 1 && A->cs == 1 && A->rs % 8 == 0 && A->cols % 8 == 0 && A->rs >= A->cols &&
-           (uintptr_t)A->data % 16 == 0 && B->rs == 1 && B->cs % 8 == 0 && B->cs >= B->rows &&
-           (uintptr_t)B->data % 16 == 0 && D->cs == 1 && D->rs % 8 == 0 && D->cols % 8 == 0 && D->rs >= D->cols &&
-           (uintptr_t)D->data % 16 == 0 && A->rows <= 0x7fffffffLL && A->cols <= 0x7fffffffLL &&
-           D->cols <= 0x7fffffffLL;
-}
-
-enum { PLAIN_AUTO, PLAIN_CUBLASLT, PLAIN_PINGPONG }; /* settings.def's order: auto|cublaslt|pingpong */
-
-extern "C" int lf_cuda_plain_pingpong_takes(const lf_gemm *g)
-{
-    const int want = lf_setting_choice_or(LF_SET_PLAIN_GEMM, PLAIN_AUTO);
-    if (want == PLAIN_CUBLASLT || !plain_pingpong_fits(g))
-        return 0;
-    const int dev = ready_device();
-    if (dev < 0)
-        return 0;
-    return want == PLAIN_PINGPONG || lf_plain_pingpong_rule(g->a.rows, g->d.cols, g->a.cols, sm_count[dev]);
-}
-
-extern "C" cudaError_t lf_cuda_plain_pingpong_launch(const lf_gemm *g, cudaStream_t stream)
-{
-    using namespace lf::gated;
-    const lf_matrix *A = &g->a, *B = &g->b, *D = &g->d;
-    const int dev = ready_device();
-    if (dev < 0)
-        return cudaErrorInvalidDevice;
-    CUtensorMap xm, wm, om;
-    if (!make_map(&xm, A->data, A->rows, A->cols, A->rs, x_box_rows((int)A->rows, pp::BM), false) ||
-        !make_map(&wm, B->data, B->cols, B->rows, B->cs, pp::BN / 2, false) ||
-        !make_map(&om, D->data, D->rows, D->cols, D->rs, 64, false))
-        return cudaErrorInvalidValue;
-    const int M = (int)A->rows, N = (int)D->cols, K = (int)A->cols;
-    const long long tiles = (long long)((M + pp::BM - 1) / pp::BM) * ((N + pp::BN - 1) / pp::BN);
-    // A CTA's two consumers take turns at the tensor cores: one tile a CTA while there are SMs to
-    // spare, so every tile starts at once.
-    const int grid = (int)(tiles < sm_count[dev] ? tiles : sm_count[dev]);
-    const plain_kernel fn = g->ep.bias ? lf::hopper::gemm_bf16_128x128_pingpong_bias : lf::hopper::gemm_bf16_128x128_pingpong;
-    fn<<<grid, 384, pp::SMEM_BYTES, stream>>>(xm, wm, om, g->ep.bias, (int)(g->ep.bias_dtype == LF_DTYPE_F32), M, N,
-                                              K, gated_band());
     return cudaGetLastError();
 }

@@ -100,21 +100,6 @@ LF_GATED_DECLS(128x128_pingpong)
 LF_GATED_DECLS(128x256_offload)
 LF_GATED_KERNEL(gated_gemm_f8e4m3_gelu_tanh_128x256_to_f8e4m3);
 LF_GATED_KERNEL(gated_gemm_f8e4m3_silu_128x256_to_f8e4m3);
-} // namespace gated
-
-namespace hopper {
-// The plain bf16 GEMM on the ping-pong schedule (gated_pingpong.cu): out = x . W^T (+ bias, N
-// values, f32 where bias_f32, else bf16) with x over (M, K), w over (N, K), out over (M, N).
-#define LF_PLAIN_PINGPONG_DECL(name)                                                                                   \
-    __global__ void __launch_bounds__(384, 1)                                                                          \
-        name(const __grid_constant__ CUtensorMap x, const __grid_constant__ CUtensorMap w,                             \
-             const __grid_constant__ CUtensorMap out, const void *bias, int bias_f32, int M, int N, int K, int band)
-LF_PLAIN_PINGPONG_DECL(gemm_bf16_128x128_pingpong);
-LF_PLAIN_PINGPONG_DECL(gemm_bf16_128x128_pingpong_bias);
-#undef LF_PLAIN_PINGPONG_DECL
-} // namespace hopper
-
-namespace gated {
 
 // The host side every Hopper kernel's launch shares (gated_gemm.cu).
 // The calling thread's GPU, checked once (sm_90, every kernel loads, shared-memory limits raised,

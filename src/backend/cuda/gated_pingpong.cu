@@ -30,19 +30,13 @@ using namespace pp;
 // producer and the two consumers taking turns are one pipeline, its barriers read in one place.
 // QOUT (an e4m3 h) is the cooperative kernel's alone: a ping-pong tile holds 64 of a row's 128
 // columns, half a scale's block. ds and ds_ld are unused here.
-// ACT = LF_ACT_NONE is the plain GEMM (bf16 only): out = x . W^T (+ bias) over (M, N), its tile's
-// 128 columns W's rows nb * 128 on, which the producer loads as a "gate" half and an "up" half
-// (G = 64, H = 64 per column tile), so the accumulators hold the output tile as it is. bias: N
-// values (f32 where bias_f32, else bf16), or NULL.
 template <int ACT, bool FP8, bool QOUT>
 __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtensorMap &w, const CUtensorMap &out,
                                               const float *sa, const float *sb, float *ds, int ds_ld, int M, int H,
-                                              int K, int G, int band, const void *bias = nullptr, int bias_f32 = 0,
-                                              int N = 0)
+                                              int K, int G, int band)
 {
     static_assert(!QOUT, "the ping-pong kernel writes bf16 h");
-    static_assert(ACT != LF_ACT_NONE || !FP8, "the plain ping-pong GEMM is bf16");
-    (void)ds, (void)ds_ld, (void)bias, (void)bias_f32, (void)N;
+    (void)ds, (void)ds_ld;
     constexpr int BK = elem<FP8>::BK, KSTEP = elem<FP8>::KSTEP;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char smem_raw[];
@@ -114,53 +108,17 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
             if (tid == 0) // this consumer's previous stores have finished reading its staging tile
                 asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             wg_barrier(1 + c);
-            if constexpr (ACT == LF_ACT_NONE) {
-                // The plain GEMM: a 64-row half is 64 x 128 outputs, two boxes, the whole staging
-                // tile; the halves take turns in it, the second once the first's stores have read
-                // it (under the other consumer's mainloop, as every epilogue here runs). A
-                // thread's columns are 8j + 2 * (lane % 4) + e, their bias read once per tile.
-                const int col0 = nb * BN + 2 * (lane % 4);
-                float bv[32];
 #pragma unroll
-                for (int j = 0; j < 16; j++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int n = col0 + 8 * j + e;
-                        bv[2 * j + e] = !bias || n >= N ? 0.f
-                                        : bias_f32      ? static_cast<const float *>(bias)[n]
-                                                        : __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[n]);
-                    }
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const float(&d)[64] = half ? d1 : d0;
-                    uint32_t v[32];
-#pragma unroll
-                    for (int j = 0; j < 16; j++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-                            v[2 * j + h] = bf16x2_bits(__floats2bfloat162_rn(d[4 * j + 2 * h] + bv[2 * j],
-                                                                             d[4 * j + 2 * h + 1] + bv[2 * j + 1]));
-                    if (half) { // the first half's stores have read the staging tile
-                        if (tid == 0)
-                            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-                        wg_barrier(1 + c);
-                    }
-                    stage_rows16<16>(stage_out, warp * 16, v, lane);
-                    store_out(out, stage_out, tid, 1 + c, nb * BN, mb * BM + half * (BM / 2), 64, 0); // 2 boxes
-                }
-            } else {
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const float(&d)[64] = half ? d1 : d0;
-                    uint32_t v[16];
-                    fragment_pairs<FP8, 8>(d, mb * BM + half * (BM / 2) + warp * 16 + lane / 4, M, sa, sb, gate_row,
-                                           G, lane, [&](int p, float g0, float g1, float u0, float u1) {
-                                               v[p] = bf16x2_bits(act_pair<ACT>(g0, g1, u0, u1));
-                                           });
-                    stage_rows16<8>(stage_out + half * 8192, warp * 16, v, lane);
-                }
-                store_out(out, stage_out, tid, 1 + c, nb * (BN / 2), mb * BM, 0, BM / 2); // rows 0-63, then 64-127
+            for (int half = 0; half < 2; half++) {
+                const float(&d)[64] = half ? d1 : d0;
+                uint32_t v[16];
+                fragment_pairs<FP8, 8>(d, mb * BM + half * (BM / 2) + warp * 16 + lane / 4, M, sa, sb, gate_row, G,
+                                       lane, [&](int p, float g0, float g1, float u0, float u1) {
+                                           v[p] = bf16x2_bits(act_pair<ACT>(g0, g1, u0, u1));
+                                       });
+                stage_rows16<8>(stage_out + half * 8192, warp * 16, v, lane);
             }
+            store_out(out, stage_out, tid, 1 + c, nb * (BN / 2), mb * BM, 0, BM / 2); // rows 0-63, then 64-127
         }
         if (tid == 0) // the last stores must have read shared memory before the CTA leaves
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -173,25 +131,4 @@ __device__ __forceinline__ void pingpong_body(const CUtensorMap &x, const CUtens
 LF_GATED_KERNELS(pingpong_body, 128x128_pingpong)
 
 } // namespace gated
-
-namespace hopper {
-// The plain GEMM out = x . W^T (+ bias) in bf16 on the ping-pong schedule (pingpong_body with
-// LF_ACT_NONE): x over (M, K), w over (N, K) in 64-row boxes, out over (M, N) in 64 x 64 boxes.
-// Its 128 x 128 tiles end a GEMM of few waves sooner than 128 x 256 ones can (gated_rule.h,
-// lf_plain_pingpong_rule).
-#define LF_PLAIN_PINGPONG(name, BIAS)                                                                                  \
-    __global__ void __launch_bounds__(384, 1) name(const __grid_constant__ CUtensorMap x,                              \
-                                                   const __grid_constant__ CUtensorMap w,                              \
-                                                   const __grid_constant__ CUtensorMap out, const void *bias,          \
-                                                   int bias_f32, int M, int N, int K, int band)                        \
-    {                                                                                                                  \
-        constexpr int HALF = gated::pp::BN / 2;                                                                        \
-        gated::pingpong_body<LF_ACT_NONE, false, false>(x, w, out, nullptr, nullptr, nullptr, 0, M,                    \
-                                                        (N + gated::pp::BN - 1) / gated::pp::BN * HALF, K, HALF, band, \
-                                                        BIAS ? bias : nullptr, bias_f32, N);                           \
-    }
-LF_PLAIN_PINGPONG(gemm_bf16_128x128_pingpong, false)
-LF_PLAIN_PINGPONG(gemm_bf16_128x128_pingpong_bias, true)
-#undef LF_PLAIN_PINGPONG
-} // namespace hopper
 } // namespace lf

@@ -60,23 +60,4 @@ static inline lf_gated_schedule lf_gated_rule(long long M, long long K, long lon
     return pp_end < coop_end || K < 2048 ? LF_GATED_PINGPONG : LF_GATED_COOPERATIVE;
 }
 
-/* Whether a plain bf16 GEMM (x (M, K) . W^T, W (N, K)) runs the ping-pong kernel with the plain
- * epilogue (gated_pingpong.cu) rather than cuBLASLt. Its 128 x 128 tiles can end a GEMM of few
- * waves sooner than 128 x 256 ones: in half-tiles (a ping-pong tile's time) 128 x 256 tiles end
- * after 2 * ceil(tiles / sms), the ping-pong ones, one a CTA and the CTA's mainloops in turn,
- * after ceil(2 * tiles / sms). The blog MLP's down GEMM, 8192 x 3072 -> 768: 192 tiles of
- * 128 x 256, 4 half-tiles, against 384 ping-pong tiles, 3. With four waves or more the larger tile
- * wins by its lower L2 traffic, as in the gated rule above; with fewer tiles than SMs, or under
- * 128 tokens, cuBLASLt has split-K and smaller tiles to fill the GPU with. */
-static inline int lf_plain_pingpong_rule(long long M, long long N, long long K, int sms)
-{
-    (void)K;
-    const long long n = sms > 0 ? sms : 1, rows = (M + LF_GATED_COOP_ROWS - 1) / LF_GATED_COOP_ROWS,
-                    wide = rows * ((N + 2 * LF_GATED_COOP_COLS - 1) / (2 * LF_GATED_COOP_COLS)),
-                    narrow = rows * ((N + LF_GATED_COOP_COLS - 1) / LF_GATED_COOP_COLS);
-    if (M < LF_GATED_COOP_ROWS || wide >= 4 * n || narrow < n)
-        return 0;
-    return (narrow + n - 1) / n < 2 * ((wide + n - 1) / n);
-}
-
 #endif
