@@ -282,6 +282,9 @@ static void test_packed_b(lf_cpu_isa isa)
         {3, 64, 96, LINEAR, 0, LF_DTYPE_F32},
         {50, 80, 120, LINEAR, 1, LF_DTYPE_BF16},
         {21, 17, 90, ROWMAJOR, 1, LF_DTYPE_BF16},
+        /* bf16 against a Linear weight packs in k-pairs where the CPU has bf16 dot products: an
+         * odd K, its last pair half past the end */
+        {33, 37, 96, LINEAR, 0, LF_DTYPE_BF16},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int64_t M = cases[c].M, K = cases[c].K, N = cases[c].N, No = cases[c].gated ? N / 2 : N;

@@ -1,8 +1,9 @@
 /* The CPU GEMM: cache-blocked in the manner of BLIS/GotoBLAS, with operands read through their
  * strides while packing (so nn, tn, nt and tt cost the same and nothing is transposed in
- * memory), bf16/f16 widened to f32 while packing, f32 accumulation in registers, and the
- * epilogue (alpha, C, bias, activation, gate) applied to each row-block of results while it
- * is still in L1. Threads split D into independent blocks; each packs its own operands, but B
+ * memory), bf16/f16 widened to f32 while packing (bf16 against a weight seen as W^T packed in
+ * k-pairs instead, where the CPU has AVX512_BF16: run_block_pairs), f32 accumulation in
+ * registers, and the epilogue (alpha, C, bias, activation, gate) applied to each row-block of
+ * results while it is still in L1. Threads split D into independent blocks; each packs its own operands, but B
  * where the caller packed it once for many calls (lf_cpu_pack_b: a weight). A few rows against
  * an nn.Linear weight (decode) skip the packing: dot products (few_rows).
  *
@@ -30,7 +31,9 @@ typedef struct plan {
     int64_t No;       /* output columns of D */
     int nro;          /* output columns per micro-tile: nr, or nr/2 when gated */
     int64_t mc, nco;  /* rows per A block, output columns per B panel */
-    const float *bpk; /* B packed once (lf_cpu_pack_b): every sliver, in column order; NULL: pack per call */
+    const void *bpk;  /* B packed once (lf_cpu_pack_b): every sliver, in column order, in f32 or in k-pairs as
+                         pairs says; NULL: pack per call */
+    int pairs;        /* bf16 A and B packed in k-pairs for the kernel set's ukr_bf16 (pack_pairs) */
 } plan;
 
 /* B packed once (linfuse/cpu.h): all of B's slivers as pack_b lays out a panel, one after the
@@ -41,8 +44,17 @@ struct lf_cpu_packed_b {
     lf_matrix b;             /* B: data, shape, strides, dtype */
     lf_gate gate;
     int64_t gate_group;
-    float *data; /* (D's columns / nro rounded up) slivers of (K, nr) floats */
+    int pairs;  /* packed in bf16 k-pairs (uses_pairs), for a bf16 A */
+    void *data; /* (D's columns / nro rounded up) slivers of (K, nr) floats, or of ((K + 1) / 2, nr) pairs */
 };
+
+/* Whether g runs on the bf16 packed path with kernel set k: bf16 against bf16 whose B columns run
+ * along k (a weight seen as W^T), on a CPU with bf16 dot products. */
+static int uses_pairs(const lf_gemm *g, const lf_cpu_kernels *k)
+{
+    return k->ukr_bf16 && g->a.dtype == LF_DTYPE_BF16 && g->b.dtype == LF_DTYPE_BF16 &&
+           (g->b.rs == 1 || g->a.cols == 1) && lf_cpu_has_bf16_dots();
+}
 
 /* dst[i*dstep] = src[start + i*step] as float, for i < n. */
 static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst, int64_t dstep)
@@ -214,6 +226,55 @@ static void pack_a(const plan *pl, int64_t i0, int64_t mc, float *ap)
     }
 }
 
+/* The k-pair panels of the bf16 path (cpu_impl.h's pack_pairs layout), sized as the f32 panels'
+ * halves: the workspace's f32 layout holds them. */
+
+/* A panel of n vectors of K bf16 values from general strides: vector p at element start[p] (-1:
+ * zeros), its values step apart. What pack_pairs does for vectors contiguous along k. */
+static void pairs_strided(const uint16_t *base, const int64_t *start, int64_t step, int64_t K, int n, uint32_t *dst)
+{
+    for (int64_t kp = 0; kp < (K + 1) / 2; kp++)
+        for (int p = 0; p < n; p++) {
+            const int64_t s = start[p], k = 2 * kp;
+            dst[kp * n + p] = s < 0 ? 0u
+                                    : (uint32_t)base[s + k * step] |
+                                          (k + 1 < K ? (uint32_t)base[s + (k + 1) * step] << 16 : 0u);
+        }
+}
+
+/* pack_b in k-pairs: B's columns run along k (the plan takes pairs only then). */
+static void pack_b_pairs(const plan *pl, int64_t o0, int64_t nco, uint32_t *bp, int64_t *cols, float *bias)
+{
+    const lf_matrix *b = &pl->g->b;
+    const int nr = pl->k->nr;
+    const int64_t K = pl->K, kp = (K + 1) / 2, nsl = (nco + pl->nro - 1) / pl->nro;
+    panel_map(pl, o0, nsl, cols, bias);
+    for (int64_t s = 0; s < nsl; s++) {
+        int64_t src[LF_CPU_NR_MAX];
+        for (int p = 0; p < nr; p++)
+            src[p] = cols[s * nr + p] >= 0 ? cols[s * nr + p] * b->cs : -1;
+        pl->k->pack_pairs(b->data, src, K, nr, bp + s * kp * nr);
+    }
+}
+
+/* pack_a in k-pairs: rows [i0, i0+mc) -> slivers of ((K + 1) / 2, mr) pairs, zero rows past M. */
+static void pack_a_pairs(const plan *pl, int64_t i0, int64_t mc, uint32_t *ap)
+{
+    const lf_matrix *a = &pl->g->a;
+    const int mr = pl->k->mr;
+    const int64_t K = pl->K, kp = (K + 1) / 2;
+    for (int64_t s = 0; s * mr < mc; s++) {
+        int64_t src[LF_CPU_NR_MAX];
+        const int64_t r0 = i0 + s * mr;
+        for (int r = 0; r < mr; r++)
+            src[r] = r0 + r < i0 + mc ? (r0 + r) * a->rs : -1;
+        if (a->cs == 1 || K == 1)
+            pl->k->pack_pairs(a->data, src, K, mr, ap + s * kp * mr);
+        else
+            pairs_strided(a->data, src, a->cs, K, mr, ap + s * kp * mr);
+    }
+}
+
 typedef struct ws_layout {
     size_t bp, ap, strip, cols, bias, total; /* byte offsets in a thread's slot */
 } ws_layout;
@@ -253,8 +314,69 @@ static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
             __builtin_prefetch(base + r * d->rs * es + off, 1, 2);
 }
 
+/* The strip of sliver s (output column o) out through the epilogue. */
+static void strip_out(const plan *pl, int64_t ic, int64_t mc, int64_t o, int64_t o1, const int64_t *cols,
+                      const float *bias, const float *strip)
+{
+    lf_ep_strip es = {
+        .g = pl->g,
+        .nr = pl->k->nr,
+        .i0 = ic,
+        .rows = mc,
+        .o0 = o,
+        .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
+        .cols = cols,
+        .bias = bias,
+        .acc = strip,
+    };
+    pl->k->ep_strip(&es);
+}
+
+/* run_block in bf16 k-pairs: the same loops over half as many steps of K, KC / 2 pairs a chunk
+ * (B's chunk the f32 path's bytes over twice its k). */
+static void run_block_pairs(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
+                            int64_t o1)
+{
+    const lf_cpu_kernels *k = pl->k;
+    const int mr = k->mr, nr = k->nr;
+    const int64_t kp = (pl->K + 1) / 2;
+    uint32_t *ap = (uint32_t *)(slot + l->ap);
+    const uint32_t *bp;
+    float *strip = (float *)(slot + l->strip), *bias = (float *)(slot + l->bias);
+    int64_t *cols = (int64_t *)(slot + l->cols);
+    for (int64_t oc = o0; oc < o1; oc += pl->nco) {
+        const int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco, nsl = (nco + pl->nro - 1) / pl->nro;
+        if (pl->bpk) { /* packed once: the panel is in place, as in run_block */
+            bp = (const uint32_t *)pl->bpk + oc / pl->nro * kp * nr;
+            panel_map(pl, oc, nsl, cols, bias);
+        } else {
+            uint32_t *own = (uint32_t *)(slot + l->bp);
+            pack_b_pairs(pl, oc, nco, own, cols, bias);
+            bp = own;
+        }
+        for (int64_t ic = m0; ic < m1; ic += pl->mc) {
+            const int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc, nsa = (mc + mr - 1) / mr;
+            pack_a_pairs(pl, ic, mc, ap);
+            for (int64_t s = 0; s < nsl; s++) {
+                const uint32_t *bs = bp + s * kp * nr;
+                prefetch_d(pl, ic, mc, oc + s * pl->nro);
+                for (int64_t pc = 0; pc < kp; pc += KC / 2) {
+                    const int64_t kc = kp - pc < KC / 2 ? kp - pc : KC / 2;
+                    for (int64_t ia = 0; ia < nsa; ia++)
+                        k->ukr_bf16(kc, ap + ia * kp * mr + pc * mr, bs + pc * nr, strip + ia * mr * nr, pc > 0);
+                }
+                strip_out(pl, ic, mc, oc + s * pl->nro, o1, cols + s * nr, bias + s * nr, strip);
+            }
+        }
+    }
+}
+
 static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0, int64_t o1)
 {
+    if (pl->pairs) {
+        run_block_pairs(pl, l, slot, m0, m1, o0, o1);
+        return;
+    }
     const lf_cpu_kernels *k = pl->k;
     const int mr = k->mr, nr = k->nr;
     const int64_t K = pl->K;
@@ -266,7 +388,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
         int64_t nsl = (nco + pl->nro - 1) / pl->nro;
         const float *bp;
         if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
-            bp = pl->bpk + oc / pl->nro * K * nr;
+            bp = (const float *)pl->bpk + oc / pl->nro * K * nr;
             panel_map(pl, oc, nsl, cols, bias);
         } else {
             float *own = (float *)(slot + l->bp);
@@ -285,19 +407,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
                     for (int64_t ia = 0; ia < nsa; ia++)
                         k->ukr(kc, ap + ia * K * mr + pc * mr, bs + pc * nr, strip + ia * mr * nr, pc > 0);
                 }
-                int64_t o = oc + s * pl->nro;
-                lf_ep_strip es = {
-                    .g = pl->g,
-                    .nr = nr,
-                    .i0 = ic,
-                    .rows = mc,
-                    .o0 = o,
-                    .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
-                    .cols = cols + s * nr,
-                    .bias = bias + s * nr,
-                    .acc = strip,
-                };
-                k->ep_strip(&es);
+                strip_out(pl, ic, mc, oc + s * pl->nro, o1, cols + s * nr, bias + s * nr, strip);
             }
         }
     }
@@ -471,7 +581,11 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
             lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);
         return LF_OK;
     }
-    pl.bpk = packed ? packed->data : NULL; /* the few rows above read B itself, as valid as its packing */
+    /* bf16 against bf16 whose columns run along k: packed in k-pairs as they are, not widened; B
+     * packed once is read where it was packed the way this call runs (the few rows above read B
+     * itself, as valid as its packing) */
+    pl.pairs = uses_pairs(g, pl.k);
+    pl.bpk = packed && packed->pairs == pl.pairs ? packed->data : NULL;
     int tm, tn;
     split(&pl, T, &tm, &tn);
     int64_t mt = (pl.M + mr - 1) / mr, nt = (pl.No + pl.nro - 1) / pl.nro;
@@ -525,17 +639,20 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     only_b.ep.bias = NULL;
     const plan pl = plan_for(&only_b, lf_cpu_kernels_active());
     const int nr = pl.k->nr;
-    const int64_t K = pl.K, nsl = (pl.No + pl.nro - 1) / pl.nro;
+    /* in k-pairs where a call of g runs on the bf16 path (A's dtype is in g): a 4-byte word per
+     * pair of k, as the f32 path has one per k */
+    const int pairs = uses_pairs(g, pl.k);
+    const int64_t K = pl.K, steps = pairs ? (K + 1) / 2 : K, nsl = (pl.No + pl.nro - 1) / pl.nro;
     int64_t n;
     if (K > LF_CPU_K_MAX)
         return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: K = %lld is past the %lld the CPU GEMM's buffers index",
                        (long long)K, (long long)LF_CPU_K_MAX);
-    if (__builtin_mul_overflow(nsl, K * nr, &n) || n > (INT64_MAX - 63) / (int64_t)sizeof(float))
+    if (__builtin_mul_overflow(nsl, steps * nr, &n) || n > (INT64_MAX - 63) / (int64_t)sizeof(float))
         return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: B of %lld x %lld packed would not fit in 63 bits of bytes",
                        (long long)K, (long long)pl.N);
     const size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
     lf_cpu_packed_b *p = calloc(1, sizeof *p);
-    float *data = p ? aligned_alloc(64, bytes) : NULL;
+    char *data = p ? aligned_alloc(64, bytes) : NULL;
     /* pack_b's column map and biases for one panel (the biases are the call's, not kept) */
     const int64_t per = LF_CPU_PANEL_MAX, panels = (nsl + per - 1) / per;
     int64_t *cols = malloc((size_t)per * (size_t)nr * sizeof *cols);
@@ -546,10 +663,15 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     }
     for (int64_t q = 0; q < panels; q++) {
         const int64_t s0 = q * per, o0 = s0 * pl.nro, nco = pl.No - o0 < per * pl.nro ? pl.No - o0 : per * pl.nro;
-        pack_b(&pl, o0, nco, data + s0 * K * nr, cols, bias);
+        char *at = data + (size_t)(s0 * steps * nr) * sizeof(float);
+        if (pairs)
+            pack_b_pairs(&pl, o0, nco, (uint32_t *)at, cols, bias);
+        else
+            pack_b(&pl, o0, nco, (float *)at, cols, bias);
     }
     free(cols), free(bias);
-    *p = (lf_cpu_packed_b){.k = pl.k, .b = g->b, .gate = g->ep.gate, .gate_group = g->ep.gate_group, .data = data};
+    *p = (lf_cpu_packed_b){
+        .k = pl.k, .b = g->b, .gate = g->ep.gate, .gate_group = g->ep.gate_group, .pairs = pairs, .data = data};
     *out = p;
     return LF_OK;
 }

@@ -46,6 +46,14 @@ typedef struct lf_cpu_kernels {
      * has none, and used only where lf_cpu_has_bf16_dots() says the CPU runs it. */
     void (*dots_bf16)(const uint16_t *a, int64_t m, int64_t K, const uint16_t *const *col, int n, float *acc,
                       int64_t ld);
+    /* The packed path in bf16 (NULL where the kernel set has none; used only where
+     * lf_cpu_has_bf16_dots() says the CPU runs it). Operands packed in k-pairs: element (kp, p) of
+     * a panel is one 32-bit word holding vector p's values at k = 2 kp (low half) and 2 kp + 1
+     * (high half, zero past K). ukr_bf16: c (mr, nr) = [c +] a.b over kp pairs, a packed (kp, mr),
+     * b (kp, nr). pack_pairs: n bf16 vectors each contiguous along k (src as pack_cols) into dst
+     * ((K + 1) / 2, n). */
+    void (*ukr_bf16)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int accumulate);
+    void (*pack_pairs)(const uint16_t *base, const int64_t *src, int64_t K, int n, uint32_t *dst);
     /* y[i] = act(x[i]) (x and y may be the same) */
     void (*act_row)(lf_act act, const float *x, float *y, int64_t n);
     /* y[i] = act(x[i]) * u[i] */

@@ -146,6 +146,8 @@ LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_
 #define LF_VEC_GELU_TANH_ROW gelu_tanh_row_512
 #define LF_DOTS_COLS         4 /* 32 zmm registers: four columns by four rows */
 #define LF_DOTS_BF16         dots_bf16_avx512
+#define LF_UKR_BF16          ukr_bf16_12x32
+#define LF_PACK_PAIRS        pack_pairs_avx512
 
 #define LF_KSUF avx512
 #include "backend/cpu/kernels_tmpl.h"
@@ -187,6 +189,89 @@ static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict
         _mm512_store_ps(ci, c0[i]);
         _mm512_store_ps(ci + 16, c1[i]);
     }
+}
+
+/* The packed path in bf16 (cpu_impl.h's ukr_bf16): the 12 x 32 tile and its registers as
+ * ukr_12x32, each step a k-pair: a row's two values broadcast as one 32-bit word, 32 columns' pairs
+ * in two vectors, VDPBF16PS summing both products into each f32 lane. A step does twice the
+ * multiply-adds of an f32 one in as many instructions, from half the bytes of B. Widened to f32
+ * while packing, a bf16 Linear of 64 to 512 tokens ran 1.7-2.0x slower than PyTorch's oneDNN on
+ * the same cores (bench/RESULTS.md, session 20). */
+LF_BF16_TARGET static void ukr_bf16_12x32(int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b,
+                                          float *restrict c, int accumulate)
+{
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+        c0[i] = c1[i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kp; k++) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+        _mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + 8 * NR + 16), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+            c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
+            c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
+        }
+        a += MR;
+        b += NR;
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        float *ci = c + i * NR;
+        if (accumulate) {
+            c0[i] = _mm512_add_ps(c0[i], _mm512_load_ps(ci));
+            c1[i] = _mm512_add_ps(c1[i], _mm512_load_ps(ci + 16));
+        }
+        _mm512_store_ps(ci, c0[i]);
+        _mm512_store_ps(ci + 16, c1[i]);
+    }
+}
+
+/* The pair of vector p at pair kp (a vector of K bf16 values at base + s): low half k = 2 kp,
+ * high half 2 kp + 1, zero past K. */
+static inline uint32_t pair_at(const uint16_t *base, int64_t s, int64_t K, int64_t kp)
+{
+    const int64_t k = 2 * kp;
+    return (uint32_t)base[s + k] | (k + 1 < K ? (uint32_t)base[s + k + 1] << 16 : 0u);
+}
+
+/* cpu_impl.h's pack_pairs: pack_cols's transpose on k-pairs instead of floats, the bits kept as
+ * they are. Eight vectors by eight pairs (sixteen bf16, one 32-byte load each) at a time, a
+ * 4 x 4 block for a four-vector tail (mr = 12), the last pairs (a partial one past K's end among
+ * them) one at a time. */
+static void pack_pairs_avx512(const uint16_t *base, const int64_t *src, int64_t K, int n, uint32_t *dst)
+{
+    const int64_t full = K / 2; /* pairs with both values inside K */
+    int64_t kp0 = 0;
+    for (; kp0 + 8 <= full; kp0 += 8) {
+        int p0 = 0;
+        for (; p0 + 8 <= n; p0 += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = src[p0 + i] >= 0 ? _mm256_loadu_ps((const float *)(base + src[p0 + i] + 2 * kp0))
+                                        : _mm256_setzero_ps();
+            lf_transpose8_store(r, (float *)(dst + kp0 * n + p0), n);
+        }
+        for (; p0 + 4 <= n; p0 += 4)
+            for (int64_t kk = kp0; kk < kp0 + 8; kk += 4) {
+                __m128 q[4];
+                for (int i = 0; i < 4; i++)
+                    q[i] = src[p0 + i] >= 0 ? _mm_loadu_ps((const float *)(base + src[p0 + i] + 2 * kk))
+                                            : _mm_setzero_ps();
+                _MM_TRANSPOSE4_PS(q[0], q[1], q[2], q[3]);
+                for (int i = 0; i < 4; i++)
+                    _mm_storeu_ps((float *)(dst + (kk + i) * n + p0), q[i]);
+            }
+        for (; p0 < n; p0++)
+            for (int64_t kk = kp0; kk < kp0 + 8; kk++)
+                dst[kk * n + p0] = src[p0] >= 0 ? pair_at(base, src[p0], K, kk) : 0u;
+    }
+    for (; kp0 < (K + 1) / 2; kp0++)
+        for (int p = 0; p < n; p++)
+            dst[kp0 * n + p] = src[p] >= 0 ? pair_at(base, src[p], K, kp0) : 0u;
 }
 
 LF_KERNEL_SET(LF_CPU_ISA_AVX512, MR, NR, ukr_12x32, pack_cols_avx512);

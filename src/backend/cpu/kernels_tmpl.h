@@ -327,6 +327,11 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
 #define LF_DOTS_BF16 NULL /* no bf16 dot products of its own: bf16 rows are widened to f32 first */
 #endif
 
+#ifndef LF_UKR_BF16
+#define LF_UKR_BF16   NULL /* no bf16 micro-kernel: the packed path widens bf16 to f32 */
+#define LF_PACK_PAIRS NULL
+#endif
+
 #define LF_KERNEL_SET(isa_, mr_, nr_, ukr_, pack_) \
     const lf_cpu_kernels LF_K(lf_cpu_kernels_) = { \
         .isa = (isa_),                             \
@@ -338,6 +343,8 @@ static void LF_K(dots_)(const float *a, int64_t m, int64_t K, const float *const
         .ep_strip = LF_K(ep_strip_),               \
         .dots = LF_K(dots_),                       \
         .dots_bf16 = LF_DOTS_BF16,                 \
+        .ukr_bf16 = LF_UKR_BF16,                   \
+        .pack_pairs = LF_PACK_PAIRS,               \
         .act_row = LF_K(act_row_),                 \
         .act_mul_row = LF_K(act_mul_row_),         \
     }
