@@ -29,15 +29,16 @@ LF_API lf_status lf_cpu_isa_force(lf_cpu_isa isa);
 LF_API const char *lf_cpu_isa_name(lf_cpu_isa isa);
 
 /* B packed once. Every CPU GEMM first copies B, as every BLAS does, into the micro-kernel's
- * layout (slivers of 32, 16 or 8 columns for AVX-512, AVX2 or scalar, k-major, widened to f32):
+ * layout (slivers of 32, 16 or 8 columns for AVX-512, AVX2 or scalar, k-major, widened to f32; a
+ * bf16 weight seen as W^T for a bf16 A on a CPU with AVX512_BF16: in bf16 k-pairs, as they are):
  * 2-7% of a 1024 x 3072 x 768 Linear on two cores (about 4% on average). Where many products share one B (an
  * nn.Linear's weight in inference; MKL's cblas_sgemm_pack and oneDNN's packed weights serve the
  * same use), pack it once:
  *   lf_cpu_pack_b(&g, &p);                 B as g reads it (its strides, dtype and gate)
  *   lf_cpu_gemm_packed(&g, p, NULL);       g on the CPU, B read from p instead of packed again
  *   lf_cpu_packed_b_free(p);
- * p holds a copy of B's values in f32 (4 bytes each, whatever B's dtype), for the kernels in use
- * when it was packed. B itself must stay as it was packed for as long as p is used: a call of up
+ * p holds a copy of B's values in f32 (4 bytes each, whatever B's dtype; 2 in bf16 k-pairs), for
+ * the kernels in use when it was packed. B itself must stay as it was packed for as long as p is used: a call of up
  * to 16 rows against a Linear weight (a decode step) reads B directly, as lf_backend_gemm does, and
  * after B's values change, pack again (p is not told). lf_cpu_gemm_packed takes any g with the
  * same B (its data pointer, shape, strides and dtype), gate mode, gate group and output width; A,

@@ -1,7 +1,7 @@
 /* The CPU GEMM: cache-blocked in the manner of BLIS/GotoBLAS, with operands read through their
  * strides while packing (so nn, tn, nt and tt cost the same and nothing is transposed in
  * memory), bf16/f16 widened to f32 while packing (bf16 against a weight seen as W^T packed in
- * k-pairs instead, where the CPU has AVX512_BF16: run_block_pairs), f32 accumulation in
+ * k-pairs instead, where the CPU has AVX512_BF16: plan.pairs), f32 accumulation in
  * registers, and the epilogue (alpha, C, bias, activation, gate) applied to each row-block of
  * results while it is still in L1. Threads split D into independent blocks; each packs its own operands, but B
  * where the caller packed it once for many calls (lf_cpu_pack_b: a weight). A few rows against
@@ -31,29 +31,36 @@ typedef struct plan {
     int64_t No;       /* output columns of D */
     int nro;          /* output columns per micro-tile: nr, or nr/2 when gated */
     int64_t mc, nco;  /* rows per A block, output columns per B panel */
-    const void *bpk;  /* B packed once (lf_cpu_pack_b): every sliver, in column order, in f32 or in k-pairs as
-                         pairs says; NULL: pack per call */
     int pairs;        /* bf16 A and B packed in k-pairs for the kernel set's ukr_bf16 (pack_pairs) */
+    int64_t steps;    /* a packed vector's 4-byte words: K floats, or (K + 1) / 2 pairs */
+    const void *bpk;  /* B packed once (lf_cpu_pack_b): every sliver, in column order, in the words
+                         pairs says; NULL: pack per call */
 } plan;
 
-/* B packed once (linfuse/cpu.h): all of B's slivers as pack_b lays out a panel, one after the
- * other, so a block's panel starts at sliver o / nro. What it was packed from is kept to refuse a
- * GEMM it does not fit. */
+/* B packed once (linfuse/cpu.h): all of B's slivers as pack_b (or pack_b_pairs) lays out a panel,
+ * one after the other, so a block's panel starts at sliver o / nro. What it was packed from is
+ * kept to refuse a GEMM it does not fit. */
 struct lf_cpu_packed_b {
     const lf_cpu_kernels *k; /* the kernel set (its nr) it was packed for */
     lf_matrix b;             /* B: data, shape, strides, dtype */
     lf_gate gate;
     int64_t gate_group;
-    int pairs;  /* packed in bf16 k-pairs (uses_pairs), for a bf16 A */
+    int pairs;  /* packed in bf16 k-pairs (uses_pairs) */
     void *data; /* (D's columns / nro rounded up) slivers of (K, nr) floats, or of ((K + 1) / 2, nr) pairs */
 };
 
-/* Whether g runs on the bf16 packed path with kernel set k: bf16 against bf16 whose B columns run
- * along k (a weight seen as W^T), on a CPU with bf16 dot products. */
+/* Whether B's columns run along k (an nn.Linear weight seen as W^T), or there is one k: what the
+ * few-rows dot products, the column packers and the bf16 path read straight. */
+static int b_along_k(const lf_gemm *g)
+{
+    return g->b.rs == 1 || g->a.cols == 1;
+}
+
+/* Whether g runs on the bf16 packed path with kernel set k: bf16 against bf16 along k, on a CPU
+ * with bf16 dot products (lf_bf16_dots_apply). */
 static int uses_pairs(const lf_gemm *g, const lf_cpu_kernels *k)
 {
-    return k->ukr_bf16 && g->a.dtype == LF_DTYPE_BF16 && g->b.dtype == LF_DTYPE_BF16 &&
-           (g->b.rs == 1 || g->a.cols == 1) && lf_cpu_has_bf16_dots();
+    return k->ukr_bf16 && lf_bf16_dots_apply(g) && b_along_k(g);
 }
 
 /* dst[i*dstep] = src[start + i*step] as float, for i < n. */
@@ -159,7 +166,7 @@ static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *
     const int nr = pl->k->nr;
     const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
     panel_map(pl, o0, nsl, cols, bias);
-    if (b->rs == 1 || K == 1) { /* columns contiguous along k (the nn.Linear weight): transpose */
+    if (b_along_k(pl->g)) { /* columns contiguous along k (the nn.Linear weight): transpose */
         for (int64_t s = 0; s < nsl; s++) {
             int64_t src[LF_CPU_NR_MAX];
             for (int p = 0; p < nr; p++)
@@ -226,23 +233,19 @@ static void pack_a(const plan *pl, int64_t i0, int64_t mc, float *ap)
     }
 }
 
-/* The k-pair panels of the bf16 path (cpu_impl.h's pack_pairs layout), sized as the f32 panels'
- * halves: the workspace's f32 layout holds them. */
+/* The k-pair panels of the bf16 path (cpu_impl.h's pack_pairs layout): (K + 1) / 2 words a vector
+ * where the f32 panels have K, so the workspace's f32 layout holds them. */
 
 /* A panel of n vectors of K bf16 values from general strides: vector p at element start[p] (-1:
  * zeros), its values step apart. What pack_pairs does for vectors contiguous along k. */
 static void pairs_strided(const uint16_t *base, const int64_t *start, int64_t step, int64_t K, int n, uint32_t *dst)
 {
     for (int64_t kp = 0; kp < (K + 1) / 2; kp++)
-        for (int p = 0; p < n; p++) {
-            const int64_t s = start[p], k = 2 * kp;
-            dst[kp * n + p] = s < 0 ? 0u
-                                    : (uint32_t)base[s + k * step] |
-                                          (k + 1 < K ? (uint32_t)base[s + (k + 1) * step] << 16 : 0u);
-        }
+        for (int p = 0; p < n; p++)
+            dst[kp * n + p] = start[p] < 0 ? 0u : lf_bf16_pair(base, start[p], step, K, kp);
 }
 
-/* pack_b in k-pairs: B's columns run along k (the plan takes pairs only then). */
+/* pack_b in k-pairs: B along k (b_along_k; the plan takes pairs only then). */
 static void pack_b_pairs(const plan *pl, int64_t o0, int64_t nco, uint32_t *bp, int64_t *cols, float *bias)
 {
     const lf_matrix *b = &pl->g->b;
@@ -314,100 +317,64 @@ static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
             __builtin_prefetch(base + r * d->rs * es + off, 1, 2);
 }
 
-/* The strip of sliver s (output column o) out through the epilogue. */
-static void strip_out(const plan *pl, int64_t ic, int64_t mc, int64_t o, int64_t o1, const int64_t *cols,
-                      const float *bias, const float *strip)
-{
-    lf_ep_strip es = {
-        .g = pl->g,
-        .nr = pl->k->nr,
-        .i0 = ic,
-        .rows = mc,
-        .o0 = o,
-        .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
-        .cols = cols,
-        .bias = bias,
-        .acc = strip,
-    };
-    pl->k->ep_strip(&es);
-}
-
-/* run_block in bf16 k-pairs: the same loops over half as many steps of K, KC / 2 pairs a chunk
- * (B's chunk the f32 path's bytes over twice its k). */
-static void run_block_pairs(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
-                            int64_t o1)
+/* D's block [m0, m1) x [o0, o1) on the plan's path, f32 words or bf16 k-pairs (pl->pairs): the
+ * same loops over pl->steps words of k, in chunks of KC values of k (KC / 2 pairs: the f32 path's
+ * k in half its bytes; 384 pairs measured the same, bench/RESULTS.md session 21). */
+static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0, int64_t o1)
 {
     const lf_cpu_kernels *k = pl->k;
-    const int mr = k->mr, nr = k->nr;
-    const int64_t kp = (pl->K + 1) / 2;
-    uint32_t *ap = (uint32_t *)(slot + l->ap);
-    const uint32_t *bp;
-    float *strip = (float *)(slot + l->strip), *bias = (float *)(slot + l->bias);
+    const int mr = k->mr, nr = k->nr, pairs = pl->pairs;
+    const int64_t steps = pl->steps, chunk = pairs ? KC / 2 : KC;
+    float *ap = (float *)(slot + l->ap), *strip = (float *)(slot + l->strip); /* ap: 4-byte words */
     int64_t *cols = (int64_t *)(slot + l->cols);
+    float *bias = (float *)(slot + l->bias);
     for (int64_t oc = o0; oc < o1; oc += pl->nco) {
         const int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco, nsl = (nco + pl->nro - 1) / pl->nro;
-        if (pl->bpk) { /* packed once: the panel is in place, as in run_block */
-            bp = (const uint32_t *)pl->bpk + oc / pl->nro * kp * nr;
+        const float *bp; /* 4-byte words */
+        if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
+            bp = (const float *)pl->bpk + oc / pl->nro * steps * nr;
             panel_map(pl, oc, nsl, cols, bias);
         } else {
-            uint32_t *own = (uint32_t *)(slot + l->bp);
-            pack_b_pairs(pl, oc, nco, own, cols, bias);
+            float *own = (float *)(slot + l->bp);
+            if (pairs)
+                pack_b_pairs(pl, oc, nco, (uint32_t *)own, cols, bias);
+            else
+                pack_b(pl, oc, nco, own, cols, bias);
             bp = own;
         }
         for (int64_t ic = m0; ic < m1; ic += pl->mc) {
             const int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc, nsa = (mc + mr - 1) / mr;
-            pack_a_pairs(pl, ic, mc, ap);
+            if (pairs)
+                pack_a_pairs(pl, ic, mc, (uint32_t *)ap);
+            else
+                pack_a(pl, ic, mc, ap);
             for (int64_t s = 0; s < nsl; s++) {
-                const uint32_t *bs = bp + s * kp * nr;
+                const float *bs = bp + s * steps * nr;
                 prefetch_d(pl, ic, mc, oc + s * pl->nro);
-                for (int64_t pc = 0; pc < kp; pc += KC / 2) {
-                    const int64_t kc = kp - pc < KC / 2 ? kp - pc : KC / 2;
-                    for (int64_t ia = 0; ia < nsa; ia++)
-                        k->ukr_bf16(kc, ap + ia * kp * mr + pc * mr, bs + pc * nr, strip + ia * mr * nr, pc > 0);
+                for (int64_t pc = 0; pc < steps; pc += chunk) {
+                    const int64_t kc = steps - pc < chunk ? steps - pc : chunk;
+                    for (int64_t ia = 0; ia < nsa; ia++) {
+                        const float *a = ap + ia * steps * mr + pc * mr, *b = bs + pc * nr;
+                        float *c = strip + ia * mr * nr;
+                        if (pairs)
+                            k->ukr_bf16(kc, (const uint32_t *)a, (const uint32_t *)b, c, pc > 0);
+                        else
+                            k->ukr(kc, a, b, c, pc > 0);
+                    }
                 }
-                strip_out(pl, ic, mc, oc + s * pl->nro, o1, cols + s * nr, bias + s * nr, strip);
-            }
-        }
-    }
-}
-
-static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0, int64_t o1)
-{
-    if (pl->pairs) {
-        run_block_pairs(pl, l, slot, m0, m1, o0, o1);
-        return;
-    }
-    const lf_cpu_kernels *k = pl->k;
-    const int mr = k->mr, nr = k->nr;
-    const int64_t K = pl->K;
-    float *ap = (float *)(slot + l->ap), *strip = (float *)(slot + l->strip);
-    int64_t *cols = (int64_t *)(slot + l->cols);
-    float *bias = (float *)(slot + l->bias);
-    for (int64_t oc = o0; oc < o1; oc += pl->nco) {
-        int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco;
-        int64_t nsl = (nco + pl->nro - 1) / pl->nro;
-        const float *bp;
-        if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
-            bp = (const float *)pl->bpk + oc / pl->nro * K * nr;
-            panel_map(pl, oc, nsl, cols, bias);
-        } else {
-            float *own = (float *)(slot + l->bp);
-            pack_b(pl, oc, nco, own, cols, bias);
-            bp = own;
-        }
-        for (int64_t ic = m0; ic < m1; ic += pl->mc) {
-            int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc;
-            int64_t nsa = (mc + mr - 1) / mr;
-            pack_a(pl, ic, mc, ap);
-            for (int64_t s = 0; s < nsl; s++) {
-                const float *bs = bp + s * K * nr;
-                prefetch_d(pl, ic, mc, oc + s * pl->nro);
-                for (int64_t pc = 0; pc < K; pc += KC) {
-                    int64_t kc = K - pc < KC ? K - pc : KC;
-                    for (int64_t ia = 0; ia < nsa; ia++)
-                        k->ukr(kc, ap + ia * K * mr + pc * mr, bs + pc * nr, strip + ia * mr * nr, pc > 0);
-                }
-                strip_out(pl, ic, mc, oc + s * pl->nro, o1, cols + s * nr, bias + s * nr, strip);
+                const int64_t o = oc + s * pl->nro;
+                lf_ep_strip es = {
+                    .g = pl->g,
+                    .nr = nr,
+                    .i0 = ic,
+                    .rows = mc,
+                    .o0 = o,
+                    .nout = (int)(o1 - o < pl->nro ? o1 - o : pl->nro),
+                    .cols = cols + s * nr,
+                    .bias = bias + s * nr,
+                    .acc = strip,
+                };
+                k->ep_strip(&es);
             }
         }
     }
@@ -428,7 +395,7 @@ static lf_status few_rows(const plan *pl, int T)
     const int f32 = b->dtype == LF_DTYPE_F32;
     /* bf16 against bf16, on a CPU with bf16 dot products: both read as they are (A's rows copied
      * together, B's columns in place) */
-    const int bf = k->dots_bf16 && a->dtype == LF_DTYPE_BF16 && b->dtype == LF_DTYPE_BF16 && lf_cpu_has_bf16_dots();
+    const int bf = k->dots_bf16 && lf_bf16_dots_apply(g);
     if (nsl == 0 || M == 0)
         return LF_OK;
     if (T > nsl)
@@ -552,6 +519,10 @@ static plan plan_for(const lf_gemm *g, const lf_cpu_kernels *k)
     int64_t nsl_cap = (8 << 20) / 4 / pl.K / nr;
     int64_t nsl = 2048 / pl.nro < nsl_cap ? 2048 / pl.nro : (nsl_cap > 1 ? nsl_cap : 1);
     pl.nco = nsl * pl.nro;
+    /* bf16 against bf16 along k: packed in k-pairs as they are, not widened (the blocks keep the f32
+     * sizes: a pair panel is half their bytes) */
+    pl.pairs = uses_pairs(g, k);
+    pl.steps = pl.pairs ? (pl.K + 1) / 2 : pl.K;
     return pl;
 }
 
@@ -575,16 +546,14 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     const double b_bytes = (double)pl.N * (double)pl.K * (double)lf_dtype_size(g->b.dtype);
     if (flops < 3.2e7 && !(pl.M <= LF_CPU_DIRECT_ROWS && b_bytes > 4e6))
         T = 1;
-    if (pl.M <= LF_CPU_DIRECT_ROWS && (g->b.rs == 1 || pl.K == 1)) {
+    if (pl.M <= LF_CPU_DIRECT_ROWS && b_along_k(g)) {
         LF_TRY(few_rows(&pl, T));
         if (info)
             lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);
         return LF_OK;
     }
-    /* bf16 against bf16 whose columns run along k: packed in k-pairs as they are, not widened; B
-     * packed once is read where it was packed the way this call runs (the few rows above read B
-     * itself, as valid as its packing) */
-    pl.pairs = uses_pairs(g, pl.k);
+    /* the few rows above read B itself, as valid as its packing; a packing is in the words this call
+     * runs on (same B, so same dtypes, and the same kernel set: lf_cpu_gemm_packed), checked anyway */
     pl.bpk = packed && packed->pairs == pl.pairs ? packed->data : NULL;
     int tm, tn;
     split(&pl, T, &tm, &tn);
@@ -638,11 +607,8 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     lf_gemm only_b = *g;
     only_b.ep.bias = NULL;
     const plan pl = plan_for(&only_b, lf_cpu_kernels_active());
-    const int nr = pl.k->nr;
-    /* in k-pairs where a call of g runs on the bf16 path (A's dtype is in g): a 4-byte word per
-     * pair of k, as the f32 path has one per k */
-    const int pairs = uses_pairs(g, pl.k);
-    const int64_t K = pl.K, steps = pairs ? (K + 1) / 2 : K, nsl = (pl.No + pl.nro - 1) / pl.nro;
+    const int nr = pl.k->nr, pairs = pl.pairs; /* in the words a call of g runs on (plan_for) */
+    const int64_t K = pl.K, steps = pl.steps, nsl = (pl.No + pl.nro - 1) / pl.nro;
     int64_t n;
     if (K > LF_CPU_K_MAX)
         return lf_fail(LF_EOVERFLOW, "lf_cpu_pack_b: K = %lld is past the %lld the CPU GEMM's buffers index",

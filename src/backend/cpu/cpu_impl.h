@@ -69,6 +69,26 @@ static inline void lf_dots_zero_block(float *acc, int64_t ld, int64_t m, int p0,
             acc[r * ld + p0 + j] = 0.0f;
 }
 
+/* Whether the CPU has AVX512_BF16 (VDPBF16PS), asked once: a kernel set's dots_bf16 and ukr_bf16
+ * run only then. */
+int lf_cpu_has_bf16_dots(void);
+
+/* Whether g's operands are bf16 against bf16 on a CPU with bf16 dot products: what the kernel
+ * sets' dots_bf16 and ukr_bf16 take (AVX512_BF16 treats bf16 values below the normal range as
+ * zero and flushes such results, where the f32 paths keep them). */
+static inline int lf_bf16_dots_apply(const lf_gemm *g)
+{
+    return g->a.dtype == LF_DTYPE_BF16 && g->b.dtype == LF_DTYPE_BF16 && lf_cpu_has_bf16_dots();
+}
+
+/* The k-pair word of pack_pairs' layout: a vector of K bf16 values at base + s, step apart; its
+ * values at k = 2 kp (low half) and 2 kp + 1 (high half, zero past K). */
+static inline uint32_t lf_bf16_pair(const uint16_t *base, int64_t s, int64_t step, int64_t K, int64_t kp)
+{
+    const int64_t k = 2 * kp;
+    return (uint32_t)base[s + k * step] | (k + 1 < K ? (uint32_t)base[s + (k + 1) * step] << 16 : 0u);
+}
+
 extern const lf_cpu_kernels lf_cpu_kernels_scalar;
 #ifdef LF_HAVE_X86_KERNELS
 extern const lf_cpu_kernels lf_cpu_kernels_avx2;
@@ -76,8 +96,6 @@ extern const lf_cpu_kernels lf_cpu_kernels_avx512;
 #endif
 
 const lf_cpu_kernels *lf_cpu_kernels_active(void);
-/* Whether the CPU has AVX512_BF16 (VDPBF16PS), asked once: a kernel set's dots_bf16 runs only then. */
-int lf_cpu_has_bf16_dots(void);
 
 /* Scratch memory for one call: n_threads slots of `bytes` each, 64-byte aligned. Taken from a
  * pool so steady-state calls neither allocate nor fault pages; returned after the call. */

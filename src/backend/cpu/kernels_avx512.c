@@ -230,14 +230,6 @@ LF_BF16_TARGET static void ukr_bf16_12x32(int64_t kp, const uint32_t *restrict a
     }
 }
 
-/* The pair of vector p at pair kp (a vector of K bf16 values at base + s): low half k = 2 kp,
- * high half 2 kp + 1, zero past K. */
-static inline uint32_t pair_at(const uint16_t *base, int64_t s, int64_t K, int64_t kp)
-{
-    const int64_t k = 2 * kp;
-    return (uint32_t)base[s + k] | (k + 1 < K ? (uint32_t)base[s + k + 1] << 16 : 0u);
-}
-
 /* cpu_impl.h's pack_pairs: pack_cols's transpose on k-pairs instead of floats, the bits kept as
  * they are. Eight vectors by eight pairs (sixteen bf16, one 32-byte load each) at a time, a
  * 4 x 4 block for a four-vector tail (mr = 12), the last pairs (a partial one past K's end among
@@ -267,11 +259,11 @@ static void pack_pairs_avx512(const uint16_t *base, const int64_t *src, int64_t 
             }
         for (; p0 < n; p0++)
             for (int64_t kk = kp0; kk < kp0 + 8; kk++)
-                dst[kk * n + p0] = src[p0] >= 0 ? pair_at(base, src[p0], K, kk) : 0u;
+                dst[kk * n + p0] = src[p0] >= 0 ? lf_bf16_pair(base, src[p0], 1, K, kk) : 0u;
     }
     for (; kp0 < (K + 1) / 2; kp0++)
         for (int p = 0; p < n; p++)
-            dst[kp0 * n + p] = src[p] >= 0 ? pair_at(base, src[p], K, kp0) : 0u;
+            dst[kp0 * n + p] = src[p] >= 0 ? lf_bf16_pair(base, src[p], 1, K, kp0) : 0u;
 }
 
 LF_KERNEL_SET(LF_CPU_ISA_AVX512, MR, NR, ukr_12x32, pack_cols_avx512);
