@@ -68,8 +68,9 @@ test-gpu:
 	else echo 'profile_check: skipped (needs torch)'; fi
 	@if python3 -c 'import torch, transformers' 2>/dev/null; then \
 		PYTHONPATH=python LINFUSE_LIBRARY=$(BUILD)/liblinfuse.so tests/gpu/torch_patch_check.py \
-			--linfuse ./$(BUILD)/linfuse --out $(BUILD)/torch-check --models llama,gemma,phi3,qwen3,olmo2,gemma3; \
-	else echo 'torch_patch_check: skipped (needs torch and transformers)'; fi
+			--linfuse ./$(BUILD)/linfuse --out $(BUILD)/torch-check --models llama,gemma,phi3,qwen3,olmo2,gemma3 && \
+		PYTHONPATH=python LINFUSE_LIBRARY=$(BUILD)/liblinfuse.so tests/gpu/torch_survey.py; \
+	else echo 'torch_patch_check, torch_survey: skipped (need torch and transformers)'; fi
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

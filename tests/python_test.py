@@ -896,6 +896,16 @@ def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
     handle.remove()
     check(len(seen) == 2 and torch.equal(hooked, own),
           "edges: a hook put on a projection after apply runs (the module's own forward does): %s" % seen)
+    # a global module hook (register_module_forward_hook: activation-capturing tools) sees every
+    # projection's call, as it would without linfuse
+    linears = []
+    handle = nn.modules.module.register_module_forward_hook(
+        lambda mod, inp, out: linears.append(type(mod).__name__) if isinstance(mod, nn.Linear) else None)
+    with torch.no_grad():
+        ghooked = h(x)
+    handle.remove()
+    check(linears.count("Linear") == 3 and torch.equal(ghooked, own),
+          "edges: a global forward hook sees the three projections: %s" % linears)
     ah = SwiGLU()
     ah.act_fn = nn.SiLU()
     ah.act_fn.register_forward_hook(lambda mod, inp, out: None)

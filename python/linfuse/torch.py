@@ -385,9 +385,15 @@ def _patched_forward(self, *args, **kwargs):
     return self.linfuse_base_class.forward(self, *args, **kwargs)
 
 
+_module_mod = nn.modules.module  # its global hook dicts (register_module_forward_hook and the pre-hook)
+
+
 def _hooked(mod):
     """Whether a hook was put on one of mod's projections or its activation since apply (those
-    there at apply left the module): the module's own forward runs them."""
+    there at apply left the module), or a global module hook is registered (it would see each
+    projection's call): the module's own forward runs them."""
+    if getattr(_module_mod, "_global_forward_hooks", None) or getattr(_module_mod, "_global_forward_pre_hooks", None):
+        return True
     for child in mod._modules.values():
         if child is not None and (child._forward_hooks or child._forward_pre_hooks):
             return True
