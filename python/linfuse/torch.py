@@ -329,15 +329,24 @@ def _eager_weights(mod):
     return got[1]
 
 
-try:  # torch.fx's "is a symbolic trace running", found once (absent from some builds); newer torch
-    # names it apart from torch.export's tracing and warns at the older name's first call
-    from torch.fx._symbolic_trace import is_fx_tracing_symbolic_tracing as _fx_tracing
+def _find_fx_tracing():
+    """torch.fx's "is a symbolic trace running", found once (absent from some builds). Newer torch
+    names it apart from torch.export's tracing (is_fx_symbolic_tracing) and logs a warning at the
+    older name's first call (torch 2.11, seen from this very check); the warning's own text names
+    is_fx_tracing_symbolic_tracing, which torch does not define, so both are asked for."""
+    import torch.fx._symbolic_trace as st
+    for name in ("is_fx_symbolic_tracing", "is_fx_tracing_symbolic_tracing", "is_fx_tracing"):
+        fn = getattr(st, name, None)
+        if callable(fn):
+            return fn
+    return lambda: False
+
+
+try:
+    _fx_tracing = _find_fx_tracing()
 except ImportError:
-    try:
-        from torch.fx._symbolic_trace import is_fx_tracing as _fx_tracing
-    except ImportError:
-        def _fx_tracing():
-            return False
+    def _fx_tracing():
+        return False
 
 
 def _unwatched(x, mod):
