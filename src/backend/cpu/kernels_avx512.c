@@ -156,6 +156,23 @@ LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_
 #define MR 12
 #define NR 32
 
+/* A 12 x 32 tile's sums (c0: columns 0-15, c1: 16-31 of each row) out to c, added to what c
+ * holds where accumulate: both micro-kernels' last step. Inlined, so the sums stay registers. */
+static inline __attribute__((always_inline)) void store_12x32(__m512 c0[MR], __m512 c1[MR], float *restrict c,
+                                                               int accumulate)
+{
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        float *ci = c + i * NR;
+        if (accumulate) {
+            c0[i] = _mm512_add_ps(c0[i], _mm512_load_ps(ci));
+            c1[i] = _mm512_add_ps(c1[i], _mm512_load_ps(ci + 16));
+        }
+        _mm512_store_ps(ci, c0[i]);
+        _mm512_store_ps(ci + 16, c1[i]);
+    }
+}
+
 static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c, int accumulate)
 {
     __m512 c0[MR], c1[MR];
@@ -179,16 +196,7 @@ static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict
         a += MR;
         b += NR;
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-        float *ci = c + i * NR;
-        if (accumulate) {
-            c0[i] = _mm512_add_ps(c0[i], _mm512_load_ps(ci));
-            c1[i] = _mm512_add_ps(c1[i], _mm512_load_ps(ci + 16));
-        }
-        _mm512_store_ps(ci, c0[i]);
-        _mm512_store_ps(ci + 16, c1[i]);
-    }
+    store_12x32(c0, c1, c, accumulate);
 }
 
 /* The packed path in bf16 (cpu_impl.h's ukr_bf16): the 12 x 32 tile and its registers as
@@ -218,16 +226,7 @@ LF_BF16_TARGET static void ukr_bf16_12x32(int64_t kp, const uint32_t *restrict a
         a += MR;
         b += NR;
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-        float *ci = c + i * NR;
-        if (accumulate) {
-            c0[i] = _mm512_add_ps(c0[i], _mm512_load_ps(ci));
-            c1[i] = _mm512_add_ps(c1[i], _mm512_load_ps(ci + 16));
-        }
-        _mm512_store_ps(ci, c0[i]);
-        _mm512_store_ps(ci + 16, c1[i]);
-    }
+    store_12x32(c0, c1, c, accumulate);
 }
 
 /* cpu_impl.h's pack_pairs: pack_cols's transpose on k-pairs instead of floats, the bits kept as
@@ -253,9 +252,7 @@ static void pack_pairs_avx512(const uint16_t *base, const int64_t *src, int64_t 
                 for (int i = 0; i < 4; i++)
                     q[i] = src[p0 + i] >= 0 ? _mm_loadu_ps((const float *)(base + src[p0 + i] + 2 * kk))
                                             : _mm_setzero_ps();
-                _MM_TRANSPOSE4_PS(q[0], q[1], q[2], q[3]);
-                for (int i = 0; i < 4; i++)
-                    _mm_storeu_ps((float *)(dst + (kk + i) * n + p0), q[i]);
+                lf_transpose4_store(q, (float *)(dst + kk * n + p0), n);
             }
         for (; p0 < n; p0++)
             for (int64_t kk = kp0; kk < kp0 + 8; kk++)

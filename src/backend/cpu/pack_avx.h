@@ -58,6 +58,14 @@ static inline void lf_transpose8_store(const __m256 r[8], float *o, int64_t ld)
     _mm256_storeu_ps(o + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
+/* lf_transpose8_store's 4 x 4 form, for a four-vector tail. */
+static inline void lf_transpose4_store(__m128 q[4], float *o, int64_t ld)
+{
+    _MM_TRANSPOSE4_PS(q[0], q[1], q[2], q[3]);
+    for (int i = 0; i < 4; i++)
+        _mm_storeu_ps(o + i * ld, q[i]);
+}
+
 static void LF_K(pack_cols_)(const void *base, lf_dtype dt, const int64_t *src, int64_t K, int nr, float *dst)
 {
     int64_t k0 = 0;
@@ -74,9 +82,7 @@ static void LF_K(pack_cols_)(const void *base, lf_dtype dt, const int64_t *src, 
                 __m128 q[4];
                 for (int i = 0; i < 4; i++)
                     q[i] = src[p0 + i] >= 0 ? lf_load4(base, dt, src[p0 + i] + kk) : _mm_setzero_ps();
-                _MM_TRANSPOSE4_PS(q[0], q[1], q[2], q[3]);
-                for (int i = 0; i < 4; i++)
-                    _mm_storeu_ps(dst + (kk + i) * nr + p0, q[i]);
+                lf_transpose4_store(q, dst + kk * nr + p0, nr);
             }
         for (; p0 < nr; p0++) /* what is left (mr = 6): one element at a time */
             for (int64_t kk = k0; kk < k0 + 8; kk++)
