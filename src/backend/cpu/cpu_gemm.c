@@ -3,9 +3,10 @@
  * memory), bf16/f16 widened to f32 while packing (bf16 against a weight seen as W^T packed in
  * k-pairs instead, where the CPU has AVX512_BF16: plan.pairs), f32 accumulation in
  * registers, and the epilogue (alpha, C, bias, activation, gate) applied to each row-block of
- * results while it is still in L1. Threads split D into independent blocks; each packs its own operands, but B
- * where the caller packed it once for many calls (lf_cpu_pack_b: a weight). A few rows against
- * an nn.Linear weight (decode) skip the packing: dot products (few_rows).
+ * results while it is still in L1. Threads split D into independent blocks; each packs its own
+ * operands (the packers: cpu_pack.c), but B where the caller packed it once for many calls
+ * (lf_cpu_pack_b: a weight). A few rows against an nn.Linear weight (decode) skip the packing:
+ * dot products (few_rows).
  *
  * Per thread, over its block of D:
  *   for each panel of NC output columns:     pack B (K x NC) into slivers of nr columns
@@ -20,26 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/cpu_gemm_impl.h"
 
 enum { KC = 384 }; /* 384 x 32 floats of B (48 KB) per chunk: measured best on AVX-512 (bench/RESULTS.md) */
 
-typedef struct plan {
-    const lf_gemm *g;
-    const lf_cpu_kernels *k;
-    int64_t M, N, K;  /* N counts pre-gate columns */
-    int64_t No;       /* output columns of D */
-    int nro;          /* output columns per micro-tile: nr, or nr/2 when gated */
-    int64_t mc, nco;  /* rows per A block, output columns per B panel */
-    int pairs;        /* bf16 A and B packed in k-pairs for the kernel set's ukr_bf16 (pack_pairs) */
-    int64_t steps;    /* a packed vector's 4-byte words: K floats, or (K + 1) / 2 pairs */
-    const void *bpk;  /* B packed once (lf_cpu_pack_b): every sliver, in column order, in the words
-                         pairs says; NULL: pack per call */
-} plan;
 
-/* B packed once (linfuse/cpu.h): all of B's slivers as pack_b (or pack_b_pairs) lays out a panel,
- * one after the other, so a block's panel starts at sliver o / nro. What it was packed from is
- * kept to refuse a GEMM it does not fit. */
+/* B packed once (linfuse/cpu.h): all of B's slivers as lf_cpu_pack_b_panel (or _pairs) lays out
+ * a panel, one after the other, so a block's panel starts at sliver o / nro. What it was packed
+ * from is kept to refuse a GEMM it does not fit. */
 struct lf_cpu_packed_b {
     const lf_cpu_kernels *k; /* the kernel set (its nr) it was packed for */
     lf_matrix b;             /* B: data, shape, strides, dtype */
@@ -49,240 +38,18 @@ struct lf_cpu_packed_b {
     void *data; /* (D's columns / nro rounded up) slivers of (K, nr) floats, or of ((K + 1) / 2, nr) pairs */
 };
 
-/* Whether B's columns run along k (an nn.Linear weight seen as W^T), or there is one k: what the
- * few-rows dot products, the column packers and the bf16 path read straight. */
-static int b_along_k(const lf_gemm *g)
-{
-    return g->b.rs == 1 || g->a.cols == 1;
-}
-
 /* Whether g runs on the bf16 packed path with kernel set k: bf16 against bf16 along k, on a CPU
  * with bf16 dot products (lf_bf16_dots_apply). */
 static int uses_pairs(const lf_gemm *g, const lf_cpu_kernels *k)
 {
-    return k->ukr_bf16 && lf_bf16_dots_apply(g) && b_along_k(g);
-}
-
-/* dst[i*dstep] = src[start + i*step] as float, for i < n. */
-static void gather(const void *src, lf_dtype dt, int64_t start, int64_t step, int64_t n, float *dst, int64_t dstep)
-{
-    if (step == 1 && dstep == 1) { /* contiguous run: a copy or a vectorizable widening loop */
-        if (dt == LF_DTYPE_F32) {
-            memcpy(dst, (const float *)src + start, (size_t)n * sizeof *dst);
-        } else if (dt == LF_DTYPE_BF16) {
-            const uint16_t *s = (const uint16_t *)src + start;
-            for (int64_t i = 0; i < n; i++)
-                dst[i] = lf_f32_from_bits((uint32_t)s[i] << 16);
-        } else {
-            const uint16_t *s = (const uint16_t *)src + start;
-            for (int64_t i = 0; i < n; i++)
-                dst[i] = lf_f32_from_f16(s[i]);
-        }
-        return;
-    }
-    switch (dt) {
-    case LF_DTYPE_F32: {
-        const float *s = (const float *)src + start;
-        for (int64_t i = 0; i < n; i++)
-            dst[i * dstep] = s[i * step];
-        break;
-    }
-    case LF_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)src + start;
-        for (int64_t i = 0; i < n; i++)
-            dst[i * dstep] = lf_f32_from_bf16(s[i * step]);
-        break;
-    }
-    default: {
-        const uint16_t *s = (const uint16_t *)src + start;
-        for (int64_t i = 0; i < n; i++)
-            dst[i * dstep] = lf_f32_from_f16(s[i * step]);
-        break;
-    }
-    }
-}
-
-/* Pre-gate column of B feeding tile position p of the sliver whose first output column is o,
- * or -1 for padding. Gated tiles hold nr/2 gates then their nr/2 partners. */
-static int64_t tile_col(const plan *pl, int64_t o, int p)
-{
-    if (pl->g->ep.gate != LF_GATE_PAIRED) {
-        int64_t j = o + p;
-        return j < pl->N ? j : -1;
-    }
-    int half = pl->k->nr / 2, q = p < half ? p : p - half;
-    int64_t j = o + q, grp = pl->g->ep.gate_group;
-    if (j >= pl->No)
-        return -1;
-    int64_t gcol = (j / grp) * 2 * grp + j % grp;
-    return p < half ? gcol : gcol + grp;
-}
-
-/* The sliver whose first output column is o: each tile position's pre-gate column of B (-1 for
- * padding) and its bias (0 without one), for packing and for the epilogue. */
-static void sliver_map(const plan *pl, int64_t o, int64_t *cols, float *bias)
-{
-    const lf_epilogue *ep = &pl->g->ep;
-    for (int p = 0; p < pl->k->nr; p++) {
-        const int64_t c = cols[p] = tile_col(pl, o, p);
-        bias[p] = c >= 0 && ep->bias ? lf_load_f32(ep->bias, ep->bias_dtype, c) : 0.0f;
-    }
-}
-
-/* B panel: output columns [o0, o0+nco) -> slivers of (K, nr) floats, plus each sliver's column
- * map and bias values for the epilogue. */
-/* Whether each sliver's columns are one run (c, c+1, ...) followed only by padding. */
-static int runs_ok(const int64_t *cols, int64_t nsl, int nr)
-{
-    if (nsl > LF_CPU_PANEL_MAX)
-        return 0;
-    for (int64_t s = 0; s < nsl; s++) {
-        const int64_t *c = cols + s * nr;
-        int v = 0;
-        while (v < nr && c[v] >= 0)
-            v++;
-        if (v == 0)
-            return 0;
-        for (int p = 1; p < v; p++)
-            if (c[p] != c[p - 1] + 1)
-                return 0;
-        for (int p = v; p < nr; p++)
-            if (c[p] >= 0)
-                return 0;
-    }
-    return 1;
-}
-
-/* The column maps and biases of the nsl slivers from output column o0 on. */
-static void panel_map(const plan *pl, int64_t o0, int64_t nsl, int64_t *cols, float *bias)
-{
-    for (int64_t s = 0; s < nsl; s++)
-        sliver_map(pl, o0 + s * pl->nro, cols + s * pl->k->nr, bias + s * pl->k->nr);
-}
-
-static void pack_b(const plan *pl, int64_t o0, int64_t nco, float *bp, int64_t *cols, float *bias)
-{
-    const lf_matrix *b = &pl->g->b;
-    const int nr = pl->k->nr;
-    const int64_t K = pl->K, nsl = (nco + pl->nro - 1) / pl->nro;
-    panel_map(pl, o0, nsl, cols, bias);
-    if (b_along_k(pl->g)) { /* columns contiguous along k (the nn.Linear weight): transpose */
-        for (int64_t s = 0; s < nsl; s++) {
-            int64_t src[LF_CPU_NR_MAX];
-            for (int p = 0; p < nr; p++)
-                src[p] = cols[s * nr + p] >= 0 ? cols[s * nr + p] * b->cs : -1;
-            pl->k->pack_cols(b->data, b->dtype, src, K, nr, bp + s * K * nr);
-        }
-        return;
-    }
-    if (b->cs == 1 && runs_ok(cols, nsl, nr)) { /* row-major B, every sliver one run: the nn case */
-        int64_t start[LF_CPU_PANEL_MAX];
-        int valid[LF_CPU_PANEL_MAX];
-        for (int64_t s = 0; s < nsl; s++) {
-            int v = 0;
-            while (v < nr && cols[s * nr + v] >= 0)
-                v++;
-            start[s] = cols[s * nr];
-            valid[s] = v;
-        }
-        pl->k->pack_rows(b->data, b->dtype, b->rs, start, valid, nsl, K, nr, bp);
-        return;
-    }
-    /* General strides or gated column maps: walk k outside so each row of B is read once, in
-     * order, in runs of consecutive columns. */
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t s = 0; s < nsl; s++) {
-            const int64_t *cs = cols + s * nr;
-            float *row = bp + s * K * nr + k * nr;
-            int p = 0;
-            while (p < nr) {
-                if (cs[p] < 0) {
-                    row[p++] = 0.0f;
-                    continue;
-                }
-                int q = p + 1;
-                while (q < nr && cs[q] == cs[q - 1] + 1)
-                    q++;
-                gather(b->data, b->dtype, k * b->rs + cs[p] * b->cs, b->cs, q - p, row + p, 1);
-                p = q;
-            }
-        }
-}
-
-/* A block: rows [i0, i0+mc) -> slivers of (K, mr) floats, zero rows past M. */
-static void pack_a(const plan *pl, int64_t i0, int64_t mc, float *ap)
-{
-    const lf_matrix *a = &pl->g->a;
-    const int mr = pl->k->mr;
-    const int64_t K = pl->K;
-    for (int64_t s = 0; s * mr < mc; s++) {
-        float *dst = ap + s * K * mr;
-        const int64_t r0 = i0 + s * mr, valid = mc - s * mr < mr ? mc - s * mr : mr;
-        if (a->cs == 1 || K == 1) { /* row-major A: each row is contiguous along k */
-            int64_t src[LF_CPU_NR_MAX];
-            for (int r = 0; r < mr; r++)
-                src[r] = r < valid ? (r0 + r) * a->rs : -1;
-            pl->k->pack_cols(a->data, a->dtype, src, K, mr, dst);
-        } else { /* A's columns are the contiguous direction (or neither is): read k-rows */
-            for (int64_t k = 0; k < K; k++) {
-                gather(a->data, a->dtype, k * a->cs + r0 * a->rs, a->rs, valid, dst + k * mr, 1);
-                for (int r = (int)valid; r < mr; r++)
-                    dst[k * mr + r] = 0.0f;
-            }
-        }
-    }
-}
-
-/* The k-pair panels of the bf16 path (cpu_impl.h's pack_pairs layout): (K + 1) / 2 words a vector
- * where the f32 panels have K, so the workspace's f32 layout holds them. */
-
-/* A panel of n vectors of K bf16 values from general strides: vector p at element start[p] (-1:
- * zeros), its values step apart. What pack_pairs does for vectors contiguous along k. */
-static void pairs_strided(const uint16_t *base, const int64_t *start, int64_t step, int64_t K, int n, uint32_t *dst)
-{
-    for (int64_t kp = 0; kp < (K + 1) / 2; kp++)
-        for (int p = 0; p < n; p++)
-            dst[kp * n + p] = start[p] < 0 ? 0u : lf_bf16_pair(base, start[p], step, K, kp);
-}
-
-/* pack_b in k-pairs: B along k (b_along_k; the plan takes pairs only then). */
-static void pack_b_pairs(const plan *pl, int64_t o0, int64_t nco, uint32_t *bp, int64_t *cols, float *bias)
-{
-    const lf_matrix *b = &pl->g->b;
-    const int nr = pl->k->nr;
-    const int64_t K = pl->K, kp = (K + 1) / 2, nsl = (nco + pl->nro - 1) / pl->nro;
-    panel_map(pl, o0, nsl, cols, bias);
-    for (int64_t s = 0; s < nsl; s++) {
-        int64_t src[LF_CPU_NR_MAX];
-        for (int p = 0; p < nr; p++)
-            src[p] = cols[s * nr + p] >= 0 ? cols[s * nr + p] * b->cs : -1;
-        pl->k->pack_pairs(b->data, src, K, nr, bp + s * kp * nr);
-    }
-}
-
-/* pack_a in k-pairs: rows [i0, i0+mc) -> slivers of ((K + 1) / 2, mr) pairs, zero rows past M. */
-static void pack_a_pairs(const plan *pl, int64_t i0, int64_t mc, uint32_t *ap)
-{
-    const lf_matrix *a = &pl->g->a;
-    const int mr = pl->k->mr;
-    const int64_t K = pl->K, kp = (K + 1) / 2;
-    for (int64_t s = 0; s * mr < mc; s++) {
-        int64_t src[LF_CPU_NR_MAX];
-        const int64_t r0 = i0 + s * mr;
-        for (int r = 0; r < mr; r++)
-            src[r] = r0 + r < i0 + mc ? (r0 + r) * a->rs : -1;
-        if (a->cs == 1 || K == 1)
-            pl->k->pack_pairs(a->data, src, K, mr, ap + s * kp * mr);
-        else
-            pairs_strided(a->data, src, a->cs, K, mr, ap + s * kp * mr);
-    }
+    return k->ukr_bf16 && lf_bf16_dots_apply(g) && lf_cpu_b_along_k(g);
 }
 
 typedef struct ws_layout {
     size_t bp, ap, strip, cols, bias, total; /* byte offsets in a thread's slot */
 } ws_layout;
 
-static ws_layout layout_for(const plan *pl)
+static ws_layout layout_for(const lf_cpu_plan *pl)
 {
     const int64_t mr = pl->k->mr, nr = pl->k->nr, K = pl->K;
     const int64_t nsl = (pl->nco + pl->nro - 1) / pl->nro, mcp = (pl->mc + mr - 1) / mr * mr;
@@ -305,7 +72,7 @@ static ws_layout layout_for(const plan *pl)
  * stores do not wait on memory (D is written once; without this its misses cost ~10%). Rows of
  * contiguous columns only, and only the strip's real columns: with a column stride the span ran
  * over nro strides (a one-column D of stride 2^55 prefetched for ever). */
-static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
+static void prefetch_d(const lf_cpu_plan *pl, int64_t i0, int64_t rows, int64_t o0)
 {
     const lf_matrix *d = &pl->g->d;
     if (d->cs != 1)
@@ -320,7 +87,8 @@ static void prefetch_d(const plan *pl, int64_t i0, int64_t rows, int64_t o0)
 /* D's block [m0, m1) x [o0, o1) on the plan's path, f32 words or bf16 k-pairs (pl->pairs): the
  * same loops over pl->steps words of k, in chunks of KC values of k (KC / 2 pairs: the f32 path's
  * k in half its bytes; 384 pairs measured the same, bench/RESULTS.md session 21). */
-static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0, int64_t o1)
+static void run_block(const lf_cpu_plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
+                      int64_t o1)
 {
     const lf_cpu_kernels *k = pl->k;
     const int mr = k->mr, nr = k->nr, pairs = pl->pairs;
@@ -333,21 +101,21 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
         const float *bp; /* 4-byte words */
         if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
             bp = (const float *)pl->bpk + oc / pl->nro * steps * nr;
-            panel_map(pl, oc, nsl, cols, bias);
+            lf_cpu_panel_map(pl, oc, nsl, cols, bias);
         } else {
             float *own = (float *)(slot + l->bp);
             if (pairs)
-                pack_b_pairs(pl, oc, nco, (uint32_t *)own, cols, bias);
+                lf_cpu_pack_b_pairs(pl, oc, nco, (uint32_t *)own, cols, bias);
             else
-                pack_b(pl, oc, nco, own, cols, bias);
+                lf_cpu_pack_b_panel(pl, oc, nco, own, cols, bias);
             bp = own;
         }
         for (int64_t ic = m0; ic < m1; ic += pl->mc) {
             const int64_t mc = m1 - ic < pl->mc ? m1 - ic : pl->mc, nsa = (mc + mr - 1) / mr;
             if (pairs)
-                pack_a_pairs(pl, ic, mc, (uint32_t *)ap);
+                lf_cpu_pack_a_pairs(pl, ic, mc, (uint32_t *)ap);
             else
-                pack_a(pl, ic, mc, ap);
+                lf_cpu_pack_a_block(pl, ic, mc, ap);
             for (int64_t s = 0; s < nsl; s++) {
                 const float *bs = bp + s * steps * nr;
                 prefetch_d(pl, ic, mc, oc + s * pl->nro);
@@ -385,7 +153,7 @@ static void run_block(const plan *pl, const ws_layout *l, char *slot, int64_t m0
  * decode step's one token, packing B cost more than the product (a one-token MLP on the CPU spent
  * 25% of its time in pack_cols and 15% in a micro-kernel whose 12 rows were 11 of padding). The
  * threads take runs of slivers; each converts A's rows to f32 in its own slot. */
-static lf_status few_rows(const plan *pl, int T)
+static lf_status few_rows(const lf_cpu_plan *pl, int T)
 {
     const lf_gemm *g = pl->g;
     const lf_cpu_kernels *k = pl->k;
@@ -416,7 +184,7 @@ static lf_status few_rows(const plan *pl, int T)
         uint16_t *abf = (uint16_t *)af;
         for (int64_t r = 0; r < M; r++) {
             if (!bf) {
-                gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
+                lf_cpu_gather(a->data, a->dtype, r * a->rs, a->cs, K, af + r * K, 1);
                 continue;
             }
             const uint16_t *src = (const uint16_t *)a->data + r * a->rs;
@@ -425,7 +193,7 @@ static lf_status few_rows(const plan *pl, int T)
         }
         for (int64_t s = nsl * t / T; s < nsl * (t + 1) / T; s++) {
             const int64_t o = s * pl->nro;
-            sliver_map(pl, o, cols, bias);
+            lf_cpu_sliver_map(pl, o, cols, bias);
             if (bf) {
                 const uint16_t *w[LF_CPU_NR_MAX];
                 for (int p = 0; p < nr; p++)
@@ -439,7 +207,7 @@ static lf_status few_rows(const plan *pl, int T)
                     if (c >= 0 && f32) {
                         w[j] = (const float *)b->data + c * b->cs;
                     } else if (c >= 0) {
-                        gather(b->data, b->dtype, c * b->cs, 1, K, cb + j * K, 1);
+                        lf_cpu_gather(b->data, b->dtype, c * b->cs, 1, K, cb + j * K, 1);
                         w[j] = cb + j * K;
                     }
                 }
@@ -463,7 +231,7 @@ static lf_status few_rows(const plan *pl, int T)
 
 /* Split D among T threads as tm x tn blocks of whole micro-tiles: least work on the busiest
  * thread first, then the least packing (rows + columns per thread). */
-static void split(const plan *pl, int T, int *tm_out, int *tn_out)
+static void split(const lf_cpu_plan *pl, int T, int *tm_out, int *tn_out)
 {
     int64_t mt = (pl->M + pl->k->mr - 1) / pl->k->mr, nt = (pl->No + pl->nro - 1) / pl->nro;
     int best_tm = 1;
@@ -503,9 +271,9 @@ void lf_cpu_gated_choose(const lf_gemm *g, lf_gated_choice *c)
 }
 
 /* The plan's shape and blocks for g on kernel set k. */
-static plan plan_for(const lf_gemm *g, const lf_cpu_kernels *k)
+static lf_cpu_plan plan_for(const lf_gemm *g, const lf_cpu_kernels *k)
 {
-    plan pl = {.g = g, .k = k};
+    lf_cpu_plan pl = {.g = g, .k = k};
     pl.M = g->a.rows;
     pl.K = g->a.cols;
     pl.N = g->b.cols;
@@ -534,7 +302,7 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     if (g->a.cols > LF_CPU_K_MAX) /* valid with broadcast strides, and past what a workspace indexes */
         return lf_fail(LF_EOVERFLOW, "cpu gemm: K = %lld is past the %lld the CPU GEMM's buffers index",
                        (long long)g->a.cols, (long long)LF_CPU_K_MAX);
-    plan pl = plan_for(g, packed ? packed->k : lf_cpu_kernels_active());
+    lf_cpu_plan pl = plan_for(g, packed ? packed->k : lf_cpu_kernels_active());
     const int64_t mr = pl.k->mr;
     double flops = 2.0 * (double)pl.M * (double)pl.N * (double)pl.K;
     int T = lf_cpu_threads();
@@ -546,7 +314,7 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
     const double b_bytes = (double)pl.N * (double)pl.K * (double)lf_dtype_size(g->b.dtype);
     if (flops < 3.2e7 && !(pl.M <= LF_CPU_DIRECT_ROWS && b_bytes > 4e6))
         T = 1;
-    if (pl.M <= LF_CPU_DIRECT_ROWS && b_along_k(g)) {
+    if (pl.M <= LF_CPU_DIRECT_ROWS && lf_cpu_b_along_k(g)) {
         LF_TRY(few_rows(&pl, T));
         if (info)
             lf_gemm_report(g, lf_cpu_kernel_namer, LF_CPU_KF_GEMM, 1, pl.k->nr, info);
@@ -602,11 +370,11 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     char why[128];
     if (!lf_cpu_gemm_supports(g, why, sizeof why))
         return lf_fail(LF_EUNSUPPORTED, "lf_cpu_pack_b: %s", why);
-    /* B alone is read: the bias is each call's own (pack_b would gather it), and A, C and D may
+    /* B alone is read: the bias is each call's own (the packer would gather it), and A, C and D may
      * already be gone (a compiled plan packs with its capture's addresses) */
     lf_gemm only_b = *g;
     only_b.ep.bias = NULL;
-    const plan pl = plan_for(&only_b, lf_cpu_kernels_active());
+    const lf_cpu_plan pl = plan_for(&only_b, lf_cpu_kernels_active());
     const int nr = pl.k->nr, pairs = pl.pairs; /* in the words a call of g runs on (plan_for) */
     const int64_t K = pl.K, steps = pl.steps, nsl = (pl.No + pl.nro - 1) / pl.nro;
     int64_t n;
@@ -619,7 +387,7 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
     const size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
     lf_cpu_packed_b *p = calloc(1, sizeof *p);
     char *data = p ? aligned_alloc(64, bytes) : NULL;
-    /* pack_b's column map and biases for one panel (the biases are the call's, not kept) */
+    /* the packer's column map and biases for one panel (the biases are the call's, not kept) */
     const int64_t per = LF_CPU_PANEL_MAX, panels = (nsl + per - 1) / per;
     int64_t *cols = malloc((size_t)per * (size_t)nr * sizeof *cols);
     float *bias = malloc((size_t)per * (size_t)nr * sizeof *bias);
@@ -631,9 +399,9 @@ lf_status lf_cpu_pack_b(const lf_gemm *g, lf_cpu_packed_b **out)
         const int64_t s0 = q * per, o0 = s0 * pl.nro, nco = pl.No - o0 < per * pl.nro ? pl.No - o0 : per * pl.nro;
         char *at = data + (size_t)(s0 * steps * nr) * sizeof(float);
         if (pairs)
-            pack_b_pairs(&pl, o0, nco, (uint32_t *)at, cols, bias);
+            lf_cpu_pack_b_pairs(&pl, o0, nco, (uint32_t *)at, cols, bias);
         else
-            pack_b(&pl, o0, nco, (float *)at, cols, bias);
+            lf_cpu_pack_b_panel(&pl, o0, nco, (float *)at, cols, bias);
     }
     free(cols), free(bias);
     *p = (lf_cpu_packed_b){
