@@ -602,7 +602,7 @@ def test_torch_apply(torch):
         check("fp8 runs gated" in text, "%s: the report says why fp8 runs gated: %s" % (family, text))
         left = {name: why for name, _, why in report.left}
         check("biases" in left.get("biased", "") and "none of silu, gelu_tanh" in left.get("wrong_act", "") and
-              "no act_fn" in left.get("other", ""),
+              "own forward fails" in left.get("other", ""),
               "%s: each module left alone with its reason: %s" % (family, left))
         del model.biased, model.wrong_act, model.other
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
@@ -834,6 +834,113 @@ def test_torch_apply_layouts(torch):
           "layouts: unapply restores the classes, the fused weight untouched: %s" % restored)
 
 
+def test_torch_apply_inline(torch):
+    """Gated MLPs whose forward computes its activation itself (nothing to read it from): Meta's
+    w1, w2, w3 naming, the activation found by the probe; a dropout in the forward (linfuse in eval
+    mode, the module's own forward in training mode); a deep copy taken with its optimizer."""
+    import linfuse
+    import linfuse.torch as lt
+    nn, F = torch.nn, torch.nn.functional
+    D, H = 48, 72
+    torch.manual_seed(11)
+
+    class FeedForward(nn.Module):  # Meta's reference Llama (gpt-fast, torchtitan): w2(silu(w1(x)) * w3(x))
+        def __init__(self, act=F.silu, swapped=False, p=0.0):
+            super().__init__()
+            self.w1, self.w3 = nn.Linear(D, H, bias=False), nn.Linear(D, H, bias=False)
+            self.w2 = nn.Linear(H, D, bias=False)
+            self.act, self.swapped, self.p = act, swapped, p
+
+        def forward(self, x):
+            gate, up = (self.w3(x), self.w1(x)) if self.swapped else (self.w1(x), self.w3(x))
+            return self.w2(F.dropout(self.act(gate) * up, self.p, self.training))
+
+    model = nn.Module()  # left in training mode, as a model built in a script is
+    model.meta = FeedForward()
+    model.tanh = FeedForward(act=lambda t: F.gelu(t, approximate="tanh"))
+    model.erf = FeedForward(act=F.gelu)
+    model.drop = FeedForward(p=0.25)
+    model.swapped = FeedForward(swapped=True)
+    model.relu = FeedForward(act=F.relu)
+    keys = list(model.state_dict())
+    torch.manual_seed(5)
+    want_draw = torch.rand(4)
+    torch.manual_seed(5)
+    report = lt.apply(model)
+    check(torch.equal(torch.rand(4), want_draw), "inline: apply's probes draw nothing from the caller's generator")
+    text = str(report)
+    done = {name: (act, note) for name, _, act, _, note in report.replaced}
+    left = {name: why for name, _, why in report.left}
+    check({n: a for n, (a, _) in done.items()} == {"meta": "silu", "tanh": "gelu_tanh", "erf": "gelu_erf",
+                                                   "drop": "silu"},
+          "inline: Meta's w1/w2/w3 MLPs replaced, each activation found by the probe (silu, GELU's two forms "
+          "told apart):\n%s" % text)
+    check("computes silu (probed: no act_fn or activation_fn" in done.get("meta", ("", ""))[1],
+          "inline: the report says the activation was probed: %s" % (done.get("meta"),))
+    check("in training mode its own forward runs" in done.get("drop", ("", ""))[1] and
+          "training mode" not in done.get("meta", ("", ""))[1],
+          "inline: the report says where the module's own forward runs in training mode: %s" % (done.get("drop"),))
+    for n in ("swapped", "relu"):
+        check("with each of silu, gelu_tanh, gelu_erf" in left.get(n, ""),
+              "inline: %s differs from linfuse's with every activation and is left: %s" % (n, left.get(n)))
+    check(list(model.state_dict()) == keys, "inline: state_dict keeps its keys")
+    meta = model.meta
+    gu = meta.linfuse_gate_up
+    check(meta.w1.weight.data_ptr() == gu.data_ptr() and meta.w3.weight.data_ptr() == gu[H:].data_ptr(),
+          "inline: w1 and w3 are views of the stacked [W1; W3]")
+    x = torch.randn(3, 5, D)
+    with torch.no_grad():
+        for training in (False, True):
+            model.train(training)
+            for n, (act, _) in done.items():
+                mod = getattr(model, n)
+                torch.manual_seed(3)
+                got = mod(x)
+                torch.manual_seed(3)
+                own = mod.linfuse_base_class.forward(mod, x)
+                ours = lt.gated_mlp(x, mod.linfuse_gate_up, mod.w2.weight, act, "gated")
+                if n == "drop" and training:
+                    check(torch.equal(got, own), "inline: in training mode the dropout MLP runs its own forward")
+                else:
+                    check(torch.equal(got, ours) and torch.allclose(got, own, rtol=1e-4, atol=1e-5),
+                          "inline: %s in %s mode is linfuse's op, within 1e-4 of its own forward" % (
+                              n, "training" if training else "eval"))
+    model.eval()
+    # a deep copy of the MLP taken with its optimizer: the optimizer's parameters are the copy's
+    opt = torch.optim.SGD(meta.parameters(), lr=0.1)
+    meta2, opt2 = copy.deepcopy((meta, opt))
+    params = {id(p) for g in opt2.param_groups for p in g["params"]}
+    with torch.no_grad():
+        check(params == {id(p) for p in meta2.parameters()} and meta2.w1.weight.data_ptr() ==
+              meta2.linfuse_gate_up.data_ptr() != gu.data_ptr() and torch.equal(meta2(x), meta(x)),
+              "inline: deep-copied with its optimizer, the copy's w1 and w3 are the optimizer's and view its own "
+              "stacked weight")
+    if lt.HAS_CUSTOM_OP:  # torch.compile: the op traced in eval mode, the module's own forward in training mode
+        for training, op_wanted in ((False, True), (True, False)):
+            try:
+                torch._dynamo.reset()
+                model.drop.train(training)
+                with torch.no_grad():
+                    explained = torch._dynamo.explain(model.drop)(x)
+                    code = "".join(g.code for g in explained.graphs)
+                    got = torch.compile(model.drop, fullgraph=True, backend="aot_eager")(x)
+                    shape_ok = got.shape == x.shape and (not op_wanted or torch.equal(got, model.drop(x)))
+                check(explained.graph_break_count == 0 and ("linfuse" in code) == op_wanted and shape_ok,
+                      "inline: compiled in %s mode, the dropout MLP %s (%d breaks)" % (
+                          "training" if training else "eval", "is linfuse's op" if op_wanted else "runs its own forward",
+                          explained.graph_break_count))
+            except Exception as e:  # noqa: BLE001
+                check(False, "inline: compiled in %s mode: %s: %s" % (training, type(e).__name__, e))
+        model.drop.eval()
+        torch._dynamo.reset()
+    meta.w1 = nn.Linear(D, H, bias=True)  # a part replaced after apply: refused by name
+    raises(linfuse.Error, ["meta (FeedForward)", "parts changed", "w1"], lambda: meta(x),
+           "inline: a projection replaced after apply is caught")
+    restored = lt.unapply(model)
+    check(sorted(restored) == ["drop", "erf", "meta", "tanh"] and type(model.meta) is FeedForward,
+          "inline: unapply restores them: %s" % restored)
+
+
 def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
     """What a layout alone does not say: the forward's other arguments, weights not loaded yet, an
     activation with parameters of its own or clamped, ties, inference mode, MoE experts."""
@@ -1058,6 +1165,26 @@ def test_torch_custom_ops(torch):
                   % (what, explained.graph_break_count, "linfuse" in code, got.dtype))
         except Exception as e:  # noqa: BLE001
             check(False, "compiled, %s: %s: %s" % (what, type(e).__name__, e))
+    # a compiled forward checks the module's parts as the eager one does: an activation replaced
+    # after it ran is caught (its guards see the change and trace again), not computed the old way
+    try:
+        torch._dynamo.reset()
+        model, _ = toy_model(torch, "llama", layers=1)
+        lt.apply(model)
+        m, xin = model.layers[0].mlp, torch.randn(4, 64)
+        c = torch.compile(m, fullgraph=True, backend="aot_eager")
+        with torch.no_grad():
+            first_ok = torch.allclose(c(xin), m.linfuse_base_class.forward(m, xin), atol=1e-4)
+            m.act_fn = torch.nn.GELU()
+            try:
+                c(xin)
+                caught = "nothing raised"
+            except Exception as e:  # noqa: BLE001 (dynamo may wrap linfuse.Error: its text must say what changed)
+                caught = str(e)
+        check(first_ok and "act_fn was replaced after linfuse.torch.apply" in caught,
+              "compiled, an activation replaced after the first call: caught (%s)" % caught[:300])
+    except Exception as e:  # noqa: BLE001
+        check(False, "compiled, an activation replaced after the first call: %s: %s" % (type(e).__name__, e))
     # the autocast state is part of what a compiled forward was traced under: called again without
     # autocast, the f32 module compiled under it must not keep autocast's choice
     try:
@@ -1245,6 +1372,7 @@ def main():
         test_torch_ops(torch)
         test_torch_apply(torch)
         test_torch_apply_layouts(torch)
+        test_torch_apply_inline(torch)
         test_torch_custom_ops(torch)
         test_torch_misuse(torch)
     print("python_test: %d checks, %d failed" % (checks, failures))

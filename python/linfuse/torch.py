@@ -13,8 +13,9 @@ are for inference: calling backward through one raises saying so.
 apply(model, variant) replaces the forward of every gated MLP in a model (down(act(gate(x)) *
 up(x)), act silu, gelu_tanh or gelu_erf) with linfuse::gated_mlp, whatever its class: transformers' Llama,
 Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn), Phi-3 and GLM
-(gate_up_proj, down_proj, activation_fn), a model's own. Each is checked against its own forward
-before it is kept; unapply(model) puts them back."""
+(gate_up_proj, down_proj, activation_fn), Meta's reference naming (w1, w2, w3, the activation in
+the forward itself), a model's own. Each is checked against its own forward, in eval and in
+training mode, before it is kept; unapply(model) puts them back."""
 import copy
 import inspect
 import threading
@@ -154,7 +155,7 @@ class PatchReport:
             lines.append("  left     %s (%s): %s" % (name or "(the model itself)", cls, reason))
         if not self.replaced and not self.left:
             lines.append("  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
-                         "transformers gives a gated MLP's projections)")
+                         "transformers gives a gated MLP's projections), or w1, w2 and w3 (Meta's)")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -178,35 +179,54 @@ def _version_of(t):
 def _fp8_versions(mod):
     """The versions the FP8 weights were made at: the stacked weight's, down's, and gate's and up's
     own (a Parameter whose .data was set to a view of the stacked weight counts its writes apart)."""
-    return (_version_of(mod.linfuse_gate_up), _version_of(mod.down_proj.weight)) + \
+    return (_version_of(mod.linfuse_gate_up), _version_of(_down_weight(mod))) + \
         tuple(_version_of(w) for w in _gate_up_weights(mod))
 
 
-# The two layouts of a gated MLP linfuse takes: gate and up as two Linears (Llama, Mistral, Qwen,
-# Gemma and most others: stacked once by apply), or as one Linear whose weight is [Wg; Wu] already
-# (Phi-3, GLM: `gate, up = gate_up_proj(x).chunk(2, -1)`, used as it is).
+# The layouts of a gated MLP linfuse takes, by its projections' names: gate and up as two Linears
+# (stacked once by apply), named as transformers names them (Llama, Mistral, Qwen, Gemma and most
+# others) or as Meta's reference Llama does (gpt-fast, torchtitan and older Mixtral experts too:
+# `w2(silu(w1(x)) * w3(x))`); or one Linear whose weight is [Wg; Wu] already (Phi-3, GLM:
+# `gate, up = gate_up_proj(x).chunk(2, -1)`, used as it is). Each is (gate, up, down) or
+# (gate_up, down).
 _SPLIT = ("gate_proj", "up_proj", "down_proj")
+_META = ("w1", "w3", "w2")
 _FUSED = ("gate_up_proj", "down_proj")
+_LAYOUTS = (_SPLIT, _META, _FUSED)
 _ACT_ATTRS = ("act_fn", "activation_fn")
 
 
 def _layout(mod):
-    """The projection names mod has (_SPLIT or _FUSED), or None where it is no gated MLP."""
-    for names in (_SPLIT, _FUSED):
+    """The projection names mod has (one of _LAYOUTS), or None where it is no gated MLP."""
+    for names in _LAYOUTS:
         if all(getattr(mod, p, None) is not None for p in names):
             return names
     return None
 
 
-def _gate_up_weights(mod):
-    """The Parameters that hold gate and up: (gate_proj's, up_proj's) or (gate_up_proj's,). Read
-    from the module's own dicts where they are there (nn.Module's __getattr__ is slow)."""
-    mods = mod._modules
-    names = ("gate_up_proj",) if "gate_up_proj" in mods and "gate_proj" not in mods else ("gate_proj", "up_proj")
+def _names(mod):
+    """A patched module's projection names: the layout apply found."""
+    return mod.linfuse_layout
+
+
+def _weights(mod):
+    """The Parameters of a patched module's projections, in its layout's order: (gate, up, down)
+    or (gate_up, down). Read from the module's own dicts where they are there (nn.Module's
+    __getattr__ is slow)."""
+    names, mods = _names(mod), mod._modules
     try:
         return tuple(mods[p]._parameters["weight"] for p in names)
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
         return tuple(getattr(mod, p).weight for p in names)
+
+
+def _gate_up_weights(mod):
+    """The Parameters that hold gate and up: (gate's, up's) or (gate_up's,)."""
+    return _weights(mod)[:-1]
+
+
+def _down_weight(mod):
+    return getattr(mod, mod.linfuse_layout[-1]).weight
 
 
 def _act_now(mod, attr):
@@ -231,10 +251,7 @@ def _views_intact(mod):
 
 def _who(mod):
     """A patched module as its errors name it: its path in the model apply was given, and its class."""
-    return "%s (%s)" % (mod.__dict__.get("linfuse_name", "?"), mod.linfuse_base_class.__name__)
-
-
-_PARTS = _SPLIT + _FUSED[:1]
+    return "%s (%s)" % (getattr(mod, "linfuse_name", "?"), mod.linfuse_base_class.__name__)
 
 
 def _plain(lin):
@@ -243,21 +260,40 @@ def _plain(lin):
     return type(lin) is nn.Linear and lin._parameters.get("bias") is None
 
 
-def _check_intact(mod):
-    """Outside torch.compile: the parameters still view the stacked weight (a .to() or a cast after
-    apply() makes new ones), and FP8 weights are redone when the weights were written since."""
+def _check_parts(mod, traced=False):
+    """The module is made of what apply found: its activation the same object, its projections
+    plain Linears, no submodule added or removed. Read by torch.compile's trace (traced) as well as
+    by eager calls: the objects it compares are then what the compiled code's guards watch, and a
+    change traces it again, through this check. (Traced, an activation held as a function rather
+    than a module is not compared: it is not among the module's children, where the trace looks.)"""
     attr, fn = mod.linfuse_act_ref
-    now = _act_now(mod, attr)
-    if now is not fn and now != fn:
-        raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: call "
-                    "linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr, mod.linfuse_act))
-    changed = [n for n, c in mod._modules.items() if n in _PARTS and not _plain(c)]
-    if changed or tuple(mod._modules) != mod.linfuse_children:
+    if traced:
+        if isinstance(fn, nn.Module) and mod._modules.get(attr) is not fn:
+            raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
+                        "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr,
+                                                                                     mod.linfuse_act))
+    elif attr is not None:
+        now = _act_now(mod, attr)
+        if now is not fn and now != fn:
+            raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
+                        "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr,
+                                                                                     mod.linfuse_act))
+    mods = mod._modules
+    changed = [n for n in mod.linfuse_layout if not (type(mods.get(n)) is nn.Linear and mods[n].bias is None)]
+    if changed or tuple(mods) != mod.linfuse_children:
         raise Error("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
                     "then apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
+
+
+def _check_intact(mod):
+    """Outside torch.compile: the parts as apply found them, the parameters still view the stacked
+    weight (a .to() or a cast after apply() makes new ones), and FP8 weights are redone when the
+    weights were written since."""
+    _check_parts(mod)
     if not _views_intact(mod):
-        what = "gate_up_proj weight no longer views" if len(_gate_up_weights(mod)) == 1 else \
-            "gate_proj and up_proj weights no longer view"
+        names = _names(mod)
+        what = "%s weight no longer views" % names[0] if len(names) == 2 else \
+            "%s and %s weights no longer view" % names[:2]
         raise Error("linfuse: %s's %s the stacked [Wg; Wu] that "
                     "linfuse.torch.apply made (the model was moved or cast, or a parameter replaced, after apply): "
                     "call linfuse.torch.unapply(model), then apply(model) again, after any move or cast" % (
@@ -280,24 +316,17 @@ def _key(mod):
     from the module's own dicts: nn.Module's __getattr__ costs a decode step's call more than the
     rest."""
     mods, bufs = mod._modules, mod._buffers
-    try:
-        d = mods["down_proj"]._parameters["weight"]
-        if "gate_proj" in mods:
-            g, u = mods["gate_proj"]._parameters["weight"], mods["up_proj"]._parameters["weight"]
-        else:  # one fused gate_up_proj: its weight stands for both
-            g = u = mods["gate_up_proj"]._parameters["weight"]
-    except (KeyError, AttributeError):  # a projection replaced by something else since apply
-        ws = _gate_up_weights(mod)
-        g, u, d = ws[0], ws[-1], mod.down_proj.weight
+    ws = _weights(mod)
+    g, u, d = (ws[0], ws[0], ws[1]) if len(ws) == 2 else ws  # a fused gate_up's weight stands for both
     gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
     attr = mod.__dict__["linfuse_act_ref"][0]
-    act = mods.get(attr)
-    if act is None:  # a function, not a module
+    act = None if attr is None else mods.get(attr)
+    if act is None and attr is not None:  # a function, not a module
         act = _act_now(mod, attr)
     # the parts as objects, and whether each projection is still plain (a bias set, a class
     # swapped): a change makes the next call check the module in full (_check_intact)
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
-           id(act), tuple(mods.values()), tuple(_plain(c) for n, c in mods.items() if n in _PARTS))
+           id(act), tuple(mods.values()), tuple(_plain(mods.get(n)) for n in _names(mod)))
     return key if q is None else key + _fp8_versions(mod) + (q.data_ptr(),)
 
 
@@ -321,7 +350,7 @@ def _eager_weights(mod):
             return got[1]
         _drop(mod)  # the old weights go now, whether or not the check below passes
         _check_intact(mod)  # raises, or quantizes again
-        gu, d = mod.linfuse_gate_up, mod.down_proj.weight
+        gu, d = mod.linfuse_gate_up, _down_weight(mod)
         key, q = _key(mod), mod.linfuse_gate_up_q
         fp8 = None if q is None else (q, mod.linfuse_gate_up_scale, mod.linfuse_down_q, mod.linfuse_down_scale)
         got = _PREPARED[mod] = (key, _ops.GatedMlp(gu, d, mod.linfuse_act, fp8,
@@ -355,7 +384,7 @@ def _unwatched(x, mod):
     ONNX export, torch.fx)."""
     modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
     return type(x) is torch.Tensor and \
-        not (torch.is_grad_enabled() and (x.requires_grad or mod.down_proj.weight.requires_grad)) and \
+        not (torch.is_grad_enabled() and (x.requires_grad or _down_weight(mod).requires_grad)) and \
         (modes is None or modes() == 0) and not torch._C._autograd._profiler_enabled() and \
         not torch.jit.is_tracing() and not _fx_tracing()
 
@@ -410,7 +439,7 @@ def _hooked(mod):
 
 
 def _forward_x(self, x):
-    if _hooked(self):
+    if _hooked(self) or self.training not in self.linfuse_modes:
         return _own_forward(self, x)
     compiling = _compiling()
     # Under autocast torch casts a Linear's operands to the autocast dtype, which is linfuse's only
@@ -438,7 +467,7 @@ def _forward_x(self, x):
         # only they want one the op's result would not join the graph: it is joined here, to a
         # node whose backward says why it cannot run (as the op's does).
         if torch.is_grad_enabled() and any(w.requires_grad for w in _gate_up_weights(self)) \
-                and not (x.requires_grad or self.down_proj.weight.requires_grad):
+                and not (x.requires_grad or _down_weight(self).requires_grad):
             y = _patched_forward_inner(self, x, False)
             return _RefuseBackward.apply(y, *_gate_up_weights(self))
     return _patched_forward_inner(self, x, compiling)
@@ -457,7 +486,9 @@ class _RefuseBackward(torch.autograd.Function):
 
 
 def _patched_forward_inner(self, x, compiling):
-    if not compiling:
+    if compiling:
+        _check_parts(self, traced=True)  # torch.compile's guards then watch these parts
+    else:
         # Eager inference calls linfuse directly: the custom op's dispatch (and the weights taken
         # into linfuse again on every call) cost a decode step as much as the MLP's own kernels'
         # launches (bench/torch_op_overhead.py). Anything that may look at the op, or needs its
@@ -468,7 +499,7 @@ def _patched_forward_inner(self, x, compiling):
         if got is not None and got[0] != _key(self):
             _drop(self)  # weights that moved are not kept alive for the next direct call
         _check_intact(self)
-    return _call_gated_mlp(x, self.linfuse_gate_up, self.down_proj.weight, self.linfuse_act, self.linfuse_variant,
+    return _call_gated_mlp(x, self.linfuse_gate_up, _down_weight(self), self.linfuse_act, self.linfuse_variant,
                            self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
                            self.linfuse_down_scale)
 
@@ -480,14 +511,19 @@ _BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "li
 def _views_again(mod):
     """gate's and up's weights as views of the module's stacked one (a copy of a module copies
     nn.Parameters by value, which leaves them apart and the module refusing)."""
-    if "gate_up_proj" in mod._modules and "gate_proj" not in mod._modules:
+    mod.__dict__.setdefault("linfuse_modes", (False, True))  # a module pickled before these were kept
+    names = mod.__dict__.setdefault("linfuse_layout", _layout(mod))
+    if len(names) == 2:
         # the fused weight's own Parameter stays (a copy keeps what it is tied to); the stacked
         # buffer, copied apart from it, views it again
-        mod._buffers["linfuse_gate_up"] = mod.gate_up_proj.weight.detach()
+        mod._buffers["linfuse_gate_up"] = mod._modules[names[0]].weight.detach()
         return mod
     gu, H = mod.linfuse_gate_up, mod.linfuse_gate_up.shape[0] // 2
-    for lin, part in ((mod.gate_proj, gu[:H]), (mod.up_proj, gu[H:])):
-        lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
+    for lin, part in ((mod._modules[names[0]], gu[:H]), (mod._modules[names[1]], gu[H:])):
+        if lin.weight.is_inference() or part.is_inference():  # (see _stack)
+            lin.weight = nn.Parameter(part, requires_grad=lin.weight.requires_grad)
+        else:  # the copied Parameter objects stay: an optimizer copied with the model holds them
+            lin.weight.data = part
     return mod
 
 
@@ -594,8 +630,8 @@ def _act_of(mod, model):
     """The activation mod's act_fn (or activation_fn) computes, found by probing it: (act, note), or
     why none linfuse takes. The config's name for it goes in the note where the config agrees."""
     attr = next((a for a in _ACT_ATTRS if hasattr(mod, a)), None)
-    if attr is None:
-        return "it has no act_fn or activation_fn to read its activation from"
+    if attr is None:  # computed in the forward itself (F.silu(w1(x)) * w3(x)): the probe finds which
+        return None, "its forward computes %%s (probed: no %s to read)" % " or ".join(_ACT_ATTRS), None
     fn = getattr(mod, attr)
     if isinstance(fn, nn.Module):
         held = [n for n, _ in fn.named_parameters()] + [n for n, _ in fn.named_buffers()]
@@ -627,7 +663,7 @@ def _act_of(mod, model):
 
 def _why_not(name, mod, model, shared=None):
     """Why linfuse cannot take mod (a reason), or (act, a note on where the activation came from).
-    Any module of either layout (_SPLIT, _FUSED) is a candidate, whatever its class: made of its
+    Any module of a layout linfuse knows (_LAYOUTS) is a candidate, whatever its class: made of its
     projections and activation alone, plain bias-free Linears of matching shapes, an activation
     linfuse computes; apply then checks its forward against linfuse's on random tokens.
     shared: _sharing(model)."""
@@ -635,7 +671,7 @@ def _why_not(name, mod, model, shared=None):
         return "already patched by linfuse (unapply first to patch again)"
     names = _layout(mod)
     if names is None:
-        return "it has neither gate_proj, up_proj, down_proj nor gate_up_proj, down_proj"
+        return "it has neither gate_proj, up_proj, down_proj, nor w1, w2, w3, nor gate_up_proj, down_proj"
     if hasattr(mod, "_hf_hook"):
         return "its weights are managed by an accelerate hook (offloading or device map); linfuse needs them in place"
     lins = [getattr(mod, p, None) for p in names]
@@ -655,7 +691,7 @@ def _why_not(name, mod, model, shared=None):
         parts = ["%s (%s)" % e for e in extra] + ["%s %s" % o for o in own]
         return "it holds more than its projections and activation (%s): linfuse would not run them" % (
             ", ".join(parts))
-    if shared is not None and names is _SPLIT:
+    if shared is not None and len(names) == 3:
         # gate's and up's storage may be one: the stacked weight an earlier apply left. (A fused
         # gate_up_proj is used as it is: tied or not, nothing of it changes.)
         ptrs = [_storage_ptr(lin.weight) for lin in lins[:2]]
@@ -686,7 +722,7 @@ def _why_not(name, mod, model, shared=None):
         return "dtype %s: linfuse computes in float32, bfloat16, float16" % d.dtype
     if d.device.type not in ("cpu", "cuda"):
         return "device %s: linfuse runs on the CPU and CUDA GPUs" % d.device
-    if names is _SPLIT:
+    if len(names) == 3:
         g, u = ws[0], ws[1]
         if g.shape != u.shape or d.shape != (g.shape[1], g.shape[0]):
             return "weights %s, %s, %s: expected (H, D), (H, D), (D, H)" % (tuple(g.shape), tuple(u.shape),
@@ -700,7 +736,7 @@ def _why_not(name, mod, model, shared=None):
 
 def _quantize(mod):
     with torch.no_grad():
-        q = _ops.quantize_fp8(mod.linfuse_gate_up, mod.down_proj.weight)
+        q = _ops.quantize_fp8(mod.linfuse_gate_up, _down_weight(mod))
     for n, t in zip(_BUFFERS[1:], q):
         mod._buffers[n] = t
     mod.linfuse_fp8_versions = _fp8_versions(mod)
@@ -711,11 +747,13 @@ def _stack(mod):
     memory goes: it does not grow; state_dict keeps its keys). The Parameter objects stay the same
     ones, their data replaced: an optimizer made before apply still holds them after unapply. A
     fused gate_up_proj's weight is [Wg; Wu] already: the stacked tensor is a view of it."""
-    if _layout(mod) is _FUSED:
-        w = mod.gate_up_proj.weight
+    names = _layout(mod)
+    if len(names) == 2:
+        w = getattr(mod, names[0]).weight
         with torch.inference_mode(w.is_inference() and torch.is_inference_mode_enabled()), torch.no_grad():
             return w.detach()
-    g, u = mod.gate_proj.weight, mod.up_proj.weight
+    gate, up = getattr(mod, names[0]), getattr(mod, names[1])
+    g, u = gate.weight, up.weight
     H = g.shape[0]
     # under inference_mode a new tensor is an inference tensor: not for weights that are not
     normal = not (g.is_inference() or u.is_inference())
@@ -727,8 +765,8 @@ def _stack(mod):
     if g.is_inference() or u.is_inference():
         # made under inference_mode: a normal tensor set as their data would have no version
         # counter, which breaks the module's own forward too; new Parameters as views instead
-        mod.gate_proj.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
-        mod.up_proj.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
+        gate.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
+        up.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
     else:
         g.data, u.data = gu[:H], gu[H:]
     return gu
@@ -749,63 +787,107 @@ def _warm(device):
 _PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)
 
 
-def _probe(mod, act, variant):
-    """linfuse's output against the module's own on 8 random tokens: None, or why they differ (each
-    token's difference relative to its own largest output; tokens whose own output overflows are
-    not compared). A module whose own output is all zero cannot be checked: weights not loaded."""
-    w = mod.down_proj.weight
-    gen = torch.Generator(device=w.device)
-    gen.manual_seed(0)
-    scale = torch.tensor(_PROBE_SCALES, device=w.device).unsqueeze(1)
-    x = (torch.randn((len(_PROBE_SCALES), w.shape[0]), generator=gen, device=w.device) * scale).to(w.dtype)
-    base = mod.linfuse_base_class
-    what = "on %d random tokens" % len(_PROBE_SCALES)
-    # autocast off: under it both forwards might run the module's own computation (the fallback)
-    with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
-        try:
-            ref = base.forward(mod, x)
-        except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
-            return "its own forward fails %s (%s: %s)" % (what, type(e).__name__, e)
-        if not isinstance(ref, torch.Tensor) or ref.shape != x.shape:
-            return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
-                tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__, tuple(x.shape))
-        try:
-            got = _patched_forward_inner(mod, x, False).float()
-        except Error as e:
-            return "linfuse refused it: %s" % e
-    ref = ref.float()
-    first = ref[:4]
-    if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
-        return "its own forward gives %s %s (weights not loaded yet?): linfuse cannot check it; apply after the " \
-               "weights are in" % ("non-finite values" if not bool(torch.isfinite(first).all()) else "zeros", what)
+def _token_error(ref, got):
+    """The largest of each token's difference relative to its own largest output (tokens whose own
+    output overflows or is zero are not compared); a NaN in got counts as infinite."""
     err = 0.0
     for r, g in zip(ref, got):
         top = float(r.abs().max())
         if not bool(torch.isfinite(r).all()) or top == 0:
             continue
         e = float((g - r).abs().max()) / top
-        err = e if not e <= err else err  # a NaN in linfuse's output counts as the largest
+        if e != e:
+            return float("inf")
+        err = max(err, e)
+    return err
+
+
+def _own_in_mode(mod, x, training):
+    """The module's own forward on x with it and its parts in training mode `training` (put back
+    as they were after), the random generators of x's device forked: a dropout in the forward
+    draws nothing from the caller's."""
+    was = [(m, m.training) for m in mod.modules()]
+    try:
+        with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
+            mod.train(training)
+            return mod.linfuse_base_class.forward(mod, x)
+    finally:
+        for m, t in was:
+            m.training = t
+
+
+def _probe(mod, acts, variant):
+    """linfuse's output against the module's own on 8 random tokens, in eval and in training mode,
+    with each activation of acts (the one read from the module, or all three where its forward
+    computes one itself). Returns (act, modes): the activation whose output is nearest, and the
+    training modes (of False, True) in which it agrees with the module's own (a dropout in the
+    forward parts them in training mode); or why they differ. A module whose own output is all
+    zero cannot be checked: weights not loaded."""
+    w = _down_weight(mod)
+    gen = torch.Generator(device=w.device)
+    gen.manual_seed(0)
+    scale = torch.tensor(_PROBE_SCALES, device=w.device).unsqueeze(1)
+    x = (torch.randn((len(_PROBE_SCALES), w.shape[0]), generator=gen, device=w.device) * scale).to(w.dtype)
+    what = "on %d random tokens" % len(_PROBE_SCALES)
+    refs = {}
+    # autocast off: under it both forwards might run the module's own computation (the fallback)
+    with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
+        for training in (False, True):
+            try:
+                ref = _own_in_mode(mod, x, training)
+            except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
+                return "its own forward fails %s%s (%s: %s)" % (what, " in training mode" if training else "",
+                                                                 type(e).__name__, e)
+            if not isinstance(ref, torch.Tensor) or ref.shape != x.shape:
+                return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
+                    tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__, tuple(x.shape))
+            refs[training] = ref.float()
+        first = refs[False][:4]
+        if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
+            return "its own forward gives %s %s (weights not loaded yet?): linfuse cannot check it; apply after " \
+                   "the weights are in" % ("non-finite values" if not bool(torch.isfinite(first).all()) else "zeros",
+                                           what)
+        errs = {}
+        for act in acts:
+            mod.linfuse_act = act
+            _drop(mod)  # the GatedMlp of the last activation tried
+            try:
+                got = _patched_forward_inner(mod, x, False).float()
+            except Error as e:
+                return "linfuse refused it: %s" % e
+            errs[act] = tuple(_token_error(refs[t], got) for t in (False, True))
+    _drop(mod)
+    act = min(acts, key=lambda a: min(errs[a]))
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
-    if not err <= tol:
-        hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" \
-            if _layout(mod) is _FUSED else ""
-        return "its own forward and linfuse's differ %s: by %.3g times the largest value of a token's own output " \
-               "(tolerance %.3g)%s" % (what, err, tol, hint)
-    return None
+    modes = tuple(t for t in (False, True) if errs[act][t] <= tol)
+    if modes:
+        mod.linfuse_act = act
+        return act, modes
+    hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" \
+        if len(_names(mod)) == 2 else ""
+    if len(acts) > 1:
+        return "its own forward and linfuse's differ %s with each of %s: by %s times the largest value of a " \
+               "token's own output (tolerance %.3g)%s" % (what, ", ".join(acts),
+                                                         ", ".join("%.3g" % min(errs[a]) for a in acts), tol, hint)
+    return "its own forward and linfuse's differ %s: by %.3g times the largest value of a token's own output " \
+           "(tolerance %.3g)%s" % (what, min(errs[act]), tol, hint)
 
 
 def apply(model, variant="gated"):
     """Replace the forward of every gated MLP in model with linfuse::gated_mlp, in place: each
-    module, whatever its class, made of gate_proj, up_proj and down_proj (or one gate_up_proj whose
-    output is [gate, up], and down_proj), bias-free nn.Linears, and an act_fn (or activation_fn)
-    that computes silu, gelu_tanh or gelu_erf. Returns a PatchReport (print it). variant "gated" (the gated
+    module, whatever its class, made of gate_proj, up_proj and down_proj (or w1, w3 and w2, Meta's
+    names, or one gate_up_proj whose output is [gate, up], and down_proj), bias-free nn.Linears,
+    and an act_fn (or activation_fn) that computes silu, gelu_tanh or gelu_erf (without one, the
+    activation the forward computes itself, found by the probe). Returns a PatchReport (print it). variant "gated" (the gated
     GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
     the module runs gated, and the report says why). Each replaced module: gate and up stacked once
     into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
     of it (a gate_up_proj's weight is used as it is), checked against its own forward on 8 random
-    tokens; its class becomes a subclass, Linfuse<Class>, whose forward calls linfuse. A module linfuse cannot run (an unknown activation, biases, other parts, a dtype, device
-    or layer it does not take, or a probe that differs)
-    is left as it was, with the reason in the report. Patch after moving the model to its device
+    tokens, in eval and in training mode (where it differs in one, a dropout in its forward, that
+    mode runs the module's own forward); its class becomes a subclass, Linfuse<Class>, whose
+    forward calls linfuse. A module linfuse cannot run (an unknown activation, biases, other parts,
+    a dtype, device or layer it does not take, or a probe that differs) is left as it was, with the
+    reason in the report. Patch after moving the model to its device
     and dtype; unapply(model) restores the modules."""
     if variant not in ("gated", "fp8"):
         raise ValueError("linfuse.torch.apply: variant=%r: takes 'gated' or 'fp8'" % (variant,))
@@ -822,7 +904,8 @@ def apply(model, variant="gated"):
             report.left.append((name, cls, why))
             continue
         act, act_source, act_attr = why
-        dev = mod.down_proj.weight.device
+        layout = _layout(mod)
+        dev = getattr(mod, layout[-1]).weight.device
         _warm(dev)
         used, note = variant, act_source
         if variant == "fp8":
@@ -837,23 +920,32 @@ def apply(model, variant="gated"):
         for n in _BUFFERS[1:]:
             mod.register_buffer(n, None, persistent=False)
         del gu
-        mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
-        mod.linfuse_act_ref = (act_attr, _act_now(mod, act_attr))
+        mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act or _ACTS[0], used, (None, None)
+        mod.linfuse_act_ref = (act_attr, None if act_attr is None else _act_now(mod, act_attr))
         mod.linfuse_name = name or "(the model itself)"
         mod.linfuse_children = tuple(mod._modules)
+        mod.linfuse_layout = layout
+        mod.linfuse_modes = (False, True)
         try:
             if used == "fp8":
                 _quantize(mod)
-            bad = _probe(mod, act, used)
+            got = _probe(mod, _ACTS if act is None else (act,), used)
         except Error as e:
-            bad = "linfuse refused it: %s" % e
+            got = "linfuse refused it: %s" % e
         except BaseException:
             _restore(mod)
             raise
-        if bad:
+        if isinstance(got, str):
             _restore(mod)
-            report.left.append((name, cls, bad))
+            report.left.append((name, cls, got))
             continue
+        act, mod.linfuse_modes = got
+        if "%s" in note:
+            note = note % act
+        if mod.linfuse_modes == (False,):
+            note += "; in training mode its own forward runs (it computes otherwise there: a dropout?)"
+        elif mod.linfuse_modes == (True,):
+            note += "; in eval mode its own forward runs (it computes otherwise there)"
         report.replaced.append((name, cls, act, used, note))
     return report
 
@@ -864,7 +956,7 @@ def _restore(mod):
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
     for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name",
-              "linfuse_children"):
+              "linfuse_children", "linfuse_layout", "linfuse_modes"):
         mod.__dict__.pop(n, None)
 
 
