@@ -14,7 +14,9 @@ linfuse.torch.apply(variant="gated") on the bf16 copy. For each model that build
 
 Classes whose config does not build from these sizes, or whose model does not run on input ids
 alone (encoder-decoders, multimodal, recurrent ones with other required sizes), are skipped with
-the reason. The known families run first; the others in name order until --seconds (300) are
+the reason. Each model runs once on the CPU before it goes to the GPU: one that fails there (token
+ids outside what it embeds, say) is skipped without a device-side assert, which would lose the
+CUDA context and stop the survey. The known families run first; the others in name order until --seconds (300) are
 spent. Exit status: the number of failures.
 
 usage (from the repository root, with a CUDA build in build/):
@@ -56,12 +58,13 @@ def build(transformers, cls):
     if hasattr(cfg, "get_text_config") and cfg.get_text_config() is not cfg:
         raise RuntimeError("a composite (multimodal) config")
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        m32 = cls(cfg)
-    m32.eval()
-    m16 = copy.deepcopy(m32).to(torch.bfloat16).eval()
+    m32 = cls(cfg).eval()
     vocab = min(int(getattr(cfg, "vocab_size", 1000) or 1000), 1000)
-    ids = torch.randint(1, vocab, (2, 24), device="cuda")
+    ids = torch.randint(1, vocab, (2, 24))
+    with torch.no_grad():  # on the CPU first: an error there is an exception, not a lost CUDA context
+        m32(input_ids=ids, use_cache=False)
+    m32, ids = m32.to("cuda"), ids.to("cuda")
+    m16 = copy.deepcopy(m32).to(torch.bfloat16).eval()
     with torch.no_grad():
         r32 = m32(input_ids=ids, use_cache=False).logits
         r16 = m16(input_ids=ids, use_cache=False).logits
