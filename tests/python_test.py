@@ -410,6 +410,11 @@ def t64(t):
     return t.detach().to("cpu").float().numpy().astype(np.float64)
 
 
+def GatedMlpRef(linfuse, x, gu, dn, act="silu"):  # noqa: N802 (a fresh GatedMlp's answer: what gated_mlp must give)
+    with linfuse.GatedMlp(gu, dn, act) as m:
+        return m(x)
+
+
 def test_torch_ops(torch):
     import numpy as np
     import linfuse
@@ -444,6 +449,38 @@ def test_torch_ops(torch):
               lambda x, w, b: linfuse.linear(x, w, b))
     no_growth("gated_mlp (torch)", lambda: (torch.rand(3, 16), torch.rand(48, 16), torch.rand(16, 24)),
               lambda x, gu, dn: linfuse.gated_mlp(x, gu, dn))
+    # gated_mlp called again on the same weight objects reuses what the first call made of them
+    # (held weakly): in-place writes are read, a weight given new memory is seen, a collected weight
+    # takes its entry with it, a new object at an old id is not mistaken for it
+    from linfuse import ops
+    gu, dn, x = torch.randn(48, 16), torch.randn(16, 24), torch.randn(3, 16)
+    y0 = linfuse.gated_mlp(x, gu, dn)
+    n0 = len(ops._MLPS)
+    m0 = ops._cached_mlp(gu, dn, "silu", None)
+    check(torch.equal(linfuse.gated_mlp(x, gu, dn), y0) and len(ops._MLPS) == n0 and
+          ops._cached_mlp(gu, dn, "silu", None) is m0, "gated_mlp: a second call on the same weights reuses the first's")
+    with torch.no_grad():
+        dn.mul_(2)
+    check(torch.equal(linfuse.gated_mlp(x, gu, dn), GatedMlpRef(linfuse, x, gu, dn)),
+          "gated_mlp: a weight written in place is read by the next call")
+    dn.data = torch.randn(16, 24)  # the same object, new memory
+    check(torch.equal(linfuse.gated_mlp(x, gu, dn), GatedMlpRef(linfuse, x, gu, dn)),
+          "gated_mlp: a weight given new memory is seen")
+    check(torch.equal(linfuse.gated_mlp(x, gu, dn, act="gelu_tanh"), GatedMlpRef(linfuse, x, gu, dn, "gelu_tanh")),
+          "gated_mlp: the same weights with another activation")
+    key = ("silu", id(gu), id(dn))
+    del gu
+    gc.collect()
+    check(key not in ops._MLPS, "gated_mlp: a collected weight takes its entry with it")
+    for _ in range(3):  # new objects, likely at freed ids: each computed over its own values
+        gu2 = torch.randn(48, 16)
+        check(torch.equal(linfuse.gated_mlp(x, gu2, dn), GatedMlpRef(linfuse, x, gu2, dn)),
+              "gated_mlp: a new weight object (perhaps at an old one's id) computes with its own values")
+        del gu2
+    gun, dnn = np.random.rand(48, 16).astype(np.float32), np.random.rand(16, 24).astype(np.float32)
+    linfuse.gated_mlp(np.ones((2, 16), np.float32), gun, dnn)
+    check(ops._cached_mlp(gun, dnn, "silu", None) is None and sys.getrefcount(gun) == 2,
+          "gated_mlp: numpy weights are not kept (their DLPack export would hold them)")
     # a view torch keeps with its negative bit set (DLPack has none): its values, not its memory's
     xn = torch.randn(3, 17, dtype=torch.cfloat).conj().imag
     wn = torch.randn(5, 17)

@@ -11,6 +11,7 @@ import ctypes as C
 import math
 import threading
 import warnings
+import weakref
 
 from . import Error, Fp8FallbackWarning, _dlpack, _lib, check, lib
 
@@ -405,6 +406,52 @@ def _no_rows(x, width, dtype, what):
 _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]
 
 
+# gated_mlp's GatedMlps, one per set of weight objects passed again and again (a loop over
+# gated_mlp, the torch op under torch.compile without CUDA graphs, a patched module's calls under
+# the profiler or with gradients on): making one costs more than the call's own work at a decode
+# step's sizes. Torch tensors only. An entry's GatedMlp is made over aliases of the weights
+# (w.detach(): the same memory, a TensorImpl of their own), so what it holds keeps no weight
+# object alive (torch keeps a tensor's Python object alive while anything holds its TensorImpl);
+# the entry refers to the weights weakly, is used only for the very objects it was made over while
+# their memory and layout are what they were, and goes when one of them is collected. (A numpy
+# array's DLPack export holds the array itself: it would never be collected.) Not for the fp8
+# variant without fp8_weights, whose quantization of the weights is redone on every call.
+_MLPS = {}
+_MLPS_LOCK = threading.Lock()
+_MLPS_MAX = 64
+
+
+def _forget(key):
+    _MLPS.pop(key, None)  # no lock: a collection may run this inside a locked section (dict ops are atomic)
+
+
+def _where(ws):
+    return tuple((w.data_ptr(), w.shape, w.stride(), w.dtype, w.device) for w in ws)
+
+
+def _cached_mlp(gate_up, down, act, fp8_weights):
+    """The GatedMlp for these torch weight objects, made on the first call; None for any other kind."""
+    ws = (gate_up, down) + tuple(fp8_weights or ())
+    if not all(_dlpack.is_torch(w) for w in ws):
+        return None
+    key = (act,) + tuple(id(w) for w in ws)
+    got = _MLPS.get(key)
+    if got is not None:
+        refs, at, m = got
+        if all(r() is w for r, w in zip(refs, ws)) and _where(ws) == at:
+            return m
+    # each reference's callback lives as long as the entry holding it: nothing piles up on a
+    # weight that outlives many entries (one passed with a new partner on every call)
+    refs, at = tuple(weakref.ref(w, lambda _, key=key: _forget(key)) for w in ws), _where(ws)
+    alias = [w.detach() for w in ws]
+    m = GatedMlp(alias[0], alias[1], act, alias[2:] or None, name="linfuse.gated_mlp")
+    with _MLPS_LOCK:
+        if len(_MLPS) >= _MLPS_MAX:
+            _MLPS.pop(next(iter(_MLPS)), None)
+        _MLPS[key] = (refs, at, m)
+    return m
+
+
 def gated_mlp(x, gate_up, down, act="silu", variant="gated", fp8_weights=None):
     """down(act(gate(x)) * up(x)), the MLP of Llama/Mistral/Qwen (act "silu") and Gemma
     ("gelu_tanh"): x (..., D), gate_up (2H, D) = [Wg; Wu] contiguous, down (D, H). variant:
@@ -412,11 +459,16 @@ def gated_mlp(x, gate_up, down, act="silu", variant="gated", fp8_weights=None):
     where the device has them: Hopper; elsewhere the gated variant runs, with an
     Fp8FallbackWarning). fp8_weights: quantize_fp8(gate_up, down)'s four arrays, made once; without
     them the fp8 variant quantizes the weights on every call. Every intermediate lives in one
-    workspace allocated like x (linfuse allocates nothing). Returns (..., D). Calling it again and
-    again on the same weights: GatedMlp takes them once."""
+    workspace allocated like x (linfuse allocates nothing). Returns (..., D). Calls again on the
+    same weight objects reuse what the first made of them (a GatedMlp, held without keeping the
+    weights alive); a GatedMlp of one's own saves the lookup too."""
     _act(act, gated=True)
     _variant(variant)
     _Kind(x)
+    if variant != "fp8" or fp8_weights is not None:
+        m = _cached_mlp(gate_up, down, act, fp8_weights)
+        if m is not None:
+            return m(x, variant)
     m = GatedMlp(gate_up, down, act, fp8_weights, name="linfuse.gated_mlp")
     try:
         return m(x, variant)
