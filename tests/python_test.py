@@ -639,7 +639,7 @@ def test_torch_apply(torch):
         check("fp8 runs gated" in text, "%s: the report says why fp8 runs gated: %s" % (family, text))
         left = {name: why for name, _, why in report.left}
         check("biases" in left.get("biased", "") and "none of silu, gelu_tanh" in left.get("wrong_act", "") and
-              "own forward fails" in left.get("other", ""),
+              "does not run with one-feature float32 projections" in left.get("other", ""),
               "%s: each module left alone with its reason: %s" % (family, left))
         del model.biased, model.wrong_act, model.other
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
@@ -886,11 +886,26 @@ def test_torch_apply_inline(torch):
             super().__init__()
             self.w1, self.w3 = nn.Linear(D, H, bias=False), nn.Linear(D, H, bias=False)
             self.w2 = nn.Linear(H, D, bias=False)
-            self.act, self.swapped, self.p = act, swapped, p
+            self.fn, self.swapped, self.p = act, swapped, p  # fn: no name apply reads an activation from
 
         def forward(self, x):
             gate, up = (self.w3(x), self.w1(x)) if self.swapped else (self.w1(x), self.w3(x))
-            return self.w2(F.dropout(self.act(gate) * up, self.p, self.training))
+            return self.w2(F.dropout(self.fn(gate) * up, self.p, self.training))
+
+    class InferenceOnly(FeedForward):  # refuses training mode: linfuse's in eval mode still
+        def forward(self, x):
+            assert not self.training, "inference only"
+            return super().forward(x)
+
+    class McDropout(nn.Module):  # transformers' naming, a dropout inside its activation
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = nn.Linear(D, H, bias=False), nn.Linear(D, H, bias=False)
+            self.down_proj = nn.Linear(H, D, bias=False)
+            self.act_fn = nn.Sequential(nn.SiLU(), nn.Dropout(0.1))
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
     model = nn.Module()  # left in training mode, as a model built in a script is
     model.meta = FeedForward()
@@ -899,6 +914,10 @@ def test_torch_apply_inline(torch):
     model.drop = FeedForward(p=0.25)
     model.swapped = FeedForward(swapped=True)
     model.relu = FeedForward(act=F.relu)
+    model.quick = FeedForward(act=lambda t: t * torch.sigmoid(1.702 * t))  # CLIP's quick_gelu: 1% from gelu_erf
+    model.zeroed = FeedForward(p=1.0)  # all dropped in training mode: zeros, not linfuse's output
+    model.inference = InferenceOnly()
+    model.mc = McDropout()
     keys = list(model.state_dict())
     torch.manual_seed(5)
     want_draw = torch.rand(4)
@@ -909,17 +928,20 @@ def test_torch_apply_inline(torch):
     done = {name: (act, note) for name, _, act, _, note in report.replaced}
     left = {name: why for name, _, why in report.left}
     check({n: a for n, (a, _) in done.items()} == {"meta": "silu", "tanh": "gelu_tanh", "erf": "gelu_erf",
-                                                   "drop": "silu"},
+                                                   "drop": "silu", "zeroed": "silu", "inference": "silu",
+                                                   "mc": "silu"},
           "inline: Meta's w1/w2/w3 MLPs replaced, each activation found by the probe (silu, GELU's two forms "
           "told apart):\n%s" % text)
-    check("computes silu (probed: no act_fn or activation_fn" in done.get("meta", ("", ""))[1],
-          "inline: the report says the activation was probed: %s" % (done.get("meta"),))
-    check("in training mode its own forward runs" in done.get("drop", ("", ""))[1] and
-          "training mode" not in done.get("meta", ("", ""))[1],
-          "inline: the report says where the module's own forward runs in training mode: %s" % (done.get("drop"),))
-    for n in ("swapped", "relu"):
-        check("with each of silu, gelu_tanh, gelu_erf" in left.get(n, ""),
-              "inline: %s differs from linfuse's with every activation and is left: %s" % (n, left.get(n)))
+    check("its forward computes silu (read through it" in done.get("meta", ("", ""))[1],
+          "inline: the report says the activation was read through the forward: %s" % (done.get("meta"),))
+    for n, why in (("drop", "random"), ("zeroed", "gives zeros"), ("inference", "fails in training mode"),
+                   ("mc", "random")):
+        check("in training mode its own forward runs" in done.get(n, ("", ""))[1] and why in done.get(n, ("", ""))[1],
+              "inline: the report says why %s's own forward runs in training mode: %s" % (n, done.get(n)))
+    check("training mode" not in done.get("meta", ("", ""))[1], "inline: meta runs linfuse in both modes")
+    for n, why in (("swapped", "applies the activation to w3 (up) rather than w1 (gate)"), ("relu", "computes none of"),
+                   ("quick", "computes none of")):
+        check(why in left.get(n, ""), "inline: %s is left, saying why: %s" % (n, left.get(n)))
     check(list(model.state_dict()) == keys, "inline: state_dict keeps its keys")
     meta = model.meta
     gu = meta.linfuse_gate_up
@@ -931,18 +953,41 @@ def test_torch_apply_inline(torch):
             model.train(training)
             for n, (act, _) in done.items():
                 mod = getattr(model, n)
+                if n == "inference" and training:
+                    raises(AssertionError, ["inference only"], lambda: mod(x), "inline: in training mode "
+                           "an inference-only MLP runs its own forward, which refuses")
+                    continue
                 torch.manual_seed(3)
                 got = mod(x)
                 torch.manual_seed(3)
                 own = mod.linfuse_base_class.forward(mod, x)
-                ours = lt.gated_mlp(x, mod.linfuse_gate_up, mod.w2.weight, act, "gated")
-                if n == "drop" and training:
-                    check(torch.equal(got, own), "inline: in training mode the dropout MLP runs its own forward")
+                ours = lt.gated_mlp(x, mod.linfuse_gate_up, getattr(mod, mod.linfuse_layout[-1]).weight, act, "gated")
+                if n in ("drop", "zeroed", "mc") and training:
+                    check(torch.equal(got, own), "inline: in training mode %s runs its own forward" % n)
                 else:
                     check(torch.equal(got, ours) and torch.allclose(got, own, rtol=1e-4, atol=1e-5),
                           "inline: %s in %s mode is linfuse's op, within 1e-4 of its own forward" % (
                               n, "training" if training else "eval"))
     model.eval()
+    # Monte Carlo dropout: the model in eval mode, the dropouts alone in training mode
+    for m in model.mc.modules():
+        if isinstance(m, nn.Dropout):
+            m.train()
+    with torch.no_grad():
+        torch.manual_seed(3)
+        got = model.mc(x)
+        torch.manual_seed(3)
+        own = model.mc.linfuse_base_class.forward(model.mc, x)
+    check(torch.equal(got, own), "inline: a dropout inside the activation trained alone (MC dropout): its own forward")
+    model.mc.eval()
+    # an act_fn holding a dropout, the model in training mode at apply: read in eval mode, the
+    # caller's generator untouched
+    mc2 = nn.Module()
+    mc2.mlp = McDropout()
+    torch.manual_seed(5)
+    rep2 = lt.apply(mc2)
+    check(len(rep2.replaced) == 1 and torch.equal(torch.rand(4), want_draw),
+          "inline: an act_fn with a dropout, in training mode at apply: replaced, the generator untouched: %s" % rep2)
     # a deep copy of the MLP taken with its optimizer: the optimizer's parameters are the copy's
     opt = torch.optim.SGD(meta.parameters(), lr=0.1)
     meta2, opt2 = copy.deepcopy((meta, opt))
@@ -973,8 +1018,15 @@ def test_torch_apply_inline(torch):
     meta.w1 = nn.Linear(D, H, bias=True)  # a part replaced after apply: refused by name
     raises(linfuse.Error, ["meta (FeedForward)", "parts changed", "w1"], lambda: meta(x),
            "inline: a projection replaced after apply is caught")
+    for part in ("w1", "w2"):
+        saved = getattr(meta, part)
+        setattr(meta, part, nn.Identity())
+        raises(linfuse.Error, ["parts changed", part], lambda: meta(x),
+               "inline: %s replaced by an Identity after apply is caught by name" % part)
+        setattr(meta, part, saved)
     restored = lt.unapply(model)
-    check(sorted(restored) == ["drop", "erf", "meta", "tanh"] and type(model.meta) is FeedForward,
+    check(sorted(restored) == ["drop", "erf", "inference", "mc", "meta", "tanh", "zeroed"] and
+          type(model.meta) is FeedForward,
           "inline: unapply restores them: %s" % restored)
 
 

@@ -16,6 +16,7 @@ Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn),
 (gate_up_proj, down_proj, activation_fn), Meta's reference naming (w1, w2, w3, the activation in
 the forward itself), a model's own. Each is checked against its own forward, in eval and in
 training mode, before it is kept; unapply(model) puts them back."""
+import contextlib
 import copy
 import inspect
 import threading
@@ -193,7 +194,7 @@ _SPLIT = ("gate_proj", "up_proj", "down_proj")
 _META = ("w1", "w3", "w2")
 _FUSED = ("gate_up_proj", "down_proj")
 _LAYOUTS = (_SPLIT, _META, _FUSED)
-_ACT_ATTRS = ("act_fn", "activation_fn")
+_ACT_ATTRS = ("act_fn", "activation_fn", "act")
 
 
 def _layout(mod):
@@ -217,6 +218,7 @@ def _weights(mod):
     try:
         return tuple(mods[p]._parameters["weight"] for p in names)
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
+        _check_parts(mod)  # raises, naming it, where it is no longer a plain Linear
         return tuple(getattr(mod, p).weight for p in names)
 
 
@@ -226,7 +228,10 @@ def _gate_up_weights(mod):
 
 
 def _down_weight(mod):
-    return getattr(mod, mod.linfuse_layout[-1]).weight
+    down = getattr(mod, mod.linfuse_layout[-1])
+    if type(down) is not nn.Linear:
+        _check_parts(mod)  # raises, naming it
+    return down.weight
 
 
 def _act_now(mod, attr):
@@ -438,8 +443,28 @@ def _hooked(mod):
     return False
 
 
+def _inner_modules(mod):
+    """Every module inside mod, not mod itself (which its own dict, copied and pickled, must not hold)."""
+    return tuple(m for m in mod.modules() if m is not mod)
+
+
+def _mode_is_linfuses(mod):
+    """Whether mod and everything in it are in a training mode in which its own forward and
+    linfuse's agree (apply's probe): any, or the one mode, every flag at it (a dropout inside its
+    activation trained alone, as Monte Carlo dropout does, is seen)."""
+    modes = mod.linfuse_modes
+    if len(modes) == 2:
+        return True
+    if mod.training != modes[0]:
+        return False
+    for m in mod.linfuse_mode_mods:
+        if m.training != modes[0]:
+            return False
+    return True
+
+
 def _forward_x(self, x):
-    if _hooked(self) or self.training not in self.linfuse_modes:
+    if _hooked(self) or not _mode_is_linfuses(self):
         return _own_forward(self, x)
     compiling = _compiling()
     # Under autocast torch casts a Linear's operands to the autocast dtype, which is linfuse's only
@@ -512,6 +537,7 @@ def _views_again(mod):
     """gate's and up's weights as views of the module's stacked one (a copy of a module copies
     nn.Parameters by value, which leaves them apart and the module refusing)."""
     mod.__dict__.setdefault("linfuse_modes", (False, True))  # a module pickled before these were kept
+    mod.__dict__.setdefault("linfuse_mode_mods", _inner_modules(mod))
     names = mod.__dict__.setdefault("linfuse_layout", _layout(mod))
     if len(names) == 2:
         # the fused weight's own Parameter stays (a copy keeps what it is tied to); the stacked
@@ -584,21 +610,108 @@ def _patched_class(cls):
 _ACT_POINTS = (7, 8, 10, 12, 16, 20, 30, 50, 100, 1000)
 
 
-def _act_error(act_fn, act):
-    """act_fn's largest difference from act (one of _ACTS) in float32, relative to max(1, |act|),
-    on [-6, 6], where gelu's tanh and erf forms differ most (by up to 4.7e-4), and at large values
-    both ways (where a clamped activation parts from these). Raises what act_fn raises."""
+def _act_points():
+    """Where an activation is read: [-6, 6], where gelu's tanh and erf forms differ most (by up to
+    4.7e-4), and large values both ways (where a clamped activation parts from these)."""
     big = torch.tensor(_ACT_POINTS, dtype=torch.float32)
-    x = torch.cat([torch.linspace(-6, 6, 97, dtype=torch.float32), big, -big])
+    return torch.cat([torch.linspace(-6, 6, 97, dtype=torch.float32), big, -big])
+
+
+def _act_values(act, x):
     if act == "silu":
-        ref = x * torch.sigmoid(x)
-    elif act == "gelu_tanh":
-        ref = 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
-    else:
-        ref = 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
+        return x * torch.sigmoid(x)
+    if act == "gelu_tanh":
+        return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
+
+
+def _act_distance(got, ref):
+    """got's largest difference from ref, relative to max(1, |ref|) (inf for a NaN or a shape apart)."""
+    got = got.reshape(-1).float() if isinstance(got, torch.Tensor) else None
+    if got is None or got.shape != ref.shape:
+        return float("inf")
+    d = float(((got - ref).abs() / ref.abs().clamp(min=1)).max())
+    return d if d == d else float("inf")
+
+
+@contextlib.contextmanager
+def _mode(mod, training, device):
+    """For a probe: mod and everything in it in training mode `training` (their flags set, no
+    train() override called) and the random generators of device forked and seeded alike (a
+    dropout draws the same whatever the caller's seed, and nothing from the caller's stream);
+    all put back after. mod may be None (the generators alone)."""
+    was = [(m, m.training) for m in mod.modules()] if mod is not None else []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            for m, _ in was:
+                m.training = training
+            yield _seed
+        finally:
+            for m, t in was:
+                m.training = t
+
+
+def _seed(device, n):
+    torch.default_generator.manual_seed(n)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(n)
+
+
+def _read_act(fn):
+    """fn's values at _act_points() in float32 (fn an activation function or module, in eval mode,
+    its draws from a forked generator)."""
+    x = _act_points()
+    with _mode(fn if isinstance(fn, nn.Module) else None, False, x.device) as seed, torch.no_grad():
+        seed(x.device, 0)
+        return fn(x)
+
+
+def _read_inline_act(mod, names):
+    """The values at _act_points() of the activation a module's forward computes itself, read
+    through that forward with its projections stood in for, for the call, by float32 Linears of one
+    feature that make gate = x, up = 1 and down the identity. Raises what the forward raises."""
+    with torch.random.fork_rng(devices=[]):  # a Linear's initialization draws from the generator
+        gate_up = [nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=True)] if len(names) == 3 else \
+            [nn.Linear(1, 2, bias=True)]
+        down = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
-        got = act_fn(x)
-    return float(((got - ref).abs() / ref.abs().clamp(min=1)).max())
+        for lin in gate_up + [down]:
+            lin.weight.zero_()
+            if lin.bias is not None:
+                lin.bias.zero_()
+        if len(names) == 3:
+            gate_up[0].weight.fill_(1)
+            gate_up[1].bias.fill_(1)
+        else:
+            gate_up[0].weight[0, 0] = 1
+            gate_up[0].bias[1] = 1
+        down.weight.fill_(1)
+    x = _act_points().unsqueeze(1)
+    saved = {n: mod._modules[n] for n in names}
+    try:
+        for n, lin in zip(names, gate_up + [down]):
+            mod._modules[n] = lin
+        with _mode(mod, False, x.device) as seed, torch.no_grad():
+            seed(x.device, 0)
+            return type(mod).forward(mod, x)
+    finally:
+        mod._modules.update(saved)
+
+
+def _name_act(got, what, named=None):
+    """(act, None) for the one of _ACTS that got (values at _act_points()) computes to 1e-5, or
+    (None, why none)."""
+    x = _act_points()
+    errs = []
+    for act in _ACTS:
+        err = _act_distance(got, _act_values(act, x))
+        if err <= 1e-5:
+            return act, None
+        errs.append("%.2g" % err)
+    return None, "%s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a " \
+        "float32 probe%s)" % (what, ", ".join(_ACTS), ", ".join(errs),
+                              "; config.%s = %r" % named if named is not None else "")
 
 
 def _storage_ptr(t):
@@ -626,12 +739,26 @@ def _sharing(model):
     return {"modules": modules, "storages": storages}
 
 
-def _act_of(mod, model):
-    """The activation mod's act_fn (or activation_fn) computes, found by probing it: (act, note), or
-    why none linfuse takes. The config's name for it goes in the note where the config agrees."""
-    attr = next((a for a in _ACT_ATTRS if hasattr(mod, a)), None)
-    if attr is None:  # computed in the forward itself (F.silu(w1(x)) * w3(x)): the probe finds which
-        return None, "its forward computes %%s (probed: no %s to read)" % " or ".join(_ACT_ATTRS), None
+def _act_of(mod, model, names):
+    """The activation mod computes, read from its act_fn (activation_fn, act) or, where it has no
+    such callable, through its forward (_read_inline_act): (act, a note on where it came from,
+    the attribute's name or None), or why none linfuse takes. The config's name for it goes in the
+    note where the config agrees."""
+    attr = next((a for a in _ACT_ATTRS if callable(getattr(mod, a, None))), None)
+    if attr is None:  # computed in the forward itself: w2(F.silu(w1(x)) * w3(x))
+        try:
+            got = _read_inline_act(mod, names)
+        except Exception as e:  # noqa: BLE001 (a forward that does not run so is not one linfuse can read)
+            return "it has no %s, and its forward does not run with one-feature float32 projections standing in " \
+                   "for its own, through which linfuse reads the activation it computes (%s: %s)" % (
+                       ", ".join(_ACT_ATTRS), type(e).__name__, e)
+        act, why = _name_act(got, "its forward")
+        if act is not None:
+            return act, "its forward computes %s (read through it: no %s)" % (act, ", ".join(_ACT_ATTRS)), None
+        x = _act_points()
+        flipped = [a for a in _ACTS if _act_distance(got, _act_values(a, torch.ones(())) * x) <= 1e-5]
+        return why + ("; it applies the activation to %s (up) rather than %s (gate)" % (names[1], names[0])
+                      if flipped and len(names) == 3 else "")
     fn = getattr(mod, attr)
     if isinstance(fn, nn.Module):
         held = [n for n, _ in fn.named_parameters()] + [n for n, _ in fn.named_buffers()]
@@ -644,21 +771,17 @@ def _act_of(mod, model):
         if isinstance(getattr(cfg, field, None), str):
             named = (field, getattr(cfg, field))
             break
-    errs = []
-    for act in _ACTS:
-        try:
-            err = _act_error(fn, act)
-        except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
-            return "%s %s fails on a float32 probe (%s: %s)" % (attr, type(fn).__name__, type(e).__name__, e)
-        if err <= 1e-5:
-            if named is not None and _CONFIG_ACTS.get(named[1]) == act:
-                return act, "config.%s = %r" % named, attr
-            other = "; config.%s = %r names another, its act_fn decides" % named if named is not None else ""
-            return act, "%s %s computes %s (probed)%s" % (attr, type(fn).__name__, act, other), attr
-        errs.append("%.2g" % err)
-    return "%s %s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a float32 " \
-        "probe%s)" % (attr, type(fn).__name__, ", ".join(_ACTS), ", ".join(errs),
-                      "; config.%s = %r" % named if named is not None else "")
+    try:
+        got = _read_act(fn)
+    except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
+        return "%s %s fails on a float32 probe (%s: %s)" % (attr, type(fn).__name__, type(e).__name__, e)
+    act, why = _name_act(got, "%s %s" % (attr, type(fn).__name__), named)
+    if act is None:
+        return why
+    if named is not None and _CONFIG_ACTS.get(named[1]) == act:
+        return act, "config.%s = %r" % named, attr
+    other = "; config.%s = %r names another, its act_fn decides" % named if named is not None else ""
+    return act, "%s %s computes %s (probed)%s" % (attr, type(fn).__name__, act, other), attr
 
 
 def _why_not(name, mod, model, shared=None):
@@ -731,7 +854,7 @@ def _why_not(name, mod, model, shared=None):
         return "weights %s, %s: expected (2H, D), (D, H)" % (tuple(ws[0].shape), tuple(d.shape))
     if d.device.type == "cuda" and lib.lf_device_require(_lib.DEVICE_CUDA) != _lib.STATUS_OK:
         return "linfuse cannot run on %s: %s" % (d.device, lib.error())
-    return _act_of(mod, model)
+    return _act_of(mod, model, names)
 
 
 def _quantize(mod):
@@ -788,89 +911,84 @@ _PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)
 
 
 def _token_error(ref, got):
-    """The largest of each token's difference relative to its own largest output (tokens whose own
-    output overflows or is zero are not compared); a NaN in got counts as infinite."""
+    """The largest of each token's difference relative to its own largest output; a token whose own
+    output overflows is not compared, one whose own output is zero must be zero. A NaN in got
+    counts as infinite."""
     err = 0.0
     for r, g in zip(ref, got):
-        top = float(r.abs().max())
-        if not bool(torch.isfinite(r).all()) or top == 0:
+        if not bool(torch.isfinite(r).all()):
             continue
-        e = float((g - r).abs().max()) / top
+        top = float(r.abs().max())
+        e = float((g - r).abs().max()) / top if top else (0.0 if not bool(g.any()) else float("inf"))
         if e != e:
             return float("inf")
         err = max(err, e)
     return err
 
 
-def _own_in_mode(mod, x, training):
-    """The module's own forward on x with it and its parts in training mode `training` (put back
-    as they were after), the random generators of x's device forked: a dropout in the forward
-    draws nothing from the caller's."""
-    was = [(m, m.training) for m in mod.modules()]
-    try:
-        with torch.random.fork_rng(devices=[x.device] if x.is_cuda else []):
-            mod.train(training)
-            return mod.linfuse_base_class.forward(mod, x)
-    finally:
-        for m, t in was:
-            m.training = t
+def _own_ref(mod, x, training):
+    """The module's own output on x in training mode `training` (_mode), twice with different
+    seeds: the output, or why linfuse cannot stand in for it in that mode (it fails, its output
+    is random, or its first, N(0, 1) tokens give zeros or non-finite values)."""
+    mode = "training" if training else "eval"
+    outs = []
+    for n in (0, 1):
+        with _mode(mod, training, x.device) as seed:
+            seed(x.device, n)
+            try:
+                y = mod.linfuse_base_class.forward(mod, x)
+            except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
+                return "its own forward fails in %s mode (%s: %s)" % (mode, type(e).__name__, e)
+        if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+            return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
+                tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__, tuple(x.shape))
+        outs.append(y)
+    if not torch.equal(outs[0], outs[1]):
+        return "its own output in %s mode is random (a dropout?)" % mode
+    first = outs[0][:4].float()
+    if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
+        return "its own forward gives %s in %s mode" % (
+            "non-finite values" if not bool(torch.isfinite(first).all()) else "zeros", mode)
+    return outs[0].float()
 
 
-def _probe(mod, acts, variant):
-    """linfuse's output against the module's own on 8 random tokens, in eval and in training mode,
-    with each activation of acts (the one read from the module, or all three where its forward
-    computes one itself). Returns (act, modes): the activation whose output is nearest, and the
-    training modes (of False, True) in which it agrees with the module's own (a dropout in the
-    forward parts them in training mode); or why they differ. A module whose own output is all
-    zero cannot be checked: weights not loaded."""
+def _probe(mod, act, variant):
+    """linfuse's output against the module's own on 8 random tokens (four of N(0, 1), four larger),
+    in eval and in training mode (where a dropout, say, parts them). Returns the training modes
+    (of False, True) in which they agree and, where that is one, why not the other; or why linfuse
+    takes neither."""
     w = _down_weight(mod)
     gen = torch.Generator(device=w.device)
     gen.manual_seed(0)
     scale = torch.tensor(_PROBE_SCALES, device=w.device).unsqueeze(1)
     x = (torch.randn((len(_PROBE_SCALES), w.shape[0]), generator=gen, device=w.device) * scale).to(w.dtype)
     what = "on %d random tokens" % len(_PROBE_SCALES)
-    refs = {}
     # autocast off: under it both forwards might run the module's own computation (the fallback)
     with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
-        for training in (False, True):
-            try:
-                ref = _own_in_mode(mod, x, training)
-            except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
-                return "its own forward fails %s%s (%s: %s)" % (what, " in training mode" if training else "",
-                                                                 type(e).__name__, e)
-            if not isinstance(ref, torch.Tensor) or ref.shape != x.shape:
-                return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
-                    tuple(ref.shape) if isinstance(ref, torch.Tensor) else type(ref).__name__, tuple(x.shape))
-            refs[training] = ref.float()
-        first = refs[False][:4]
-        if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
-            return "its own forward gives %s %s (weights not loaded yet?): linfuse cannot check it; apply after " \
-                   "the weights are in" % ("non-finite values" if not bool(torch.isfinite(first).all()) else "zeros",
-                                           what)
-        errs = {}
-        for act in acts:
-            mod.linfuse_act = act
-            _drop(mod)  # the GatedMlp of the last activation tried
-            try:
-                got = _patched_forward_inner(mod, x, False).float()
-            except Error as e:
-                return "linfuse refused it: %s" % e
-            errs[act] = tuple(_token_error(refs[t], got) for t in (False, True))
-    _drop(mod)
-    act = min(acts, key=lambda a: min(errs[a]))
+        refs = {t: _own_ref(mod, x, t) for t in (False, True)}
+        _drop(mod)
+        try:
+            got = _patched_forward_inner(mod, x, False).float()
+        except Error as e:
+            return "linfuse refused it: %s" % e
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
-    modes = tuple(t for t in (False, True) if errs[act][t] <= tol)
+    errs = {t: _token_error(r, got) for t, r in refs.items() if not isinstance(r, str)}
+    modes = tuple(t for t in (False, True) if t in errs and errs[t] <= tol)
+    if len(modes) == 1:
+        t = not modes[0]
+        why = refs[t] if isinstance(refs[t], str) else "its own forward differs there by %.3g" % errs[t]
+        return modes, "in %s mode its own forward runs: %s" % ("training" if t else "eval", why)
     if modes:
-        mod.linfuse_act = act
-        return act, modes
+        return modes, None
+    if not errs:
+        why = refs[False]
+        return why + (" (weights not loaded yet?): linfuse cannot check it; apply after the weights are in"
+                      if why.startswith("its own forward gives") else "")
+    t = min(errs, key=errs.get)
     hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" \
         if len(_names(mod)) == 2 else ""
-    if len(acts) > 1:
-        return "its own forward and linfuse's differ %s with each of %s: by %s times the largest value of a " \
-               "token's own output (tolerance %.3g)%s" % (what, ", ".join(acts),
-                                                         ", ".join("%.3g" % min(errs[a]) for a in acts), tol, hint)
-    return "its own forward and linfuse's differ %s: by %.3g times the largest value of a token's own output " \
-           "(tolerance %.3g)%s" % (what, min(errs[act]), tol, hint)
+    return "its own forward and linfuse's differ %s%s: by %.3g times the largest value of a token's own output " \
+           "(tolerance %.3g)%s" % (what, " in training mode" if t else "", errs[t], tol, hint)
 
 
 def apply(model, variant="gated"):
@@ -920,16 +1038,16 @@ def apply(model, variant="gated"):
         for n in _BUFFERS[1:]:
             mod.register_buffer(n, None, persistent=False)
         del gu
-        mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act or _ACTS[0], used, (None, None)
+        mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
         mod.linfuse_act_ref = (act_attr, None if act_attr is None else _act_now(mod, act_attr))
         mod.linfuse_name = name or "(the model itself)"
         mod.linfuse_children = tuple(mod._modules)
         mod.linfuse_layout = layout
-        mod.linfuse_modes = (False, True)
+        mod.linfuse_modes, mod.linfuse_mode_mods = (False, True), _inner_modules(mod)
         try:
             if used == "fp8":
                 _quantize(mod)
-            got = _probe(mod, _ACTS if act is None else (act,), used)
+            got = _probe(mod, act, used)
         except Error as e:
             got = "linfuse refused it: %s" % e
         except BaseException:
@@ -939,13 +1057,9 @@ def apply(model, variant="gated"):
             _restore(mod)
             report.left.append((name, cls, got))
             continue
-        act, mod.linfuse_modes = got
-        if "%s" in note:
-            note = note % act
-        if mod.linfuse_modes == (False,):
-            note += "; in training mode its own forward runs (it computes otherwise there: a dropout?)"
-        elif mod.linfuse_modes == (True,):
-            note += "; in eval mode its own forward runs (it computes otherwise there)"
+        mod.linfuse_modes, mode_note = got
+        if mode_note:
+            note += "; " + mode_note
         report.replaced.append((name, cls, act, used, note))
     return report
 
@@ -956,7 +1070,7 @@ def _restore(mod):
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
     for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name",
-              "linfuse_children", "linfuse_layout", "linfuse_modes"):
+              "linfuse_children", "linfuse_layout", "linfuse_modes", "linfuse_mode_mods"):
         mod.__dict__.pop(n, None)
 
 
