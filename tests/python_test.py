@@ -1256,24 +1256,28 @@ def test_torch_custom_ops(torch):
             check(False, "compiled, %s: %s: %s" % (what, type(e).__name__, e))
     # a compiled forward checks the module's parts as the eager one does: an activation replaced
     # after it ran is caught (its guards see the change and trace again), not computed the old way
-    try:
-        torch._dynamo.reset()
-        model, _ = toy_model(torch, "llama", layers=1)
-        lt.apply(model)
-        m, xin = model.layers[0].mlp, torch.randn(4, 64)
-        c = torch.compile(m, fullgraph=True, backend="aot_eager")
-        with torch.no_grad():
-            first_ok = torch.allclose(c(xin), m.linfuse_base_class.forward(m, xin), atol=1e-4)
-            m.act_fn = torch.nn.GELU()
-            try:
-                c(xin)
-                caught = "nothing raised"
-            except Exception as e:  # noqa: BLE001 (dynamo may wrap linfuse.Error: its text must say what changed)
-                caught = str(e)
-        check(first_ok and "act_fn was replaced after linfuse.torch.apply" in caught,
-              "compiled, an activation replaced after the first call: caught (%s)" % caught[:300])
-    except Exception as e:  # noqa: BLE001
-        check(False, "compiled, an activation replaced after the first call: %s: %s" % (type(e).__name__, e))
+    for what, change, said in (("an activation", lambda m: setattr(m, "act_fn", torch.nn.GELU()),
+                                 "act_fn was replaced after linfuse.torch.apply"),
+                                ("a projection", lambda m: setattr(m, "down_proj", torch.nn.Linear(96, 64)),
+                                 "parts changed after linfuse.torch.apply (down_proj)")):
+        try:
+            torch._dynamo.reset()
+            model, _ = toy_model(torch, "llama", layers=1)
+            lt.apply(model)
+            m, xin = model.layers[0].mlp, torch.randn(4, 64)
+            c = torch.compile(m, fullgraph=True, backend="aot_eager")
+            with torch.no_grad():
+                first_ok = torch.allclose(c(xin), m.linfuse_base_class.forward(m, xin), atol=1e-4)
+                change(m)
+                try:
+                    c(xin)
+                    caught = "nothing raised"
+                except Exception as e:  # noqa: BLE001 (dynamo may wrap the error: its text must say what changed)
+                    caught = str(e)
+            check(first_ok and said in caught,
+                  "compiled, %s replaced after the first call: caught (%s)" % (what, caught[:300]))
+        except Exception as e:  # noqa: BLE001
+            check(False, "compiled, %s replaced after the first call: %s: %s" % (what, type(e).__name__, e))
     # the autocast state is part of what a compiled forward was traced under: called again without
     # autocast, the f32 module compiled under it must not keep autocast's choice
     try:

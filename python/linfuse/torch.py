@@ -272,11 +272,11 @@ def _check_parts(mod, traced=False):
     change traces it again, through this check. (Traced, an activation held as a function rather
     than a module is not compared: it is not among the module's children, where the trace looks.)"""
     attr, fn = mod.linfuse_act_ref
-    if traced:
+    if traced:  # a builtin error: dynamo cannot trace Error's constructor (its super().__init__)
         if isinstance(fn, nn.Module) and mod._modules.get(attr) is not fn:
-            raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
-                        "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr,
-                                                                                     mod.linfuse_act))
+            raise RuntimeError("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) "
+                               "from it: call linfuse.torch.unapply(model), then apply(model) again" % (
+                                   _who(mod), attr, mod.linfuse_act))
     elif attr is not None:
         now = _act_now(mod, attr)
         if now is not fn and now != fn:
@@ -286,7 +286,7 @@ def _check_parts(mod, traced=False):
     mods = mod._modules
     changed = [n for n in mod.linfuse_layout if not (type(mods.get(n)) is nn.Linear and mods[n].bias is None)]
     if changed or tuple(mods) != mod.linfuse_children:
-        raise Error("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
+        raise (RuntimeError if traced else Error)("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
                     "then apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
 
 
