@@ -1223,7 +1223,11 @@ def test_torch_custom_ops(torch):
     lt.apply(model)
     mlp, xm = model.layers[0].mlp, torch.randn(3, 64)
     with torch.no_grad():
-        traced = torch.jit.trace(mlp, xm)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            traced = torch.jit.trace(mlp, xm)
+        ours = [str(w.message)[:80] for w in caught if "linfuse" in w.filename]
+        check(not ours, "torch.jit.trace of a patched MLP: no warning from linfuse's checks: %s" % ours)
         x2 = torch.randn(5, 64)
         check("linfuse::gated_mlp" in str(traced.graph) and torch.allclose(traced(x2), mlp(x2)),
               "torch.jit.trace of a patched MLP records linfuse::gated_mlp and computes on new inputs")

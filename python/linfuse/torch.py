@@ -510,6 +510,16 @@ class _RefuseBackward(torch.autograd.Function):
         _no_backward("gated_mlp")[0](ctx, *grads)
 
 
+@contextlib.contextmanager
+def _quiet_tracer():
+    """Under torch.jit.trace the weights' sizes the checks compare are traced values, which torch
+    warns about turning into Python bools: they are the trace's constants, and the warning is not
+    the user's to read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        yield
+
+
 def _patched_forward_inner(self, x, compiling):
     if compiling:
         _check_parts(self, traced=True)  # torch.compile's guards then watch these parts
@@ -520,10 +530,11 @@ def _patched_forward_inner(self, x, compiling):
         # autograd node, takes the op (and the weights are checked, touched by nothing else).
         if _unwatched(x, self):
             return _eager_weights(self)(x, self.linfuse_variant)
-        got = _PREPARED.get(self)
-        if got is not None and got[0] != _key(self):
-            _drop(self)  # weights that moved are not kept alive for the next direct call
-        _check_intact(self)
+        with _quiet_tracer() if torch.jit.is_tracing() else contextlib.nullcontext():
+            got = _PREPARED.get(self)
+            if got is not None and got[0] != _key(self):
+                _drop(self)  # weights that moved are not kept alive for the next direct call
+            _check_intact(self)
     return _call_gated_mlp(x, self.linfuse_gate_up, _down_weight(self), self.linfuse_act, self.linfuse_variant,
                            self.linfuse_gate_up_q, self.linfuse_gate_up_scale, self.linfuse_down_q,
                            self.linfuse_down_scale)
