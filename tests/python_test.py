@@ -639,7 +639,7 @@ def test_torch_apply(torch):
         check("fp8 runs gated" in text, "%s: the report says why fp8 runs gated: %s" % (family, text))
         left = {name: why for name, _, why in report.left}
         check("biases" in left.get("biased", "") and "none of silu, gelu_tanh" in left.get("wrong_act", "") and
-              "does not run with one-feature float32 projections" in left.get("other", ""),
+              "does not run with two-feature float32 projections" in left.get("other", ""),
               "%s: each module left alone with its reason: %s" % (family, left))
         del model.biased, model.wrong_act, model.other
         check(list(model.state_dict()) == keys, "%s: state_dict keeps its keys" % family)
@@ -1024,10 +1024,94 @@ def test_torch_apply_inline(torch):
         raises(linfuse.Error, ["parts changed", part], lambda: meta(x),
                "inline: %s replaced by an Identity after apply is caught by name" % part)
         setattr(meta, part, saved)
+    test_torch_apply_inline_state(torch, FeedForward)
     restored = lt.unapply(model)
     check(sorted(restored) == ["drop", "erf", "inference", "mc", "meta", "tanh", "zeroed"] and
           type(model.meta) is FeedForward,
           "inline: unapply restores them: %s" % restored)
+
+
+def test_torch_apply_inline_state(torch, FeedForward):
+    """What a forward does besides its output, seen by apply's reads and probes (a second attack's
+    findings): state set on the first call, an x edited in place, draws from any generator, a
+    second activation-named part; a module left keeps its own weights."""
+    import random
+    import linfuse.torch as lt
+    nn, F = torch.nn, torch.nn.functional
+    D = FeedForward().w1.in_features
+
+    class Scaled(FeedForward):  # sets itself up on its first call, from its projections (no MLP linfuse runs)
+        def forward(self, x):
+            if not hasattr(self, "scale"):
+                self.scale = self.w1.in_features ** -0.5
+            return super().forward(x) * self.scale
+
+    class Lazy(FeedForward):  # builds [W1; W3] on its first call
+        def forward(self, x):
+            if "fused" not in self._buffers:
+                self.register_buffer("fused", torch.cat([self.w1.weight, self.w3.weight]), persistent=False)
+            g, u = F.linear(x, self.fused).chunk(2, -1)
+            return self.w2(F.silu(g) * u)
+
+    class Clamping(FeedForward):  # edits its input in place
+        def forward(self, x):
+            return super().forward(x.clamp_(-20, 20))
+
+    class LayerDrop(FeedForward):  # drops the whole MLP one call in ten in training mode
+        def forward(self, x):
+            y = super().forward(x)
+            return y * 0 if self.training and torch.rand(()) < 0.1 else y
+
+    class PyRandom(FeedForward):  # Python's random, in training mode
+        def forward(self, x):
+            y = super().forward(x)
+            return y * random.uniform(0.5, 1.5) if self.training else y
+
+    class TwoActs(FeedForward):  # an act_fn, and an act besides it that the forward runs too
+        def __init__(self):
+            super().__init__()
+            self.act_fn, self.act = nn.SiLU(), nn.Identity()
+
+        def forward(self, x):
+            return self.w2(self.act(self.act_fn(self.w1(x))) * self.w3(x))
+
+    torch.manual_seed(2)
+    model = nn.Module()
+    for n, cls in (("scaled", Scaled), ("lazy", Lazy), ("clamping", Clamping), ("layerdrop", LayerDrop),
+                   ("pyrandom", PyRandom), ("two_acts", TwoActs)):
+        setattr(model, n, cls())
+    twin = copy.deepcopy(model)  # never patched: what each should compute
+    ptrs = {n: getattr(model, n).w1.weight.data_ptr() for n in ("clamping", "two_acts")}
+    random.seed(9)
+    want = random.random()
+    random.seed(9)
+    report = lt.apply(model)
+    check(random.random() == want, "state: apply draws nothing from Python's random")
+    done = {name: note for name, _, _, _, note in report.replaced}
+    left = {name: why for name, _, why in report.left}
+    check(set(done) == {"lazy", "layerdrop", "pyrandom"} and "scaled" in left,
+          "state: the MLPs replaced (scaled, whose output is scaled, left):\n%s" % report)
+    check("fused" not in model.lazy._buffers or model.lazy.fused.shape == (2 * model.lazy.w1.out_features, D),
+          "state: a weight the forward made from the stand-ins is not kept")
+    for n in ("layerdrop", "pyrandom"):
+        check("in training mode its own forward runs: its own forward in training mode draws random numbers" in
+              done.get(n, ""), "state: %s's training mode, which draws, is its own: %s" % (n, done.get(n)))
+    check("clamping" in left, "state: a forward clamping x in place is left: %s" % left.get("clamping"))
+    check("holds more than its projections and activation (act (Identity))" in left.get("two_acts", ""),
+          "state: a second activation-named part is a part linfuse would not run: %s" % left.get("two_acts"))
+    check(all(getattr(model, n).w1.weight.data_ptr() == p for n, p in ptrs.items()),
+          "state: a module left keeps its own gate and up weights (not views of a stacked copy)")
+    x = torch.randn(4, D) * 30
+    with torch.no_grad():
+        for n in ("scaled", "lazy", "clamping", "two_acts"):
+            mod, ref = getattr(model, n), getattr(twin, n)
+            got, want_y = mod(x.clone()), ref(x.clone())
+            e = float((got - want_y).abs().max() / want_y.abs().max())
+            check(e < 1e-4, "state: %s computes what an untouched copy does after apply (%.3g)" % (n, e))
+        model.layerdrop.train()
+        drops = sum(int(not bool(model.layerdrop(x).any())) for _ in range(200))
+        check(5 <= drops <= 50, "state: in training mode the LayerDrop MLP still drops (%d of 200)" % drops)
+        model.layerdrop.eval()
 
 
 def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):

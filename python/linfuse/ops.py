@@ -6,6 +6,7 @@ it comes back as the input's kind on the input's device. On CUDA each call runs 
 current stream (torch.cuda.current_stream(): linfuse's stream is set to it for the call and put
 back after) and nothing synchronizes, so calls queue in order with torch's own work, inside a
 CUDA graph capture too. A refused input raises linfuse.Error with linfuse's message."""
+import collections
 import contextlib
 import ctypes as C
 import math
@@ -416,29 +417,45 @@ _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]
 # their memory and layout are what they were, and goes when one of them is collected. (A numpy
 # array's DLPack export holds the array itself: it would never be collected.) Not for the fp8
 # variant without fp8_weights, whose quantization of the weights is redone on every call.
-_MLPS = {}
+# The least recently used goes past _MLPS_MAX (a model's MLPs, one entry each, are far fewer).
+_MLPS = collections.OrderedDict()
 _MLPS_LOCK = threading.Lock()
-_MLPS_MAX = 64
+_MLPS_MAX = 1024
 
 
 def _forget(key):
-    _MLPS.pop(key, None)  # no lock: a collection may run this inside a locked section (dict ops are atomic)
+    # No lock: a collection may run this inside a locked section, in any thread. OrderedDict's
+    # pop and popitem are single C calls under the GIL.
+    _MLPS.pop(key, None)
+
+
+def _storage_bytes(w):
+    return w.untyped_storage().nbytes() if hasattr(w, "untyped_storage") else w.storage().nbytes()
 
 
 def _where(ws):
-    return tuple((w.data_ptr(), w.shape, w.stride(), w.dtype, w.device) for w in ws)
+    """Where and how each weight lies: what a new GatedMlp would be made over (its memory, the
+    storage's extent, its layout, type and device, and the negative and conjugate bits DLPack
+    cannot carry)."""
+    return tuple((w.data_ptr(), _storage_bytes(w), w.storage_offset(), w.shape, w.stride(), w.dtype, w.device,
+                  w.is_neg() or w.is_conj() if hasattr(w, "is_neg") else False) for w in ws)
 
 
 def _cached_mlp(gate_up, down, act, fp8_weights):
     """The GatedMlp for these torch weight objects, made on the first call; None for any other kind."""
     ws = (gate_up, down) + tuple(fp8_weights or ())
-    if not all(_dlpack.is_torch(w) for w in ws):
+    torch = _dlpack.torch_module() if _dlpack.is_torch(gate_up) else None
+    if torch is None or not all(_dlpack.is_torch(w) and w.layout == torch.strided for w in ws):
         return None
     key = (act,) + tuple(id(w) for w in ws)
     got = _MLPS.get(key)
     if got is not None:
         refs, at, m = got
         if all(r() is w for r, w in zip(refs, ws)) and _where(ws) == at:
+            try:
+                _MLPS.move_to_end(key)
+            except KeyError:  # dropped just now by a collection in another thread
+                pass
             return m
     # each reference's callback lives as long as the entry holding it: nothing piles up on a
     # weight that outlives many entries (one passed with a new partner on every call)
@@ -446,8 +463,11 @@ def _cached_mlp(gate_up, down, act, fp8_weights):
     alias = [w.detach() for w in ws]
     m = GatedMlp(alias[0], alias[1], act, alias[2:] or None, name="linfuse.gated_mlp")
     with _MLPS_LOCK:
-        if len(_MLPS) >= _MLPS_MAX:
-            _MLPS.pop(next(iter(_MLPS)), None)
+        while len(_MLPS) >= _MLPS_MAX:
+            try:
+                _MLPS.popitem(last=False)
+            except KeyError:  # emptied meanwhile by collections
+                break
         _MLPS[key] = (refs, at, m)
     return m
 

@@ -16,9 +16,12 @@ Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn),
 (gate_up_proj, down_proj, activation_fn), Meta's reference naming (w1, w2, w3, the activation in
 the forward itself), a model's own. Each is checked against its own forward, in eval and in
 training mode, before it is kept; unapply(model) puts them back."""
+import collections
 import contextlib
 import copy
 import inspect
+import random
+import sys
 import threading
 import typing
 import warnings
@@ -645,69 +648,120 @@ def _act_distance(got, ref):
     return d if d == d else float("inf")
 
 
-@contextlib.contextmanager
-def _mode(mod, training, device):
-    """For a probe: mod and everything in it in training mode `training` (their flags set, no
-    train() override called) and the random generators of device forked and seeded alike (a
-    dropout draws the same whatever the caller's seed, and nothing from the caller's stream);
-    all put back after. mod may be None (the generators alone)."""
-    was = [(m, m.training) for m in mod.modules()] if mod is not None else []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        try:
-            for m, _ in was:
-                m.training = training
-            yield _seed
-        finally:
-            for m, t in was:
-                m.training = t
-
-
-def _seed(device, n):
-    torch.default_generator.manual_seed(n)
+def _generators(device):
+    """The states of every random generator a forward may draw from: torch's on the CPU and on
+    device, Python's random, numpy's global one (where numpy is loaded)."""
+    states = [torch.get_rng_state(), random.getstate()]
     if device.type == "cuda":
-        with torch.cuda.device(device):
-            torch.cuda.manual_seed(n)
+        states.append(torch.cuda.get_rng_state(device))
+    np = sys.modules.get("numpy")
+    if np is not None:
+        states.append(np.random.get_state())
+    return states
+
+
+def _set_generators(device, states):
+    torch.set_rng_state(states[0])
+    random.setstate(states[1])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(states[2], device)
+    np = sys.modules.get("numpy")
+    if np is not None and len(states) > 2 + (device.type == "cuda"):
+        np.random.set_state(states[-1])
+
+
+def _same_generators(a, b):
+    """Whether two _generators() states are the same (nothing was drawn between them)."""
+    return torch.equal(a[0], b[0]) and a[1] == b[1] and all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else
+        all(bool((u == v).all()) if hasattr(u, "all") else u == v for u, v in zip(x, y))
+        for x, y in zip(a[2:], b[2:]))
+
+
+@contextlib.contextmanager
+def _mode(mod, training, device, seed=0):
+    """For a probe: mod and everything in it in training mode `training` (their flags set, no
+    train() override called), every random generator seeded with `seed` (a draw is the same
+    whatever the caller's seed); yields a function that says whether the block drew from any of
+    them. All put back after: the caller's generators and flags are as they were."""
+    was = [(m, m.training) for m in mod.modules()] if mod is not None else []
+    saved = _generators(device)
+    try:
+        torch.default_generator.manual_seed(seed)
+        if device.type == "cuda":  # this GPU's alone (torch.manual_seed would seed every GPU's)
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        random.seed(seed)
+        np = sys.modules.get("numpy")
+        if np is not None:
+            np.random.seed(seed)
+        start = _generators(device)
+        for m, _ in was:
+            m.training = training
+        yield lambda: not _same_generators(start, _generators(device))
+    finally:
+        for m, t in was:
+            m.training = t
+        _set_generators(device, saved)
+
+
+def _module_state(mod):
+    """What a forward may set on its module besides its output (an attribute made on the first
+    call, a buffer or weight made lazily): the module's own dict, with its dicts and sets copied."""
+    return {k: (v, v.copy() if type(v) in (dict, set, collections.OrderedDict) else None)
+            for k, v in mod.__dict__.items()}
+
+
+def _put_module_state(mod, state):
+    for k in [k for k in mod.__dict__ if k not in state]:
+        del mod.__dict__[k]
+    for k, (v, contents) in state.items():
+        if contents is not None:
+            v.clear()
+            v.update(contents)
+        mod.__dict__[k] = v
 
 
 def _read_act(fn):
     """fn's values at _act_points() in float32 (fn an activation function or module, in eval mode,
-    its draws from a forked generator)."""
+    the generators seeded and put back after)."""
     x = _act_points()
-    with _mode(fn if isinstance(fn, nn.Module) else None, False, x.device) as seed, torch.no_grad():
-        seed(x.device, 0)
-        return fn(x)
+    with _mode(fn if isinstance(fn, nn.Module) else None, False, x.device), torch.no_grad():
+        return fn(x.clone())
 
 
 def _read_inline_act(mod, names):
     """The values at _act_points() of the activation a module's forward computes itself, read
-    through that forward with its projections stood in for, for the call, by float32 Linears of one
-    feature that make gate = x, up = 1 and down the identity. Raises what the forward raises."""
-    with torch.random.fork_rng(devices=[]):  # a Linear's initialization draws from the generator
-        gate_up = [nn.Linear(1, 1, bias=False), nn.Linear(1, 1, bias=True)] if len(names) == 3 else \
-            [nn.Linear(1, 2, bias=True)]
-        down = nn.Linear(1, 1, bias=False)
+    through that forward with its projections stood in for, for the call, by float32 Linears
+    without biases over two features (the point p and a 1) and one hidden unit: gate = p, up = 1,
+    down puts act(p) * 1 in the first feature. Whatever the forward sets on the module (an
+    attribute or weight it makes on its first call, from the stand-ins) is taken back after.
+    Raises what the forward raises."""
+    cpu = torch.device("cpu")
+    with _mode(None, False, cpu):  # a Linear's initialization draws from the generator
+        lins = [nn.Linear(2, 1, bias=False), nn.Linear(2, 1, bias=False)] if len(names) == 3 else \
+            [nn.Linear(2, 2, bias=False)]
+        lins.append(nn.Linear(1, 2, bias=False))
     with torch.no_grad():
-        for lin in gate_up + [down]:
+        for lin in lins:
             lin.weight.zero_()
-            if lin.bias is not None:
-                lin.bias.zero_()
         if len(names) == 3:
-            gate_up[0].weight.fill_(1)
-            gate_up[1].bias.fill_(1)
+            lins[0].weight[0, 0] = 1
+            lins[1].weight[0, 1] = 1
         else:
-            gate_up[0].weight[0, 0] = 1
-            gate_up[0].bias[1] = 1
-        down.weight.fill_(1)
-    x = _act_points().unsqueeze(1)
-    saved = {n: mod._modules[n] for n in names}
+            lins[0].weight[0, 0] = lins[0].weight[1, 1] = 1
+        lins[-1].weight[0, 0] = 1
+    p = _act_points()
+    x = torch.stack([p, torch.ones_like(p)], 1)
+    state = _module_state(mod)
     try:
-        for n, lin in zip(names, gate_up + [down]):
+        for n, lin in zip(names, lins):
             mod._modules[n] = lin
-        with _mode(mod, False, x.device) as seed, torch.no_grad():
-            seed(x.device, 0)
-            return type(mod).forward(mod, x)
+        with _mode(mod, False, cpu), torch.no_grad():
+            y = type(mod).forward(mod, x)
     finally:
-        mod._modules.update(saved)
+        _put_module_state(mod, state)
+    return y[:, 0] if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 2 else y
 
 
 def _name_act(got, what, named=None):
@@ -750,18 +804,24 @@ def _sharing(model):
     return {"modules": modules, "storages": storages}
 
 
+def _act_attr(mod):
+    """The name of the attribute mod's activation is read from: the first of _ACT_ATTRS that holds
+    something callable (any other child is a part linfuse would not run), or None."""
+    return next((a for a in _ACT_ATTRS if callable(getattr(mod, a, None))), None)
+
+
 def _act_of(mod, model, names):
     """The activation mod computes, read from its act_fn (activation_fn, act) or, where it has no
     such callable, through its forward (_read_inline_act): (act, a note on where it came from,
     the attribute's name or None), or why none linfuse takes. The config's name for it goes in the
     note where the config agrees."""
-    attr = next((a for a in _ACT_ATTRS if callable(getattr(mod, a, None))), None)
+    attr = _act_attr(mod)
     if attr is None:  # computed in the forward itself: w2(F.silu(w1(x)) * w3(x))
         try:
             got = _read_inline_act(mod, names)
         except Exception as e:  # noqa: BLE001 (a forward that does not run so is not one linfuse can read)
-            return "it has no %s, and its forward does not run with one-feature float32 projections standing in " \
-                   "for its own, through which linfuse reads the activation it computes (%s: %s)" % (
+            return "it has no %s, and its forward does not run with two-feature float32 projections standing " \
+                   "in for its own, through which linfuse reads the activation it computes (%s: %s)" % (
                        ", ".join(_ACT_ATTRS), type(e).__name__, e)
         act, why = _name_act(got, "its forward")
         if act is not None:
@@ -817,8 +877,9 @@ def _why_not(name, mod, model, shared=None):
     if any(type(lin) is not nn.Linear for lin in lins):
         return "%s are %s, not plain nn.Linear (quantized or wrapped layers)" % (
             ", ".join(names), ", ".join(type(lin).__name__ for lin in lins))
+    act_attr = _act_attr(mod)
     extra = [(n, type(c).__name__) for n, c in mod._modules.items()
-             if c is not None and n not in names and n not in _ACT_ATTRS]
+             if c is not None and n not in names and n != act_attr]
     own = [("parameter", n) for n, t in mod._parameters.items() if t is not None] + \
         [("buffer", n) for n, t in mod._buffers.items() if t is not None]
     if extra or own:
@@ -878,14 +939,16 @@ def _quantize(mod):
 
 def _stack(mod):
     """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (their old
-    memory goes: it does not grow; state_dict keeps its keys). The Parameter objects stay the same
-    ones, their data replaced: an optimizer made before apply still holds them after unapply. A
-    fused gate_up_proj's weight is [Wg; Wu] already: the stacked tensor is a view of it."""
+    memory goes once the undo function returned with it is dropped: memory does not grow;
+    state_dict keeps its keys). The Parameter objects stay the same ones, their data replaced: an
+    optimizer made before apply still holds them after unapply. A fused gate_up_proj's weight is
+    [Wg; Wu] already: the stacked tensor is a view of it. Returns (the stacked tensor, a function
+    that puts gate and up back as they were: for a module apply leaves)."""
     names = _layout(mod)
     if len(names) == 2:
         w = getattr(mod, names[0]).weight
         with torch.inference_mode(w.is_inference() and torch.is_inference_mode_enabled()), torch.no_grad():
-            return w.detach()
+            return w.detach(), lambda: None
     gate, up = getattr(mod, names[0]), getattr(mod, names[1])
     g, u = gate.weight, up.weight
     H = g.shape[0]
@@ -901,9 +964,16 @@ def _stack(mod):
         # counter, which breaks the module's own forward too; new Parameters as views instead
         gate.weight = nn.Parameter(gu[:H], requires_grad=g.requires_grad)
         up.weight = nn.Parameter(gu[H:], requires_grad=u.requires_grad)
-    else:
-        g.data, u.data = gu[:H], gu[H:]
-    return gu
+
+        def undo():
+            gate.weight, up.weight = g, u
+        return gu, undo
+    old = g.data, u.data
+
+    def undo_data():
+        g.data, u.data = old
+    g.data, u.data = gu[:H], gu[H:]
+    return gu, undo_data
 
 
 def _warm(device):
@@ -938,18 +1008,20 @@ def _token_error(ref, got):
 
 
 def _own_ref(mod, x, training):
-    """The module's own output on x in training mode `training` (_mode), twice with different
-    seeds: the output, or why linfuse cannot stand in for it in that mode (it fails, its output
-    is random, or its first, N(0, 1) tokens give zeros or non-finite values)."""
+    """The module's own output on (a copy of) x in training mode `training` (_mode), twice with
+    different seeds: the output, or why linfuse cannot stand in for it in that mode (it fails, it
+    draws from a random generator or its output differs from run to run, or its first, N(0, 1)
+    tokens give zeros or non-finite values)."""
     mode = "training" if training else "eval"
     outs = []
     for n in (0, 1):
-        with _mode(mod, training, x.device) as seed:
-            seed(x.device, n)
+        with _mode(mod, training, x.device, seed=n) as drew:
             try:
-                y = mod.linfuse_base_class.forward(mod, x)
+                y = mod.linfuse_base_class.forward(mod, x.clone())
             except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
                 return "its own forward fails in %s mode (%s: %s)" % (mode, type(e).__name__, e)
+            if drew():
+                return "its own forward in %s mode draws random numbers (a dropout?)" % mode
         if not isinstance(y, torch.Tensor) or y.shape != x.shape:
             return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
                 tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__, tuple(x.shape))
@@ -979,7 +1051,7 @@ def _probe(mod, act, variant):
         refs = {t: _own_ref(mod, x, t) for t in (False, True)}
         _drop(mod)
         try:
-            got = _patched_forward_inner(mod, x, False).float()
+            got = _patched_forward_inner(mod, x.clone(), False).float()
         except Error as e:
             return "linfuse refused it: %s" % e
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
@@ -1043,7 +1115,7 @@ def apply(model, variant="gated"):
             elif lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
                 used, note = "gated", "fp8 runs gated on %s: %s" % (dev, lib.error())
         base_class = mod.__class__
-        gu = _stack(mod)  # the old gate and up weights go here (nothing else may hold them: memory)
+        gu, undo = _stack(mod)  # the old gate and up weights go with undo (nothing else may hold them: memory)
         mod.__class__ = _patched_class(base_class)
         mod.register_buffer("linfuse_gate_up", gu, persistent=False)
         for n in _BUFFERS[1:]:
@@ -1063,11 +1135,14 @@ def apply(model, variant="gated"):
             got = "linfuse refused it: %s" % e
         except BaseException:
             _restore(mod)
+            undo()
             raise
-        if isinstance(got, str):
+        if isinstance(got, str):  # left as it was: its own gate and up weights again
             _restore(mod)
+            undo()
             report.left.append((name, cls, got))
             continue
+        del undo  # the old gate and up weights go now
         mod.linfuse_modes, mode_note = got
         if mode_note:
             note += "; " + mode_note
