@@ -16,12 +16,9 @@ Mistral, Qwen, Gemma and the many alike (gate_proj, up_proj, down_proj, act_fn),
 (gate_up_proj, down_proj, activation_fn), Meta's reference naming (w1, w2, w3, the activation in
 the forward itself), a model's own. Each is checked against its own forward, in eval and in
 training mode, before it is kept; unapply(model) puts them back."""
-import collections
 import contextlib
 import copy
 import inspect
-import random
-import sys
 import threading
 import typing
 import warnings
@@ -31,6 +28,7 @@ import torch
 from torch import nn
 
 from . import Error, _lib, lib
+from . import _probe
 from . import ops as _ops
 
 HAS_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op") and \
@@ -136,7 +134,7 @@ else:  # older torch: plain functions, traced as record_function spans of the op
 # --- patching transformers' MLPs ---
 
 _CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu_erf"}
-_ACTS = ("silu", "gelu_tanh", "gelu_erf")  # the gated activations, as linfuse names them
+_ACTS = _probe.ACTS
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The probe forward at apply: linfuse's output against the module's own on 8 random tokens, as a
 # fraction of the largest |output| (bf16 rounds at 2^-8; the fp8 variant has a few % RMS error).
@@ -621,164 +619,6 @@ def _patched_class(cls):
     return _PATCHED_CLASSES[cls]
 
 
-_ACT_POINTS = (7, 8, 10, 12, 16, 20, 30, 50, 100, 1000)
-
-
-def _act_points():
-    """Where an activation is read: [-6, 6], where gelu's tanh and erf forms differ most (by up to
-    4.7e-4), and large values both ways (where a clamped activation parts from these)."""
-    big = torch.tensor(_ACT_POINTS, dtype=torch.float32)
-    return torch.cat([torch.linspace(-6, 6, 97, dtype=torch.float32), big, -big])
-
-
-def _act_values(act, x):
-    if act == "silu":
-        return x * torch.sigmoid(x)
-    if act == "gelu_tanh":
-        return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
-    return 0.5 * x * (1 + torch.erf(x * 0.7071067811865476))
-
-
-def _act_distance(got, ref):
-    """got's largest difference from ref, relative to max(1, |ref|) (inf for a NaN or a shape apart)."""
-    got = got.reshape(-1).float() if isinstance(got, torch.Tensor) else None
-    if got is None or got.shape != ref.shape:
-        return float("inf")
-    d = float(((got - ref).abs() / ref.abs().clamp(min=1)).max())
-    return d if d == d else float("inf")
-
-
-def _generators(device):
-    """The states of every random generator a forward may draw from: torch's on the CPU and on
-    device, Python's random, numpy's global one (where numpy is loaded)."""
-    states = [torch.get_rng_state(), random.getstate()]
-    if device.type == "cuda":
-        states.append(torch.cuda.get_rng_state(device))
-    np = sys.modules.get("numpy")
-    if np is not None:
-        states.append(np.random.get_state())
-    return states
-
-
-def _set_generators(device, states):
-    torch.set_rng_state(states[0])
-    random.setstate(states[1])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(states[2], device)
-    np = sys.modules.get("numpy")
-    if np is not None and len(states) > 2 + (device.type == "cuda"):
-        np.random.set_state(states[-1])
-
-
-def _same_generators(a, b):
-    """Whether two _generators() states are the same (nothing was drawn between them)."""
-    return torch.equal(a[0], b[0]) and a[1] == b[1] and all(
-        torch.equal(x, y) if isinstance(x, torch.Tensor) else
-        all(bool((u == v).all()) if hasattr(u, "all") else u == v for u, v in zip(x, y))
-        for x, y in zip(a[2:], b[2:]))
-
-
-@contextlib.contextmanager
-def _mode(mod, training, device, seed=0):
-    """For a probe: mod and everything in it in training mode `training` (their flags set, no
-    train() override called), every random generator seeded with `seed` (a draw is the same
-    whatever the caller's seed); yields a function that says whether the block drew from any of
-    them. All put back after: the caller's generators and flags are as they were."""
-    was = [(m, m.training) for m in mod.modules()] if mod is not None else []
-    saved = _generators(device)
-    try:
-        torch.default_generator.manual_seed(seed)
-        if device.type == "cuda":  # this GPU's alone (torch.manual_seed would seed every GPU's)
-            with torch.cuda.device(device):
-                torch.cuda.manual_seed(seed)
-        random.seed(seed)
-        np = sys.modules.get("numpy")
-        if np is not None:
-            np.random.seed(seed)
-        start = _generators(device)
-        for m, _ in was:
-            m.training = training
-        yield lambda: not _same_generators(start, _generators(device))
-    finally:
-        for m, t in was:
-            m.training = t
-        _set_generators(device, saved)
-
-
-def _module_state(mod):
-    """What a forward may set on its module besides its output (an attribute made on the first
-    call, a buffer or weight made lazily): the module's own dict, with its dicts and sets copied."""
-    return {k: (v, v.copy() if type(v) in (dict, set, collections.OrderedDict) else None)
-            for k, v in mod.__dict__.items()}
-
-
-def _put_module_state(mod, state):
-    for k in [k for k in mod.__dict__ if k not in state]:
-        del mod.__dict__[k]
-    for k, (v, contents) in state.items():
-        if contents is not None:
-            v.clear()
-            v.update(contents)
-        mod.__dict__[k] = v
-
-
-def _read_act(fn):
-    """fn's values at _act_points() in float32 (fn an activation function or module, in eval mode,
-    the generators seeded and put back after)."""
-    x = _act_points()
-    with _mode(fn if isinstance(fn, nn.Module) else None, False, x.device), torch.no_grad():
-        return fn(x.clone())
-
-
-def _read_inline_act(mod, names):
-    """The values at _act_points() of the activation a module's forward computes itself, read
-    through that forward with its projections stood in for, for the call, by float32 Linears
-    without biases over two features (the point p and a 1) and one hidden unit: gate = p, up = 1,
-    down puts act(p) * 1 in the first feature. Whatever the forward sets on the module (an
-    attribute or weight it makes on its first call, from the stand-ins) is taken back after.
-    Raises what the forward raises."""
-    cpu = torch.device("cpu")
-    with _mode(None, False, cpu):  # a Linear's initialization draws from the generator
-        lins = [nn.Linear(2, 1, bias=False), nn.Linear(2, 1, bias=False)] if len(names) == 3 else \
-            [nn.Linear(2, 2, bias=False)]
-        lins.append(nn.Linear(1, 2, bias=False))
-    with torch.no_grad():
-        for lin in lins:
-            lin.weight.zero_()
-        if len(names) == 3:
-            lins[0].weight[0, 0] = 1
-            lins[1].weight[0, 1] = 1
-        else:
-            lins[0].weight[0, 0] = lins[0].weight[1, 1] = 1
-        lins[-1].weight[0, 0] = 1
-    p = _act_points()
-    x = torch.stack([p, torch.ones_like(p)], 1)
-    state = _module_state(mod)
-    try:
-        for n, lin in zip(names, lins):
-            mod._modules[n] = lin
-        with _mode(mod, False, cpu), torch.no_grad():
-            y = type(mod).forward(mod, x)
-    finally:
-        _put_module_state(mod, state)
-    return y[:, 0] if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 2 else y
-
-
-def _name_act(got, what, named=None):
-    """(act, None) for the one of _ACTS that got (values at _act_points()) computes to 1e-5, or
-    (None, why none)."""
-    x = _act_points()
-    errs = []
-    for act in _ACTS:
-        err = _act_distance(got, _act_values(act, x))
-        if err <= 1e-5:
-            return act, None
-        errs.append("%.2g" % err)
-    return None, "%s computes none of %s, the activations linfuse's gated MLP takes (it differs by %s on a " \
-        "float32 probe%s)" % (what, ", ".join(_ACTS), ", ".join(errs),
-                              "; config.%s = %r" % named if named is not None else "")
-
-
 def _storage_ptr(t):
     """Where t's storage is; None where it has none to compare (meta, empty, a wrapper subclass)."""
     try:
@@ -818,16 +658,16 @@ def _act_of(mod, model, names):
     attr = _act_attr(mod)
     if attr is None:  # computed in the forward itself: w2(F.silu(w1(x)) * w3(x))
         try:
-            got = _read_inline_act(mod, names)
+            got = _probe.read_inline_act(mod, names)
         except Exception as e:  # noqa: BLE001 (a forward that does not run so is not one linfuse can read)
             return "it has no %s, and its forward does not run with two-feature float32 projections standing " \
                    "in for its own, through which linfuse reads the activation it computes (%s: %s)" % (
                        ", ".join(_ACT_ATTRS), type(e).__name__, e)
-        act, why = _name_act(got, "its forward")
+        act, why = _probe.name_act(got, "its forward")
         if act is not None:
             return act, "its forward computes %s (read through it: no %s)" % (act, ", ".join(_ACT_ATTRS)), None
-        x = _act_points()
-        flipped = [a for a in _ACTS if _act_distance(got, _act_values(a, torch.ones(())) * x) <= 1e-5]
+        x = _probe.act_points()
+        flipped = [a for a in _ACTS if _probe.act_distance(got, _probe.act_values(a, torch.ones(())) * x) <= 1e-5]
         return why + ("; it applies the activation to %s (up) rather than %s (gate)" % (names[1], names[0])
                       if flipped and len(names) == 3 else "")
     fn = getattr(mod, attr)
@@ -843,10 +683,10 @@ def _act_of(mod, model, names):
             named = (field, getattr(cfg, field))
             break
     try:
-        got = _read_act(fn)
+        got = _probe.read_act(fn)
     except Exception as e:  # noqa: BLE001 (any failure means: not an activation linfuse knows)
         return "%s %s fails on a float32 probe (%s: %s)" % (attr, type(fn).__name__, type(e).__name__, e)
-    act, why = _name_act(got, "%s %s" % (attr, type(fn).__name__), named)
+    act, why = _probe.name_act(got, "%s %s" % (attr, type(fn).__name__), named)
     if act is None:
         return why
     if named is not None and _CONFIG_ACTS.get(named[1]) == act:
@@ -991,51 +831,7 @@ def _warm(device):
 _PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)
 
 
-def _token_error(ref, got):
-    """The largest of each token's difference relative to its own largest output; a token whose own
-    output overflows is not compared, one whose own output is zero must be zero. A NaN in got
-    counts as infinite."""
-    err = 0.0
-    for r, g in zip(ref, got):
-        if not bool(torch.isfinite(r).all()):
-            continue
-        top = float(r.abs().max())
-        e = float((g - r).abs().max()) / top if top else (0.0 if not bool(g.any()) else float("inf"))
-        if e != e:
-            return float("inf")
-        err = max(err, e)
-    return err
-
-
-def _own_ref(mod, x, training):
-    """The module's own output on (a copy of) x in training mode `training` (_mode), twice with
-    different seeds: the output, or why linfuse cannot stand in for it in that mode (it fails, it
-    draws from a random generator or its output differs from run to run, or its first, N(0, 1)
-    tokens give zeros or non-finite values)."""
-    mode = "training" if training else "eval"
-    outs = []
-    for n in (0, 1):
-        with _mode(mod, training, x.device, seed=n) as drew:
-            try:
-                y = mod.linfuse_base_class.forward(mod, x.clone())
-            except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
-                return "its own forward fails in %s mode (%s: %s)" % (mode, type(e).__name__, e)
-            if drew():
-                return "its own forward in %s mode draws random numbers (a dropout?)" % mode
-        if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-            return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
-                tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__, tuple(x.shape))
-        outs.append(y)
-    if not torch.equal(outs[0], outs[1]):
-        return "its own output in %s mode is random (a dropout?)" % mode
-    first = outs[0][:4].float()
-    if not bool(torch.isfinite(first).all()) or float(first.abs().max()) == 0:
-        return "its own forward gives %s in %s mode" % (
-            "non-finite values" if not bool(torch.isfinite(first).all()) else "zeros", mode)
-    return outs[0].float()
-
-
-def _probe(mod, act, variant):
+def _compare_forwards(mod, act, variant):
     """linfuse's output against the module's own on 8 random tokens (four of N(0, 1), four larger),
     in eval and in training mode (where a dropout, say, parts them). Returns the training modes
     (of False, True) in which they agree and, where that is one, why not the other; or why linfuse
@@ -1048,14 +844,14 @@ def _probe(mod, act, variant):
     what = "on %d random tokens" % len(_PROBE_SCALES)
     # autocast off: under it both forwards might run the module's own computation (the fallback)
     with torch.no_grad(), torch.autocast(device_type=w.device.type, enabled=False):
-        refs = {t: _own_ref(mod, x, t) for t in (False, True)}
+        refs = {t: _probe.own_output(mod, mod.linfuse_base_class.forward, x, t) for t in (False, True)}
         _drop(mod)
         try:
             got = _patched_forward_inner(mod, x.clone(), False).float()
         except Error as e:
             return "linfuse refused it: %s" % e
     tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
-    errs = {t: _token_error(r, got) for t, r in refs.items() if not isinstance(r, str)}
+    errs = {t: _probe.token_error(r, got) for t, r in refs.items() if not isinstance(r, str)}
     modes = tuple(t for t in (False, True) if t in errs and errs[t] <= tol)
     if len(modes) == 1:
         t = not modes[0]
@@ -1130,7 +926,7 @@ def apply(model, variant="gated"):
         try:
             if used == "fp8":
                 _quantize(mod)
-            got = _probe(mod, act, used)
+            got = _compare_forwards(mod, act, used)
         except Error as e:
             got = "linfuse refused it: %s" % e
         except BaseException:
