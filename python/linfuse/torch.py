@@ -157,7 +157,9 @@ class PatchReport:
             lines.append("  left     %s (%s): %s" % (name or "(the model itself)", cls, reason))
         if not self.replaced and not self.left:
             lines.append("  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
-                         "transformers gives a gated MLP's projections), or w1, w2 and w3 (Meta's)")
+                         "transformers gives a gated MLP's projections), or w1, w2 and w3 (Meta's). A gated MLP "
+                         "of other names: name its Linears so (aliases are parts apply would not run), or call a "
+                         "linfuse.GatedMlp over [Wg; Wu] and down's weight in its forward")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -258,6 +260,9 @@ def _views_intact(mod):
 def _who(mod):
     """A patched module as its errors name it: its path in the model apply was given, and its class."""
     return "%s (%s)" % (getattr(mod, "linfuse_name", "?"), mod.linfuse_base_class.__name__)
+
+
+_ITSELF = "the model itself"
 
 
 def _plain(lin):
@@ -874,8 +879,8 @@ def apply(model, variant="gated"):
     """Replace the forward of every gated MLP in model with linfuse::gated_mlp, in place: each
     module, whatever its class, made of gate_proj, up_proj and down_proj (or w1, w3 and w2, Meta's
     names, or one gate_up_proj whose output is [gate, up], and down_proj), bias-free nn.Linears,
-    and an act_fn (or activation_fn) that computes silu, gelu_tanh or gelu_erf (without one, the
-    activation the forward computes itself, found by the probe). Returns a PatchReport (print it). variant "gated" (the gated
+    and an act_fn (or activation_fn, or act) that computes silu, gelu_tanh or gelu_erf (without
+    one, the activation the forward computes itself, read through it). Returns a PatchReport (print it). variant "gated" (the gated
     GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
     the module runs gated, and the report says why). Each replaced module: gate and up stacked once
     into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
@@ -905,11 +910,11 @@ def apply(model, variant="gated"):
         dev = getattr(mod, layout[-1]).weight.device
         _warm(dev)
         used, note = variant, act_source
-        if variant == "fp8":
-            if getattr(torch, "float8_e4m3fn", None) is None:
-                used, note = "gated", "fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
-            elif lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
+        if variant == "fp8":  # the device first: a newer torch does not give the CPU an FP8 GEMM
+            if lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
                 used, note = "gated", "fp8 runs gated on %s: %s" % (dev, lib.error())
+            elif getattr(torch, "float8_e4m3fn", None) is None:
+                used, note = "gated", "fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
         base_class = mod.__class__
         gu, undo = _stack(mod)  # the old gate and up weights go with undo (nothing else may hold them: memory)
         mod.__class__ = _patched_class(base_class)
@@ -919,7 +924,7 @@ def apply(model, variant="gated"):
         del gu
         mod.linfuse_act, mod.linfuse_variant, mod.linfuse_fp8_versions = act, used, (None, None)
         mod.linfuse_act_ref = (act_attr, None if act_attr is None else _act_now(mod, act_attr))
-        mod.linfuse_name = name or "(the model itself)"
+        mod.linfuse_name = name or _ITSELF
         mod.linfuse_children = tuple(mod._modules)
         mod.linfuse_layout = layout
         mod.linfuse_modes, mod.linfuse_mode_mods = (False, True), _inner_modules(mod)
