@@ -192,17 +192,20 @@ def own_output(mod, forward, x, training):
     """The module's own output on (a copy of) x in training mode `training` (see mode()), twice with
     different seeds: the output, or why linfuse cannot stand in for it in that mode (it fails, it
     draws from a random generator or its output differs from run to run, or its first, N(0, 1)
-    tokens give zeros or non-finite values)."""
+    tokens give zeros or non-finite values). What the runs set on the module is taken back."""
     which = "training" if training else "eval"
     outs = []
     for n in (0, 1):
-        with mode(mod, training, x.device, seed=n) as drew:
-            try:
+        state = _module_state(mod)
+        try:
+            with mode(mod, training, x.device, seed=n) as drew:
                 y = forward(mod, x.clone())
-            except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
-                return "its own forward fails in %s mode (%s: %s)" % (which, type(e).__name__, e)
-            if drew():
-                return "its own forward in %s mode draws random numbers (a dropout?)" % which
+                if drew():
+                    return "its own forward in %s mode draws random numbers (a dropout?)" % which
+        except Exception as e:  # noqa: BLE001 (a module whose own forward fails is no MLP linfuse can stand in for)
+            return "its own forward fails in %s mode (%s: %s)" % (which, type(e).__name__, e)
+        finally:
+            _put_module_state(mod, state)
         if not isinstance(y, torch.Tensor) or y.shape != x.shape:
             return "its own forward returns %s for x of shape %s; linfuse's returns one tensor of x's shape" % (
                 tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__, tuple(x.shape))

@@ -414,7 +414,9 @@ _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]
 # (w.detach(): the same memory, a TensorImpl of their own), so what it holds keeps no weight
 # object alive (torch keeps a tensor's Python object alive while anything holds its TensorImpl);
 # the entry refers to the weights weakly, is used only for the very objects it was made over while
-# their memory and layout are what they were, and goes when one of them is collected. (A numpy
+# their memory and layout are what they were, and goes when one of them is collected or is passed
+# again with other memory. (Until then it holds the memory it was made over: weights given new
+# memory in place, w.data = ... or a module's .half(), free their old memory at their next call.) (A numpy
 # array's DLPack export holds the array itself: it would never be collected.) Not for the fp8
 # variant without fp8_weights, whose quantization of the weights is redone on every call.
 # The least recently used goes past _MLPS_MAX (a model's MLPs, one entry each, are far fewer).
@@ -457,6 +459,9 @@ def _cached_mlp(gate_up, down, act, fp8_weights):
             except KeyError:  # dropped just now by a collection in another thread
                 pass
             return m
+    if got is not None:  # these objects, moved or laid out anew: their old memory goes now
+        _forget(key)
+        got = m = None
     # each reference's callback lives as long as the entry holding it: nothing piles up on a
     # weight that outlives many entries (one passed with a new partner on every call)
     refs, at = tuple(weakref.ref(w, lambda _, key=key: _forget(key)) for w in ws), _where(ws)

@@ -151,10 +151,10 @@ class PatchReport:
         lines = ["linfuse.torch.apply(variant=%r): %d MLP%s replaced, %d left as they were"
                  % (self.variant, len(self.replaced), "" if len(self.replaced) == 1 else "s", len(self.left))]
         for name, cls, act, variant, note in self.replaced:
-            lines.append("  replaced %s (%s, %s, %s)%s" % (name or "(the model itself)", cls, act, variant,
+            lines.append("  replaced %s (%s, %s, %s)%s" % (name or "(%s)" % _ITSELF, cls, act, variant,
                                                            ": " + note if note else ""))
         for name, cls, reason in self.left:
-            lines.append("  left     %s (%s): %s" % (name or "(the model itself)", cls, reason))
+            lines.append("  left     %s (%s): %s" % (name or "(%s)" % _ITSELF, cls, reason))
         if not self.replaced and not self.left:
             lines.append("  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
                          "transformers gives a gated MLP's projections), or w1, w2 and w3 (Meta's). A gated MLP "
@@ -208,16 +208,11 @@ def _layout(mod):
     return None
 
 
-def _names(mod):
-    """A patched module's projection names: the layout apply found."""
-    return mod.linfuse_layout
-
-
 def _weights(mod):
     """The Parameters of a patched module's projections, in its layout's order: (gate, up, down)
     or (gate_up, down). Read from the module's own dicts where they are there (nn.Module's
     __getattr__ is slow)."""
-    names, mods = _names(mod), mod._modules
+    names, mods = mod.linfuse_layout, mod._modules
     try:
         return tuple(mods[p]._parameters["weight"] for p in names)
     except (KeyError, AttributeError):  # a projection replaced by something else since apply
@@ -271,6 +266,17 @@ def _plain(lin):
     return type(lin) is nn.Linear and lin._parameters.get("bias") is None
 
 
+def _settings(mod):
+    """What a forward may read from its module besides its parts: the module's own attributes
+    that are plain values or functions (an activation held as a function, a flag, a scale)."""
+    return tuple((k, v) for k, v in mod.__dict__.items()
+                 if not k.startswith(("_", "linfuse_")) and k != "training" and
+                 (isinstance(v, (bool, int, float, str)) or (callable(v) and not isinstance(v, (nn.Module, type)))))
+
+
+_MISSING = object()
+
+
 def _check_parts(mod, traced=False):
     """The module is made of what apply found: its activation the same object, its projections
     plain Linears, no submodule added or removed. Read by torch.compile's trace (traced) as well as
@@ -289,11 +295,20 @@ def _check_parts(mod, traced=False):
             raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
                         "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr,
                                                                                      mod.linfuse_act))
+    if not traced:
+        for k, v in mod.linfuse_settings:
+            now = mod.__dict__.get(k, _MISSING)
+            if now is not v and now != v:
+                raise Error("linfuse: %s's %s changed after linfuse.torch.apply compared its forward with "
+                            "linfuse's (%r, now %r): call linfuse.torch.unapply(model), then apply(model) again" % (
+                                _who(mod), k, v, None if now is _MISSING else now))
     mods = mod._modules
+    # (not _plain: this runs traced too, where the plain attribute read is the one dynamo follows)
     changed = [n for n in mod.linfuse_layout if not (type(mods.get(n)) is nn.Linear and mods[n].bias is None)]
     if changed or tuple(mods) != mod.linfuse_children:
-        raise (RuntimeError if traced else Error)("linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), "
-                    "then apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
+        raise (RuntimeError if traced else Error)(
+            "linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), then "
+            "apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
 
 
 def _check_intact(mod):
@@ -302,7 +317,7 @@ def _check_intact(mod):
     weights were written since."""
     _check_parts(mod)
     if not _views_intact(mod):
-        names = _names(mod)
+        names = mod.linfuse_layout
         what = "%s weight no longer views" % names[0] if len(names) == 2 else \
             "%s and %s weights no longer view" % names[:2]
         raise Error("linfuse: %s's %s the stacked [Wg; Wu] that "
@@ -337,7 +352,8 @@ def _key(mod):
     # the parts as objects, and whether each projection is still plain (a bias set, a class
     # swapped): a change makes the next call check the module in full (_check_intact)
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
-           id(act), tuple(mods.values()), tuple(_plain(mods.get(n)) for n in _names(mod)))
+           id(act), tuple(mods.values()), tuple(_plain(mods.get(n)) for n in mod.linfuse_layout),
+           tuple(id(mod.__dict__.get(k)) for k, _ in mod.__dict__["linfuse_settings"]))
     return key if q is None else key + _fp8_versions(mod) + (q.data_ptr(),)
 
 
@@ -348,8 +364,9 @@ def _drop(mod):
 
 
 def _eager_weights(mod):
-    """Outside torch.compile, on every call: the module's GatedMlp. Cheap while
-    nothing moved (four addresses compared); else the full _check_intact, and a new GatedMlp.
+    """Outside torch.compile, on every call: the module's GatedMlp. Cheap while nothing moved or
+    changed (_key: addresses, layouts, the parts as objects); else the full _check_intact, and a
+    new GatedMlp.
     (A held GatedMlp keeps its tensors alive: an address seen again is the same memory.)"""
     key = _key(mod)
     got = _PREPARED.get(mod)
@@ -547,6 +564,9 @@ def _patched_forward_inner(self, x, compiling):
 
 
 _PATCHED_CLASSES = {}
+# What apply sets on a module it patches, besides its buffers (_BUFFERS) and its class.
+_ATTRS = ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name",
+          "linfuse_children", "linfuse_layout", "linfuse_modes", "linfuse_mode_mods", "linfuse_settings")
 _BUFFERS = ("linfuse_gate_up", "linfuse_gate_up_q", "linfuse_gate_up_scale", "linfuse_down_q", "linfuse_down_scale")
 
 
@@ -555,6 +575,7 @@ def _views_again(mod):
     nn.Parameters by value, which leaves them apart and the module refusing)."""
     mod.__dict__.setdefault("linfuse_modes", (False, True))  # a module pickled before these were kept
     mod.__dict__.setdefault("linfuse_mode_mods", _inner_modules(mod))
+    mod.__dict__.setdefault("linfuse_settings", _settings(mod))
     names = mod.__dict__.setdefault("linfuse_layout", _layout(mod))
     if len(names) == 2:
         # the fused weight's own Parameter stays (a copy keeps what it is tied to); the stacked
@@ -657,7 +678,7 @@ def _act_attr(mod):
 
 def _act_of(mod, model, names):
     """The activation mod computes, read from its act_fn (activation_fn, act) or, where it has no
-    such callable, through its forward (_read_inline_act): (act, a note on where it came from,
+    such callable, through its forward (_probe.read_inline_act): (act, a note on where it came from,
     the attribute's name or None), or why none linfuse takes. The config's name for it goes in the
     note where the config agrees."""
     attr = _act_attr(mod)
@@ -700,17 +721,15 @@ def _act_of(mod, model, names):
     return act, "%s %s computes %s (probed)%s" % (attr, type(fn).__name__, act, other), attr
 
 
-def _why_not(name, mod, model, shared=None):
-    """Why linfuse cannot take mod (a reason), or (act, a note on where the activation came from).
-    Any module of a layout linfuse knows (_LAYOUTS) is a candidate, whatever its class: made of its
-    projections and activation alone, plain bias-free Linears of matching shapes, an activation
-    linfuse computes; apply then checks its forward against linfuse's on random tokens.
-    shared: _sharing(model)."""
+def _why_not(mod, model, layout, shared=None):
+    """Why linfuse cannot take mod (a reason), or _act_of's (act, a note on where the activation
+    came from, the attribute it was read from). Any module of a layout linfuse knows (layout, one
+    of _LAYOUTS) is a candidate, whatever its class: made of its projections and activation alone,
+    plain bias-free Linears of matching shapes, an activation linfuse computes; apply then checks
+    its forward against linfuse's on random tokens. shared: _sharing(model)."""
     if hasattr(mod, "linfuse_base_class"):
         return "already patched by linfuse (unapply first to patch again)"
-    names = _layout(mod)
-    if names is None:
-        return "it has neither gate_proj, up_proj, down_proj, nor w1, w2, w3, nor gate_up_proj, down_proj"
+    names = layout
     if hasattr(mod, "_hf_hook"):
         return "its weights are managed by an accelerate hook (offloading or device map); linfuse needs them in place"
     lins = [getattr(mod, p, None) for p in names]
@@ -738,10 +757,11 @@ def _why_not(name, mod, model, shared=None):
         g, u = lins[0].weight, lins[1].weight
         halves = g.shape == u.shape and g.is_contiguous() and u.is_contiguous() and \
             u.data_ptr() == g.data_ptr() + g.numel() * g.element_size()
-        own = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and g is not u and \
-            halves else 1
+        slots = 2 if ptrs[0] is not None and ptrs[0] == ptrs[1] and lins[0] is not lins[1] and g is not u and \
+            halves else 1  # the parameter slots this module's own storage fills
         tied = [p for p, lin, ptr in zip(names[:2], lins[:2], ptrs)
-                if shared["modules"].get(id(lin), 0) > 1 or (ptr is not None and shared["storages"].get(ptr, 0) > own)]
+                if shared["modules"].get(id(lin), 0) > 1 or
+                (ptr is not None and shared["storages"].get(ptr, 0) > slots)]
         if tied:
             return "its %s %s shared with another module or parameter (tied weights): stacking gate and up " \
                    "would change the other" % (" and ".join(tied), "is" if len(tied) == 1 else "are")
@@ -782,14 +802,13 @@ def _quantize(mod):
     mod.linfuse_fp8_versions = _fp8_versions(mod)
 
 
-def _stack(mod):
+def _stack(mod, names):
     """gate and up as one (2H, D) tensor [Wg; Wu], their parameters made views of it (their old
     memory goes once the undo function returned with it is dropped: memory does not grow;
     state_dict keeps its keys). The Parameter objects stay the same ones, their data replaced: an
     optimizer made before apply still holds them after unapply. A fused gate_up_proj's weight is
     [Wg; Wu] already: the stacked tensor is a view of it. Returns (the stacked tensor, a function
-    that puts gate and up back as they were: for a module apply leaves)."""
-    names = _layout(mod)
+    that puts gate and up back as they were: for a module apply leaves). names: mod's layout."""
     if len(names) == 2:
         w = getattr(mod, names[0]).weight
         with torch.inference_mode(w.is_inference() and torch.is_inference_mode_enabled()), torch.no_grad():
@@ -836,7 +855,7 @@ def _warm(device):
 _PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)
 
 
-def _compare_forwards(mod, act, variant):
+def _compare_forwards(mod, variant):
     """linfuse's output against the module's own on 8 random tokens (four of N(0, 1), four larger),
     in eval and in training mode (where a dropout, say, parts them). Returns the training modes
     (of False, True) in which they agree and, where that is one, why not the other; or why linfuse
@@ -870,7 +889,7 @@ def _compare_forwards(mod, act, variant):
                       if why.startswith("its own forward gives") else "")
     t = min(errs, key=errs.get)
     hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" \
-        if len(_names(mod)) == 2 else ""
+        if len(mod.linfuse_layout) == 2 else ""
     return "its own forward and linfuse's differ %s%s: by %.3g times the largest value of a token's own output " \
            "(tolerance %.3g)%s" % (what, " in training mode" if t else "", errs[t], tol, hint)
 
@@ -880,12 +899,12 @@ def apply(model, variant="gated"):
     module, whatever its class, made of gate_proj, up_proj and down_proj (or w1, w3 and w2, Meta's
     names, or one gate_up_proj whose output is [gate, up], and down_proj), bias-free nn.Linears,
     and an act_fn (or activation_fn, or act) that computes silu, gelu_tanh or gelu_erf (without
-    one, the activation the forward computes itself, read through it). Returns a PatchReport (print it). variant "gated" (the gated
-    GEMM, then down) or "fp8" (FP8 weights quantized once, here; where the device has no FP8 GEMM
-    the module runs gated, and the report says why). Each replaced module: gate and up stacked once
-    into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with the original parameters made views
-    of it (a gate_up_proj's weight is used as it is), checked against its own forward on 8 random
-    tokens, in eval and in training mode (where it differs in one, a dropout in its forward, that
+    one, the activation the forward computes itself, read through it). Returns a PatchReport
+    (print it). variant "gated" (the gated GEMM, then down) or "fp8" (FP8 weights quantized once,
+    here; where the device has no FP8 GEMM the module runs gated, and the report says why). Each
+    replaced module: gate and up stacked once into [Wg; Wu] (a non-persistent buffer,
+    linfuse_gate_up) with the original parameters made views of it (a gate_up_proj's weight is
+    used as it is), checked against its own forward on 8 random tokens, in eval and in training mode (where it differs in one, a dropout in its forward, that
     mode runs the module's own forward); its class becomes a subclass, Linfuse<Class>, whose
     forward calls linfuse. A module linfuse cannot run (an unknown activation, biases, other parts,
     a dtype, device or layer it does not take, or a probe that differs) is left as it was, with the
@@ -898,15 +917,15 @@ def apply(model, variant="gated"):
     report = PatchReport(variant)
     shared = _sharing(model)
     for name, mod in model.named_modules():
-        if _layout(mod) is None:
+        layout = _layout(mod)
+        if layout is None:
             continue
         cls = type(mod).__name__
-        why = _why_not(name, mod, model, shared)
+        why = _why_not(mod, model, layout, shared)
         if isinstance(why, str):
             report.left.append((name, cls, why))
             continue
         act, act_source, act_attr = why
-        layout = _layout(mod)
         dev = getattr(mod, layout[-1]).weight.device
         _warm(dev)
         used, note = variant, act_source
@@ -915,8 +934,8 @@ def apply(model, variant="gated"):
                 used, note = "gated", "fp8 runs gated on %s: %s" % (dev, lib.error())
             elif getattr(torch, "float8_e4m3fn", None) is None:
                 used, note = "gated", "fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
-        base_class = mod.__class__
-        gu, undo = _stack(mod)  # the old gate and up weights go with undo (nothing else may hold them: memory)
+        base_class, settings = mod.__class__, _settings(mod)
+        gu, undo = _stack(mod, layout)  # the old gate and up weights go with undo (nothing else may hold them: memory)
         mod.__class__ = _patched_class(base_class)
         mod.register_buffer("linfuse_gate_up", gu, persistent=False)
         for n in _BUFFERS[1:]:
@@ -928,10 +947,11 @@ def apply(model, variant="gated"):
         mod.linfuse_children = tuple(mod._modules)
         mod.linfuse_layout = layout
         mod.linfuse_modes, mod.linfuse_mode_mods = (False, True), _inner_modules(mod)
+        mod.linfuse_settings = settings
         try:
             if used == "fp8":
                 _quantize(mod)
-            got = _compare_forwards(mod, act, used)
+            got = _compare_forwards(mod, used)
         except Error as e:
             got = "linfuse refused it: %s" % e
         except BaseException:
@@ -956,8 +976,7 @@ def _restore(mod):
     mod.__class__ = mod.linfuse_base_class
     for n in _BUFFERS:
         mod._buffers.pop(n, None)
-    for n in ("linfuse_act", "linfuse_variant", "linfuse_fp8_versions", "linfuse_act_ref", "linfuse_name",
-              "linfuse_children", "linfuse_layout", "linfuse_modes", "linfuse_mode_mods"):
+    for n in _ATTRS:
         mod.__dict__.pop(n, None)
 
 
