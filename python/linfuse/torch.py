@@ -895,21 +895,21 @@ def _compare_forwards(mod, variant):
 
 
 def apply(model, variant="gated"):
-    """Replace the forward of every gated MLP in model with linfuse::gated_mlp, in place: each
-    module, whatever its class, made of gate_proj, up_proj and down_proj (or w1, w3 and w2, Meta's
-    names, or one gate_up_proj whose output is [gate, up], and down_proj), bias-free nn.Linears,
-    and an act_fn (or activation_fn, or act) that computes silu, gelu_tanh or gelu_erf (without
-    one, the activation the forward computes itself, read through it). Returns a PatchReport
-    (print it). variant "gated" (the gated GEMM, then down) or "fp8" (FP8 weights quantized once,
-    here; where the device has no FP8 GEMM the module runs gated, and the report says why). Each
-    replaced module: gate and up stacked once into [Wg; Wu] (a non-persistent buffer,
-    linfuse_gate_up) with the original parameters made views of it (a gate_up_proj's weight is
-    used as it is), checked against its own forward on 8 random tokens, in eval and in training mode (where it differs in one, a dropout in its forward, that
-    mode runs the module's own forward); its class becomes a subclass, Linfuse<Class>, whose
-    forward calls linfuse. A module linfuse cannot run (an unknown activation, biases, other parts,
-    a dtype, device or layer it does not take, or a probe that differs) is left as it was, with the
-    reason in the report. Patch after moving the model to its device
-    and dtype; unapply(model) restores the modules."""
+    """Replace the forward of every gated MLP in model with linfuse::gated_mlp, in place: each module,
+    whatever its class, made of gate_proj, up_proj and down_proj (or w1, w3 and w2, Meta's names, or
+    one gate_up_proj whose output is [gate, up], and down_proj), bias-free nn.Linears, and an act_fn
+    (or activation_fn, or act) that computes silu, gelu_tanh or gelu_erf (without one, the
+    activation the forward computes itself, read through it). Returns a PatchReport (print it).
+    variant "gated" (the gated GEMM, then down) or "fp8" (FP8 weights quantized once, here; where
+    the device has no FP8 GEMM the module runs gated, and the report says why). Each replaced
+    module: gate and up stacked once into [Wg; Wu] (a non-persistent buffer, linfuse_gate_up) with
+    the original parameters made views of it (a gate_up_proj's weight is used as it is), checked
+    against its own forward on 8 random tokens, in eval and in training mode (where it differs in
+    one, a dropout in its forward, that mode runs the module's own forward); its class becomes a
+    subclass, Linfuse<Class>, whose forward calls linfuse. A module linfuse cannot run (an unknown
+    activation, biases, other parts, a dtype, device or layer it does not take, or a probe that
+    differs) is left as it was, with the reason in the report. Patch after moving the model to its
+    device and dtype; unapply(model) restores the modules."""
     if variant not in ("gated", "fp8"):
         raise ValueError("linfuse.torch.apply: variant=%r: takes 'gated' or 'fp8'" % (variant,))
     if not isinstance(model, nn.Module):
