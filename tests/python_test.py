@@ -1017,6 +1017,14 @@ def test_torch_apply_inline(torch):
         model.drop.eval()
         torch._dynamo.reset()
     # what the forward reads besides its parts, changed after apply: refused by name
+    counted = FeedForward()
+    counted.calls = 0  # an int a forward might count with: not watched
+    lt.apply(counted)
+    with torch.no_grad():
+        counted(x)
+        counted.calls = 5
+        check(torch.allclose(counted(x), counted.linfuse_base_class.forward(counted, x), rtol=1e-4, atol=1e-5),
+              "inline: an int attribute changed after apply is not refused")
     for attr, value in (("fn", F.gelu), ("p", 0.5)):
         saved = getattr(meta, attr)
         setattr(meta, attr, value)

@@ -268,10 +268,12 @@ def _plain(lin):
 
 def _settings(mod):
     """What a forward may read from its module besides its parts: the module's own attributes
-    that are plain values or functions (an activation held as a function, a flag, a scale)."""
+    that are functions, flags, floats or strings (an activation held as a function, a switch, a
+    scale). Not ints: sizes do not change, and a counter a forward keeps would (while the
+    module's own forward runs, in training mode or under a hook) and be refused for it."""
     return tuple((k, v) for k, v in mod.__dict__.items()
                  if not k.startswith(("_", "linfuse_")) and k != "training" and
-                 (isinstance(v, (bool, int, float, str)) or (callable(v) and not isinstance(v, (nn.Module, type)))))
+                 (isinstance(v, (bool, float, str)) or (callable(v) and not isinstance(v, (nn.Module, type)))))
 
 
 _MISSING = object()
