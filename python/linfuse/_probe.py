@@ -42,33 +42,40 @@ def act_distance(got, ref):
 
 
 def _generators(device):
-    """The states of every random generator a forward may draw from: torch's on the CPU and on
-    device, Python's random, numpy's global one (where numpy is loaded)."""
-    states = [torch.get_rng_state(), random.getstate()]
+    """The states of every random generator a forward may draw from, by name: torch's on the CPU
+    and on device, Python's random, numpy's global one (where numpy is loaded)."""
+    states = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if device.type == "cuda":
-        states.append(torch.cuda.get_rng_state(device))
+        states["cuda"] = torch.cuda.get_rng_state(device)
     np = sys.modules.get("numpy")
     if np is not None:
-        states.append(np.random.get_state())
+        states["numpy"] = np.random.get_state()
     return states
 
 
 def _set_generators(device, states):
-    torch.set_rng_state(states[0])
-    random.setstate(states[1])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(states[2], device)
-    np = sys.modules.get("numpy")
-    if np is not None and len(states) > 2 + (device.type == "cuda"):
-        np.random.set_state(states[-1])
+    torch.set_rng_state(states["torch"])
+    random.setstate(states["python"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
+    if "numpy" in states:
+        sys.modules["numpy"].random.set_state(states["numpy"])
+
+
+def _same(a, b):
+    """Whether two generator states (tensors, numpy arrays, tuples of them, numbers) are equal."""
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    if hasattr(a, "all"):  # a numpy array
+        return bool((a == b).all())
+    return a == b
 
 
 def _same_generators(a, b):
     """Whether two _generators() states are the same (nothing was drawn between them)."""
-    return torch.equal(a[0], b[0]) and a[1] == b[1] and all(
-        torch.equal(x, y) if isinstance(x, torch.Tensor) else
-        all(bool((u == v).all()) if hasattr(u, "all") else u == v for u, v in zip(x, y))
-        for x, y in zip(a[2:], b[2:]))
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
 
 
 @contextlib.contextmanager

@@ -415,11 +415,11 @@ _GATED, _FP8 = _lib.VARIANT["gated"], _lib.VARIANT["fp8"]
 # object alive (torch keeps a tensor's Python object alive while anything holds its TensorImpl);
 # the entry refers to the weights weakly, is used only for the very objects it was made over while
 # their memory and layout are what they were, and goes when one of them is collected or is passed
-# again with other memory. (Until then it holds the memory it was made over: weights given new
-# memory in place, w.data = ... or a module's .half(), free their old memory at their next call.) (A numpy
-# array's DLPack export holds the array itself: it would never be collected.) Not for the fp8
-# variant without fp8_weights, whose quantization of the weights is redone on every call.
-# The least recently used goes past _MLPS_MAX (a model's MLPs, one entry each, are far fewer).
+# again with other memory (until then it holds the memory it was made over: weights given new
+# memory in place, w.data = ... or a module's .half(), free their old memory at their next call).
+# Not for numpy arrays (their DLPack export holds the array itself: it would never be collected),
+# nor for the fp8 variant without fp8_weights, whose quantization is redone on every call. The
+# least recently used goes past _MLPS_MAX (a model's MLPs, one entry each, are far fewer).
 _MLPS = collections.OrderedDict()
 _MLPS_LOCK = threading.Lock()
 _MLPS_MAX = 1024

@@ -285,18 +285,17 @@ def _check_parts(mod, traced=False):
     by eager calls: the objects it compares are then what the compiled code's guards watch, and a
     change traces it again, through this check. (Traced, an activation held as a function rather
     than a module is not compared: it is not among the module's children, where the trace looks.)"""
+    # Traced, a builtin error: dynamo cannot trace Error's constructor (its super().__init__).
+    error = RuntimeError if traced else Error
     attr, fn = mod.linfuse_act_ref
-    if traced:  # a builtin error: dynamo cannot trace Error's constructor (its super().__init__)
-        if isinstance(fn, nn.Module) and mod._modules.get(attr) is not fn:
-            raise RuntimeError("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) "
-                               "from it: call linfuse.torch.unapply(model), then apply(model) again" % (
-                                   _who(mod), attr, mod.linfuse_act))
-    elif attr is not None:
-        now = _act_now(mod, attr)
-        if now is not fn and now != fn:
-            raise Error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
-                        "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr,
-                                                                                     mod.linfuse_act))
+    if traced:
+        replaced = isinstance(fn, nn.Module) and mod._modules.get(attr) is not fn
+    else:
+        now = None if attr is None else _act_now(mod, attr)
+        replaced = attr is not None and now is not fn and now != fn
+    if replaced:
+        raise error("linfuse: %s's %s was replaced after linfuse.torch.apply read its activation (%s) from it: "
+                    "call linfuse.torch.unapply(model), then apply(model) again" % (_who(mod), attr, mod.linfuse_act))
     if not traced:
         for k, v in mod.linfuse_settings:
             now = mod.__dict__.get(k, _MISSING)
@@ -308,7 +307,7 @@ def _check_parts(mod, traced=False):
     # (not _plain: this runs traced too, where the plain attribute read is the one dynamo follows)
     changed = [n for n in mod.linfuse_layout if not (type(mods.get(n)) is nn.Linear and mods[n].bias is None)]
     if changed or tuple(mods) != mod.linfuse_children:
-        raise (RuntimeError if traced else Error)(
+        raise error(
             "linfuse: %s's parts changed after linfuse.torch.apply (%s): call linfuse.torch.unapply(model), then "
             "apply(model) again" % (_who(mod), ", ".join(changed) or "a submodule added or removed"))
 
@@ -348,9 +347,7 @@ def _key(mod):
     g, u, d = (ws[0], ws[0], ws[1]) if len(ws) == 2 else ws  # a fused gate_up's weight stands for both
     gu, q = bufs["linfuse_gate_up"], bufs["linfuse_gate_up_q"]
     attr = mod.__dict__["linfuse_act_ref"][0]
-    act = None if attr is None else mods.get(attr)
-    if act is None and attr is not None:  # a function, not a module
-        act = _act_now(mod, attr)
+    act = None if attr is None else _act_now(mod, attr)
     # the parts as objects, and whether each projection is still plain (a bias set, a class
     # swapped): a change makes the next call check the module in full (_check_intact)
     key = (g.data_ptr(), u.data_ptr(), gu.data_ptr(), d.data_ptr(), g.stride(), u.stride(), d.stride(), d.shape,
