@@ -325,6 +325,24 @@ check "mlp: output in no directory" 2 "$bin" mlp --weights "$dir/hf" --prefix mo
 contains "mlp: output in no directory" "no such directory $dir/hf/no"
 check "mlp: output is a directory" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "$dir/hf" --device cpu
 contains "mlp: output is a directory" "--output: $dir/hf is a directory"
+check "mlp: an empty output path" 2 "$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output "" --device cpu
+contains "mlp: an empty output path" "the output path is empty"
+# --output - : the file on standard output and nothing else (what the run says goes to stderr)
+checks=$((checks + 1))
+"$bin" mlp --weights "$dir/hf" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" --output - --device cpu \
+    > "$dir/hf/y_stdout.safetensors" 2> "$dir/hf/y_stdout.txt" ||
+    { fails=$((fails + 1)); echo "FAIL: mlp --output -: exit $?"; }
+grep -q "wrote -" "$dir/hf/y_stdout.txt" || { fails=$((fails + 1)); echo "FAIL: mlp --output -: the note is not on stderr"; }
+checks=$((checks + 1))
+python3 - "$dir/hf/y_stdout.safetensors" <<'PY' || { fails=$((fails + 1)); echo "FAIL: mlp --output -: stdout is not the file alone"; }
+import json, os, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
+sys.exit(0 if len(b) == 8 + n + end else 1)
+PY
+y_close "mlp --output -'s y" "$dir/hf/y_stdout.safetensors" "$dir/hf/y_ref.json"
 # an output that is one of the inputs (by any name: the path, a link, a hard link, the shard of a
 # directory, the config read) would destroy it: refused, naming both, and nothing changes
 sum_w=$(cksum < "$dir/hf/model.safetensors") sum_x=$(cksum < "$dir/hf/x.safetensors") sum_c=$(cksum < "$dir/hf/config.json")

@@ -251,6 +251,21 @@ static void test_copy_out(void)
     OK(lf_tensor_to_f32(out, v, 6));
     CHECK(v[0] == 3.0f && v[5] == 3.0f, "a broadcast x copied into a plain out");
     lf_tensor_free(one), lf_tensor_free(x), lf_tensor_free(out), lf_tensor_free(bx);
+    /* one storage: row 0 into row 1 copies (as torch's copy_); a row into itself or into the
+     * whole matrix overlaps, and is refused */
+    lf_tensor *m = NULL, *r0 = NULL, *r1 = NULL;
+    int64_t ms[2] = {2, 3}, rs[1] = {3}, st1[1] = {1};
+    const float init[6] = {1, 2, 3, 4, 5, 6};
+    OK(lf_tensor_from_f32(&m, LF_DTYPE_F32, 2, ms, init, LF_DEVICE_CPU));
+    OK(lf_tensor_as_strided(&r0, m, 1, rs, st1, 0));
+    OK(lf_tensor_as_strided(&r1, m, 1, rs, st1, 3));
+    OK(lf_copy_out(r1, r0));
+    OK(lf_tensor_to_f32(m, v, 6));
+    CHECK(v[3] == 1 && v[4] == 2 && v[5] == 3 && v[0] == 1, "row 0 copied into row 1 of one matrix");
+    lf_tensor_free(r1), r1 = NULL;
+    OK(lf_tensor_as_strided(&r1, m, 1, rs, st1, 2)); /* elements 2-4: shares element 2 with row 0 */
+    FAILS(LF_EINVAL, "overlap in memory", lf_copy_out(r1, r0));
+    lf_tensor_free(m), lf_tensor_free(r0), lf_tensor_free(r1);
 }
 
 int main(void)

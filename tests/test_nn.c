@@ -113,7 +113,20 @@ static void test_nn_errors(void)
     FAILS(LF_EINVAL, "act relu: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf",
           lf_nn_gated_mlp_init(&m, &mo, &rng));
     mo.act = LF_ACT_SILU;
+    /* parameters in a dtype linfuse computes in: an f8e4m3 module comes from quantize_fp8 */
+    mo.dtype = LF_DTYPE_F8E4M3;
+    FAILS(LF_EDTYPE, "dtype f8e4m3: parameters are bf16, f16 or f32", lf_nn_gated_mlp_init(&m, &mo, &rng));
+    lf_nn_linear_opts f8 = ok;
+    f8.dtype = LF_DTYPE_F8E4M3;
+    FAILS(LF_EDTYPE, "dtype f8e4m3", lf_nn_linear_init(&l, &f8, &rng));
+    mo.dtype = LF_DTYPE_F32;
     OK(lf_nn_gated_mlp_init(&m, &mo, &rng));
+    /* one handle as both weights: refused, freed once (a double free under ASan before) */
+    lf_tensor *one = NULL;
+    OK(lf_contiguous(&one, m.gate_up)); /* a second handle on the gate_up weight */
+    lf_nn_gated_mlp same;
+    FAILS(LF_EINVAL, "the same handle", lf_nn_gated_mlp_from_weights(&same, one, one, LF_ACT_SILU));
+    CHECK(same.gate_up == NULL && same.down.weight == NULL, "nothing kept after the refusal");
     int64_t bad_x[2] = {5, 15};
     x = rand_tensor(&rng, LF_DTYPE_F32, 2, bad_x);
     FAILS(LF_ESHAPE, "dim = 16", lf_nn_gated_mlp_forward_variant(&m, LF_MLP_GATED, x, &y));

@@ -437,6 +437,14 @@ static void test_memory_and_drops(void)
     FAILS(LF_EIO, "cannot write /nonexistent-dir/x.json", lf_prof_export(p, "/nonexistent-dir/x.json"));
     lf_prof_free(p);
     FAILS(LF_EINVAL, "active >= 1", lf_prof_start(&p, &(lf_prof_opts){.use_schedule = 1}));
+    FAILS(LF_EINVAL, "activities 0x80", lf_prof_start(&p, &(lf_prof_opts){.activities = 0x80}));
+    /* wait + warmup past INT_MAX: the steps after wait are warmup, with no overflow (UBSan) */
+    lf_prof_opts huge = {.use_schedule = 1, .schedule = {.wait = 1, .warmup = INT32_MAX, .active = 1, .repeat = 1}};
+    OK(lf_prof_start(&p, &huge));
+    OK(lf_prof_step(p));
+    OK(lf_prof_step(p));
+    OK(lf_prof_stop(p));
+    lf_prof_free(p);
 }
 
 int main(void)

@@ -63,6 +63,14 @@ static void test_round_trip(void)
     lf_st_entry dup[] = {{"x", a}, {"x", b}};
     FAILS(LF_EINVAL, "given twice", lf_st_write(lf_test_path("dup.safetensors"), dup, 2));
     CHECK(access(lf_test_path("dup.safetensors"), F_OK) != 0, "no file after a refused write");
+    /* a tensor named as the header's metadata key: refused, and a good file there kept as it was */
+    lf_st_entry meta[] = {{"w", b}, {"__metadata__", a}};
+    FAILS(LF_EINVAL, "__metadata__", lf_st_write(lf_test_path("one.safetensors"), meta, 2));
+    OK(lf_st_open(&st, lf_test_path("one.safetensors")));
+    OK(lf_st_get(st, "c", &again));
+    CHECK(same_bytes(again, c), "a refused write leaves the file there as it was");
+    lf_tensor_free(again);
+    lf_st_close(st);
     lf_tensor_free(at_);
     lf_tensor_free(a), lf_tensor_free(b), lf_tensor_free(c), lf_tensor_free(d);
 }

@@ -285,6 +285,18 @@ if ! gzip -dc "$x2/stack_mem_64x128x768x3072.json.gz" | grep -q '"with_flops": 1
     fails=$((fails + 1))
     echo "FAIL: a merge of a with_flops trace and one without says with_flops"
 fi
+# -o - : standard output holds the file alone (svg, report and merge say what they wrote on stderr)
+checks=$((checks + 1))
+{ "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank1.json" -o - > "$work/m_stdout.json" &&
+    "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" -o - > "$work/s_stdout.svg" &&
+    "$bin" trace report "$ref/mlp_64x128x768x3072_eager.json" -o - > "$work/r_stdout.html"; } 2> "$work/stdout_notes.txt" &&
+    python3 - "$work/m_stdout.json" "$work/s_stdout.svg" "$work/r_stdout.html" <<'PY' || { fails=$((fails + 1)); echo "FAIL: -o - wrote more than the file to standard output"; cat "$work/stdout_notes.txt"; }
+import json, sys, xml.etree.ElementTree as ET
+assert len(json.load(open(sys.argv[1]))["traceEvents"]) > 0
+ET.parse(sys.argv[2])
+html = open(sys.argv[3]).read().rstrip()
+assert html.endswith("</html>"), html[-80:]
+PY
 check "merge: one rank twice" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank0.json" -o "$work/bad.json"
 contains "merge: one rank twice" "both rank 0"
 check "merge: no output" 2 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json"

@@ -74,7 +74,8 @@ LF_API const char *lf_st_file(const lf_safetensors *st, int64_t i);
 LF_API const char *lf_st_metadata(const lf_safetensors *st, const char *key);
 
 /* Write tensors (any device, any layout: each is written contiguous) to path as one safetensors
- * file, whole or not at all; names must be distinct. */
+ * file, whole or not at all; names must be distinct, and none may be __metadata__ (the header's
+ * own key: such a file would not read back). A refused write leaves a file at path as it was. */
 typedef struct lf_st_entry {
     const char *name;
     const lf_tensor *t;

@@ -44,6 +44,9 @@ void lf_cli_unmake_dir(const char *dir, const char *made);
 /* Whether a file can be written at path before any work is done: not a directory, in a directory
  * that exists and takes a file (a link's target's directory); 0 with err filled when not. */
 int lf_cli_check_output(const char *path, char *err, int cap);
+/* Where a command says what it wrote: standard error when its output went to standard output
+ * ("-"), so the file there stays what was written, else standard output. */
+FILE *lf_cli_note_stream(const char *out);
 /* Whether a and b name the same existing file (device and inode, through links). */
 int lf_cli_same_file(const char *a, const char *b);
 /* s as one word of a file name: letters, digits, '.', '-' and '_' kept, anything else '_'. */

@@ -75,12 +75,21 @@ int lf_cli_prepare_dir(const char *dir, char *made, int made_cap, char *err, int
     return 1;
 }
 
+FILE *lf_cli_note_stream(const char *out)
+{
+    return out && !strcmp(out, "-") ? stderr : stdout;
+}
+
 int lf_cli_check_output(const char *path, char *err, int cap)
 {
     lf_cli_ignore_sigxfsz();
     struct stat sb;
     if (!strcmp(path, "-"))
         return 1;
+    if (!*path) {
+        snprintf(err, (size_t)cap, "the output path is empty");
+        return 0;
+    }
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         snprintf(err, (size_t)cap, "%.*s is a directory", cap / 2, path);
         return 0;

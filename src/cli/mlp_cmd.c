@@ -208,7 +208,8 @@ static void usage(FILE *f)
           "Runs the MLP <NAME>.{gate,up,down}_proj of a Hugging Face checkpoint (a .safetensors file, its\n"
           "index, or their directory) on tensor x of --input ([tokens, dim] or [batch, seq, dim]) and writes\n"
           "tensor y, the same shape, to --output. --act defaults to the config.json beside the weights;\n"
-          "--dtype to the weights' own; --variant to eager. Nothing is written when the run fails.\n",
+          "--dtype to the weights' own; --variant to eager. Nothing is written when the run fails.\n"
+          "--output - writes the file to standard output (the line saying what ran goes to standard error).\n",
           f);
 }
 
@@ -426,7 +427,8 @@ static int mlp_execute(const mlp_cfg *c, const char *pfx, lf_device dev, mlp_loa
         fprintf(stderr, "%s: %s\n", cmd, lf_last_error());
     } else {
         char xs[64], ys[64];
-        printf("mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
+        fprintf(lf_cli_note_stream(c->output),
+                "mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
                lf_act_name(l->m.act), (long long)l->m.dim, (long long)l->m.hidden, lf_dtype_name(l->m.gate_up->dtype),
                l->stored, lf_device_name(dev), c->compile ? "compiled " : "", ran,
                shape_str(xs, sizeof xs, l->x->ndim, l->x->shape), shape_str(ys, sizeof ys, y->ndim, y->shape), ms,

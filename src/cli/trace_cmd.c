@@ -333,7 +333,7 @@ static int verb_merge(int argc, char **argv)
         rc = LF_EXIT_FAIL;
     }
     if (rc == LF_EXIT_OK)
-        printf("wrote %s: %d rank%s, %lld events\n", out, nf, nf == 1 ? "" : "s", (long long)lf_trace_count(m));
+        fprintf(lf_cli_note_stream(out), "wrote %s: %d rank%s, %lld events\n", out, nf, nf == 1 ? "" : "s", (long long)lf_trace_count(m));
     lf_trace_free(m);
     return rc;
 }

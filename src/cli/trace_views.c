@@ -45,7 +45,7 @@ int lf_tcmd_svg(int argc, char **argv)
         lf_tcmd_error(cmd);
         return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
-    printf("wrote %s\n", out);
+    fprintf(lf_cli_note_stream(out), "wrote %s\n", out);
     return LF_EXIT_OK;
 }
 
@@ -100,7 +100,7 @@ int lf_tcmd_report(int argc, char **argv)
         lf_tcmd_error(cmd);
         return s == LF_EINVAL ? LF_EXIT_USAGE : LF_EXIT_FAIL;
     }
-    printf("wrote %s\n", out);
+    fprintf(lf_cli_note_stream(out), "wrote %s\n", out);
     return LF_EXIT_OK;
 }
 

@@ -274,9 +274,13 @@ static lf_status run_plan(lf_compiled *c, plan *p, lf_tensor *const *in)
 
 /* --- guards --- */
 
-/* 1 when in passes p's guards; else 0 with why filled (names the input, expected and actual). */
-static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why, size_t cap)
+/* 1 when in passes p's guards; else 0 with why filled (names the input, expected and actual) and
+ * *depth how far the inputs matched before it (input by input: dtype, device, shape, strides), so
+ * that of several plans the nearest miss is the one reported. */
+#define LF_GUARD_MISS(level, ...) (snprintf(why, cap, __VA_ARGS__), *depth = 5 * i + (level), 0)
+static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why, size_t cap, int *depth)
 {
+    *depth = -1;
     if (n_in != p->g.n_in) {
         snprintf(why, cap, "%d inputs, compiled for %d", n_in, p->g.n_in);
         return 0;
@@ -284,34 +288,27 @@ static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why,
     for (int i = 0; i < n_in; i++) {
         const lf_tensor *t = in[i];
         char a[96], b[96];
-        if (!t || !t->storage) {
-            snprintf(why, cap, "input %d is NULL", i);
-            return 0;
-        }
-        if (t->dtype != p->in_dtype[i]) {
-            snprintf(why, cap, "input %d: dtype %s, compiled for %s", i, lf_dtype_name(t->dtype),
-                     lf_dtype_name(p->in_dtype[i]));
-            return 0;
-        }
-        if (lf_tensor_device(t) != p->in_dev[i]) {
-            snprintf(why, cap, "input %d: device %s, compiled for %s", i, lf_device_name(lf_tensor_device(t)),
-                     lf_device_name(p->in_dev[i]));
-            return 0;
-        }
+        if (!t || !t->storage)
+            return LF_GUARD_MISS(0, "input %d is NULL", i);
+        if (t->dtype != p->in_dtype[i])
+            return LF_GUARD_MISS(1, "input %d: dtype %s, compiled for %s", i, lf_dtype_name(t->dtype),
+                                 lf_dtype_name(p->in_dtype[i]));
+        if (lf_tensor_device(t) != p->in_dev[i])
+            return LF_GUARD_MISS(2, "input %d: device %s, compiled for %s", i, lf_device_name(lf_tensor_device(t)),
+                                 lf_device_name(p->in_dev[i]));
         if (t->ndim != p->in_ndim[i] || memcmp(t->shape, p->in_shape[i], (size_t)t->ndim * sizeof t->shape[0])) {
             lf_fmt_shape(a, sizeof a, t->ndim, t->shape), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_shape[i]);
-            snprintf(why, cap, "input %d: shape %s, compiled for %s", i, a, b);
-            return 0;
+            return LF_GUARD_MISS(3, "input %d: shape %s, compiled for %s", i, a, b);
         }
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] > 1 && t->stride[d] != p->in_stride[i][d]) {
                 lf_fmt_shape(a, sizeof a, t->ndim, t->stride), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_stride[i]);
-                snprintf(why, cap, "input %d: strides %s, compiled for %s", i, a, b);
-                return 0;
+                return LF_GUARD_MISS(4, "input %d: strides %s, compiled for %s", i, a, b);
             }
     }
     return 1;
 }
+#undef LF_GUARD_MISS
 
 /* --- the API --- */
 
@@ -372,6 +369,10 @@ lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, l
     for (int i = 0; i < n_in; i++)
         if (!example[i] || !example[i]->storage)
             return lf_fail(LF_EINVAL, "lf_compile: example input %d is NULL", i);
+    const unsigned known = LF_PASSES_ALL | LF_PASS_FP8 | LF_PASS_PACK_WEIGHTS;
+    if (o && (o->passes & ~known))
+        return lf_fail(LF_EINVAL, "lf_compile: passes 0x%x holds bits that are no LF_PASS_* (0x%x)", o->passes,
+                       o->passes & ~known);
     if (o && (o->recompile_limit < 0 || o->recompile_limit > MAX_PLANS - 1))
         return lf_fail(LF_EINVAL, "lf_compile: recompile_limit %d, expected 0 to %d", o->recompile_limit, MAX_PLANS - 1);
     lf_compiled *c = calloc(1, sizeof *c);
@@ -404,14 +405,14 @@ lf_status lf_compiled_run(lf_compiled *c, int n_in, lf_tensor *const *in, lf_ten
         return lf_fail(LF_EINVAL, "lf_compiled_run(%s): %d inputs but no array", c->name, n_in);
     lf_ops_note_begin(c->region);
     lf_ops_note_begin("lf::guard_check");
-    char why[256] = "", first[256] = "";
+    char why[256] = "", first[256] = ""; /* first: the nearest miss (the last plan used, on a tie) */
     plan *p = NULL;
-    for (int i = 0; i < c->n_plans && !p; i++) {
+    for (int i = 0, depth, best = -2; i < c->n_plans && !p; i++) {
         int k = (c->current + i) % c->n_plans; /* the last plan used first */
-        if (guards_pass(c->plans[k], n_in, in, why, sizeof why))
+        if (guards_pass(c->plans[k], n_in, in, why, sizeof why, &depth))
             p = c->plans[k], c->current = k;
-        else if (!first[0])
-            memcpy(first, why, sizeof first);
+        else if (depth > best)
+            memcpy(first, why, sizeof first), best = depth;
     }
     lf_ops_note_end();
     lf_status s = LF_OK;

@@ -13,6 +13,9 @@ lf_status lf_nn_linear_init(lf_nn_linear *m, const lf_nn_linear_opts *o, lf_rng 
     if (o->in_features < 1 || o->out_features < 1)
         return lf_fail(LF_ESHAPE, "lf_nn_linear_init: in_features = %lld and out_features = %lld, expected both >= 1",
                        (long long)o->in_features, (long long)o->out_features);
+    if (!lf_dtype_computes(o->dtype))
+        return lf_fail(LF_EDTYPE, "lf_nn_linear_init: dtype %s: parameters are bf16, f16 or f32",
+                       lf_dtype_known(o->dtype) ? lf_dtype_name(o->dtype) : "unknown");
     /* kaiming_uniform(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in)
      * = 1 / sqrt(fan_in); the bias uses the same bound. */
     const double bound = 1.0 / sqrt((double)o->in_features);

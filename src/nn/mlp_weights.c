@@ -44,6 +44,11 @@ lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o
     if (o->dim < 1 || o->hidden < 1)
         return lf_fail(LF_ESHAPE, "lf_nn_gated_mlp_init: dim = %lld and hidden = %lld, expected both >= 1",
                        (long long)o->dim, (long long)o->hidden);
+    if (!lf_dtype_computes(o->dtype))
+        return lf_fail(LF_EDTYPE,
+                       "lf_nn_gated_mlp_init: dtype %s: parameters are bf16, f16 or f32 (an FP8 module is made "
+                       "from one by lf_nn_gated_mlp_quantize_fp8)",
+                       lf_dtype_known(o->dtype) ? lf_dtype_name(o->dtype) : "unknown");
     if (o->act != LF_ACT_NONE && !gated_act(o->act))
         return lf_fail(LF_EINVAL,
                        "lf_nn_gated_mlp_init: act %s: a gated MLP's is gelu_tanh (GeGLU), silu (SwiGLU) or gelu_erf",
@@ -79,6 +84,13 @@ lf_status lf_nn_gated_mlp_init(lf_nn_gated_mlp *m, const lf_nn_gated_mlp_opts *o
 
 lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight, lf_act act)
 {
+    if (gate_up && gate_up == down_weight) { /* one handle cannot be owned twice (nor fit both shapes) */
+        lf_tensor_free(gate_up);
+        if (m)
+            memset(m, 0, sizeof *m);
+        return lf_fail(LF_EINVAL, "lf_nn_gated_mlp_from_weights: gate_up and down_weight are the same handle; "
+                                  "pass two tensors, (2H, D) and (D, H)");
+    }
     if (!m) { /* the weights are the module's "also when this fails": freed, as they would be */
         lf_tensor_free(gate_up);
         lf_tensor_free(down_weight);

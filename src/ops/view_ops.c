@@ -47,6 +47,32 @@ static lf_status copy_contiguous(lf_tensor **out, const lf_tensor *x)
     return lf_pointwise_into(out, y, &p);
 }
 
+/* The bytes t's elements span: [*lo, *hi), from its first to past its last (any stride signs). */
+static void byte_span(const lf_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    const int64_t es = (int64_t)lf_dtype_size(t->dtype);
+    int64_t below = 0, above = 0; /* elements before and after element [0, ..., 0] */
+    for (int d = 0; d < t->ndim; d++) {
+        const int64_t reach = (t->shape[d] - 1) * t->stride[d];
+        *(reach < 0 ? &below : &above) += reach;
+    }
+    const uintptr_t at = (uintptr_t)lf_tensor_data(t);
+    *lo = at + (uintptr_t)(below * es), *hi = at + (uintptr_t)((above + 1) * es);
+}
+
+/* Whether out and x may touch the same bytes: the same storage and overlapping spans (two rows of
+ * one matrix do not; torch's copy_ takes them too). */
+static int copy_overlaps(const lf_tensor *out, const lf_tensor *x)
+{
+    if (!lf_tensor_shares_storage(out, x))
+        return 0;
+    if (lf_tensor_numel(out) == 0 || lf_tensor_numel(x) == 0)
+        return 0;
+    uintptr_t olo, ohi, xlo, xhi;
+    byte_span(out, &olo, &ohi), byte_span(x, &xlo, &xhi);
+    return olo < xhi && xlo < ohi;
+}
+
 static lf_status copy_out_impl(lf_tensor *out, const lf_tensor *x)
 {
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
@@ -59,8 +85,8 @@ static lf_status copy_out_impl(lf_tensor *out, const lf_tensor *x)
     if (out->ndim != x->ndim || memcmp(out->shape, x->shape, (size_t)x->ndim * sizeof *x->shape))
         return lf_fail(LF_ESHAPE, "lf_copy_out: out is %s, x is %s", lf_fmt_shape(a, sizeof a, out->ndim, out->shape),
                        lf_fmt_shape(b, sizeof b, x->ndim, x->shape));
-    if (lf_tensor_shares_storage(out, x))
-        return lf_fail(LF_EINVAL, "lf_copy_out: out shares memory with x");
+    if (copy_overlaps(out, x))
+        return lf_fail(LF_EINVAL, "lf_copy_out: out and x overlap in memory");
     for (int d = 0; d < out->ndim; d++) /* torch's internal-overlap check: the case it can tell */
         if (out->stride[d] == 0 && out->shape[d] > 1)
             return lf_fail(LF_EINVAL,

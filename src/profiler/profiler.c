@@ -23,7 +23,7 @@ static int sched_state(const lf_prof_opts *o, int64_t step)
     int64_t m = step % c;
     if (m < s->wait)
         return ST_NONE;
-    if (m < s->wait + s->warmup)
+    if (m < (int64_t)s->wait + s->warmup)
         return ST_WARMUP;
     return m < c - 1 ? ST_RECORD : ST_RECORD_AND_SAVE;
 }
@@ -135,6 +135,9 @@ lf_status lf_prof_start(lf_profiler **out, const lf_prof_opts *o)
     LF_CHECK_PTR(out, "lf_prof_start", "out");
     *out = NULL;
     LF_CHECK_PTR(o, "lf_prof_start", "opts");
+    if (o->activities & ~(unsigned)(LF_PROF_CPU | LF_PROF_DEVICE))
+        return lf_fail(LF_EINVAL, "lf_prof_start: activities 0x%x: expected LF_PROF_CPU, LF_PROF_DEVICE, both or 0",
+                       o->activities);
     if (o->use_schedule) {
         const lf_prof_schedule *s = &o->schedule;
         if (s->wait < 0 || s->warmup < 0 || s->active < 1 || s->repeat < 0 || s->skip_first < 0)

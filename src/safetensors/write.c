@@ -58,6 +58,9 @@ lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n)
     for (int i = 0; i < n && s == LF_OK; i++) {
         if (!entries[i].name || !entries[i].t)
             s = lf_fail(LF_EINVAL, "lf_st_write: entry %d has no name or no tensor", i);
+        else if (!strcmp(entries[i].name, "__metadata__")) /* the header's own key: the file would not read back */
+            s = lf_fail(LF_EINVAL, "lf_st_write: entry %d is named __metadata__, the key safetensors keeps for the "
+                                   "file's metadata; a tensor cannot have that name", i);
         else
             s = lf_tensor_to_device(&w.host[i], entries[i].t, LF_DEVICE_CPU); /* contiguous, on the host */
         w.order[i] = i;
@@ -65,8 +68,11 @@ lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n)
     if (s == LF_OK) {
         qsort_r(w.order, (size_t)n, sizeof *w.order, by_entry_name, (void *)entries); /* names in order */
         for (int k = 1; k < n && s == LF_OK; k++)
-            if (!strcmp(entries[w.order[k]].name, entries[w.order[k - 1]].name))
-                s = lf_fail(LF_EINVAL, "lf_st_write: the name \"%.200s\" is given twice", entries[w.order[k]].name);
+            if (!strcmp(entries[w.order[k]].name, entries[w.order[k - 1]].name)) {
+                char shown[256];
+                s = lf_fail(LF_EINVAL, "lf_st_write: the name \"%s\" is given twice",
+                            lf_term_cut(shown, sizeof shown, entries[w.order[k]].name, 200));
+            }
     }
     uint64_t at = 0;
     for (int k = 0; k < n && s == LF_OK; k++) {
@@ -77,9 +83,11 @@ lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n)
         uint64_t bytes = (uint64_t)lf_tensor_numel(t) * lf_dtype_size(t->dtype);
         json_t *off = json_pack("[II]", (json_int_t)at, (json_int_t)(at + bytes));
         json_t *o = json_pack("{s:s,s:o,s:o}", "dtype", st_dtype(t->dtype), "shape", shape, "data_offsets", off);
-        if (!o || json_object_set_new(h, entries[w.order[k]].name, o) != 0)
-            s = lf_fail(LF_EINVAL, "lf_st_write: cannot describe \"%.200s\" (a name that is not UTF-8?)",
-                        entries[w.order[k]].name);
+        if (!o || json_object_set_new(h, entries[w.order[k]].name, o) != 0) {
+            char shown[256];
+            s = lf_fail(LF_EINVAL, "lf_st_write: cannot describe \"%s\" (a name that is not UTF-8?)",
+                        lf_term_cut(shown, sizeof shown, entries[w.order[k]].name, 200));
+        }
         at += bytes;
     }
     if (s == LF_OK)
