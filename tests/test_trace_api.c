@@ -406,6 +406,27 @@ static void test_merge_incremental(void)
     }
     CHECK(lf_trace_get(m, 0)->ts_ns == 3000000, "r0's first event moved on by 3 ms: %lld",
           (long long)lf_trace_get(m, 0)->ts_ns);
+    /* ranks that are not 0 to n - 1 (two of an eight-GPU job): listed as they are, each one's
+     * events its own; a rank not there refused by name */
+    {
+        lf_trace *m35 = NULL, *r3 = NULL;
+        lf_trace_meta_of(r0)->rank = 5, lf_trace_meta_of(r1)->rank = 3;
+        const lf_trace *in35[2] = {r0, r1};
+        OK(lf_trace_merge(in35, 2, &m35));
+        int64_t ranks[4] = {-1, -1, -1, -1};
+        CHECK(m35 && lf_trace_ranks(m35, ranks, 4) == 2 && ranks[0] == 3 && ranks[1] == 5,
+              "ranks 3 and 5 listed: %lld, %lld", (long long)ranks[0], (long long)ranks[1]);
+        CHECK(lf_trace_ranks(r0, ranks, 4) == 0, "a trace that is no merged one has no ranks");
+        if (m35) {
+            OK(lf_trace_of_rank(m35, 3, &r3));
+            CHECK(r3 && lf_trace_count(r3) == lf_trace_count(r1), "rank 3 holds r1's %lld events",
+                  (long long)lf_trace_count(r1));
+            lf_trace_free(r3), r3 = NULL;
+            FAILS(LF_EINVAL, "no rank 1 in the merged trace", lf_trace_of_rank(m35, 1, &r3));
+        }
+        lf_trace_free(m35);
+        lf_trace_meta_of(r0)->rank = 0, lf_trace_meta_of(r1)->rank = -1;
+    }
     /* an input whose clock is 200 days before the others': refused, the merged trace unchanged */
     const char *n2[] = {"c0"};
     other = kernels_trace(n2, 1);

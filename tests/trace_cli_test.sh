@@ -285,6 +285,55 @@ if ! gzip -dc "$x2/stack_mem_64x128x768x3072.json.gz" | grep -q '"with_flops": 1
     fails=$((fails + 1))
     echo "FAIL: a merge of a with_flops trace and one without says with_flops"
 fi
+# a conv2d whose Concrete Inputs overflow PyTorch's FLOP formula (a padding of 2^62, a stride of
+# 2^63 - 1): no FLOPs counted for it, and no undefined behaviour (the sanitized build aborts on it)
+for conc in '"[1, 1]","[4611686018427387904, 0]","[1, 1]"' '"[9223372036854775807, 2]","[0, 0]","[1, 1]"' \
+    '"[1, 1]","[0, 0]","[4611686018427387904, 1]"'; do
+    printf '{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::conv2d","pid":1,"tid":1,"ts":0,"dur":10,"args":{"Input Dims":[[1,3,8,8],[4,3,3,3],[4],[],[],[],[]],"Input type":["float","float","float","ScalarList","ScalarList","ScalarList","Scalar"],"Concrete Inputs":["","","",%s,"1"]}}]}' \
+        "$conc" > "$work/conv.json"
+    check "conv2d with overflowing Concrete Inputs" 0 "$bin" trace table "$work/conv.json"
+    contains "conv2d with overflowing Concrete Inputs: listed" "aten::conv2d"
+done
+# the launch-to-kernel flows (ac2g) start where PyTorch's do, at the launch call's time and thread,
+# after a merge; a forward-to-backward flow (fwdbwd) whose id is a kernel's correlation id changes
+# nothing of that kernel's launch
+python3 - "$ref/mlp_64x128x768x3072_eager.json" "$work/fwdbwd.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+k = next(e for e in t["traceEvents"] if e.get("cat") == "kernel")
+t["traceEvents"].append({"ph": "s", "id": k["args"]["correlation"], "pid": 1, "tid": 999, "ts": k["ts"],
+                         "cat": "fwdbwd", "name": "fwdbwd"})
+json.dump(t, open(sys.argv[2], "w"))
+PY
+check "merge of one trace with a fwdbwd flow" 0 "$bin" trace merge "$work/fwdbwd.json" -o "$work/flows.json"
+checks=$((checks + 1))
+python3 - "$ref/mlp_64x128x768x3072_eager.json" "$work/flows.json" <<'PY' || { fails=$((fails + 1)); echo "FAIL: flows after a merge"; }
+import json, sys
+def starts(path):
+    ev = json.load(open(path))["traceEvents"]
+    return {e["id"]: (round(float(e["ts"]), 3), e["tid"]) for e in ev if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+a, b = starts(sys.argv[1]), starts(sys.argv[2])
+assert a, "no flows in the reference"
+# rank 0 keeps its ids; every flow the merge wrote (one per device event) starts where PyTorch's did
+assert len(b) >= len(a) - 1 and set(b) <= set(a), (len(a), len(b))
+bad = [(i, a[i], b[i]) for i in b if a[i][0] != b[i][0]]
+assert not bad, "flow starts moved: %s" % bad[:3]
+assert all(y[1] != 999 for y in b.values()), "a fwdbwd flow was taken for a launch"
+PY
+# ranks that are not 0 to n - 1: rank 1 merged alone, ranks 0 and 2 (two of a larger job)
+check "merge of rank 1 alone" 0 "$bin" trace merge "$x2/tp_64x128x768x3072_rank1.json" -o "$work/r1only.json"
+check "summary of rank 1 alone" 0 "$bin" trace summary "$work/r1only.json"
+contains "summary of rank 1 alone: its events" "rank=1 steps=3 step_time=361.036us device_time/step=739.435us events=161"
+sed 's/"rank": 1,/"rank": 2,/' "$x2/tp_64x128x768x3072_rank1.json" > "$work/rank2.json"
+check "merge of ranks 0 and 2" 0 "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$work/rank2.json" -o "$work/r02.json"
+check "breakdown of ranks 0 and 2" 0 "$bin" trace breakdown "$work/r02.json"
+contains "breakdown of ranks 0 and 2: rank 2" "rank 2: device time per step"
+check "diff - -" 2 "$bin" trace diff - - < "$ref/mlp_64x128x768x3072_eager.json"
+contains "diff - -: why" "both traces are standard input"
+check "diff of a merged trace" 2 "$bin" trace diff "$work/r02.json" "$x2/tp_64x128x768x3072_rank0.json"
+contains "diff of a merged trace: why" "is a merged trace of 2 ranks"
+check "table --row-limit -5" 2 "$bin" trace table "$ref/mlp_64x128x768x3072_eager.json" --row-limit -5
+contains "table --row-limit -5: what it takes" "must be -1 (every row) or an integer from 1 to 1000000"
 # -o - : standard output holds the file alone (svg, report and merge say what they wrote on stderr)
 checks=$((checks + 1))
 { "$bin" trace merge "$x2/tp_64x128x768x3072_rank0.json" "$x2/tp_64x128x768x3072_rank1.json" -o - > "$work/m_stdout.json" &&

@@ -88,8 +88,8 @@ typedef struct lf_trace_meta {
      * 0, "world_size": 2, ...}), or NULL; and the rank and world size it names (-1, 0 when none). */
     const char *distributed_info;
     int64_t rank, world_size;
-    /* A merged trace (lf_trace_merge): the number of ranks in it, whose events have pid = rank;
-     * 0 for any other trace. */
+    /* A merged trace (lf_trace_merge): the number of ranks in it, whose events have pid = rank
+     * (lf_trace_ranks lists them: any ranks, not only 0 to n - 1); 0 for any other trace. */
     int64_t merged_ranks;
 } lf_trace_meta;
 
@@ -119,7 +119,11 @@ LF_API lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out
  * trace as it was. lf_trace_merge is begin and n adds. */
 LF_API lf_status lf_trace_merge_begin(lf_trace **out);
 LF_API lf_status lf_trace_merge_add(lf_trace *merged, const lf_trace *t);
-/* Rank `rank` of a merged trace, as a trace of its own. */
+/* The ranks of a merged trace, ascending: the first cap of them into ranks (NULL with cap 0 to
+ * count them); returns how many there are, 0 for a trace that is no merged one. Two ranks of an
+ * eight-GPU job merged are ranks 3 and 5, say, not 0 and 1. */
+LF_API int64_t lf_trace_ranks(const lf_trace *merged, int64_t *ranks, int64_t cap);
+/* Rank `rank` of a merged trace (one lf_trace_ranks lists), as a trace of its own. */
 LF_API lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
 
 /* Write Kineto-schema Chrome trace JSON to path, atomically: a temporary file in the same

@@ -5,6 +5,7 @@
  * key_averages() table and summary line, as the experiments do, and exits with CMD's status. The
  * tables go to standard error: CMD's standard output stays CMD's. docs/profile.md. Layer: cli/. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,14 +183,36 @@ static int parse(int argc, char **argv, profile_opts *o)
 /* Where the traces go: their directory, the list the processes add their traces to, and for a
  * FILE output the file. */
 typedef struct out_place {
-    char dir[4096], list[4200];
+    char dir[4096], list[4200]; /* absolute, so a CMD that changes directory still finds them */
+    char asked[4096], made[4096]; /* the directory as given, and what lf_cli_prepare_dir made of it */
     const char *file; /* NULL: a directory */
     int gzip;
 } out_place;
 
+/* The text file beside a trace: X.json or X.json.gz -> X.txt. */
+static void table_path(const char *trace, char *out, size_t cap)
+{
+    size_t n = strlen(trace);
+    n -= ends_with(trace, ".json.gz") ? 8 : ends_with(trace, ".json") ? 5 : 0;
+    snprintf(out, cap, "%.*s.txt", (int)n, trace);
+}
+
+/* Which of this tool's standard output and error (CMD's too) path is: "" when neither. */
+static const char *std_stream_at(const char *path)
+{
+    struct stat a, b;
+    if (stat(path, &a) != 0 || !S_ISREG(a.st_mode))
+        return "";
+    for (int fd = 1; fd <= 2; fd++)
+        if (fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd == 1 ? "standard output" : "standard error";
+    return "";
+}
+
 static int prepare_output(const profile_opts *o, out_place *p)
 {
-    char err[512], made[4096];
+    char err[512];
+    p->made[0] = '\0';
     p->file = ends_with(o->output, ".json") || ends_with(o->output, ".json.gz") ? o->output : NULL;
     p->gzip = p->file ? ends_with(o->output, ".gz") : o->gzip;
     if (p->file) {
@@ -201,24 +224,30 @@ static int prepare_output(const profile_opts *o, out_place *p)
             fprintf(stderr, "%s: --output %s: %s\n", CMD_NAME, p->file, err);
             return 0;
         }
+        /* the trace and its table replace what is there: never what CMD writes its output to */
+        char txt[4300];
+        table_path(p->file, txt, sizeof txt);
+        const char *paths[2] = {p->file, txt};
+        for (int i = 0; i < 2; i++)
+            if (*std_stream_at(paths[i])) {
+                fprintf(stderr, "%s: --output %s: %s is this command's %s, where %s's output goes; name another file\n",
+                        CMD_NAME, p->file, paths[i], std_stream_at(paths[i]), o->cmd[0]);
+                return 0;
+            }
     } else {
         snprintf(p->dir, sizeof p->dir, "%s", o->output);
-        if (!lf_cli_prepare_dir(p->dir, made, sizeof made, err, sizeof err)) {
+        if (!lf_cli_prepare_dir(p->dir, p->made, sizeof p->made, err, sizeof err)) {
             fprintf(stderr, "%s: --output %s: %s\n", CMD_NAME, o->output, err);
             return 0;
         }
     }
+    snprintf(p->asked, sizeof p->asked, "%s", p->dir);
+    char abs[PATH_MAX];
+    if (p->dir[0] != '/' && realpath(p->asked, abs)) /* made or checked above: it exists */
+        snprintf(p->dir, sizeof p->dir, "%s", abs);
     snprintf(p->list, sizeof p->list, "%s/.linfuse-profile-%d.list", p->dir, (int)getpid());
     unlink(p->list);
     return 1;
-}
-
-/* The text file beside a trace: X.json or X.json.gz -> X.txt. */
-static void table_path(const char *trace, char *out, size_t cap)
-{
-    size_t n = strlen(trace);
-    n -= ends_with(trace, ".json.gz") ? 8 : ends_with(trace, ".json") ? 5 : 0;
-    snprintf(out, cap, "%.*s.txt", (int)n, trace);
 }
 
 /* Kernels, copies and sets in a trace. */
@@ -424,8 +453,10 @@ int lf_cli_profile(int argc, char **argv)
     int n = 0;
     read_list(p.list, &t, &n);
     unlink(p.list);
-    if (!n)
+    if (!n) {
         fprintf(stderr, "%s: no process of %s started CUDA: nothing was traced\n", CMD_NAME, o.cmd[0]);
+        lf_cli_unmake_dir(p.asked, p.made); /* the directories this run made, were they left empty */
+    }
     if (n && p.file)
         place_file(&p, t, n, r.pid);
     for (int i = 0; i < n; i++) {

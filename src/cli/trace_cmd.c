@@ -4,6 +4,7 @@
  * trace_args.c. Works on CPU-only machines.
  * Exit status: 0 done (expect: the trace matched), 1 expect found differences, 2 bad command
  * line or unreadable trace. Layer: cli/. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +37,14 @@ static int verb_table(int argc, char **argv)
                 return LF_EXIT_USAGE;
             }
         } else if (id == LIMIT) {
-            if (!strcmp(v, "-1"))
-                n = -1;
-            else if (!lf_cli_int(cmd, "--row-limit", v, 1, 1000000, &n))
+            char *end = NULL;
+            errno = 0;
+            n = strtoll(v, &end, 10);
+            if (!*v || *end || errno || !(n == -1 || (n >= 1 && n <= 1000000))) {
+                fprintf(stderr, "%s: --row-limit must be -1 (every row) or an integer from 1 to 1000000, got '%s'\n",
+                        cmd, v);
                 return LF_EXIT_USAGE;
+            }
             o.row_limit = (int)n;
         } else if (id == BY_SHAPE) {
             o.group_by_input_shape = 1;
@@ -100,11 +105,24 @@ static int verb_diff(int argc, char **argv)
         fprintf(stderr, "linfuse trace diff: needs two traces (linfuse trace diff A.json B.json)\n");
         return LF_EXIT_USAGE;
     }
+    if (!strcmp(files[0], "-") && !strcmp(files[1], "-")) {
+        fprintf(stderr, "%s: both traces are standard input, which holds one; name a file for the other\n", cmd);
+        return LF_EXIT_USAGE;
+    }
     lf_trace *a = lf_tcmd_load(files[0]), *b = a ? lf_tcmd_load(files[1]) : NULL;
     if (!a || !b) {
         lf_trace_free(a);
         return LF_EXIT_USAGE;
     }
+    for (int i = 0; i < 2; i++) /* steps of several ranks would be summed as one: compare rank to rank */
+        if (lf_trace_meta_get(i ? b : a)->merged_ranks) {
+            fprintf(stderr,
+                    "%s: %s is a merged trace of %lld ranks; diff compares one process's steps: diff the ranks' own "
+                    "traces\n",
+                    cmd, files[i], (long long)lf_trace_meta_get(i ? b : a)->merged_ranks);
+            lf_trace_free(a), lf_trace_free(b);
+            return LF_EXIT_USAGE;
+        }
     lf_step_profile pa, pb;
     char *text = NULL;
     lf_status s = lf_step_profile_build(a, &pa);
@@ -206,17 +224,24 @@ static int verb_expect(int argc, char **argv)
 
 static lf_status each_rank(lf_trace *t, lf_status (*one)(const lf_trace *, int64_t, void *), void *ctx)
 {
-    const int64_t ranks = lf_trace_meta_get(t)->merged_ranks;
-    if (!ranks)
+    const int64_t n = lf_trace_ranks(t, NULL, 0);
+    if (!n)
         return one(t, -1, ctx);
+    int64_t *ranks = malloc((size_t)n * sizeof *ranks);
+    if (!ranks) {
+        fprintf(stderr, "linfuse trace: out of memory\n");
+        return LF_ENOMEM;
+    }
+    lf_trace_ranks(t, ranks, n); /* the ranks there are, whichever they are (3 and 5 of eight, say) */
     lf_status st = LF_OK;
-    for (int64_t r = 0; r < ranks && st == LF_OK; r++) {
+    for (int64_t k = 0; k < n && st == LF_OK; k++) {
         lf_trace *mine = NULL;
-        st = lf_trace_of_rank(t, r, &mine);
+        st = lf_trace_of_rank(t, ranks[k], &mine);
         if (st == LF_OK)
-            st = one(mine, r, ctx);
+            st = one(mine, ranks[k], ctx);
         lf_trace_free(mine);
     }
+    free(ranks);
     return st;
 }
 

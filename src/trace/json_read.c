@@ -85,9 +85,14 @@ static int cmp_flow(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A flow start ("ph": "s"): which host track launched the work of its correlation id. */
+/* A flow start ("ph": "s") of Kineto's launch-to-kernel flows ("ac2g"): which host track
+ * launched the work of its correlation id, and when. Other flows (Kineto's forward-to-backward
+ * "fwdbwd", whose ids count from 1 as correlation ids do) are not launches and are left out. */
 static lf_status add_flow_start(reader *r, json_t *e)
 {
+    const char *cat = json_string_value(json_object_get(e, "cat"));
+    if (cat && strcmp(cat, "ac2g"))
+        return LF_OK;
     if (r->n_flows == r->cap_flows) {
         size_t cap = r->cap_flows ? 2 * r->cap_flows : 1024;
         flow_start *f = realloc(r->flows, cap * sizeof *f);
@@ -96,7 +101,10 @@ static lf_status add_flow_start(reader *r, json_t *e)
         r->flows = f;
         r->cap_flows = cap;
     }
-    r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1)};
+    int64_t ts = -1;
+    if (!get_us(e, "ts", &ts) || ts < 0)
+        ts = -1;
+    r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1), ts};
     return LF_OK;
 }
 
@@ -419,10 +427,10 @@ static void link_flows(reader *r)
         lf_trace_event *ev = &r->t->ev[i];
         if (!lf_trace_cat_is_device(ev->cat) || !ev->correlation)
             continue;
-        flow_start key = {ev->correlation, 0, 0};
+        flow_start key = {ev->correlation, 0, 0, 0};
         flow_start *f = bsearch(&key, r->flows, r->n_flows, sizeof *r->flows, cmp_flow);
         if (f)
-            ev->flow_pid = f->pid, ev->flow_tid = f->tid;
+            ev->flow_pid = f->pid, ev->flow_tid = f->tid, ev->flow_ts = f->ts;
     }
 }
 

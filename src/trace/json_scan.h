@@ -7,7 +7,7 @@
 #include "trace/trace_impl.h"
 
 typedef struct flow_start {
-    int64_t id, pid, tid;
+    int64_t id, pid, tid, ts; /* ts: when the launch was made (ns), -1 when the flow has none */
 } flow_start;
 
 /* The reader streams: a small scanner walks the top level and the traceEvents array, and

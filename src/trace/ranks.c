@@ -276,14 +276,38 @@ lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out)
     return LF_OK;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t lf_trace_ranks(const lf_trace *merged, int64_t *ranks, int64_t cap)
+{
+    if (!merged || !merged->meta.merged_ranks)
+        return 0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < merged->n_tracks; i++)
+        if (merged->tracks[i].tid == LF_TRACK_PROCESS && merged->tracks[i].pid >= 0) {
+            if (ranks && n < cap)
+                ranks[n] = merged->tracks[i].pid;
+            n++;
+        }
+    if (ranks)
+        qsort(ranks, (size_t)(n < cap ? n : cap), sizeof *ranks, by_value);
+    return n;
+}
+
 lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out)
 {
     LF_CHECK_PTR(merged, "lf_trace_of_rank", "merged");
     LF_CHECK_PTR(out, "lf_trace_of_rank", "out");
     *out = NULL;
-    if (rank < 0 || rank >= merged->meta.merged_ranks)
-        return lf_fail(LF_EINVAL, "lf_trace_of_rank: rank %lld of a trace of %lld ranks", (long long)rank,
-                       (long long)merged->meta.merged_ranks);
+    if (!merged->meta.merged_ranks)
+        return lf_fail(LF_EINVAL, "lf_trace_of_rank: the trace is no merged one (lf_trace_merge makes them)");
+    if (rank < 0 || !has_rank(merged, rank))
+        return lf_fail(LF_EINVAL, "lf_trace_of_rank: no rank %lld in the merged trace (lf_trace_ranks lists its %lld)",
+                       (long long)rank, (long long)lf_trace_ranks(merged, NULL, 0));
     lf_trace *r;
     LF_TRY(lf_trace_create(&r));
     copy_meta(r, merged);

@@ -92,12 +92,24 @@ double lf_trace_shape_flops(const char *op, json_t *args)
         int64_t stride[2], pad[2], dil[2], groups[2];
         if (dims_of(dims, types, 0, a) != 4 || dims_of(dims, types, 1, b) != 4 || concrete_ints(conc, 3, stride) != 2 ||
             concrete_ints(conc, 4, pad) != 2 || concrete_ints(conc, 5, dil) != 2 ||
-            concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0 || stride[0] * stride[1] == 0)
+            concrete_ints(conc, 6, groups) != 1 || groups[0] <= 0)
             return 0;
-        const uint64_t oh = (uint64_t)((a[2] + 2 * pad[0] - dil[0] * (b[2] - 1) - 1) / stride[0] + 1);
-        const uint64_t ow = (uint64_t)((a[3] + 2 * pad[1] - dil[1] * (b[3] - 1) - 1) / stride[1] + 1);
-        return (double)(2 * (uint64_t)a[0] * oh * ow * (uint64_t)b[2] * (uint64_t)b[3] * (uint64_t)a[1] *
-                        (uint64_t)b[0] / (uint64_t)groups[0]);
+        /* a trace is a file: its numbers are checked, and sizes that overflow count no FLOPs */
+        int64_t out[2];
+        for (int d = 0; d < 2; d++) {
+            int64_t t, span;
+            if (stride[d] <= 0 || pad[d] < 0 || dil[d] <= 0 || __builtin_mul_overflow(pad[d], 2, &t) ||
+                __builtin_add_overflow(a[2 + d], t, &t) || __builtin_mul_overflow(dil[d], b[2 + d] - 1, &span) ||
+                __builtin_sub_overflow(t, span, &t) || t - 1 < 0)
+                return 0;
+            out[d] = (t - 1) / stride[d] + 1;
+        }
+        const int64_t factors[7] = {a[0], out[0], out[1], b[2], b[3], a[1], b[0]};
+        int64_t f = 2;
+        for (int i = 0; i < 7; i++)
+            if (factors[i] < 0 || __builtin_mul_overflow(f, factors[i], &f))
+                return 0;
+        return (double)(f / groups[0]);
     }
     return 0;
 }

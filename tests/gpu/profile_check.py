@@ -9,7 +9,8 @@
  3. a CUDA graph replay: every node's kernel tied to its cudaGraphLaunch;
  4. two torchrun ranks: two rank files that `linfuse trace merge` joins (skipped on one GPU);
  and the ways a process ends: exit() from a thread, SIGTERM, Ctrl-C in Python, --duration;
- --capture-range and --kernels-only; and a program that runs torch.profiler itself (CUPTI takes one
+ --capture-range and --kernels-only; where traces go (a relative --output for a CMD that changes
+ directory, never over CMD's redirected output, no directories left when nothing was traced); and a program that runs torch.profiler itself (CUPTI takes one
  client per process): linfuse says its buffers went to the other client.
 usage: tests/gpu/profile_check.py build/linfuse WORKDIR"""
 import collections
@@ -233,6 +234,30 @@ def check_endings():
           cats["cuda_runtime"] == 0 and cats["cuda_driver"] == 0 and cats["user_annotation"] >= 10, str(dict(cats)))
 
 
+# --- where the traces go: a relative --output for a CMD that changes directory, never over
+# CMD's own output, no directories left when nothing was traced ---
+def check_places():
+    sub = os.path.join(WORK, "places")
+    os.makedirs(os.path.join(sub, "elsewhere"))
+    p = sh([BIN, "profile", "--row-limit", "0", "-o", "rel", "--", "sh", "-c",
+            "cd elsewhere && exec %s %s loop 1" % (PY, PROG)], cwd=sub)
+    found = glob.glob(os.path.join(sub, "rel", "*.json"))
+    check("a relative --output, CMD in another directory: its trace in ./rel", p.returncode == 0 and len(found) == 1
+          and kernels_in(found[0]), "%s %s" % (found, p.stderr[-800:]))
+    with open(os.path.join(sub, "run.txt"), "w") as f:
+        f.write("CMD's output\n")
+    with open(os.path.join(sub, "run.txt"), "a") as f:
+        p = subprocess.run([BIN, "profile", "-o", "run.json", "--", PY, PROG, "loop", "1"], stdout=f,
+                           stderr=subprocess.PIPE, text=True, cwd=sub, timeout=600)
+    kept = open(os.path.join(sub, "run.txt")).read()
+    check("-o run.json with CMD's output in run.txt: refused (exit 2), run.txt kept",
+          p.returncode == 2 and "standard output" in p.stderr and kept.startswith("CMD's output"),
+          "exit %d: %s" % (p.returncode, p.stderr[-400:]))
+    p = sh([BIN, "profile", "-o", "new/a/b", "--", "true"], cwd=sub)
+    check("nothing traced: the directories the run made are gone", p.returncode == 0 and
+          not os.path.exists(os.path.join(sub, "new")), p.stderr[-400:])
+
+
 # --- a program that runs torch.profiler itself: CUPTI's one client per process ---
 def check_torch_profiler_inside():
     out = os.path.join(WORK, "inside.json")
@@ -249,6 +274,7 @@ def main():
     check_graph()
     check_ranks()
     check_endings()
+    check_places()
     check_torch_profiler_inside()
     print("profile_check: %d checks, %d failed" % (checks, fails))
     sys.exit(1 if fails else 0)
