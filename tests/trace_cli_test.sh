@@ -131,6 +131,19 @@ check "svg --step 2 is ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerSte
 check "a trace of torch without Kineto: torch 1.13's own table, byte for byte" 0 sh -c \
     '"$0" trace table "$1.json" --sort-by cpu_time_total --row-limit -1 | cmp - "$1.txt"' "$bin" \
     "$(dirname "$0")/data/torch113_legacy"
+# and its steps: prof.step()'s ProfilerStep#N ranges are steps there too (the trace was read as
+# one step); the table stays torch's own; no device work is no bound of the device. Recorded with
+# Debian's torch 1.13: Linear(16, 32), GELU, Linear(32, 16) on 4 tokens, schedule(wait=1,
+# warmup=1, active=3) over 5 steps, export_chrome_trace and key_averages().table(sort_by=
+# "cpu_time_total", row_limit=-1)
+d="$(dirname "$0")/data/torch113_legacy_steps"
+check "a legacy trace with steps: torch's table, byte for byte" 0 sh -c \
+    '"$0" trace table "$1.json" --sort-by cpu_time_total --row-limit -1 | cmp - "$1.txt"' "$bin" "$d"
+check "a legacy trace with steps: summary" 0 "$bin" trace summary "$d.json"
+contains "a legacy trace with steps: three steps" "steps=3 "
+contains "a legacy trace with steps: no device work" "verdict=no-device-work"
+check "a legacy trace with steps: svg --step 2" 0 "$bin" trace svg "$d.json" --step 2 -o "$work/legacy2.svg"
+check "a legacy trace with steps: svg draws ProfilerStep#2" 0 grep -q 'font-weight="bold">ProfilerStep#2 ' "$work/legacy2.svg"
 check "svg: the first step by default" 0 "$bin" trace svg "$ref/mlp_64x128x768x3072_eager.json" -o "$work/s0.svg"
 # a write past `ulimit -f` (2 KiB: LLVM's OpenMP runtime needs 1 KiB at start-up): EFBIG, exit 1,
 # nothing left (SIGXFSZ used to kill the verb mid-write and leave its temporary)

@@ -111,7 +111,10 @@ LF_API lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64
 /* One trace of n ranks' traces, for Perfetto: one process per rank (pid = rank, named "rank R"),
  * each rank's GPU streams as threads of it, times aligned on the ranks' own clocks (their
  * baseTimeNanoseconds: one machine's clock, or NTP's across machines), External ids and flow
- * ids kept apart per rank, every event kept. A rank is its distributedInfo's, else its place. */
+ * ids kept apart per rank, every complete event and [memory] instant kept with all its args, and
+ * each kernel's, copy's and set's launch arrow (ac2g). Other flows (the forward-to-backward
+ * arrows of a training step, "fwdbwd") and other instants are not carried over. A rank is its
+ * distributedInfo's, else its place. */
 LF_API lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out);
 /* The same one input at a time, so that only the merged trace and the input being added need be
  * held (each input may be freed once added): begin, then add each input in rank order of places
@@ -283,7 +286,10 @@ typedef struct lf_trace_summary {
 
 LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
- * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound" */
+ * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound".
+ * The verdicts: compute-bound (device busy half the step or more), overhead-bound (less: it
+ * waits on the host), comm-bound (exposed communication outweighs compute), no-device-work (no
+ * kernel, copy or set at all: a CPU-only trace). */
 LF_API void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
 /* What `linfuse trace summary` prints for t: as text, the summary line and a line of its steps,
  * step and device time and events (each prefixed "rank=R " when rank >= 0); as JSON (json != 0)

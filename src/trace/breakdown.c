@@ -272,7 +272,7 @@ static lf_status find_steps_and_calls(census *c)
 {
     for (int64_t i = 0; i < c->n; i++) {
         const lf_trace_event *ev = &c->t->ev[i];
-        if (ev->cat == LF_TC_USER_ANNOTATION && !strncmp(ev->name, "ProfilerStep#", 13)) {
+        if (lf_trace_is_step(ev)) {
             c->steps[c->n_steps] = (lf_span){ev->ts_ns, ev->ts_ns + ev->dur_ns};
             c->step_no[c->n_steps++] = strtoll(ev->name + 13, NULL, 10);
         }

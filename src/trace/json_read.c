@@ -471,11 +471,15 @@ static lf_status parse_doc(reader *r)
             r->t->ev[r->shape_flops[i]].flops = 0;
     /* PyTorch's profiler without Kineto (torch.autograd.kineto_available() false, as Debian's
      * torch) exports a bare array of complete events with no category: its ops and
-     * record_function ranges, which its own table lists alike. Read them as ops. */
+     * record_function ranges, which its own table lists alike. Read them as ops, but for the
+     * steps prof.step() marked (ProfilerStep#N): those are ranges, as Kineto's traces say, so
+     * summary, breakdown, diff and svg find the steps (they had read a legacy trace as one). */
     if (bare && r->n_with_cat == 0)
-        for (int64_t i = 0; i < r->t->n; i++)
-            if (r->t->ev[i].cat == LF_TC_OTHER && r->t->ev[i].dur_ns >= 0)
-                r->t->ev[i].cat = LF_TC_CPU_OP;
+        for (int64_t i = 0; i < r->t->n; i++) {
+            lf_trace_event *e = &r->t->ev[i];
+            if (e->cat == LF_TC_OTHER && e->dur_ns >= 0)
+                e->cat = strncmp(e->name, "ProfilerStep#", 13) ? LF_TC_CPU_OP : LF_TC_USER_ANNOTATION;
+        }
     link_flows(r);
     m->device_label = device_label(r->t);
     return LF_OK;

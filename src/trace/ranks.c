@@ -21,11 +21,6 @@ static void copy_meta(lf_trace *out, const lf_trace *t)
     o->device_properties = m->device_properties ? lf_trace_intern(out, m->device_properties) : NULL;
 }
 
-static int is_step(const lf_trace_event *e)
-{
-    return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
-}
-
 lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host_tid, int64_t step_tid, int64_t device,
                                lf_trace **out)
 {
@@ -45,7 +40,7 @@ lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host
             keep = e.device == device || (e.device < 0 && e.pid == device);
         else if (e.pid == host_pid && e.tid == host_tid)
             keep = 1;
-        else if (e.pid == host_pid && e.tid == step_tid && is_step(&e)) /* the process's steps, on this rank's thread */
+        else if (e.pid == host_pid && e.tid == step_tid && lf_trace_is_step(&e)) /* the process's steps, on this rank's thread */
             keep = 1, e.tid = host_tid;
         else
             keep = 0;

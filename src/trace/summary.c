@@ -152,8 +152,12 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     return LF_OK;
 }
 
+/* A trace with no device work at all (a CPU-only PyTorch trace) has no bound to name: the
+ * device neither waited nor worked, so "overhead-bound" would point at launches that never were. */
 static const char *verdict(const lf_trace_summary *s)
 {
+    if (s->kernels_per_step == 0 && s->device_ns_per_step == 0 && !s->has_comm)
+        return "no-device-work";
     return s->has_comm && s->comm_bound ? "comm-bound" : s->compute_bound ? "compute-bound" : "overhead-bound";
 }
 

@@ -115,15 +115,6 @@ static void put_time(FILE *f, double ns)
         fprintf(f, "%.3g us", ns / 1e3);
 }
 
-int64_t lf_trace_step_number(const lf_trace_event *e)
-{
-    if (e->cat != LF_TC_USER_ANNOTATION || strncmp(e->name, "ProfilerStep#", 13))
-        return -1;
-    char *end;
-    const long long n = strtoll(e->name + 13, &end, 10);
-    return end != e->name + 13 && !*end && n >= 0 ? n : -1;
-}
-
 lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn)
 {
     int64_t lo = INT64_MAX, hi = -1;

@@ -205,9 +205,18 @@ int64_t *lf_trace_launch_times(const lf_trace *t)
 
 /* --- steps --- */
 
-static int is_step(const lf_trace_event *e)
+int lf_trace_is_step(const lf_trace_event *e)
 {
     return e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13);
+}
+
+int64_t lf_trace_step_number(const lf_trace_event *e)
+{
+    if (!lf_trace_is_step(e))
+        return -1;
+    char *end;
+    const long long n = strtoll(e->name + 13, &end, 10);
+    return end != e->name + 13 && !*end && n >= 0 ? n : -1;
 }
 
 static int by_lo(const void *a, const void *b)
@@ -220,13 +229,13 @@ lf_status lf_trace_step_spans(const lf_trace *t, lf_span **spans, int64_t *n, in
 {
     int64_t k = 0, total = 0;
     for (int64_t i = 0; i < t->n; i++)
-        k += is_step(&t->ev[i]);
+        k += lf_trace_is_step(&t->ev[i]);
     lf_span *sp = malloc((size_t)(k + 1) * sizeof *sp);
     if (!sp)
         return lf_fail(LF_ENOMEM, "out of memory for %lld steps", (long long)k);
     k = 0;
     for (int64_t i = 0; i < t->n; i++)
-        if (is_step(&t->ev[i])) {
+        if (lf_trace_is_step(&t->ev[i])) {
             sp[k++] = (lf_span){t->ev[i].ts_ns, t->ev[i].ts_ns + t->ev[i].dur_ns};
             if (__builtin_add_overflow(total, t->ev[i].dur_ns, &total)) /* hostile durations: stop there */
                 total = INT64_MAX;

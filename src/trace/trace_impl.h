@@ -85,7 +85,10 @@ const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64
  * error, -2 when there is no such step; standalone adds the XML declaration a file needs (an SVG
  * inside HTML has none). */
 int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, int standalone);
-/* N of a ProfilerStep#N range, or -1 for any other event. */
+/* Whether e marks a step: a ProfilerStep#... range (user_annotation, as prof.step() records it
+ * and as a legacy trace's step reads, json_read.c); and N of a ProfilerStep#N range, or -1 for any
+ * other event (trace.c). */
+int lf_trace_is_step(const lf_trace_event *e);
 int64_t lf_trace_step_number(const lf_trace_event *e);
 /* The failure for a step t does not have, naming the steps it has (fn begins the message). */
 lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn);
