@@ -72,7 +72,12 @@ test-gpu:
 		PYTHONPATH=python LINFUSE_LIBRARY=$(BUILD)/liblinfuse.so tests/gpu/torch_survey.py; \
 	else echo 'torch_patch_check, torch_survey: skipped (need torch and transformers)'; fi
 
-install: build
+# What an install holds: the library, the CUDA module where nvcc is, the tool, headers and package
+# files; no tests (they are not installed, so building them here was time spent for nothing).
+install:
+	@scripts/deps.sh build
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF -DLINFUSE_CUDA=AUTO
+	cmake --build $(BUILD) -j $(JOBS)
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # OpenBLAS is the yardstick; OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE slow it down, so they are

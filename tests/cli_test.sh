@@ -168,12 +168,15 @@ contains "compiled mlp: 4 kernels" "kernels/step=4"
 contains "compiled mlp: the fused kernel" "lf_poi_fused_gelu_mul_0"
 check "simple-mlp --compile --gated" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --gated
 contains "compiled mlp, gated: 2 kernels" "kernels/step=2"
+checks=$((checks + 1)) # two plans, two traces: the gated one did not write over the plain one
+[ -f "$dir/simple-mlp/1x8x32x64_bf16_cold_compile.json" ] && [ -f "$dir/simple-mlp/1x8x32x64_bf16_cold_compile_gated.json" ] ||
+    { fails=$((fails + 1)); echo "FAIL: --compile and --compile --gated share a trace file"; }
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
-before=$(find "$dir" | wc -l)
 check "simple-mlp --compile --fp8 on the cpu" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --fp8 --compile-verbose
 contains "--fp8 on the cpu: the plan says why it stays bf16" "fp8: not here (cpu gemm: no FP8"
 contains "--fp8 on the cpu: still the gated GEMM" "gated: gelu_tanh(g) * u in the epilogue"
+before=$(find "$dir" | wc -l)
 check "compile flags need --compile" 2 "$bin" simple-mlp --out "$dir" --gated
 contains "compile flags need --compile" "need --compile"
 # a command takes and lists only its own flags: --gated and --fp8 fuse an MLP's two GEMMs
@@ -484,6 +487,7 @@ check "kernels-mlp --weights, FP8" 0 "$bin" kernels-mlp --out "$dir" --weights "
 contains "kernels-mlp --weights, FP8: the file's sizes" "1x4x8x12"
 check "--weights with --dim" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf" --prefix model.layers.0.mlp --dim 16
 check "--weights without --prefix" 2 "$bin" simple-mlp --out "$dir" --weights "$dir/hf"
+check "tour --threads is checked" 2 "$bin" tour --out "$dir" --threads 0
 check "tour" 0 "$bin" tour --out "$dir"
 contains "tour table" "what changed"
 contains "tour mlp note" "batch 64 -> 8"

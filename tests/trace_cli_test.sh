@@ -48,7 +48,7 @@ contains "bad sort key" "unknown sort key 'speed'"
 
 # diff: the blog's reading of eager vs compile
 check "diff mlp" 0 "$bin" trace diff "$ref/mlp_64x128x768x3072_eager.json" "$ref/mlp_64x128x768x3072_compile.json"
-contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared); 3 pieces of device work kept their exact names"
+contains "diff kernels" "B runs 4 kernels per step where A ran 5 (2 vanished, 1 appeared); 3 pieces of device work kept their exact names and count"
 contains "diff fused" "0 -> 1          0.000us -> 37.440us     triton_poi_fused__unsafe_view_gelu_mul_0"
 contains "diff units" "CPU time (step wall time)           322.279us      456.563us"
 contains "diff same work" "(same kernel)"
@@ -80,6 +80,18 @@ check "expect --json: names whole" 1 "$bin" trace expect "$ref/mlp_64x128x768x30
 contains "expect json full names" "at::native::GeluType)::{lambda()#1}::operator()() const::{lambda()#4}"
 check "breakdown --json: names whole" 0 "$bin" trace breakdown "$ref/mlp_64x128x768x3072_eager.json" --json
 contains "breakdown json full names" "std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16"
+# the same kernel launched another number of times per step: the same name, not the same work
+python3 - "$ref/linear_1024x32x64_eager.json" "$work/twice.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"]
+k = [e for e in ev if e.get("cat") == "kernel"]
+ev.extend(dict(e, ts=e["ts"] + e["dur"] / 4, dur=e["dur"] / 4) for e in k)  # each kernel twice a step
+json.dump(t, open(sys.argv[2], "w"))
+PY
+check "diff of a kernel launched twice as often" 0 "$bin" trace diff "$ref/linear_1024x32x64_eager.json" "$work/twice.json"
+contains "diff of a kernel launched twice as often: not the same work" "0 pieces of device work kept their exact names and count"
+contains "diff of a kernel launched twice as often: said" "kept its name but ran another number of times per step"
 check "diff json" 0 "$bin" trace diff "$ref/linear_1024x32x64_eager.json" "$ref/linear_1024x32x64_compile.json" --json
 contains "diff json same work" '"change": "stayed", "per_step": [1, 1]'
 contains "diff json same work flag" '"same_work": true'

@@ -125,13 +125,29 @@ static lf_status model_build(const exp_cfg *c, model *m)
     return s;
 }
 
+/* compile, and each way the plan's passes or launch differ from the default's, so two compiled
+ * runs of one shape that made different plans keep two sets of files (--compile --gated wrote
+ * over --compile's): compile_gated, compile_fp8, _packed, _nofold, _nobias, _nofuse, _noact,
+ * _nograph. */
+static void compile_mode(const exp_cfg *c, char *mode, size_t cap)
+{
+    const unsigned p = c->passes;
+    snprintf(mode, cap, "compile%s%s%s%s%s%s%s", (p & LF_PASS_FP8) ? "_fp8" : (p & LF_PASS_GATED_GEMM) ? "_gated" : "",
+             (p & LF_PASS_PACK_WEIGHTS) ? "_packed" : "", (p & LF_PASS_FOLD_VIEWS) ? "" : "_nofold",
+             (p & LF_PASS_BIAS_EPILOGUE) ? "" : "_nobias", (p & LF_PASS_POINTWISE_FUSION) ? "" : "_nofuse",
+             (p & LF_PASS_ACT_EPILOGUE) ? "" : "_noact", c->no_cuda_graph ? "_nograph" : "");
+}
+
 /* The path every file of the run starts with: <dir>/<shape>[_<layer>]_<dtype>_<cold|warm>_<mode>,
  * the mode saying how the forward ran (eager, kernels: the hand-fused middle, gated, fp8 or
- * compile; gated where fp8 was asked for and the device has no FP8 GEMM, said). 0 when too long. */
+ * compile[_...]: compile_mode; gated where fp8 was asked for and the device has no FP8 GEMM, said).
+ * 0 when too long. */
 static int name_outputs(const exp_cfg *c, const char *dir, const char *shape, char *base, size_t cap)
 {
     const char *name = lf_exp_defs[c->kind].name;
-    const char *mode = c->compile                                  ? "compile"
+    char compiled[96];
+    compile_mode(c, compiled, sizeof compiled);
+    const char *mode = c->compile                                  ? compiled
                        : !(lf_exp_defs[c->kind].takes & T_VARIANT) ? "eager"
                        : c->variant == LF_MLP_GATED                ? "gated"
                        : c->variant == LF_MLP_FP8                  ? "fp8"

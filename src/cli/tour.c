@@ -26,24 +26,30 @@ static const struct {
     {EXP_KERNELS_MLP, 0, LF_MLP_GATED, "2 GPUs (Megatron's split): half the hidden each, then one NCCL all-reduce"},
 };
 
-/* The tour's flags (--out DIR, into *out): -1 to go on, else the exit status (--help printed,
- * or a wrong flag said). */
-static int parse(int argc, char **argv, const char **out)
+/* The tour's flags (--out DIR, into *out; --threads N, into *threads): -1 to go on, else the exit
+ * status (--help printed, or a wrong flag said). */
+static int parse(int argc, char **argv, const char **out, int *threads)
 {
     const char *v;
-    enum { T_OUT };
-    const lf_cli_opt opts[] = {{"out", 1, T_OUT, 0}};
+    enum { T_OUT, T_THREADS };
+    const lf_cli_opt opts[] = {{"out", 1, T_OUT, 0}, {"threads", 1, T_THREADS, 0}};
     lf_cli_args a;
-    lf_cli_args_init(&a, "linfuse tour", argc, argv, opts, 1);
+    lf_cli_args_init(&a, "linfuse tour", argc, argv, opts, 2);
     for (int id; (id = lf_cli_next(&a, &v)) != LF_CLI_END;) {
+        int64_t n;
         if (id == T_OUT && *v) {
             *out = v;
+        } else if (id == T_THREADS) {
+            if (!lf_cli_int("linfuse tour", "--threads", v, 1, 4096, &n))
+                return LF_EXIT_USAGE;
+            *threads = (int)n;
         } else if (id == LF_CLI_HELP) {
             printf(
-                "usage: linfuse tour [--out DIR]\nRuns matmul-add, linear, simple-mlp (eager, then --compile) and "
-                "kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the gated MLP over 2 "
-                "GPUs when there are two, writes their traces to DIR (traces), and prints what changed between "
-                "them.\n");
+                "usage: linfuse tour [--out DIR] [--threads N]\nRuns matmul-add, linear, simple-mlp (eager, then "
+                "--compile) and kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the "
+                "gated MLP over 2 GPUs when there are two, writes their traces to DIR (traces), and prints what "
+                "changed between them. --threads: CPU threads (default: OMP_NUM_THREADS when set, else one per "
+                "core; on a machine other work keeps busy, 1 gives steadier times).\n");
             return LF_EXIT_OK;
         } else {
             if (id == T_OUT)
@@ -58,7 +64,7 @@ static int parse(int argc, char **argv, const char **out)
 
 /* Each run's configuration on the default device, into out; the MLPs smaller on a CPU, with a
  * note saying so. How many runs there are: the last only where there are two GPUs. */
-static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out)
+static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out, int threads)
 {
     const int n_runs = lf_device_count(LF_DEVICE_CUDA) >= 2 ? RUNS : RUNS - 1;
     for (int k = 0; k < n_runs; k++) {
@@ -67,6 +73,7 @@ static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out
         cfg[k].compile = runs[k].compile;
         cfg[k].variant = runs[k].variant;
         cfg[k].out_dir = out;
+        cfg[k].threads = threads;
         cfg[k].device = lf_device_available(LF_DEVICE_CUDA) ? LF_DEVICE_CUDA : LF_DEVICE_CPU;
         notes[k] = NULL;
         if (cfg[k].device == LF_DEVICE_CPU && (cfg[k].kind == EXP_SIMPLE_MLP || cfg[k].kind == EXP_KERNELS_MLP)) {
@@ -96,12 +103,13 @@ static void print_table(const exp_cfg cfg[RUNS], const exp_result res[RUNS], cha
 int lf_cli_tour(int argc, char **argv)
 {
     const char *out = "traces";
-    const int rc = parse(argc, argv, &out);
+    int threads = 0; /* 0: the default */
+    const int rc = parse(argc, argv, &out, &threads);
     if (rc >= 0)
         return rc;
     exp_cfg cfg[RUNS];
     const char *notes[RUNS];
-    const int n_runs = plan_runs(cfg, notes, out);
+    const int n_runs = plan_runs(cfg, notes, out, threads);
     printf("linfuse tour: the blog's experiments on %s, %s, schedule wait=1 warmup=1 active=3\n\n",
            lf_device_name(cfg[0].device), lf_dtype_name(cfg[0].dtype));
     exp_result res[RUNS];

@@ -283,9 +283,18 @@ static void put_summary(const diff *d, lf_sbuf *o)
         b->kernels_per_step == 1 ? "" : "s", a->kernels_per_step);
     if (d->k_gone || d->k_new)
         put(o, " (%d vanished, %d appeared)", d->k_gone, d->k_new);
-    put(o, "; %d piece%s of device work kept %s exact name%s, so %s the same work. ", d->k_same,
-        d->k_same == 1 ? "" : "s", d->k_same == 1 ? "its" : "their", d->k_same == 1 ? "" : "s",
-        d->k_same == 1 ? "it does" : "they do");
+    /* a kernel's name carries its work (docs/design.md): the same name is the same work a launch,
+     * and the same work a step only where it is launched as often */
+    int recounted = 0;
+    for (int64_t i = 0; i < d->nk; i++)
+        recounted += d->k[i].ch == SAME && d->k[i].x->per_step != d->k[i].y->per_step;
+    const int same = d->k_same - recounted;
+    put(o, "; %d piece%s of device work kept %s exact name%s and count, so %s the same work", same,
+        same == 1 ? "" : "s", same == 1 ? "its" : "their", same == 1 ? "" : "s", same == 1 ? "it does" : "they do");
+    if (recounted)
+        put(o, "; %d kept %s name but ran another number of times per step", recounted,
+            recounted == 1 ? "its" : "their");
+    put(o, ". ");
     put(o, "The CPU side went from %g to %g ops per step", a->ops_per_step, b->ops_per_step);
     if (d->o_gone || d->o_new)
         put(o, " (%d kinds of op removed, %d added)", d->o_gone, d->o_new);
