@@ -68,7 +68,11 @@ static int count(const recorder *r, int kind, const char *needle)
 static void dump(const recorder *r)
 {
     for (int i = 0; i < r->n; i++)
-        fprintf(stderr, "    %s %s\n", r->ev[i].kind == 0 ? "op" : r->ev[i].kind == 1 ? "kernel" : "note", r->ev[i].name);
+        fprintf(stderr, "    %s %s\n",
+                r->ev[i].kind == 0   ? "op"
+                : r->ev[i].kind == 1 ? "kernel"
+                                     : "note",
+                r->ev[i].name);
 }
 
 /* One compiled run with the observer on. */
@@ -163,8 +167,9 @@ static void check_run(lf_compiled *c, lf_forward_fn fn, model *m, lf_tensor *x, 
     lf_tensor *y = NULL, *ref = NULL;
     OK(observed_run(c, x, &y, &rec));
     OK(fn(m, 1, &x, &ref));
-    int good = count(&rec, 1, NULL) == kernels && (!kernel || count(&rec, 1, kernel) == 1) && count(&rec, 0, NULL) == ops &&
-               count(&rec, 2, "Compiled Region: ") == 1 && count(&rec, 2, "lf::guard_check") == 1;
+    int good = count(&rec, 1, NULL) == kernels && (!kernel || count(&rec, 1, kernel) == 1) &&
+               count(&rec, 0, NULL) == ops && count(&rec, 2, "Compiled Region: ") == 1 &&
+               count(&rec, 2, "lf::guard_check") == 1;
     CHECK(good, "%s: %d kernels (%s) and %d ops expected", what, kernels, kernel ? kernel : "-", ops);
     if (!good)
         dump(&rec);

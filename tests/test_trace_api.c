@@ -417,6 +417,12 @@ static void test_merge_incremental(void)
         CHECK(m35 && lf_trace_ranks(m35, ranks, 4) == 2 && ranks[0] == 3 && ranks[1] == 5,
               "ranks 3 and 5 listed: %lld, %lld", (long long)ranks[0], (long long)ranks[1]);
         CHECK(lf_trace_ranks(r0, ranks, 4) == 0, "a trace that is no merged one has no ranks");
+        int64_t first[2] = {-1, -7};
+        CHECK(m35 && lf_trace_ranks(m35, first, 1) == 2 && first[0] == 3 && first[1] == -7,
+              "cap 1: the smallest rank (3, merged second), nothing past cap: %lld %lld", (long long)first[0],
+              (long long)first[1]);
+        first[0] = -9;
+        CHECK(m35 && lf_trace_ranks(m35, first, -5) == 2 && first[0] == -9, "a negative cap writes nothing");
         if (m35) {
             OK(lf_trace_of_rank(m35, 3, &r3));
             CHECK(r3 && lf_trace_count(r3) == lf_trace_count(r1), "rank 3 holds r1's %lld events",

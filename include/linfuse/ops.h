@@ -41,7 +41,9 @@ LF_API lf_status lf_view(lf_tensor **out, const lf_tensor *x, int ndim, const in
 /* A view when strides allow, else a contiguous copy (as torch.reshape). */
 LF_API lf_status lf_reshape(lf_tensor **out, const lf_tensor *x, int ndim, const int64_t *shape);
 /* x's values written into out, an existing tensor of x's shape on x's device (any strides, any
- * dtype linfuse computes in: converted, rounded to nearest even), as torch's copy_. */
+ * dtype linfuse computes in: converted, rounded to nearest even), as torch's copy_. out and x may
+ * be views of one storage where the bytes they span do not meet (row 0 into row 1); spans that
+ * meet are refused, also views that interleave without sharing an element. */
 LF_API lf_status lf_copy_out(lf_tensor *out, const lf_tensor *x);
 /* x itself (a new handle) when already contiguous, else a contiguous copy. */
 LF_API lf_status lf_contiguous(lf_tensor **out, const lf_tensor *x);
@@ -53,10 +55,11 @@ LF_API lf_status lf_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *b);
  * A (N) bias with beta == 1 rides in the GEMM's epilogue; any other bias is read as the GEMM's
  * C input with beta. Never a separate add, never a copy of the bias. */
 LF_API lf_status lf_addmm(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, float beta,
-                   float alpha);
+                          float alpha);
 /* out = act(a . b + bias): one GEMM with bias and activation in its epilogue (bias may be NULL;
  * when given it is (N)). torch calls this _addmm_activation. */
-LF_API lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b, lf_act act);
+LF_API lf_status lf_addmm_act(lf_tensor **out, const lf_tensor *bias, const lf_tensor *a, const lf_tensor *b,
+                              lf_act act);
 /* out (M, N/2) = act(g) * u, where a . b (M, N) holds gates and partners in blocks of
  * 2 x group columns (lf_gate, LF_GATE_PAIRED). One GEMM; g and u never reach memory. */
 LF_API lf_status lf_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *b, lf_act act, int64_t group);
@@ -126,7 +129,7 @@ LF_API lf_status lf_quantize_fp8_128x128(lf_tensor **q, lf_tensor **scale, const
  * a multiple of 16, and with block scales M a multiple of 4. LF_EUNSUPPORTED where the device has
  * no FP8 GEMM (the CPU). */
 LF_API lf_status lf_scaled_mm(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
-                       const lf_tensor *b_scale, lf_dtype out_dtype);
+                              const lf_tensor *b_scale, lf_dtype out_dtype);
 /* lf_scaled_mm written into out, an existing (M, N) bf16, f16 or f32 tensor on a's device (its
  * dtype is the result's). */
 LF_API lf_status lf_scaled_mm_out(lf_tensor *out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
@@ -135,14 +138,15 @@ LF_API lf_status lf_scaled_mm_out(lf_tensor *out, const lf_tensor *a, const lf_t
  * out (M, H) bf16. On Hopper the gated kernel's FP8 form (wgmma e4m3); elsewhere a scaled GEMM
  * then act(g) * u, with a note in the trace; LF_EUNSUPPORTED where neither runs (the CPU). */
 LF_API lf_status lf_scaled_mm_gated(lf_tensor **out, const lf_tensor *a, const lf_tensor *a_scale, const lf_tensor *b,
-                             const lf_tensor *b_scale, lf_act act, int64_t group);
+                                    const lf_tensor *b_scale, lf_act act, int64_t group);
 /* lf_scaled_mm_gated with h leaving in FP8 for the next FP8 GEMM: h (M, H) f8e4m3 and its 1 x 128
  * block scales, exactly lf_quantize_fp8_1x128 of the bf16 h. On Hopper the gated kernel's
  * epilogue quantizes each tile as it writes it (row-wise scales on a and b, group a multiple of
  * 128), so h is written once in half the bytes and never read back to be quantized; elsewhere the
  * two steps run, with a note in the trace. */
-LF_API lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a, const lf_tensor *a_scale,
-                                 const lf_tensor *b, const lf_tensor *b_scale, lf_act act, int64_t group);
+LF_API lf_status lf_scaled_mm_gated_fp8(lf_tensor **h, lf_tensor **h_scale, const lf_tensor *a,
+                                        const lf_tensor *a_scale, const lf_tensor *b, const lf_tensor *b_scale,
+                                        lf_act act, int64_t group);
 
 /* LF_OK when dev runs FP8 GEMMs (lf_scaled_mm and, on Hopper, the gated kernel's FP8 form), else
  * LF_EUNSUPPORTED saying why: callers with a bf16 path ask first. */

@@ -24,7 +24,7 @@ typedef struct lf_prof_schedule {
 typedef struct lf_profiler lf_profiler;
 
 typedef struct lf_prof_opts {
-    unsigned activities; /* LF_PROF_CPU | LF_PROF_DEVICE; 0 means both */
+    unsigned activities; /* LF_PROF_CPU | LF_PROF_DEVICE; 0 means both; other bits refused */
     int use_schedule;    /* 0: record from start to stop, no ProfilerStep ranges */
     lf_prof_schedule schedule;
     int record_shapes;  /* Input Dims / Input type / Input Strides on each op */
@@ -72,7 +72,7 @@ static inline void lf_prof_scope_end_(int *unused)
 }
 #define LF_PROF_CAT2_(a, b) a##b
 #define LF_PROF_CAT_(a, b)  LF_PROF_CAT2_(a, b)
-#define LF_PROF_SCOPE(name)                                                                   \
+#define LF_PROF_SCOPE(name)                                                                           \
     __attribute__((cleanup(lf_prof_scope_end_), unused)) int LF_PROF_CAT_(lf_prof_scope_, __LINE__) = \
         (lf_prof_range_push(name), 0)
 

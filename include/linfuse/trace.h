@@ -122,9 +122,10 @@ LF_API lf_status lf_trace_merge(const lf_trace *const *in, int n, lf_trace **out
  * trace as it was. lf_trace_merge is begin and n adds. */
 LF_API lf_status lf_trace_merge_begin(lf_trace **out);
 LF_API lf_status lf_trace_merge_add(lf_trace *merged, const lf_trace *t);
-/* The ranks of a merged trace, ascending: the first cap of them into ranks (NULL with cap 0 to
- * count them); returns how many there are, 0 for a trace that is no merged one. Two ranks of an
- * eight-GPU job merged are ranks 3 and 5, say, not 0 and 1. */
+/* The ranks of a merged trace, ascending: the smallest cap of them into ranks (NULL, or cap <= 0,
+ * to count them); returns how many there are, 0 for a trace that is no merged one, -1 when out of
+ * memory (lf_last_error says so). Two ranks of an eight-GPU job merged are ranks 3 and 5, say,
+ * not 0 and 1. */
 LF_API int64_t lf_trace_ranks(const lf_trace *merged, int64_t *ranks, int64_t cap);
 /* Rank `rank` of a merged trace (one lf_trace_ranks lists), as a trace of its own. */
 LF_API lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out);
@@ -281,7 +282,8 @@ typedef struct lf_trace_summary {
      * share that overlaps compute (HTA's computation-communication overlap). */
     int has_comm;
     double comm_ns_per_step, exposed_comm_ns_per_step, overlap;
-    int comm_bound; /* exposed communication outweighs the compute kernels */
+    int comm_bound;        /* exposed communication outweighs the compute kernels */
+    int64_t device_events; /* kernels, copies and sets in the whole trace, in steps or not */
 } lf_trace_summary;
 
 LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
@@ -289,7 +291,7 @@ LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
  * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound".
  * The verdicts: compute-bound (device busy half the step or more), overhead-bound (less: it
  * waits on the host), comm-bound (exposed communication outweighs compute), no-device-work (no
- * kernel, copy or set at all: a CPU-only trace). */
+ * kernel, copy or set anywhere in the trace: a CPU-only one). */
 LF_API void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap);
 /* What `linfuse trace summary` prints for t: as text, the summary line and a line of its steps,
  * step and device time and events (each prefixed "rank=R " when rank >= 0); as JSON (json != 0)

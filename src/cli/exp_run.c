@@ -128,11 +128,16 @@ static lf_status model_build(const exp_cfg *c, model *m)
 /* compile, and each way the plan's passes or launch differ from the default's, so two compiled
  * runs of one shape that made different plans keep two sets of files (--compile --gated wrote
  * over --compile's): compile_gated, compile_fp8, _packed, _nofold, _nobias, _nofuse, _noact,
- * _nograph. */
+ * _nograph. Named for the plan made: --fp8 where the device has no FP8 GEMM makes the gated plan
+ * (the pass says why), so its files are compile_gated's, as an eager fp8 run's are gated's. */
 static void compile_mode(const exp_cfg *c, char *mode, size_t cap)
 {
     const unsigned p = c->passes;
-    snprintf(mode, cap, "compile%s%s%s%s%s%s%s", (p & LF_PASS_FP8) ? "_fp8" : (p & LF_PASS_GATED_GEMM) ? "_gated" : "",
+    const int fp8 = (p & LF_PASS_FP8) && lf_fp8_supported(c->device) == LF_OK;
+    snprintf(mode, cap, "compile%s%s%s%s%s%s%s",
+             fp8                        ? "_fp8"
+             : (p & LF_PASS_GATED_GEMM) ? "_gated"
+                                        : "",
              (p & LF_PASS_PACK_WEIGHTS) ? "_packed" : "", (p & LF_PASS_FOLD_VIEWS) ? "" : "_nofold",
              (p & LF_PASS_BIAS_EPILOGUE) ? "" : "_nobias", (p & LF_PASS_POINTWISE_FUSION) ? "" : "_nofuse",
              (p & LF_PASS_ACT_EPILOGUE) ? "" : "_noact", c->no_cuda_graph ? "_nograph" : "");

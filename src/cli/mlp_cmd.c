@@ -429,10 +429,10 @@ static int mlp_execute(const mlp_cfg *c, const char *pfx, lf_device dev, mlp_loa
         char xs[64], ys[64];
         fprintf(lf_cli_note_stream(c->output),
                 "mlp %s (%s, %lld -> %lld, %s%s) on %s, %s%s: x %s -> y %s in %.3f ms (first call); wrote %s\n", pfx,
-               lf_act_name(l->m.act), (long long)l->m.dim, (long long)l->m.hidden, lf_dtype_name(l->m.gate_up->dtype),
-               l->stored, lf_device_name(dev), c->compile ? "compiled " : "", ran,
-               shape_str(xs, sizeof xs, l->x->ndim, l->x->shape), shape_str(ys, sizeof ys, y->ndim, y->shape), ms,
-               c->output);
+                lf_act_name(l->m.act), (long long)l->m.dim, (long long)l->m.hidden, lf_dtype_name(l->m.gate_up->dtype),
+                l->stored, lf_device_name(dev), c->compile ? "compiled " : "", ran,
+                shape_str(xs, sizeof xs, l->x->ndim, l->x->shape), shape_str(ys, sizeof ys, y->ndim, y->shape), ms,
+                c->output);
     }
     lf_compiled_free(comp);
     lf_tensor_free(y);

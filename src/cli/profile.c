@@ -183,9 +183,9 @@ static int parse(int argc, char **argv, profile_opts *o)
 /* Where the traces go: their directory, the list the processes add their traces to, and for a
  * FILE output the file. */
 typedef struct out_place {
-    char dir[4096], list[4200]; /* absolute, so a CMD that changes directory still finds them */
+    char dir[4096], list[4200];   /* absolute, so a CMD that changes directory still finds them */
     char asked[4096], made[4096]; /* the directory as given, and what lf_cli_prepare_dir made of it */
-    const char *file; /* NULL: a directory */
+    const char *file;             /* NULL: a directory */
     int gzip;
 } out_place;
 

@@ -44,12 +44,11 @@ static int parse(int argc, char **argv, const char **out, int *threads)
                 return LF_EXIT_USAGE;
             *threads = (int)n;
         } else if (id == LF_CLI_HELP) {
-            printf(
-                "usage: linfuse tour [--out DIR] [--threads N]\nRuns matmul-add, linear, simple-mlp (eager, then "
-                "--compile) and kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the "
-                "gated MLP over 2 GPUs when there are two, writes their traces to DIR (traces), and prints what "
-                "changed between them. --threads: CPU threads (default: OMP_NUM_THREADS when set, else one per "
-                "core; on a machine other work keeps busy, 1 gives steadier times).\n");
+            printf("usage: linfuse tour [--out DIR] [--threads N]\nRuns matmul-add, linear, simple-mlp (eager, then "
+                   "--compile) and kernels-mlp (fused, then gated) at the blog's sizes on the default device, and the "
+                   "gated MLP over 2 GPUs when there are two, writes their traces to DIR (traces), and prints what "
+                   "changed between them. --threads: CPU threads (default: OMP_NUM_THREADS when set, else one per "
+                   "core; on a machine other work keeps busy, 1 gives steadier times).\n");
             return LF_EXIT_OK;
         } else {
             if (id == T_OUT)

@@ -73,7 +73,10 @@ static void plan_free(plan *p)
 static const char *op_short(const lf_fused_op *o)
 {
     if (o->op == LF_PW_ACT)
-        return o->act == LF_ACT_RELU ? "relu" : o->act == LF_ACT_NONE ? "copy" : o->act == LF_ACT_SILU ? "silu" : "gelu";
+        return o->act == LF_ACT_RELU   ? "relu"
+               : o->act == LF_ACT_NONE ? "copy"
+               : o->act == LF_ACT_SILU ? "silu"
+                                       : "gelu";
     return o->op == LF_PW_ADD ? "add" : o->op == LF_PW_MUL ? "mul" : "copy";
 }
 
@@ -193,11 +196,21 @@ static lf_status run_view(const plan *p, const node *n, lf_tensor *const *in)
             return s;
     }
     switch (n->op) {
-    case LF_OP_T: s = lf_t(&y, x); break;
-    case LF_OP_TRANSPOSE: s = lf_transpose(&y, x, n->v_d0, n->v_d1); break;
-    case LF_OP_VIEW: s = lf_view(&y, x, n->v_ndim, n->v_shape); break;
-    case LF_OP_RESHAPE: s = lf_reshape(&y, x, n->v_ndim, n->v_shape); break;
-    default: s = lf_contiguous(&y, x); break;
+    case LF_OP_T:
+        s = lf_t(&y, x);
+        break;
+    case LF_OP_TRANSPOSE:
+        s = lf_transpose(&y, x, n->v_d0, n->v_d1);
+        break;
+    case LF_OP_VIEW:
+        s = lf_view(&y, x, n->v_ndim, n->v_shape);
+        break;
+    case LF_OP_RESHAPE:
+        s = lf_reshape(&y, x, n->v_ndim, n->v_shape);
+        break;
+    default:
+        s = lf_contiguous(&y, x);
+        break;
     }
     lf_tensor_free(y);
     if (x != n->vin_const)
@@ -220,12 +233,24 @@ static lf_status run_steps(plan *p, lf_tensor *const *in, int direct)
                 : direct  ? lf_backend_gemm(n->dev, &n->g, NULL)
                           : lf_launch_gemm(n->dev, &n->g);
             break;
-        case N_PW: s = direct ? lf_backend_pointwise(n->dev, &n->p, NULL) : lf_launch_pointwise(n->dev, &n->p); break;
-        case N_FUSED: s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f); break;
-        case N_COLL: s = lf_launch_collective(n->dev, &n->coll, direct); break;
-        case N_WAIT: s = lf_launch_comm_wait(n->dev, n->coll.comm, direct); break;
-        case N_QUANT: s = direct ? lf_backend_quantize_fp8(n->dev, &n->q, NULL) : lf_launch_quant(n->dev, &n->q); break;
-        default: s = run_view(p, n, in); break;
+        case N_PW:
+            s = direct ? lf_backend_pointwise(n->dev, &n->p, NULL) : lf_launch_pointwise(n->dev, &n->p);
+            break;
+        case N_FUSED:
+            s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f);
+            break;
+        case N_COLL:
+            s = lf_launch_collective(n->dev, &n->coll, direct);
+            break;
+        case N_WAIT:
+            s = lf_launch_comm_wait(n->dev, n->coll.comm, direct);
+            break;
+        case N_QUANT:
+            s = direct ? lf_backend_quantize_fp8(n->dev, &n->q, NULL) : lf_launch_quant(n->dev, &n->q);
+            break;
+        default:
+            s = run_view(p, n, in);
+            break;
         }
         if (s != LF_OK)
             return s;
@@ -274,10 +299,16 @@ static lf_status run_plan(lf_compiled *c, plan *p, lf_tensor *const *in)
 
 /* --- guards --- */
 
+/* A guard's miss at input i, check `level` (0 NULL, 1 dtype, 2 device, 3 shape, 4 strides): how
+ * far the inputs matched before it, for guards_pass's *depth. */
+static int miss_depth(int i, int level)
+{
+    return 5 * i + level;
+}
+
 /* 1 when in passes p's guards; else 0 with why filled (names the input, expected and actual) and
- * *depth how far the inputs matched before it (input by input: dtype, device, shape, strides), so
- * that of several plans the nearest miss is the one reported. */
-#define LF_GUARD_MISS(level, ...) (snprintf(why, cap, __VA_ARGS__), *depth = 5 * i + (level), 0)
+ * *depth how far the inputs matched before it (miss_depth), so that of several plans the nearest
+ * miss is the one reported. */
 static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why, size_t cap, int *depth)
 {
     *depth = -1;
@@ -288,27 +319,40 @@ static int guards_pass(const plan *p, int n_in, lf_tensor *const *in, char *why,
     for (int i = 0; i < n_in; i++) {
         const lf_tensor *t = in[i];
         char a[96], b[96];
-        if (!t || !t->storage)
-            return LF_GUARD_MISS(0, "input %d is NULL", i);
-        if (t->dtype != p->in_dtype[i])
-            return LF_GUARD_MISS(1, "input %d: dtype %s, compiled for %s", i, lf_dtype_name(t->dtype),
-                                 lf_dtype_name(p->in_dtype[i]));
-        if (lf_tensor_device(t) != p->in_dev[i])
-            return LF_GUARD_MISS(2, "input %d: device %s, compiled for %s", i, lf_device_name(lf_tensor_device(t)),
-                                 lf_device_name(p->in_dev[i]));
+        if (!t || !t->storage) {
+            snprintf(why, cap, "input %d is NULL", i);
+            *depth = miss_depth(i, 0);
+            return 0;
+        }
+        if (t->dtype != p->in_dtype[i]) {
+            snprintf(why, cap, "input %d: dtype %s, compiled for %s", i, lf_dtype_name(t->dtype),
+                     lf_dtype_name(p->in_dtype[i]));
+            *depth = miss_depth(i, 1);
+            return 0;
+        }
+        if (lf_tensor_device(t) != p->in_dev[i]) {
+            snprintf(why, cap, "input %d: device %s, compiled for %s", i, lf_device_name(lf_tensor_device(t)),
+                     lf_device_name(p->in_dev[i]));
+            *depth = miss_depth(i, 2);
+            return 0;
+        }
         if (t->ndim != p->in_ndim[i] || memcmp(t->shape, p->in_shape[i], (size_t)t->ndim * sizeof t->shape[0])) {
             lf_fmt_shape(a, sizeof a, t->ndim, t->shape), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_shape[i]);
-            return LF_GUARD_MISS(3, "input %d: shape %s, compiled for %s", i, a, b);
+            snprintf(why, cap, "input %d: shape %s, compiled for %s", i, a, b);
+            *depth = miss_depth(i, 3);
+            return 0;
         }
         for (int d = 0; d < t->ndim; d++)
             if (t->shape[d] > 1 && t->stride[d] != p->in_stride[i][d]) {
-                lf_fmt_shape(a, sizeof a, t->ndim, t->stride), lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_stride[i]);
-                return LF_GUARD_MISS(4, "input %d: strides %s, compiled for %s", i, a, b);
+                lf_fmt_shape(a, sizeof a, t->ndim, t->stride),
+                    lf_fmt_shape(b, sizeof b, p->in_ndim[i], p->in_stride[i]);
+                snprintf(why, cap, "input %d: strides %s, compiled for %s", i, a, b);
+                *depth = miss_depth(i, 4);
+                return 0;
             }
     }
     return 1;
 }
-#undef LF_GUARD_MISS
 
 /* --- the API --- */
 
@@ -374,7 +418,8 @@ lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, l
         return lf_fail(LF_EINVAL, "lf_compile: passes 0x%x holds bits that are no LF_PASS_* (0x%x)", o->passes,
                        o->passes & ~known);
     if (o && (o->recompile_limit < 0 || o->recompile_limit > MAX_PLANS - 1))
-        return lf_fail(LF_EINVAL, "lf_compile: recompile_limit %d, expected 0 to %d", o->recompile_limit, MAX_PLANS - 1);
+        return lf_fail(LF_EINVAL, "lf_compile: recompile_limit %d, expected 0 to %d", o->recompile_limit,
+                       MAX_PLANS - 1);
     lf_compiled *c = calloc(1, sizeof *c);
     if (!c)
         return lf_fail(LF_ENOMEM, "lf_compile: out of memory");
@@ -459,10 +504,14 @@ lf_compiled_stats lf_compiled_get_stats(const lf_compiled *c)
 static int fmt_ref(char *buf, size_t cap, ref r)
 {
     switch (r.kind) {
-    case R_INPUT: return snprintf(buf, cap, "input%d%s", r.idx, r.off ? "+" : "");
-    case R_VALUE: return snprintf(buf, cap, "v%d%s", r.idx, r.off ? "+" : "");
-    case R_CONST: return snprintf(buf, cap, "const");
-    default: return snprintf(buf, cap, "-");
+    case R_INPUT:
+        return snprintf(buf, cap, "input%d%s", r.idx, r.off ? "+" : "");
+    case R_VALUE:
+        return snprintf(buf, cap, "v%d%s", r.idx, r.off ? "+" : "");
+    case R_CONST:
+        return snprintf(buf, cap, "const");
+    default:
+        return snprintf(buf, cap, "-");
     }
 }
 
@@ -477,8 +526,7 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
         return lf_fail(LF_ENOMEM, "lf_compiled_describe: out of memory");
     size_t len = (size_t)snprintf(b, cap, "plan for %s on %s: %d kernel%s, %d view op%s per run%s\n", c->name,
                                   lf_device_name(p->dev), p->kernels, p->kernels == 1 ? "" : "s", p->views,
-                                  p->views == 1 ? "" : "s",
-                                  lf_compiled_get_stats(c).graph ? ", one CUDA graph" : "");
+                                  p->views == 1 ? "" : "s", lf_compiled_get_stats(c).graph ? ", one CUDA graph" : "");
     int step = 0;
     for (int i = 0; i < p->g.n_nodes && len < cap; i++) {
         const node *n = &p->g.nodes[i];
@@ -489,8 +537,8 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
         case N_GEMM:
             fmt_ref(r[0], sizeof r[0], n->ga), fmt_ref(r[1], sizeof r[1], n->gb), fmt_ref(r[2], sizeof r[2], n->gd);
             lf_gemm_layout(&n->g, lay);
-            len += (size_t)snprintf(b + len, cap - len, "  %d. gemm %lldx%lldx%lld %s (%s): %s . %s -> %s%s%s\n", step++,
-                                    (long long)n->g.a.rows, (long long)n->g.b.cols, (long long)n->g.a.cols, lay,
+            len += (size_t)snprintf(b + len, cap - len, "  %d. gemm %lldx%lldx%lld %s (%s): %s . %s -> %s%s%s\n",
+                                    step++, (long long)n->g.a.rows, (long long)n->g.b.cols, (long long)n->g.a.cols, lay,
                                     lf_op_name(n->op), r[0], r[1], r[2], n->note[0] ? "; " : "", n->note);
             break;
         case N_PW:
@@ -517,7 +565,9 @@ lf_status lf_compiled_describe(const lf_compiled *c, char **text)
             fmt_ref(r[0], sizeof r[0], n->qin), fmt_ref(r[1], sizeof r[1], n->qq), fmt_ref(r[2], sizeof r[2], n->qs);
             len += (size_t)snprintf(b + len, cap - len, "  %d. quantize_fp8 %lldx%lld %s (%s): %s -> %s, scales %s\n",
                                     step++, (long long)n->q.rows, (long long)n->q.cols,
-                                    n->q.mode == LF_SCALE_ROWS ? "per row" : n->q.mode == LF_SCALE_1X128 ? "1x128" : "128x128",
+                                    n->q.mode == LF_SCALE_ROWS    ? "per row"
+                                    : n->q.mode == LF_SCALE_1X128 ? "1x128"
+                                                                  : "128x128",
                                     lf_op_name(n->op), r[0], r[1], r[2]);
             break;
         default:

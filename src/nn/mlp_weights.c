@@ -109,8 +109,8 @@ lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, l
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP];
     lf_status s = LF_OK;
     const int shapes_fit = gate_up->ndim == 2 && down_weight->ndim == 2 && gate_up->shape[0] % 2 == 0 &&
-                           down_weight->shape[0] == gate_up->shape[1] && down_weight->shape[1] == gate_up->shape[0] / 2 &&
-                           gate_up->dtype == down_weight->dtype &&
+                           down_weight->shape[0] == gate_up->shape[1] &&
+                           down_weight->shape[1] == gate_up->shape[0] / 2 && gate_up->dtype == down_weight->dtype &&
                            lf_tensor_device(gate_up) == lf_tensor_device(down_weight);
     if (shapes_fit && !lf_tensor_is_contiguous(gate_up)) /* the shapes are right: say what is not */
         s = lf_fail(LF_ESHAPE,

@@ -59,8 +59,10 @@ lf_status lf_st_write(const char *path, const lf_st_entry *entries, int n)
         if (!entries[i].name || !entries[i].t)
             s = lf_fail(LF_EINVAL, "lf_st_write: entry %d has no name or no tensor", i);
         else if (!strcmp(entries[i].name, "__metadata__")) /* the header's own key: the file would not read back */
-            s = lf_fail(LF_EINVAL, "lf_st_write: entry %d is named __metadata__, the key safetensors keeps for the "
-                                   "file's metadata; a tensor cannot have that name", i);
+            s = lf_fail(LF_EINVAL,
+                        "lf_st_write: entry %d is named __metadata__, the key safetensors keeps for the "
+                        "file's metadata; a tensor cannot have that name",
+                        i);
         else
             s = lf_tensor_to_device(&w.host[i], entries[i].t, LF_DEVICE_CPU); /* contiguous, on the host */
         w.order[i] = i;

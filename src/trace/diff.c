@@ -209,7 +209,8 @@ static void diff_json(const diff *d, lf_sbuf *o)
         lf_sbuf_json_str(o, name_of(&d->k[i]));
         put(o, ", \"change\": \"%s\", \"per_step\": [%g, %g], \"us_per_step\": [%.3f, %.3f]%s}",
             change_names[d->k[i].ch], x ? x->per_step : 0, y ? y->per_step : 0, x ? x->ns_per_step / 1e3 : 0,
-            y ? y->ns_per_step / 1e3 : 0, d->k[i].ch == SAME ? ", \"same_work\": true" : "");
+            y ? y->ns_per_step / 1e3 : 0,
+            d->k[i].ch == SAME && x->per_step == y->per_step ? ", \"same_work\": true" : "");
     }
     put(o, "],\n \"cpu_ops\": [");
     for (int64_t i = 0; i < d->nop; i++) {

@@ -85,13 +85,14 @@ static int cmp_flow(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A flow start ("ph": "s") of Kineto's launch-to-kernel flows ("ac2g"): which host track
- * launched the work of its correlation id, and when. Other flows (Kineto's forward-to-backward
- * "fwdbwd", whose ids count from 1 as correlation ids do) are not launches and are left out. */
+/* A flow start ("ph": "s") of Kineto's launch-to-kernel flows ("ac2g"; "async" in Kineto before
+ * 2022): which host track launched the work of its correlation id, and when. Kineto's
+ * forward-to-backward flows ("fwdbwd", whose ids count from 1 as correlation ids do) are not
+ * launches and are left out. */
 static lf_status add_flow_start(reader *r, json_t *e)
 {
     const char *cat = json_string_value(json_object_get(e, "cat"));
-    if (cat && strcmp(cat, "ac2g"))
+    if (cat && !strcmp(cat, "fwdbwd"))
         return LF_OK;
     if (r->n_flows == r->cap_flows) {
         size_t cap = r->cap_flows ? 2 * r->cap_flows : 1024;

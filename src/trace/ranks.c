@@ -40,7 +40,8 @@ lf_status lf_trace_select_rank(const lf_trace *t, int64_t host_pid, int64_t host
             keep = e.device == device || (e.device < 0 && e.pid == device);
         else if (e.pid == host_pid && e.tid == host_tid)
             keep = 1;
-        else if (e.pid == host_pid && e.tid == step_tid && lf_trace_is_step(&e)) /* the process's steps, on this rank's thread */
+        else if (e.pid == host_pid && e.tid == step_tid &&
+                 lf_trace_is_step(&e)) /* the process's steps, on this rank's thread */
             keep = 1, e.tid = host_tid;
         else
             keep = 0;
@@ -283,14 +284,26 @@ int64_t lf_trace_ranks(const lf_trace *merged, int64_t *ranks, int64_t cap)
         return 0;
     int64_t n = 0;
     for (int64_t i = 0; i < merged->n_tracks; i++)
-        if (merged->tracks[i].tid == LF_TRACK_PROCESS && merged->tracks[i].pid >= 0) {
-            if (ranks && n < cap)
-                ranks[n] = merged->tracks[i].pid;
-            n++;
-        }
-    if (ranks)
-        qsort(ranks, (size_t)(n < cap ? n : cap), sizeof *ranks, by_value);
-    return n;
+        n += merged->tracks[i].tid == LF_TRACK_PROCESS && merged->tracks[i].pid >= 0;
+    /* every rank's name, sorted, each once (a merged file read back may name a rank twice) */
+    int64_t *all = malloc((size_t)(n + 1) * sizeof *all);
+    if (!all) {
+        lf_fail(LF_ENOMEM, "lf_trace_ranks: out of memory for %lld ranks", (long long)n);
+        return -1;
+    }
+    n = 0;
+    for (int64_t i = 0; i < merged->n_tracks; i++)
+        if (merged->tracks[i].tid == LF_TRACK_PROCESS && merged->tracks[i].pid >= 0)
+            all[n++] = merged->tracks[i].pid;
+    qsort(all, (size_t)n, sizeof *all, by_value);
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!distinct || all[i] != all[distinct - 1])
+            all[distinct++] = all[i];
+    for (int64_t k = 0; ranks && k < cap && k < distinct; k++)
+        ranks[k] = all[k];
+    free(all);
+    return distinct;
 }
 
 lf_status lf_trace_of_rank(const lf_trace *merged, int64_t rank, lf_trace **out)

@@ -12,7 +12,9 @@
  * aten::mm, addmm, bmm, baddbmm (2 x the product's multiply-adds), mul and add (one per element
  * of the first input) and conv2d (2 x output pixels x kernel x channels / groups, its stride,
  * padding, dilation and groups read from "Concrete Inputs"); every other op has none. The
- * arithmetic is PyTorch's, in unsigned 64 bits and in its order, so the sums print its digits. */
+ * arithmetic is PyTorch's, in unsigned 64 bits and in its order, so the sums print its digits;
+ * conv2d's, whose sizes come from a trace's Concrete Inputs, is checked: values that overflow (a
+ * hostile trace's, never a real run's) count no FLOPs rather than PyTorch's wrapped ones. */
 
 /* Input k's sizes when it is a tensor (its type a dtype name, which starts in lower case; a
  * Scalar, list or missing input does not); n = -1 otherwise. */

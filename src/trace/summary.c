@@ -137,6 +137,10 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     if (out->device_busy > 1)
         out->device_busy = 1; /* concurrent streams can overlap */
     out->compute_bound = out->device_busy >= 0.5;
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_cat c = t->ev[i].cat;
+        out->device_events += c == LF_TC_KERNEL || c == LF_TC_MEMCPY || c == LF_TC_MEMSET;
+    }
     const double steps = (double)(p.steps > 0 ? p.steps : 1);
     lf_step_profile_free(&p);
     double comm = 0, hidden = 0, replayed = 0;
@@ -156,7 +160,7 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
  * device neither waited nor worked, so "overhead-bound" would point at launches that never were. */
 static const char *verdict(const lf_trace_summary *s)
 {
-    if (s->kernels_per_step == 0 && s->device_ns_per_step == 0 && !s->has_comm)
+    if (s->device_events == 0 && !s->has_comm)
         return "no-device-work";
     return s->has_comm && s->comm_bound ? "comm-bound" : s->compute_bound ? "compute-bound" : "overhead-bound";
 }
@@ -194,9 +198,10 @@ lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, cha
         lf_sbuf_printf(&b,
                        "\"steps\": %lld, \"kernels_per_step\": %g, \"graph_kernels_per_step\": %g, "
                        "\"cpu_ops_per_step\": %g, \"device_busy\": %.4f, \"step_us\": %.3f, "
-                       "\"device_us_per_step\": %.3f, \"events\": %lld",
+                       "\"device_us_per_step\": %.3f, \"device_events\": %lld, \"events\": %lld",
                        (long long)s.steps, s.kernels_per_step, s.graph_kernels_per_step, s.cpu_ops_per_step,
-                       s.device_busy, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+                       s.device_busy, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)s.device_events,
+                       (long long)lf_trace_count(t));
         if (s.has_comm)
             lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
                            s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);

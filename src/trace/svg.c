@@ -342,7 +342,8 @@ static void put_slices(const drawing *d)
     }
 }
 
-/* Flow arrows: from the launching host lane down to each device slice. */
+/* Flow arrows: from the launch on its host lane (at the launch's time where the trace has it,
+ * kept inside the window) down to each device slice; the slant is the launch's wait. */
 static void put_flows(const drawing *d)
 {
     for (int64_t k = 0; k < d->ni; k++) {
@@ -355,11 +356,13 @@ static void put_flows(const drawing *d)
                 hl = l;
         if (hl < 0)
             continue;
-        double x = x_of(d, (double)e->ts_ns), y0 = d->ln[hl].y + d->ln[hl].depth * ROW - 3, y1 = d->ln[d->it[k].lane].y;
+        const int64_t from = e->flow_ts >= 0 && e->flow_ts <= e->ts_ns ? e->flow_ts : e->ts_ns;
+        const double x0 = x_of(d, (double)(from > d->lo ? from : d->lo)), x = x_of(d, (double)e->ts_ns);
+        const double y0 = d->ln[hl].y + d->ln[hl].depth * ROW - 3, y1 = d->ln[d->it[k].lane].y;
         fprintf(d->f,
                 "<line class=\"flow\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\" "
                 "stroke-width=\"1\" marker-end=\"url(#arrow)\"/>\n",
-                x, y0, x, y1 - 1);
+                x0, y0, x, y1 - 1);
     }
 }
 

@@ -6,7 +6,9 @@
     count, device time per step and per kernel within 5%, the "mlp_fwd" range's device time too;
  2. `linfuse kernels-mlp` traced from outside: the kernels of its in-process trace, by name, the
     number of forwards it ran times each;
- 3. a CUDA graph replay: every node's kernel tied to its cudaGraphLaunch;
+ 3. a CUDA graph replay: every node's kernel tied to its cudaGraphLaunch; a plain CUDA C++ program
+    (tests/gpu/profile_c_prog.cu: <<<>>>, cudaLaunchKernelEx, cuLaunchKernel, a graph, copies, a
+    memset, NVTX steps, a second thread, exit status 5) traced whole;
  4. two torchrun ranks: two rank files that `linfuse trace merge` joins (skipped on one GPU);
  and the ways a process ends: exit() from a thread, SIGTERM, Ctrl-C in Python, --duration;
  --capture-range and --kernels-only; where traces go (a relative --output for a CMD that changes
@@ -173,6 +175,60 @@ def check_graph():
           s["kernels_per_step"] == 5, str(s))
 
 
+# --- 3b. a plain CUDA C++ program: no framework, every way of launching ---
+def c_program():
+    """tests/gpu/profile_c_prog.cu built: LINFUSE_PROFILE_C_PROG names one built already, else nvcc
+    (on PATH or in /usr/local/cuda/bin) builds it; None when there is no nvcc."""
+    given = os.environ.get("LINFUSE_PROFILE_C_PROG")
+    if given:
+        return given
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if not nvcc:
+        return None
+    exe = os.path.join(WORK, "profile_c_prog")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profile_c_prog.cu")
+    p = sh([nvcc, "-O2", "-arch=sm_90", "-o", exe, src, "-lcuda"])
+    return exe if p.returncode == 0 else None
+
+
+def check_c_program():
+    exe = c_program()
+    if not exe:
+        print("c program: skipped (no nvcc to build tests/gpu/profile_c_prog.cu)")
+        return
+    out = os.path.join(WORK, "cprog.json")
+    p = profile_run([], out, [exe])
+    check("C program: its exit status 5 passed on, its trace written", p.returncode == 5 and os.path.exists(out),
+          "exit %d: %s" % (p.returncode, p.stderr[-1500:]))
+    if not os.path.exists(out):
+        return
+    ev = [e for e in load(out)["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    by = collections.Counter(e["name"].split("(")[0] for e in kernels)
+    check("C program: saxpy 4, scale 6, add 6 kernels", (by["saxpy"], by["scale"], by["add"]) == (4, 6, 6), str(by))
+    launched = collections.Counter(calls[e["args"]["correlation"]]["name"] for e in kernels
+                                   if e["args"].get("correlation") in calls)
+    check("C program: each kernel under its launch: <<<>>>, cudaLaunchKernelEx, cuLaunchKernel, cudaGraphLaunch",
+          sum(launched.values()) == 16 and launched["cuLaunchKernel"] == 3 and launched["cudaGraphLaunch"] == 6 and
+          any(n.startswith("cudaLaunchKernelEx") and c == 3 for n, c in launched.items()), str(dict(launched)))
+    copies = [e for e in ev if e.get("cat") == "gpu_memcpy"]
+    sets = [e for e in ev if e.get("cat") == "gpu_memset"]
+    check("C program: 6 copies of 4 MiB, 3 sets", len(copies) == 6 and len(sets) == 3 and
+          all(e["args"].get("bytes") == 4 << 20 for e in copies + sets),
+          "%d copies %s, %d sets" % (len(copies), [e["args"].get("bytes") for e in copies][:2], len(sets)))
+    ranges = collections.Counter(e["name"] for e in ev if e.get("cat") == "user_annotation")
+    check("C program: NVTX ranges: 3 steps, 3 io", ranges == {"ProfilerStep#1": 1, "ProfilerStep#2": 1,
+                                                            "ProfilerStep#3": 1, "io": 3}, str(dict(ranges)))
+    tids = {calls[e["args"]["correlation"]]["tid"] for e in kernels if e["name"].startswith("saxpy")
+            and e["args"].get("correlation") in calls}
+    check("C program: the second thread's launch on its own thread", len(tids) == 2, str(tids))
+    s = json.loads(sh([BIN, "trace", "summary", out, "--json"]).stdout)["ranks"][0]
+    check("C program: trace summary: 3 steps, 5 kernels a step, 2 of them graph kernels", s["steps"] == 3 and
+          s["kernels_per_step"] == 5 and s["graph_kernels_per_step"] == 2, str(s))
+
+
 # --- 4. two torchrun ranks, merged ---
 def check_ranks():
     import torch
@@ -272,6 +328,7 @@ def main():
     check_mlp("compile")
     check_kernels_mlp()
     check_graph()
+    check_c_program()
     check_ranks()
     check_endings()
     check_places()
