@@ -296,6 +296,13 @@ save(d + "/model.safetensors", {"model.layers.0.mlp.gate_proj.weight": g, "model
                                 "model.layers.0.mlp.down_proj.weight": dn})
 save(d + "/x.safetensors", {"x": x})
 save(d + "/x_big.safetensors", {"x": mat(256, D)})  # an output past 2 KiB, for ulimit -f
+import os
+os.makedirs(d + "/phi", exist_ok=True)  # the same layer as Phi-3 names it (one gate_up_proj) and as Meta does
+save(d + "/phi/model.safetensors", {"model.layers.0.mlp.gate_up_proj.weight": g + u,
+                                    "model.layers.0.mlp.down_proj.weight": dn,
+                                    "layers.0.feed_forward.w1.weight": g, "layers.0.feed_forward.w3.weight": u,
+                                    "layers.0.feed_forward.w2.weight": dn})
+json.dump({"hidden_act": "silu"}, open(d + "/phi/config.json", "w"))
 json.dump({"hidden_act": "silu"}, open(d + "/config.json", "w"))
 silu = lambda v: v / (1 + math.exp(-v))
 y = [[sum(dn[j][k] * silu(sum(x[t][i] * g[k][i] for i in range(D))) * sum(x[t][i] * u[k][i] for i in range(D))
@@ -307,6 +314,11 @@ for variant in eager fused gated; do
         --output "$dir/hf/y_$variant.safetensors" --variant "$variant" --device cpu
     contains "mlp $variant: silu from config.json" "(silu, 8 -> 12, f32) on cpu"
     y_close "mlp $variant's y" "$dir/hf/y_$variant.safetensors" "$dir/hf/y_ref.json"
+done
+for pfx in model.layers.0.mlp layers.0.feed_forward; do
+    check "mlp, $pfx named as Phi-3 or Meta name it" 0 "$bin" mlp --weights "$dir/hf/phi" --prefix "$pfx" \
+        --input "$dir/hf/x.safetensors" --output "$dir/hf/y_phi.safetensors" --variant gated --device cpu
+    y_close "mlp, $pfx named as Phi-3 or Meta name it: y" "$dir/hf/y_phi.safetensors" "$dir/hf/y_ref.json"
 done
 check "mlp compiled" 0 "$bin" mlp --weights "$dir/hf/model.safetensors" --prefix model.layers.0.mlp --input "$dir/hf/x.safetensors" \
     --output "$dir/hf/y_c.safetensors" --compile --device cpu --dtype bf16

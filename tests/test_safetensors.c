@@ -310,6 +310,32 @@ static void test_mlp_load(void)
         OK(lf_st_open(&st, lf_test_path("bad_mlp.safetensors")));
         FAILS(LF_ESHAPE, "expected (H, D), (H, D), (D, H)", lf_nn_gated_mlp_load(&m, st, "p", act, LF_DTYPE_COUNT));
         lf_st_close(st);
+        /* the same MLP named as Phi-3 names it (one gate_up_proj, [gate; up]) and as Meta does (w1
+         * gate, w3 up, w2 down): the same module; a projection with a bias: refused by name, not run
+         * without it */
+        lf_tensor *gu = NULL;
+        int64_t gus[2] = {2 * H, D};
+        OK(lf_tensor_empty(&gu, LF_DTYPE_BF16, 2, gus, LF_DEVICE_CPU));
+        memcpy(lf_tensor_data(gu), lf_tensor_data(g), (size_t)(H * D) * 2);
+        memcpy((char *)lf_tensor_data(gu) + H * D * 2, lf_tensor_data(u), (size_t)(H * D) * 2);
+        int64_t bs[1] = {H};
+        lf_tensor *bias = rand_tensor(&rng, LF_DTYPE_BF16, 1, bs);
+        lf_st_entry names[] = {
+            {"phi.gate_up_proj.weight", gu}, {"phi.down_proj.weight", dn}, {"meta.w1.weight", g},
+            {"meta.w3.weight", u},           {"meta.w2.weight", dn},       {"b.gate_proj.weight", g},
+            {"b.up_proj.weight", u},         {"b.up_proj.bias", bias},     {"b.down_proj.weight", dn}};
+        OK(lf_st_write(lf_test_path("names.safetensors"), names, 9));
+        OK(lf_st_open(&st, lf_test_path("names.safetensors")));
+        for (int l = 0; l < 2; l++) {
+            OK(lf_nn_gated_mlp_load(&m, st, l ? "meta" : "phi", act, LF_DTYPE_COUNT));
+            CHECK(m.gate_up && same_bytes(m.gate_up, gu) && same_bytes(m.down.weight, dn) && m.hidden == H &&
+                      m.dim == D,
+                  "%s's names: the same gate_up and down", l ? "Meta" : "Phi-3");
+            lf_nn_gated_mlp_free(&m);
+        }
+        FAILS(LF_EUNSUPPORTED, "\"b.up_proj.bias\" is there", lf_nn_gated_mlp_load(&m, st, "b", act, LF_DTYPE_COUNT));
+        lf_st_close(st);
+        lf_tensor_free(gu), lf_tensor_free(bias);
         lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(dn), lf_tensor_free(x);
     }
 }
@@ -511,6 +537,41 @@ static void test_fp8_load(void)
         CHECK(t && t->dtype == LF_DTYPE_F16 && !bad, "block scales: %d of 16 wrong", bad);
         lf_tensor_free(t), t = NULL;
         lf_st_close(st);
+    }
+    { /* DeepSeek-V3's 128 x 128 blocks on a weight 128 does not divide: 200 x 130 under a [2, 2]
+       * grid is blocks of 128 and 72 rows, 128 and 2 columns (an even split, 100 x 65, gave rows
+       * 100-127 and columns 65-127 their neighbour's scale); a [3, 2] grid over 200 rows fits no
+       * such blocks and is refused */
+        enum { R = 200, C = 130 };
+        const size_t nb = (size_t)R * C;
+        const size_t total = nb + 16 + 2 * R + 12;
+        unsigned char *d = malloc(total);
+        if (d) {
+            memset(d, 0x38, total); /* every weight 1.0 */
+            const float blocks[4] = {0.01f, 0.02f, 0.03f, 0.04f}, three[3] = {1, 1, 1};
+            memcpy(d + nb, blocks, 16);
+            memcpy(d + nb + 16 + 2 * R, three, 12);
+            char hdr[512];
+            snprintf(hdr, sizeof hdr,
+                     "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,%d],\"data_offsets\":[0,%zu]},"
+                     "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[%zu,%zu]},"
+                     "\"v\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,2],\"data_offsets\":[%zu,%zu]},"
+                     "\"v_scale_inv\":{\"dtype\":\"F32\",\"shape\":[3,1],\"data_offsets\":[%zu,%zu]}}",
+                     R, C, nb, nb, nb + 16, R, nb + 16, nb + 16 + 2 * R, nb + 16 + 2 * R, total);
+            OK(open_data(hdr, d, total, &st));
+            OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+            float *v = malloc(nb * sizeof *v);
+            int bad = !t || !v || lf_tensor_to_f32(t, v, (int64_t)nb) != LF_OK;
+            for (int i = 0; !bad && i < R * C; i++)
+                bad += v[i] != blocks[(i / C >= 128) * 2 + (i % C >= 128)];
+            CHECK(!bad && v[127 * C + 127] == 0.01f && v[128 * C] == 0.03f && v[128] == 0.02f,
+                  "128 x 128 blocks, the last ones cut short: %d of %d wrong", bad, R * C);
+            free(v);
+            lf_tensor_free(t), t = NULL;
+            FAILS(LF_ESHAPE, "cannot be told from the grid", lf_st_get_as(st, "v", LF_DTYPE_F32, &t));
+            lf_st_close(st);
+            free(d);
+        }
     }
     { /* E5M2 with a bf16 scale per row, shape [rows] */
         unsigned char d[4 + 4] = {0x3c, 0x40, 0xbc, 0x7c};

@@ -128,8 +128,10 @@ LF_API lf_status lf_nn_gated_mlp_middle(const lf_nn_gated_mlp *m, lf_mlp_variant
 LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gate_up, lf_tensor *down_weight,
                                               lf_act act);
 /* A Hugging Face MLP (Llama's, Mistral's, Qwen's, Gemma's): <prefix>.gate_proj.weight (H, D),
- * .up_proj.weight (H, D), .down_proj.weight (D, H) from st, their sizes checked against each
- * other, gate and up copied into the stacked gate_up, down read in place where dtype is the
+ * .up_proj.weight (H, D), .down_proj.weight (D, H) from st (or Phi-3's one .gate_up_proj.weight
+ * (2H, D), [gate; up], taken as gate_up; or Meta's .w1 gate, .w3 up, .w2 down), their sizes
+ * checked against each other, refused (LF_EUNSUPPORTED) when a projection has a .bias beside it,
+ * gate and up copied into the stacked gate_up, down read in place where dtype is the
  * file's (LF_DTYPE_COUNT: keep the file's dtype, else each weight converted). FP8 checkpoints
  * (F8_E4M3/F8_E5M2 weights with "<name>_scale" or "_scale_inv" beside them) are dequantized as
  * lf_st_get_as does, to bf16 under LF_DTYPE_COUNT. On the CPU; move it with

@@ -72,45 +72,62 @@ void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix)
     snprintf(dst, cap, "%.*s", (int)n, prefix);
 }
 
-/* The MLP layers st holds (the prefixes of its "*.gate_proj.weight"), a few, into buf. */
+/* The gate's weight of an MLP, by the names lf_nn_gated_mlp_load looks for (nn.h): Hugging Face's
+ * gate_proj, Phi-3's fused gate_up_proj ((2H, D): its rows twice the hidden size), Meta's w1. */
+static const struct {
+    const char *tail;
+    int fused;
+} gates[] = {{".gate_proj.weight", 0}, {".gate_up_proj.weight", 1}, {".w1.weight", 0}};
+enum { N_GATES = sizeof gates / sizeof *gates };
+
+/* The MLP layers st holds (the prefixes of its gates' weights), a few, into buf. */
 static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
 {
-    static const char tail[] = ".gate_proj.weight";
-    const size_t tl = sizeof tail - 1;
     size_t at = 0;
     int64_t found = 0;
     buf[0] = '\0';
     for (int64_t i = 0; i < lf_st_count(st); i++) {
         const char *name = lf_st_name(st, i);
         const size_t n = strlen(name);
-        if (n <= tl || strcmp(name + n - tl, tail))
-            continue;
-        if (++found <= 5 && at < cap)
-            at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
-                                   (int)(n - tl > 120 ? 120 : n - tl), name);
+        for (int g = 0; g < N_GATES; g++) {
+            const size_t tl = strlen(gates[g].tail);
+            if (n <= tl || strcmp(name + n - tl, gates[g].tail))
+                continue;
+            if (++found <= 5 && at < cap)
+                at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
+                                       (int)(n - tl > 120 ? 120 : n - tl), name);
+        }
     }
     if (!found)
-        snprintf(buf, cap, "none (no tensor named *%s)", tail);
+        snprintf(buf, cap, "none (no tensor named *.gate_proj.weight, *.gate_up_proj.weight or *.w1.weight)");
     else if (found > 5 && at < cap)
         snprintf(buf + at, cap - at, ", ... (%lld in all)", (long long)found);
 }
 
-/* prefix's layer in st: its sizes from gate_proj's shape, or a message naming the layers there are. */
+/* prefix's layer in st: its gate's weight name into gate, its sizes from that weight's shape, or a
+ * message naming the layers there are. */
 static lf_status find_layer(const lf_safetensors *st, const char *weights, const char *prefix, int64_t *dim,
-                            int64_t *hidden, why *w)
+                            int64_t *hidden, char *gate, size_t gate_cap, why *w)
 {
-    char name[600], layers[800];
+    char layers[800];
     int64_t shape[8];
-    snprintf(name, sizeof name, "%s.gate_proj.weight", prefix);
-    const int ndim = lf_st_shape(st, name, shape); /* the header alone: FP8 or not */
+    int ndim = -1, g = 0;
+    for (; g < N_GATES && ndim < 0; g++) {
+        snprintf(gate, gate_cap, "%s%s", prefix, gates[g].tail);
+        ndim = lf_st_shape(st, gate, shape); /* the header alone: FP8 or not */
+    }
     if (ndim < 0) {
         list_layers(st, layers, sizeof layers);
-        return refuse(w, LF_EINVAL, "%s: no \"%.300s\" (--prefix %.200s); the MLP layers there: %s", weights, name,
-                      prefix, layers);
+        return refuse(w, LF_EINVAL,
+                      "%s: no \"%.300s.gate_proj.weight\" (nor gate_up_proj or w1; --prefix %.200s); the "
+                      "MLP layers there: %s",
+                      weights, prefix, prefix, layers);
     }
-    if (ndim != 2)
-        return refuse(w, LF_ESHAPE, "%s: %s has %d dims, expected (hidden, dim)", weights, name, ndim);
-    *hidden = shape[0], *dim = shape[1];
+    const int fused = gates[g - 1].fused;
+    if (ndim != 2 || (fused && shape[0] % 2))
+        return refuse(w, LF_ESHAPE, "%s: %s has %d dims%s, expected (%shidden, dim)", weights, gate, ndim,
+                      ndim == 2 ? " and an odd row count" : "", fused ? "2 x " : "");
+    *hidden = fused ? shape[0] / 2 : shape[0], *dim = shape[1];
     return LF_OK;
 }
 
@@ -121,8 +138,9 @@ int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, i
     why w = {""};
     lf_cli_mlp_prefix(pfx, sizeof pfx, prefix);
     lf_status s = lf_st_open(&st, weights);
+    char gate[600];
     if (s == LF_OK)
-        s = find_layer(st, weights, pfx, dim, hidden, &w);
+        s = find_layer(st, weights, pfx, dim, hidden, gate, sizeof gate, &w);
     if (s != LF_OK)
         fprintf(stderr, "%s: --weights: %s\n", cmd, reason(&w));
     lf_st_close(st);
@@ -342,11 +360,12 @@ static lf_status mlp_load(const mlp_cfg *c, const char *pfx, const char *cfg, lf
     lf_tensor *xf = NULL;
     char err[600];
     int64_t dim = 0, hidden = 0;
+    char gate[600] = "";
     const char *which = NULL, *victim = NULL;
     memset(l, 0, sizeof *l);
     lf_status s = lf_st_open(&wst, c->weights);
     if (s == LF_OK)
-        s = find_layer(wst, c->weights, pfx, &dim, &hidden, w);
+        s = find_layer(wst, c->weights, pfx, &dim, &hidden, gate, sizeof gate, w);
     if (s == LF_OK)
         s = lf_st_open(&ist, c->input);
     if (s == LF_OK && !lf_st_has(ist, "x"))
@@ -359,8 +378,6 @@ static lf_status mlp_load(const mlp_cfg *c, const char *pfx, const char *cfg, lf
     if (s == LF_OK) /* the weights copied out of the file: a checkpoint cut short mid-run is no fault */
         s = lf_nn_gated_mlp_load(&l->m, wst, pfx, c->act, c->dtype);
     if (s == LF_OK) {
-        char gate[600];
-        snprintf(gate, sizeof gate, "%s.gate_proj.weight", pfx);
         const char *fdt = lf_st_dtype(wst, gate);
         if (fdt && !strncmp(fdt, "F8_", 3))
             snprintf(l->stored, sizeof l->stored, " from %s", fdt);

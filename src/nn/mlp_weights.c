@@ -267,6 +267,14 @@ void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
     m->gate_up = m->gate_up_q = m->gate_up_scale = m->down_q = m->down_scale = NULL;
 }
 
+/* How checkpoints name a gated MLP's projections, in the order they are looked for: Hugging
+ * Face's (Llama, Mistral, Qwen, Gemma and the many alike), Phi-3's one fused gate_up_proj ((2H, D):
+ * the gates' rows, then the ups', linfuse's own gate_up layout), and Meta's reference naming (w1
+ * the gate, w3 the up, w2 the down: Llama's original checkpoints, Mixtral's experts). */
+static const struct {
+    const char *gate, *up, *down; /* up NULL: gate is the fused [gate; up] */
+} layouts[] = {{"gate_proj", "up_proj", "down_proj"}, {"gate_up_proj", NULL, "down_proj"}, {"w1", "w3", "w2"}};
+
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype)
 {
@@ -274,33 +282,63 @@ lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, con
     memset(m, 0, sizeof *m);
     LF_CHECK_PTR(st, "lf_nn_gated_mlp_load", "st");
     LF_CHECK_PTR(prefix, "lf_nn_gated_mlp_load", "prefix");
-    static const char *const part[3] = {"gate_proj", "up_proj", "down_proj"};
-    lf_tensor *w[3] = {NULL, NULL, NULL}, *gu = NULL, *down = NULL;
+    const char *const fn = "lf_nn_gated_mlp_load";
     char name[3][512];
-    lf_status s = LF_OK;
-    for (int i = 0; i < 3 && s == LF_OK; i++) {
-        if (snprintf(name[i], sizeof name[i], "%s.%s.weight", prefix, part[i]) >= (int)sizeof name[i])
-            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: prefix too long");
-        else if (!lf_st_has(st, name[i]))
-            s = lf_fail(LF_EINVAL, "lf_nn_gated_mlp_load: the checkpoint has no \"%.300s\" (prefix \"%.200s\")",
-                        name[i], prefix);
-        else /* converted to dtype, or FP8 dequantized with its scales */
-            s = lf_st_get_as(st, name[i], dtype, &w[i]);
+    int which = -1; /* the layout whose weights are all there */
+    for (int l = 0; l < (int)(sizeof layouts / sizeof *layouts) && which < 0; l++) {
+        const char *part[3] = {layouts[l].gate, layouts[l].up, layouts[l].down};
+        int all = 1;
+        for (int i = 0; i < 3; i++) {
+            name[i][0] = '\0';
+            if (part[i] && snprintf(name[i], sizeof name[i], "%s.%s.weight", prefix, part[i]) >= (int)sizeof name[i])
+                return lf_fail(LF_EINVAL, "%s: prefix too long", fn);
+            all &= !part[i] || lf_st_has(st, name[i]);
+        }
+        if (all)
+            which = l;
     }
+    if (which < 0)
+        return lf_fail(LF_EINVAL,
+                       "%s: the checkpoint has no \"%.200s.gate_proj.weight\" (nor gate_up_proj, nor Meta's w1/w3/w2: "
+                       "prefix \"%.200s\")",
+                       fn, prefix, prefix);
+    const char *part[3] = {layouts[which].gate, layouts[which].up, layouts[which].down};
+    for (int i = 0; i < 3; i++) { /* a projection with a bias is no gated MLP linfuse runs: said, not dropped */
+        char bias[512];
+        if (part[i] && snprintf(bias, sizeof bias, "%s.%s.bias", prefix, part[i]) < (int)sizeof bias &&
+            lf_st_has(st, bias))
+            return lf_fail(LF_EUNSUPPORTED,
+                           "%s: \"%.300s\" is there: the MLP's projections have biases (mlp_bias), which linfuse's "
+                           "gated MLP has no place for; it would run without them and give other numbers",
+                           fn, bias);
+    }
+    lf_tensor *w[3] = {NULL, NULL, NULL}, *gu = NULL, *down = NULL;
+    lf_status s = LF_OK;
+    for (int i = 0; i < 3 && s == LF_OK; i++) /* converted to dtype, or FP8 dequantized with its scales */
+        if (part[i])
+            s = lf_st_get_as(st, name[i], dtype, &w[i]);
+    const int fused = !part[1];
     char a[LF_SHAPE_STR_CAP], b[LF_SHAPE_STR_CAP], c[LF_SHAPE_STR_CAP];
-    if (s == LF_OK &&
+    if (s == LF_OK && fused &&
+        (w[0]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] % 2 || w[2]->shape[0] != w[0]->shape[1] ||
+         w[2]->shape[1] != w[0]->shape[0] / 2))
+        s = lf_fail(LF_ESHAPE, "%s: %s: gate_up_proj %s, down_proj %s: expected (2H, D), (D, H)", fn, prefix,
+                    lf_fmt_shape(a, sizeof a, w[0]->ndim, w[0]->shape),
+                    lf_fmt_shape(c, sizeof c, w[2]->ndim, w[2]->shape));
+    if (s == LF_OK && !fused &&
         (w[0]->ndim != 2 || w[1]->ndim != 2 || w[2]->ndim != 2 || w[0]->shape[0] != w[1]->shape[0] ||
          w[0]->shape[1] != w[1]->shape[1] || w[2]->shape[0] != w[0]->shape[1] || w[2]->shape[1] != w[0]->shape[0]))
-        s = lf_fail(LF_ESHAPE,
-                    "lf_nn_gated_mlp_load: %s: gate_proj %s, up_proj %s, down_proj %s: expected (H, D), (H, D), (D, H)",
-                    prefix, lf_fmt_shape(a, sizeof a, w[0]->ndim, w[0]->shape),
-                    lf_fmt_shape(b, sizeof b, w[1]->ndim, w[1]->shape),
+        s = lf_fail(LF_ESHAPE, "%s: %s: %s %s, %s %s, %s %s: expected (H, D), (H, D), (D, H)", fn, prefix, part[0],
+                    lf_fmt_shape(a, sizeof a, w[0]->ndim, w[0]->shape), part[1],
+                    lf_fmt_shape(b, sizeof b, w[1]->ndim, w[1]->shape), part[2],
                     lf_fmt_shape(c, sizeof c, w[2]->ndim, w[2]->shape));
-    if (s == LF_OK && (w[0]->dtype != w[1]->dtype || w[0]->dtype != w[2]->dtype))
-        s = lf_fail(LF_EDTYPE, "lf_nn_gated_mlp_load: %s: the three weights are %s, %s, %s; expected one dtype", prefix,
-                    lf_dtype_name(w[0]->dtype), lf_dtype_name(w[1]->dtype), lf_dtype_name(w[2]->dtype));
+    if (s == LF_OK && (w[0]->dtype != w[2]->dtype || (!fused && w[0]->dtype != w[1]->dtype)))
+        s = lf_fail(LF_EDTYPE, "%s: %s: the weights are %s, %s, %s; expected one dtype", fn, prefix,
+                    lf_dtype_name(w[0]->dtype), fused ? "-" : lf_dtype_name(w[1]->dtype), lf_dtype_name(w[2]->dtype));
     const lf_dtype dt = s == LF_OK ? w[0]->dtype : LF_DTYPE_COUNT;
-    if (s == LF_OK) { /* [Wg; Wu]: the gated GEMM's one weight */
+    if (s == LF_OK && fused) { /* already [Wg; Wu]: the gated GEMM's one weight, as it is */
+        gu = w[0], w[0] = NULL;
+    } else if (s == LF_OK) { /* [Wg; Wu] stacked */
         const int64_t H = w[0]->shape[0], D = w[0]->shape[1], gs[2] = {2 * H, D};
         s = lf_tensor_empty(&gu, dt, 2, gs, LF_DEVICE_CPU);
         if (s == LF_OK) {

@@ -57,6 +57,24 @@ static int64_t cdiv(int64_t a, int64_t b) /* a >= 0, b > 0; never overflows */
     return a / b + (a % b != 0);
 }
 
+/* The length of a scale block along a dimension of len values that the scale covers in grid
+ * blocks, or 0 when the grid does not tell. Block-scaled checkpoints (DeepSeek-V3's, and
+ * llm-compressor's and FBGEMM's block formats) use 128 x 128 blocks, the last one of a dimension
+ * that 128 does not divide cut short: 300 rows in 3 blocks are blocks of 128, 128 and 44 (splitting
+ * the grid evenly, 100 each, gave rows 100-127 their neighbour's scale: a silent 50-340% error).
+ * So 128 where the grid has ceil(len / 128) blocks; else an even split where len divides into
+ * the grid (blocks of another size, all whole); else 0: the block cannot be read off the grid. */
+static int64_t block_len(int64_t len, int64_t grid)
+{
+    if (grid == 1)
+        return len;
+    if (grid == len)
+        return 1;
+    if (cdiv(len, 128) == grid)
+        return 128;
+    return len % grid == 0 ? len / grid : 0;
+}
+
 /* Decode FP8 tensor t of file f into dst (n floats), times its scale; both read from the file. */
 static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
                             float *dst)
@@ -91,11 +109,17 @@ static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st
         else
             sr = s->shape[0], sc = s->ndim == 2 ? s->shape[1] : 1;
     }
-    const int64_t br = sr ? cdiv(rows, sr) : 0, bc = sc ? cdiv(cols, sc) : 0;
-    if (!sr || !sc || cdiv(rows, br) != sr || cdiv(cols, bc) != sc)
+    if (!sr || !sc || sr > rows || sc > cols)
         return lf_fail(LF_ESHAPE,
                        "%s: scale \"%.200s\" %s does not fit weight %s: expected one value, one per row, or a grid of "
                        "blocks of a 2-D weight",
+                       sf->path, sname, ss, ws);
+    const int64_t br = block_len(rows, sr), bc = block_len(cols, sc);
+    if (!br || !bc)
+        return lf_fail(LF_ESHAPE,
+                       "%s: scale \"%.200s\" %s over weight %s: the blocks' size cannot be told from the grid (not "
+                       "128, the last block cut short, nor an even split); linfuse reads 128 x 128 blocks, as "
+                       "DeepSeek-V3's checkpoints have them",
                        sf->path, sname, ss, ws);
     unsigned char *q = malloc((size_t)n), *sp = malloc((size_t)(s->end - s->begin));
     lf_status st_ = q && sp ? LF_OK : lf_fail(LF_ENOMEM, "%s: out of memory reading \"%.200s\"", f->path, name);
