@@ -138,7 +138,9 @@ _ACTS = _probe.ACTS
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The probe forward at apply: linfuse's output against the module's own on 8 random tokens, as a
 # fraction of the largest |output| (bf16 rounds at 2^-8; the fp8 variant has a few % RMS error).
-PROBE_TOLERANCE = {"gated": 0.03, "fp8": 0.25}
+# In float32 both agree to ~1e-6 (1e-3 were a GPU GEMM in TF32), so 1%: at 3% a forward that
+# scales its output by 1.02 (a FalconH1-style multiplier) was replaced and ran 2% off.
+PROBE_TOLERANCE = {"gated": 0.03, "gated_f32": 0.01, "fp8": 0.25}
 
 
 class PatchReport:
@@ -873,7 +875,7 @@ def _compare_forwards(mod, variant):
             got = _patched_forward_inner(mod, x.clone(), False).float()
         except Error as e:
             return "linfuse refused it: %s" % e
-    tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated"]
+    tol = PROBE_TOLERANCE["fp8" if variant == "fp8" else "gated_f32" if w.dtype == torch.float32 else "gated"]
     errs = {t: _probe.token_error(r, got) for t, r in refs.items() if not isinstance(r, str)}
     modes = tuple(t for t in (False, True) if t in errs and errs[t] <= tol)
     if len(modes) == 1:
