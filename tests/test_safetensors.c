@@ -251,6 +251,12 @@ static void test_config(void)
     CHECK(a == LF_ACT_SILU, "llama: silu");
     OK(lf_hf_config_act(lf_test_path("gemma/model.safetensors"), &a)); /* the config beside the weights */
     CHECK(a == LF_ACT_GELU_TANH, "gemma: hidden_activation wins: gelu_tanh");
+    mkdir(lf_test_path("gemma1"), 0755); /* Gemma-1's first config: hidden_act "gelu" alone, run as tanh */
+    lf_test_write_text(lf_test_path("gemma1/config.json"),
+                       "{\"model_type\": \"gemma\", \"hidden_act\": \"gelu\", \"hidden_activation\": null}");
+    a = LF_ACT_NONE;
+    OK(lf_hf_config_act(lf_test_path("gemma1"), &a));
+    CHECK(a == LF_ACT_GELU_TANH, "gemma-1 with hidden_act gelu alone: gelu_tanh, as transformers runs it");
     FAILS(LF_EINVAL, "\"relu\" is not silu", lf_hf_config_act(lf_test_path("other/config.json"), &a));
     FAILS(LF_EINVAL, NULL, lf_hf_config_act(lf_test_path("sharded"), &a)); /* no config there */
 }

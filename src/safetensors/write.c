@@ -137,8 +137,14 @@ lf_status lf_hf_config_act(const char *path, lf_act *act)
     }
     json_t *j = NULL; /* a FIFO or a device at config.json is refused, not waited on */
     LF_TRY(st_load_json(cfg, 0, &j));
-    /* Gemma writes hidden_act "gelu" and hidden_activation "gelu_pytorch_tanh", which is what runs */
+    /* Gemma writes hidden_act "gelu" and hidden_activation "gelu_pytorch_tanh", which is what runs.
+     * Gemma-1's first configs have hidden_act "gelu" alone (or hidden_activation null), and
+     * transformers runs them with gelu_pytorch_tanh all the same (its GemmaMLP says so in a
+     * warning, since its pull request 29402): so does linfuse. */
     const char *a = json_string_value(json_object_get(j, "hidden_activation"));
+    const char *type = json_string_value(json_object_get(j, "model_type"));
+    if (!a && type && !strcmp(type, "gemma"))
+        a = "gelu_pytorch_tanh";
     if (!a)
         a = json_string_value(json_object_get(j, "hidden_act"));
     lf_status s = LF_OK;
