@@ -579,6 +579,35 @@ static void test_fp8_load(void)
             free(d);
         }
     }
+    { /* blocks of 64 rows over 100 (the last cut short), as config.json's weight_block_size says:
+       * an even split would have read blocks of 50; a config that does not fit the grid is refused */
+        mkdir(lf_test_path("blk64"), 0755);
+        lf_tensor *w = NULL, *sc = NULL;
+        int64_t ws[2] = {100, 8}, ss[2] = {2, 1};
+        const float two[2] = {1.f, 2.f};
+        OK(lf_tensor_empty(&w, LF_DTYPE_F8E4M3, 2, ws, LF_DEVICE_CPU));
+        if (w)
+            memset(lf_tensor_data(w), 0x38, 800); /* every weight 1.0 */
+        OK(lf_tensor_from_f32(&sc, LF_DTYPE_F32, 2, ss, two, LF_DEVICE_CPU));
+        lf_st_entry e[] = {{"w", w}, {"w_scale_inv", sc}};
+        OK(lf_st_write(lf_test_path("blk64/model.safetensors"), e, 2));
+        lf_test_write_text(lf_test_path("blk64/config.json"),
+                           "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [64, 128]}}");
+        OK(lf_st_open(&st, lf_test_path("blk64/model.safetensors")));
+        OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+        float v[800];
+        CHECK(t && lf_tensor_to_f32(t, v, 800) == LF_OK && v[63 * 8] == 1.f && v[64 * 8] == 2.f && v[50 * 8] == 1.f,
+              "64-row blocks from config.json: rows 50 and 63 at 1, 64 at 2 (got %g %g %g)", (double)v[50 * 8],
+              (double)v[63 * 8], (double)v[64 * 8]);
+        lf_tensor_free(t), t = NULL;
+        lf_st_close(st);
+        lf_test_write_text(lf_test_path("blk64/config.json"),
+                           "{\"quantization_config\": {\"weight_block_size\": [32, 128]}}");
+        OK(lf_st_open(&st, lf_test_path("blk64/model.safetensors")));
+        FAILS(LF_ESHAPE, "weight_block_size", lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+        lf_st_close(st);
+        lf_tensor_free(w), lf_tensor_free(sc);
+    }
     { /* E5M2 with a bf16 scale per row, shape [rows] */
         unsigned char d[4 + 4] = {0x3c, 0x40, 0xbc, 0x7c};
         const uint16_t sc[2] = {lf_bf16_from_f32(3.f), lf_bf16_from_f32(-1.f)};

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "safetensors/st_impl.h"
 
@@ -75,6 +76,34 @@ static int64_t block_len(int64_t len, int64_t grid)
     return len % grid == 0 ? len / grid : 0;
 }
 
+/* The block size the checkpoint states, where a config.json beside the weight's file has one
+ * (quantization_config.weight_block_size, [rows, cols], as DeepSeek-V3's and Qwen3's FP8
+ * checkpoints write it): 1 with *br, *bc set, else 0 (no such file or entry: the grid decides). */
+static int config_blocks(const st_file *f, int64_t *br, int64_t *bc)
+{
+    if (f->fd < 0 || !f->path) /* a buffer: nothing beside it */
+        return 0;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s", f->path);
+    char *slash = strrchr(cfg, '/');
+    snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
+    struct stat sb;
+    json_t *j = NULL;
+    if (stat(cfg, &sb) != 0 || !S_ISREG(sb.st_mode) || st_load_json(cfg, 0, &j) != LF_OK) {
+        lf_clear_error(); /* no config, or one that is not JSON: the grid decides, as without one */
+        return 0;
+    }
+    json_t *q = json_object_get(json_object_get(j, "quantization_config"), "weight_block_size");
+    int ok = json_is_array(q) && json_array_size(q) == 2 && json_is_integer(json_array_get(q, 0)) &&
+             json_is_integer(json_array_get(q, 1));
+    if (ok) {
+        *br = json_integer_value(json_array_get(q, 0)), *bc = json_integer_value(json_array_get(q, 1));
+        ok = *br > 0 && *bc > 0;
+    }
+    json_decref(j);
+    return ok;
+}
+
 /* Decode FP8 tensor t of file f into dst (n floats), times its scale; both read from the file. */
 static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
                             float *dst)
@@ -114,7 +143,16 @@ static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st
                        "%s: scale \"%.200s\" %s does not fit weight %s: expected one value, one per row, or a grid of "
                        "blocks of a 2-D weight",
                        sf->path, sname, ss, ws);
-    const int64_t br = block_len(rows, sr), bc = block_len(cols, sc);
+    int64_t br = block_len(rows, sr), bc = block_len(cols, sc), cbr, cbc;
+    const int grid = s->ndim == 2 && (sr > 1 || sc > 1) && sr != rows && sc != cols; /* blocks, not rows or columns */
+    if (grid && config_blocks(f, &cbr, &cbc)) { /* and the size the checkpoint says they have */
+        if (cdiv(rows, cbr) != sr || cdiv(cols, cbc) != sc)
+            return lf_fail(LF_ESHAPE,
+                           "%s: scale \"%.200s\" %s over weight %s does not fit the %lld x %lld blocks config.json's "
+                           "weight_block_size gives",
+                           sf->path, sname, ss, ws, (long long)cbr, (long long)cbc);
+        br = cbr, bc = cbc;
+    }
     if (!br || !bc)
         return lf_fail(LF_ESHAPE,
                        "%s: scale \"%.200s\" %s over weight %s: the blocks' size cannot be told from the grid (not "
