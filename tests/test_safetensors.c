@@ -340,6 +340,16 @@ static void test_mlp_load(void)
             lf_nn_gated_mlp_free(&m);
         }
         FAILS(LF_EUNSUPPORTED, "\"b.up_proj.bias\" is there", lf_nn_gated_mlp_load(&m, st, "b", act, LF_DTYPE_COUNT));
+        /* the same lookup from the header alone: the gate's name and the sizes, the fused one's H
+         * half its rows; a prefix with no MLP lists the layers there */
+        char gname[64];
+        int64_t fd = 0, fh = 0;
+        OK(lf_nn_gated_mlp_find(st, "phi", gname, sizeof gname, &fd, &fh));
+        CHECK(!strcmp(gname, "phi.gate_up_proj.weight") && fd == D && fh == H, "find phi: %s %lld %lld", gname,
+              (long long)fd, (long long)fh);
+        OK(lf_nn_gated_mlp_find(st, "meta", gname, sizeof gname, &fd, &fh));
+        CHECK(!strcmp(gname, "meta.w1.weight") && fd == D && fh == H, "find meta: %s", gname);
+        FAILS(LF_EINVAL, "the MLP layers there: ", lf_nn_gated_mlp_find(st, "nope", gname, sizeof gname, &fd, &fh));
         lf_st_close(st);
         lf_tensor_free(gu), lf_tensor_free(bias);
         lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(dn), lf_tensor_free(x);

@@ -136,6 +136,13 @@ LF_API lf_status lf_nn_gated_mlp_from_weights(lf_nn_gated_mlp *m, lf_tensor *gat
  * (F8_E4M3/F8_E5M2 weights with "<name>_scale" or "_scale_inv" beside them) are dequantized as
  * lf_st_get_as does, to bf16 under LF_DTYPE_COUNT. On the CPU; move it with
  * lf_nn_gated_mlp_to_device. */
+/* Which MLP st holds at prefix, by the names lf_nn_gated_mlp_load reads, from the file's header
+ * alone (no weight read): its gate's weight name (gate_proj's, Phi-3's gate_up_proj's or Meta's
+ * w1's) into gate (cap bytes), dim and hidden from that weight's shape. LF_EINVAL when no naming
+ * is all there (the message lists the MLP layers st holds), LF_ESHAPE when the gate is no
+ * (hidden, dim) ((2 x hidden, dim) fused). */
+LF_API lf_status lf_nn_gated_mlp_find(const lf_safetensors *st, const char *prefix, char *gate, size_t cap,
+                                      int64_t *dim, int64_t *hidden);
 LF_API lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                       lf_dtype dtype);
 /* The fp8 variant's weights: gate_up quantized per output channel (lf_quantize_fp8) and

@@ -72,63 +72,13 @@ void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix)
     snprintf(dst, cap, "%.*s", (int)n, prefix);
 }
 
-/* The gate's weight of an MLP, by the names lf_nn_gated_mlp_load looks for (nn.h): Hugging Face's
- * gate_proj, Phi-3's fused gate_up_proj ((2H, D): its rows twice the hidden size), Meta's w1. */
-static const struct {
-    const char *tail;
-    int fused;
-} gates[] = {{".gate_proj.weight", 0}, {".gate_up_proj.weight", 1}, {".w1.weight", 0}};
-enum { N_GATES = sizeof gates / sizeof *gates };
-
-/* The MLP layers st holds (the prefixes of its gates' weights), a few, into buf. */
-static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
-{
-    size_t at = 0;
-    int64_t found = 0;
-    buf[0] = '\0';
-    for (int64_t i = 0; i < lf_st_count(st); i++) {
-        const char *name = lf_st_name(st, i);
-        const size_t n = strlen(name);
-        for (int g = 0; g < N_GATES; g++) {
-            const size_t tl = strlen(gates[g].tail);
-            if (n <= tl || strcmp(name + n - tl, gates[g].tail))
-                continue;
-            if (++found <= 5 && at < cap)
-                at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
-                                       (int)(n - tl > 120 ? 120 : n - tl), name);
-        }
-    }
-    if (!found)
-        snprintf(buf, cap, "none (no tensor named *.gate_proj.weight, *.gate_up_proj.weight or *.w1.weight)");
-    else if (found > 5 && at < cap)
-        snprintf(buf + at, cap - at, ", ... (%lld in all)", (long long)found);
-}
-
-/* prefix's layer in st: its gate's weight name into gate, its sizes from that weight's shape, or a
- * message naming the layers there are. */
+/* prefix's layer in st (lf_nn_gated_mlp_find): its gate's weight name into gate and its sizes, or
+ * the library's message (naming the layers there are) with the weights it was looked for in. */
 static lf_status find_layer(const lf_safetensors *st, const char *weights, const char *prefix, int64_t *dim,
                             int64_t *hidden, char *gate, size_t gate_cap, why *w)
 {
-    char layers[800];
-    int64_t shape[8];
-    int ndim = -1, g = 0;
-    for (; g < N_GATES && ndim < 0; g++) {
-        snprintf(gate, gate_cap, "%s%s", prefix, gates[g].tail);
-        ndim = lf_st_shape(st, gate, shape); /* the header alone: FP8 or not */
-    }
-    if (ndim < 0) {
-        list_layers(st, layers, sizeof layers);
-        return refuse(w, LF_EINVAL,
-                      "%s: no \"%.300s.gate_proj.weight\" (nor gate_up_proj or w1; --prefix %.200s); the "
-                      "MLP layers there: %s",
-                      weights, prefix, prefix, layers);
-    }
-    const int fused = gates[g - 1].fused;
-    if (ndim != 2 || (fused && shape[0] % 2))
-        return refuse(w, LF_ESHAPE, "%s: %s has %d dims%s, expected (%shidden, dim)", weights, gate, ndim,
-                      ndim == 2 ? " and an odd row count" : "", fused ? "2 x " : "");
-    *hidden = fused ? shape[0] / 2 : shape[0], *dim = shape[1];
-    return LF_OK;
+    const lf_status s = lf_nn_gated_mlp_find(st, prefix, gate, gate_cap, dim, hidden);
+    return s == LF_OK ? s : refuse(w, s, "%s (--weights %.300s, --prefix %.200s)", lf_last_error(), weights, prefix);
 }
 
 int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, int64_t *dim, int64_t *hidden)

@@ -200,13 +200,9 @@ static void table_path(const char *trace, char *out, size_t cap)
 /* Which of this tool's standard output and error (CMD's too) path is: "" when neither. */
 static const char *std_stream_at(const char *path)
 {
-    struct stat a, b;
-    if (stat(path, &a) != 0 || !S_ISREG(a.st_mode))
-        return "";
-    for (int fd = 1; fd <= 2; fd++)
-        if (fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-            return fd == 1 ? "standard output" : "standard error";
-    return "";
+    return lf_cli_same_file(path, "/dev/fd/1")   ? "standard output"
+           : lf_cli_same_file(path, "/dev/fd/2") ? "standard error"
+                                                 : "";
 }
 
 static int prepare_output(const profile_opts *o, out_place *p)
@@ -250,17 +246,6 @@ static int prepare_output(const profile_opts *o, out_place *p)
     return 1;
 }
 
-/* Kernels, copies and sets in a trace. */
-static int64_t device_work(const lf_trace *t)
-{
-    int64_t n = 0;
-    for (int64_t i = 0, count = lf_trace_count(t); i < count; i++) {
-        const lf_trace_cat c = lf_trace_get(t, i)->cat;
-        n += c == LF_TC_KERNEL || c == LF_TC_MEMCPY || c == LF_TC_MEMSET;
-    }
-    return n;
-}
-
 /* One process's trace: its table written beside it and printed, its summary line; a process that
  * ran no GPU work (a framework's helper that only asked about the device) gets one line. */
 static int show(const char *path, int pid, int64_t row_limit)
@@ -271,21 +256,23 @@ static int show(const char *path, int pid, int64_t row_limit)
         return 0;
     }
     const lf_trace_meta *m = lf_trace_meta_get(t);
-    if (!device_work(t)) {
+    lf_trace_summary sum;
+    lf_status st = lf_trace_summarize(t, &sum);
+    if (st == LF_OK && !sum.device_events) {
         fprintf(stderr, "\n%s: pid %d: no GPU work recorded; trace: %s\n", CMD_NAME, pid, path);
         lf_trace_free(t);
         return 1;
     }
     lf_table tab;
     lf_table_opts to = {.sort_by = LF_SORT_DEVICE_TIME_TOTAL, .row_limit = (int)row_limit};
-    lf_trace_summary sum;
     char *text = NULL, line[512] = "", txt[4300];
-    lf_status st = lf_table_build(t, to.sort_by, &tab);
+    if (st == LF_OK)
+        st = lf_table_build(t, to.sort_by, &tab);
     if (st == LF_OK) {
         st = lf_table_format(&tab, &to, &text);
         lf_table_free(&tab);
     }
-    if (st == LF_OK && (st = lf_trace_summarize(t, &sum)) == LF_OK)
+    if (st == LF_OK)
         lf_trace_summary_line(&sum, line, sizeof line);
     table_path(path, txt, sizeof txt);
     if (st == LF_OK && !lf_cli_write_text(txt, text))

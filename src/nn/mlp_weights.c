@@ -274,6 +274,82 @@ void lf_nn_gated_mlp_free(lf_nn_gated_mlp *m)
 static const struct {
     const char *gate, *up, *down; /* up NULL: gate is the fused [gate; up] */
 } layouts[] = {{"gate_proj", "up_proj", "down_proj"}, {"gate_up_proj", NULL, "down_proj"}, {"w1", "w3", "w2"}};
+enum { N_LAYOUTS = sizeof layouts / sizeof *layouts };
+
+/* The MLP layers st holds (the prefixes of their gates' weights, by every naming), a few, into buf. */
+static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
+{
+    size_t at = 0;
+    int64_t found = 0;
+    buf[0] = '\0';
+    for (int64_t i = 0; i < lf_st_count(st); i++) {
+        const char *name = lf_st_name(st, i);
+        const size_t n = strlen(name);
+        for (int l = 0; l < N_LAYOUTS; l++) {
+            char tail[64];
+            const size_t tl = (size_t)snprintf(tail, sizeof tail, ".%s.weight", layouts[l].gate);
+            if (n <= tl || strcmp(name + n - tl, tail))
+                continue;
+            if (++found <= 5 && at < cap)
+                at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
+                                       (int)(n - tl > 120 ? 120 : n - tl), name);
+        }
+    }
+    if (!found)
+        snprintf(buf, cap, "none (no tensor named *.gate_proj.weight, *.gate_up_proj.weight or *.w1.weight)");
+    else if (found > 5 && at < cap)
+        snprintf(buf + at, cap - at, ", ... (%lld in all)", (long long)found);
+}
+
+/* The naming whose weights are all at prefix in st (into *which), their names into name; LF_EINVAL
+ * listing the layers st holds when none is. */
+static lf_status find_layout(const lf_safetensors *st, const char *prefix, const char *fn, int *which,
+                             char (*name)[512])
+{
+    for (int l = 0; l < N_LAYOUTS; l++) {
+        const char *part[3] = {layouts[l].gate, layouts[l].up, layouts[l].down};
+        int all = 1;
+        for (int i = 0; i < 3; i++) {
+            name[i][0] = '\0';
+            if (part[i] && snprintf(name[i], 512, "%s.%s.weight", prefix, part[i]) >= 512)
+                return lf_fail(LF_EINVAL, "%s: prefix too long", fn);
+            all &= !part[i] || lf_st_has(st, name[i]);
+        }
+        if (all) {
+            *which = l;
+            return LF_OK;
+        }
+    }
+    char layers[800];
+    list_layers(st, layers, sizeof layers);
+    return lf_fail(LF_EINVAL,
+                   "%s: no \"%.200s.gate_proj.weight\" (nor gate_up_proj, nor Meta's w1/w3/w2: prefix \"%.200s\"); "
+                   "the MLP layers there: %s",
+                   fn, prefix, prefix, layers);
+}
+
+lf_status lf_nn_gated_mlp_find(const lf_safetensors *st, const char *prefix, char *gate, size_t cap, int64_t *dim,
+                               int64_t *hidden)
+{
+    const char *const fn = "lf_nn_gated_mlp_find";
+    LF_CHECK_PTR(st, fn, "st");
+    LF_CHECK_PTR(prefix, fn, "prefix");
+    LF_CHECK_PTR(gate, fn, "gate");
+    LF_CHECK_PTR(dim, fn, "dim");
+    LF_CHECK_PTR(hidden, fn, "hidden");
+    char name[3][512];
+    int which;
+    LF_TRY(find_layout(st, prefix, fn, &which, name));
+    int64_t shape[8];
+    const int ndim = lf_st_shape(st, name[0], shape), fused = !layouts[which].up; /* the header alone */
+    if (ndim != 2 || (fused && shape[0] % 2))
+        return lf_fail(LF_ESHAPE, "%s: %s has %d dims%s, expected (%shidden, dim)", fn, name[0], ndim,
+                       ndim == 2 ? " and an odd row count" : "", fused ? "2 x " : "");
+    if (snprintf(gate, cap, "%s", name[0]) >= (int)cap)
+        return lf_fail(LF_EINVAL, "%s: the gate's name %s is longer than %zu bytes", fn, name[0], cap);
+    *hidden = fused ? shape[0] / 2 : shape[0], *dim = shape[1];
+    return LF_OK;
+}
 
 lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, const char *prefix, lf_act act,
                                lf_dtype dtype)
@@ -284,24 +360,8 @@ lf_status lf_nn_gated_mlp_load(lf_nn_gated_mlp *m, const lf_safetensors *st, con
     LF_CHECK_PTR(prefix, "lf_nn_gated_mlp_load", "prefix");
     const char *const fn = "lf_nn_gated_mlp_load";
     char name[3][512];
-    int which = -1; /* the layout whose weights are all there */
-    for (int l = 0; l < (int)(sizeof layouts / sizeof *layouts) && which < 0; l++) {
-        const char *part[3] = {layouts[l].gate, layouts[l].up, layouts[l].down};
-        int all = 1;
-        for (int i = 0; i < 3; i++) {
-            name[i][0] = '\0';
-            if (part[i] && snprintf(name[i], sizeof name[i], "%s.%s.weight", prefix, part[i]) >= (int)sizeof name[i])
-                return lf_fail(LF_EINVAL, "%s: prefix too long", fn);
-            all &= !part[i] || lf_st_has(st, name[i]);
-        }
-        if (all)
-            which = l;
-    }
-    if (which < 0)
-        return lf_fail(LF_EINVAL,
-                       "%s: the checkpoint has no \"%.200s.gate_proj.weight\" (nor gate_up_proj, nor Meta's w1/w3/w2: "
-                       "prefix \"%.200s\")",
-                       fn, prefix, prefix);
+    int which;
+    LF_TRY(find_layout(st, prefix, fn, &which, name));
     const char *part[3] = {layouts[which].gate, layouts[which].up, layouts[which].down};
     for (int i = 0; i < 3; i++) { /* a projection with a bias is no gated MLP linfuse runs: said, not dropped */
         char bias[512];
