@@ -358,6 +358,45 @@ end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
 sys.exit(0 if len(b) == 8 + n + end else 1)
 PY
 y_close "mlp --output -'s y" "$dir/hf/y_stdout.safetensors" "$dir/hf/y_ref.json"
+# --input - : the input file from standard input, as --output - writes to standard output
+check "mlp --input -" 0 sh -c 'f=$1; shift; exec "$@" < "$f"' sh "$dir/hf/x.safetensors" "$bin" mlp --weights "$dir/hf" \
+    --prefix model.layers.0.mlp --input - --output "$dir/hf/y_stdin.safetensors" --device cpu
+y_close "mlp --input -'s y" "$dir/hf/y_stdin.safetensors" "$dir/hf/y_ref.json"
+check "mlp --input - of no safetensors" 2 sh -c 'echo hello | exec "$0" "$@"' "$bin" mlp --weights "$dir/hf" \
+    --prefix model.layers.0.mlp --input - --output "$dir/hf/bad.safetensors" --device cpu
+contains "mlp --input - of no safetensors: named" "standard input"
+# weights that are not there: said of them (not of a config.json in the folder above, nor --act)
+check "mlp --weights not there" 2 "$bin" mlp --weights "$dir/hf/Meta-Llama-3-8B" --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors"
+contains "mlp --weights not there: said so" "--weights $dir/hf/Meta-Llama-3-8B: No such file or directory"
+case "$LAST" in *--act*) fails=$((fails + 1)); echo "FAIL: mlp --weights not there: blames --act" ;; esac
+# two namings of one layer: refused naming both, never one run on the other's tensors
+mkdir -p "$dir/hf/two"
+cp "$dir/hf/phi/model.safetensors" "$dir/hf/two/model.safetensors"
+python3 - "$dir/hf/two/model.safetensors" "$dir/hf/model.safetensors" <<'PY'
+import json, struct, sys
+def read(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+h, data = read(sys.argv[1])
+h2, data2 = read(sys.argv[2])  # gate_proj and up_proj beside the fused gate_up_proj
+for k in ("model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight"):
+    b, e = h2[k]["data_offsets"]
+    h[k] = dict(h2[k], data_offsets=[len(data), len(data) + e - b])
+    data += data2[b:e]
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PY
+check "mlp: two namings of one layer" 2 "$bin" mlp --weights "$dir/hf/two" --act silu --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --device cpu
+contains "mlp: two namings of one layer: both named" "two namings of one MLP, gate_proj/up_proj/down_proj and gate_up_proj/down_proj"
+[ ! -e "$dir/hf/bad.safetensors" ] || { fails=$((fails + 1)); echo "FAIL: a refused run wrote its output"; }
+# an activation in config.json that is there but is no name: said so, not called missing
+mkdir -p "$dir/hf/listact" && cp "$dir/hf/model.safetensors" "$dir/hf/listact/"
+echo '{"hidden_act": ["silu"]}' > "$dir/hf/listact/config.json"
+check "mlp: hidden_act a list" 2 "$bin" mlp --weights "$dir/hf/listact" --prefix model.layers.0.mlp \
+    --input "$dir/hf/x.safetensors" --output "$dir/hf/bad.safetensors" --device cpu
+contains "mlp: hidden_act a list: said" 'hidden_act is ["silu"], not a string'
 # an output that is one of the inputs (by any name: the path, a link, a hard link, the shard of a
 # directory, the config read) would destroy it: refused, naming both, and nothing changes
 sum_w=$(cksum < "$dir/hf/model.safetensors") sum_x=$(cksum < "$dir/hf/x.safetensors") sum_c=$(cksum < "$dir/hf/config.json")

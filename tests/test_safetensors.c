@@ -249,6 +249,7 @@ static void test_config(void)
     lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": \"relu\"}");
     OK(lf_hf_config_act(lf_test_path("llama"), &a));
     CHECK(a == LF_ACT_SILU, "llama: silu");
+    lf_test_write_text(lf_test_path("gemma/model.safetensors"), ""); /* only its place is read */
     OK(lf_hf_config_act(lf_test_path("gemma/model.safetensors"), &a)); /* the config beside the weights */
     CHECK(a == LF_ACT_GELU_TANH, "gemma: hidden_activation wins: gelu_tanh");
     mkdir(lf_test_path("gemma1"), 0755); /* Gemma-1's first config: hidden_act "gelu" alone, run as tanh */
@@ -259,6 +260,14 @@ static void test_config(void)
     CHECK(a == LF_ACT_GELU_TANH, "gemma-1 with hidden_act gelu alone: gelu_tanh, as transformers runs it");
     FAILS(LF_EINVAL, "\"relu\" is not silu", lf_hf_config_act(lf_test_path("other/config.json"), &a));
     FAILS(LF_EINVAL, NULL, lf_hf_config_act(lf_test_path("sharded"), &a)); /* no config there */
+    /* weights that are not there: said of them, not of a config.json in the folder above */
+    FAILS(LF_EINVAL, "Meta-Llama-3-8B: No such file or directory (the checkpoint",
+          lf_hf_config_act(lf_test_path("llama/Meta-Llama-3-8B"), &a));
+    /* an activation there but not as a name: said so, not called missing */
+    lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": [\"silu\"]}");
+    FAILS(LF_EINVAL, "hidden_act is [\"silu\"], not a string", lf_hf_config_act(lf_test_path("other"), &a));
+    lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": null}");
+    FAILS(LF_EINVAL, "no hidden_act or hidden_activation", lf_hf_config_act(lf_test_path("other"), &a));
 }
 
 static void test_mlp_load(void)
@@ -351,6 +360,26 @@ static void test_mlp_load(void)
         CHECK(!strcmp(gname, "meta.w1.weight") && fd == D && fh == H, "find meta: %s", gname);
         FAILS(LF_EINVAL, "the MLP layers there: ", lf_nn_gated_mlp_find(st, "nope", gname, sizeof gname, &fd, &fh));
         lf_st_close(st);
+        /* two namings of one layer: gate_up_proj beside gate_proj/up_proj (here of zeros: the first
+         * found ran, all zeros out), or w1/w3/w2 beside gate_proj/up_proj/down_proj: refused naming
+         * both, by the lookup and the load alike; the listing names such a layer once */
+        lf_tensor *zeros = NULL;
+        OK(lf_tensor_empty(&zeros, LF_DTYPE_BF16, 2, gus, LF_DEVICE_CPU));
+        memset(lf_tensor_data(zeros), 0, (size_t)(2 * H * D) * 2);
+        lf_st_entry two[] = {{"t.gate_proj.weight", g},  {"t.up_proj.weight", u},
+                             {"t.down_proj.weight", dn}, {"t.gate_up_proj.weight", zeros},
+                             {"m.gate_proj.weight", g},  {"m.up_proj.weight", u},
+                             {"m.down_proj.weight", dn}, {"m.w1.weight", g},
+                             {"m.w3.weight", u},         {"m.w2.weight", dn}};
+        OK(lf_st_write(lf_test_path("two_names.safetensors"), two, 10));
+        OK(lf_st_open(&st, lf_test_path("two_names.safetensors")));
+        FAILS(LF_EINVAL, "\"t\" holds two namings of one MLP, gate_proj/up_proj/down_proj and gate_up_proj/down_proj",
+              lf_nn_gated_mlp_load(&m, st, "t", act, LF_DTYPE_COUNT));
+        FAILS(LF_EINVAL, "two namings of one MLP, gate_proj/up_proj/down_proj and w1/w3/w2",
+              lf_nn_gated_mlp_find(st, "m", gname, sizeof gname, &fd, &fh));
+        FAILS(LF_EINVAL, "the MLP layers there: m, t", lf_nn_gated_mlp_find(st, "nope", gname, sizeof gname, &fd, &fh));
+        lf_st_close(st);
+        lf_tensor_free(zeros);
         lf_tensor_free(gu), lf_tensor_free(bias);
         lf_tensor_free(g), lf_tensor_free(u), lf_tensor_free(dn), lf_tensor_free(x);
     }
@@ -492,6 +521,83 @@ static float at(const lf_tensor *t, int64_t i)
     return lf_tensor_to_f32(t, v, 64) == LF_OK ? v[i] : -12345.f;
 }
 
+/* A 100 x 8 E4M3 weight of ones in 64-row blocks (the last cut short: scales 1 and 2) written to
+ * dir/model.safetensors beside a config.json holding cfg (NULL: none); then read as f32 into v. */
+static lf_status read_blk64(const char *dir, const char *cfg, float v[800])
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", lf_test_path(dir));
+    mkdir(lf_test_path(dir), 0755);
+    unlink(path);
+    if (cfg)
+        lf_test_write_text(path, cfg);
+    lf_tensor *w = NULL, *sc = NULL, *t = NULL;
+    const float two[2] = {1.f, 2.f};
+    lf_status s = lf_tensor_empty(&w, LF_DTYPE_F8E4M3, 2, (int64_t[]){100, 8}, LF_DEVICE_CPU);
+    if (s == LF_OK)
+        memset(lf_tensor_data(w), 0x38, 800); /* every weight 1.0 */
+    if (s == LF_OK)
+        s = lf_tensor_from_f32(&sc, LF_DTYPE_F32, 2, (int64_t[]){2, 1}, two, LF_DEVICE_CPU);
+    lf_st_entry e[] = {{"w", w}, {"w_scale_inv", sc}};
+    snprintf(path, sizeof path, "%s/model.safetensors", lf_test_path(dir));
+    if (s == LF_OK)
+        s = lf_st_write(path, e, 2);
+    lf_tensor_free(w), lf_tensor_free(sc);
+    CHECK(s == LF_OK, "the 64-row block file written: %s", s == LF_OK ? "" : lf_last_error());
+    lf_safetensors *st = NULL;
+    if (s == LF_OK)
+        s = lf_st_open(&st, path);
+    if (s == LF_OK)
+        s = lf_st_get_as(st, "w", LF_DTYPE_F32, &t);
+    if (s == LF_OK)
+        s = lf_tensor_to_f32(t, v, 800);
+    lf_tensor_free(t);
+    lf_st_close(st);
+    return s;
+}
+
+/* The block size of FP8 block scales is the checkpoint's to state (config.json), never guessed
+ * from the grid: 64-row blocks over 100 rows read right from weight_block_size or from
+ * compressed-tensors' block_structure (an even split read blocks of 50: 31% off); no config, or a
+ * value that is no [rows, cols] of two positive integers, refused naming the key; a config that
+ * does not fit the grid refused. */
+static void test_fp8_block_config(void)
+{
+    float v[800];
+    OK(read_blk64("blk64", "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [64, 128]}}",
+                  v));
+    CHECK(v[63 * 8] == 1.f && v[64 * 8] == 2.f && v[50 * 8] == 1.f,
+          "64-row blocks from config.json: rows 50 and 63 at 1, 64 at 2 (got %g %g %g)", (double)v[50 * 8],
+          (double)v[63 * 8], (double)v[64 * 8]);
+    memset(v, 0, sizeof v);
+    OK(read_blk64("blk64",
+                  "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"config_groups\": "
+                  "{\"group_0\": {\"weights\": {\"strategy\": \"block\", \"block_structure\": [64, 64]}}}}}",
+                  v));
+    CHECK(v[63 * 8] == 1.f && v[64 * 8] == 2.f, "64-row blocks from compressed-tensors' block_structure");
+    FAILS(LF_ESHAPE, "does not fit the 32 x 128 blocks",
+          read_blk64("blk64", "{\"quantization_config\": {\"weight_block_size\": [32, 128]}}", v));
+    FAILS(LF_ESHAPE, "the checkpoint does not state; add \"quantization_config\"", read_blk64("blk64", NULL, v));
+    FAILS(LF_ESHAPE, "does not state",
+          read_blk64("blk64", "{\"quantization_config\": {\"quant_method\": \"fp8\"}}", v));
+    FAILS(LF_ESHAPE, "does not state",
+          read_blk64("blk64", "{\"quantization_config\": {\"weight_block_size\": null}}", v));
+    static const char *const unusable[] = {"[64.0, 64.0]", "[\"64\", \"64\"]", "[0, 0]",
+                                           "[-64, 64]",    "[128.5, 128]",     "[128]",
+                                           "\"64x64\"",    "[64, 64, 64]"};
+    for (size_t i = 0; i < sizeof unusable / sizeof *unusable; i++) {
+        char cfg[200];
+        snprintf(cfg, sizeof cfg, "{\"quantization_config\": {\"weight_block_size\": %s}}", unusable[i]);
+        FAILS(LF_EINVAL, "quantization_config.weight_block_size is", read_blk64("blk64", cfg, v));
+    }
+    FAILS(LF_EINVAL, "block_structure is [0,64]",
+          read_blk64("blk64",
+                     "{\"quantization_config\": {\"config_groups\": {\"g\": {\"weights\": {\"block_structure\": "
+                     "[0, 64]}}}}}",
+                     v));
+    FAILS(LF_EINVAL, "(line", read_blk64("blk64", "{\"quantization_config\": ", v)); /* a config that is no JSON */
+}
+
 /* FP8 weights dequantized with their scales: per tensor (a 0-dim scale), per row, per block,
  * E5M2 with a bf16 scale; the wrong scale shape or dtype, or none, a clear error; the dtypes
  * linfuse computes in converted by the same call. */
@@ -531,7 +637,8 @@ static void test_fp8_load(void)
         lf_tensor_free(t), t = NULL;
         lf_st_close(st);
     }
-    { /* per row through _scale_inv [2, 1], and blocks of 2 x 2 in a 4 x 4 weight ([2, 2] scales) */
+    { /* per row through _scale_inv [2, 1]; blocks of 2 x 2 in a 4 x 4 weight ([2, 2] scales), whose
+       * size the grid does not tell (2 or 3 rows each): refused from a buffer, which has no config */
         unsigned char d[16 + 8 + 16 + 16];
         memset(d, 0x38, 16); /* every weight 1.0 */
         const float rows[2] = {0.25f, 4.f}, blocks[4] = {1.f, 2.f, 3.f, 4.f};
@@ -546,6 +653,21 @@ static void test_fp8_load(void)
         OK(lf_st_get_as(st, "r", LF_DTYPE_F32, &t));
         CHECK(t && at(t, 0) == 0.25f && at(t, 7) == 0.25f && at(t, 8) == 4.f && at(t, 15) == 4.f, "per-row scales");
         lf_tensor_free(t), t = NULL;
+        FAILS(LF_ESHAPE, "add \"quantization_config\": {\"weight_block_size\": [rows, cols]}",
+              lf_st_get_as(st, "b", LF_DTYPE_F16, &t));
+        lf_st_close(st);
+        /* the same weight in a file whose config.json states the blocks */
+        mkdir(lf_test_path("blk2"), 0755);
+        lf_tensor *w = NULL, *sc = NULL;
+        OK(lf_tensor_empty(&w, LF_DTYPE_F8E4M3, 2, (int64_t[]){4, 4}, LF_DEVICE_CPU));
+        if (w)
+            memset(lf_tensor_data(w), 0x40, 16);
+        OK(lf_tensor_from_f32(&sc, LF_DTYPE_F32, 2, (int64_t[]){2, 2}, blocks, LF_DEVICE_CPU));
+        lf_st_entry e[] = {{"b", w}, {"b_scale_inv", sc}};
+        OK(lf_st_write(lf_test_path("blk2/model.safetensors"), e, 2));
+        lf_test_write_text(lf_test_path("blk2/config.json"),
+                           "{\"quantization_config\": {\"weight_block_size\": [2, 2]}}");
+        OK(lf_st_open(&st, lf_test_path("blk2/model.safetensors")));
         OK(lf_st_get_as(st, "b", LF_DTYPE_F16, &t));
         int bad = 0;
         for (int i = 0; t && i < 16; i++)
@@ -553,71 +675,41 @@ static void test_fp8_load(void)
         CHECK(t && t->dtype == LF_DTYPE_F16 && !bad, "block scales: %d of 16 wrong", bad);
         lf_tensor_free(t), t = NULL;
         lf_st_close(st);
-    }
-    { /* DeepSeek-V3's 128 x 128 blocks on a weight 128 does not divide: 200 x 130 under a [2, 2]
-       * grid is blocks of 128 and 72 rows, 128 and 2 columns (an even split, 100 x 65, gave rows
-       * 100-127 and columns 65-127 their neighbour's scale); a [3, 2] grid over 200 rows fits no
-       * such blocks and is refused */
-        enum { R = 200, C = 130 };
-        const size_t nb = (size_t)R * C;
-        const size_t total = nb + 16 + 2 * R + 12;
-        unsigned char *d = malloc(total);
-        if (d) {
-            memset(d, 0x38, total); /* every weight 1.0 */
-            const float blocks[4] = {0.01f, 0.02f, 0.03f, 0.04f}, three[3] = {1, 1, 1};
-            memcpy(d + nb, blocks, 16);
-            memcpy(d + nb + 16 + 2 * R, three, 12);
-            char hdr[512];
-            snprintf(hdr, sizeof hdr,
-                     "{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,%d],\"data_offsets\":[0,%zu]},"
-                     "\"w_scale_inv\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[%zu,%zu]},"
-                     "\"v\":{\"dtype\":\"F8_E4M3\",\"shape\":[%d,2],\"data_offsets\":[%zu,%zu]},"
-                     "\"v_scale_inv\":{\"dtype\":\"F32\",\"shape\":[3,1],\"data_offsets\":[%zu,%zu]}}",
-                     R, C, nb, nb, nb + 16, R, nb + 16, nb + 16 + 2 * R, nb + 16 + 2 * R, total);
-            OK(open_data(hdr, d, total, &st));
-            OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
-            float *v = malloc(nb * sizeof *v);
-            int bad = !t || !v || lf_tensor_to_f32(t, v, (int64_t)nb) != LF_OK;
-            for (int i = 0; !bad && i < R * C; i++)
-                bad += v[i] != blocks[(i / C >= 128) * 2 + (i % C >= 128)];
-            CHECK(!bad && v[127 * C + 127] == 0.01f && v[128 * C] == 0.03f && v[128] == 0.02f,
-                  "128 x 128 blocks, the last ones cut short: %d of %d wrong", bad, R * C);
-            free(v);
-            lf_tensor_free(t), t = NULL;
-            FAILS(LF_ESHAPE, "cannot be told from the grid", lf_st_get_as(st, "v", LF_DTYPE_F32, &t));
-            lf_st_close(st);
-            free(d);
-        }
-    }
-    { /* blocks of 64 rows over 100 (the last cut short), as config.json's weight_block_size says:
-       * an even split would have read blocks of 50; a config that does not fit the grid is refused */
-        mkdir(lf_test_path("blk64"), 0755);
-        lf_tensor *w = NULL, *sc = NULL;
-        int64_t ws[2] = {100, 8}, ss[2] = {2, 1};
-        const float two[2] = {1.f, 2.f};
-        OK(lf_tensor_empty(&w, LF_DTYPE_F8E4M3, 2, ws, LF_DEVICE_CPU));
-        if (w)
-            memset(lf_tensor_data(w), 0x38, 800); /* every weight 1.0 */
-        OK(lf_tensor_from_f32(&sc, LF_DTYPE_F32, 2, ss, two, LF_DEVICE_CPU));
-        lf_st_entry e[] = {{"w", w}, {"w_scale_inv", sc}};
-        OK(lf_st_write(lf_test_path("blk64/model.safetensors"), e, 2));
-        lf_test_write_text(lf_test_path("blk64/config.json"),
-                           "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [64, 128]}}");
-        OK(lf_st_open(&st, lf_test_path("blk64/model.safetensors")));
-        OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
-        float v[800];
-        CHECK(t && lf_tensor_to_f32(t, v, 800) == LF_OK && v[63 * 8] == 1.f && v[64 * 8] == 2.f && v[50 * 8] == 1.f,
-              "64-row blocks from config.json: rows 50 and 63 at 1, 64 at 2 (got %g %g %g)", (double)v[50 * 8],
-              (double)v[63 * 8], (double)v[64 * 8]);
-        lf_tensor_free(t), t = NULL;
-        lf_st_close(st);
-        lf_test_write_text(lf_test_path("blk64/config.json"),
-                           "{\"quantization_config\": {\"weight_block_size\": [32, 128]}}");
-        OK(lf_st_open(&st, lf_test_path("blk64/model.safetensors")));
-        FAILS(LF_ESHAPE, "weight_block_size", lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
-        lf_st_close(st);
         lf_tensor_free(w), lf_tensor_free(sc);
     }
+    { /* DeepSeek-V3's 128 x 128 blocks on a weight 128 does not divide, as its config.json states
+       * them: 200 x 130 under a [2, 2] grid is blocks of 128 and 72 rows, 128 and 2 columns (an even
+       * split, 100 x 65, gave rows 100-127 and columns 65-127 their neighbour's scale); a [3, 2]
+       * grid over 200 rows does not fit those blocks and is refused */
+        enum { R = 200, C = 130 };
+        mkdir(lf_test_path("ds"), 0755);
+        lf_tensor *w = NULL, *ws_ = NULL, *v = NULL, *vs = NULL;
+        const float blocks[4] = {0.01f, 0.02f, 0.03f, 0.04f}, three[3] = {1, 1, 1};
+        OK(lf_tensor_empty(&w, LF_DTYPE_F8E4M3, 2, (int64_t[]){R, C}, LF_DEVICE_CPU));
+        OK(lf_tensor_empty(&v, LF_DTYPE_F8E4M3, 2, (int64_t[]){R, 2}, LF_DEVICE_CPU));
+        if (w && v)
+            memset(lf_tensor_data(w), 0x38, R * C), memset(lf_tensor_data(v), 0x38, R * 2); /* every weight 1.0 */
+        OK(lf_tensor_from_f32(&ws_, LF_DTYPE_F32, 2, (int64_t[]){2, 2}, blocks, LF_DEVICE_CPU));
+        OK(lf_tensor_from_f32(&vs, LF_DTYPE_F32, 2, (int64_t[]){3, 1}, three, LF_DEVICE_CPU));
+        lf_st_entry e[] = {{"w", w}, {"w_scale_inv", ws_}, {"v", v}, {"v_scale_inv", vs}};
+        OK(lf_st_write(lf_test_path("ds/model.safetensors"), e, 4));
+        lf_test_write_text(lf_test_path("ds/config.json"),
+                           "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}");
+        OK(lf_st_open(&st, lf_test_path("ds/model.safetensors")));
+        OK(lf_st_get_as(st, "w", LF_DTYPE_F32, &t));
+        float *got = malloc((size_t)R * C * sizeof *got);
+        int bad = !t || !got || lf_tensor_to_f32(t, got, (int64_t)R * C) != LF_OK;
+        for (int i = 0; !bad && i < R * C; i++)
+            bad += got[i] != blocks[(i / C >= 128) * 2 + (i % C >= 128)];
+        CHECK(!bad && got[127 * C + 127] == 0.01f && got[128 * C] == 0.03f && got[128] == 0.02f,
+              "128 x 128 blocks, the last ones cut short: %d of %d wrong", bad, R * C);
+        free(got);
+        lf_tensor_free(t), t = NULL;
+        FAILS(LF_ESHAPE, "does not fit the 128 x 128 blocks", lf_st_get_as(st, "v", LF_DTYPE_F32, &t));
+        lf_st_close(st);
+        lf_tensor_free(w), lf_tensor_free(ws_), lf_tensor_free(v), lf_tensor_free(vs);
+    }
+    test_fp8_block_config();
     { /* E5M2 with a bf16 scale per row, shape [rows] */
         unsigned char d[4 + 4] = {0x3c, 0x40, 0xbc, 0x7c};
         const uint16_t sc[2] = {lf_bf16_from_f32(3.f), lf_bf16_from_f32(-1.f)};

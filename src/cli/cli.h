@@ -65,6 +65,11 @@ int lf_cli_mlp_shape(const char *cmd, const char *weights, const char *prefix, i
  * "model.layers.0.mlp"). Every user of --prefix reads it through this. */
 void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix);
 
+/* Standard input whole (a file piped from another machine: ssh host cat t.json | ...), at most
+ * max_bytes (what: what it holds, for the message past them), counted as the bytes come; NULL with
+ * a message when it cannot be had. The caller frees it. */
+char *lf_cli_read_stdin(const char *cmd, const char *what, int64_t max_bytes, size_t *size);
+
 /* An lf_file_write_fn (linfuse/io.h) for a NUL-terminated text (ctx). */
 int lf_cli_put_text(FILE *f, void *ctx);
 

@@ -162,3 +162,40 @@ int lf_cli_write_text(const char *path, const char *text)
     lf_cli_ignore_sigxfsz();
     return lf_write_file_atomic(path, lf_cli_put_text, (void *)text) == LF_OK;
 }
+
+char *lf_cli_read_stdin(const char *cmd, const char *what, int64_t max_bytes, size_t *size)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                break;
+            buf = nb, cap *= 2;
+        }
+        const size_t left = (size_t)max_bytes + 1 - n; /* one past the limit: to know it is passed */
+        ssize_t k = read(STDIN_FILENO, buf + n, cap - n < left ? cap - n : left);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            fprintf(stderr, "%s: standard input: %s\n", cmd, strerror(errno));
+            free(buf);
+            return NULL;
+        }
+        if (k == 0) {
+            *size = n;
+            return buf;
+        }
+        n += (size_t)k;
+        if ((int64_t)n > max_bytes) {
+            fprintf(stderr, "%s: standard input: more than the %lld bytes %s may have\n", cmd,
+                    (long long)max_bytes, what);
+            free(buf);
+            return NULL;
+        }
+    }
+    free(buf);
+    fprintf(stderr, "%s: standard input: out of memory\n", cmd);
+    return NULL;
+}

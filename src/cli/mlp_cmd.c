@@ -5,9 +5,11 @@
  * input that cannot be read or is not what it should be, an output that cannot be written there
  * or would overwrite an input); 1 the work itself failed (the forward, or the write: a full disk,
  * a file past `ulimit -f`), its partial output removed. Layer: cli/. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -113,6 +115,20 @@ static lf_status no_x(const lf_safetensors *st, const char *input, why *w)
                   input, (long long)n, list);
 }
 
+/* --input: a file, an index or a directory, or "-", standard input (one .safetensors file). */
+static lf_status open_input(const char *input, lf_safetensors **st, why *w)
+{
+    if (strcmp(input, "-"))
+        return lf_st_open(st, input);
+    size_t n = 0;
+    char *data = lf_cli_read_stdin("linfuse mlp: --input -", "an input", (int64_t)1 << 40, &n);
+    if (!data)
+        return refuse(w, LF_EINVAL, "--input -: standard input could not be read (said above)");
+    lf_status s = lf_st_open_buffer(st, data, n, "standard input");
+    free(data);
+    return s;
+}
+
 /* The config.json lf_hf_config_act reads for weights. */
 static void config_path(const char *weights, char *buf, size_t cap)
 {
@@ -177,7 +193,8 @@ static void usage(FILE *f)
           "index, or their directory) on tensor x of --input ([tokens, dim] or [batch, seq, dim]) and writes\n"
           "tensor y, the same shape, to --output. --act defaults to the config.json beside the weights;\n"
           "--dtype to the weights' own; --variant to eager. Nothing is written when the run fails.\n"
-          "--output - writes the file to standard output (the line saying what ran goes to standard error).\n",
+          "--input - reads a .safetensors file from standard input; --output - writes one to standard output\n"
+          "(the line saying what ran then goes to standard error).\n",
           f);
 }
 
@@ -283,6 +300,11 @@ static int mlp_check(mlp_cfg *c, lf_device *dev, char *pfx, size_t pfx_cap, char
         fprintf(stderr, "%s: --prefix '%s' names no layer (e.g. model.layers.0.mlp)\n", cmd, c->prefix);
         return LF_EXIT_USAGE;
     }
+    struct stat sb;
+    if (stat(c->weights, &sb) != 0) { /* said of the weights, before anything is looked for beside them */
+        fprintf(stderr, "%s: --weights %s: %s\n", cmd, c->weights, strerror(errno));
+        return LF_EXIT_USAGE;
+    }
     cfg[0] = '\0';
     if (c->act == LF_ACT_NONE) {
         if (lf_hf_config_act(c->weights, &c->act) != LF_OK) {
@@ -317,7 +339,7 @@ static lf_status mlp_load(const mlp_cfg *c, const char *pfx, const char *cfg, lf
     if (s == LF_OK)
         s = find_layer(wst, c->weights, pfx, &dim, &hidden, gate, sizeof gate, w);
     if (s == LF_OK)
-        s = lf_st_open(&ist, c->input);
+        s = open_input(c->input, &ist, w);
     if (s == LF_OK && !lf_st_has(ist, "x"))
         s = no_x(ist, c->input, w);
     if (s == LF_OK && !lf_cli_check_output(c->output, err, sizeof err))

@@ -182,45 +182,6 @@ static void served_name(const char *path, char *out, size_t cap)
         snprintf(out, cap, "trace.json");
 }
 
-/* Standard input whole (a trace piped from another machine: ssh host cat t.json | ...), at most
- * max_bytes, counted as the bytes come; NULL with a message when it cannot be had. */
-static char *read_stdin_whole(const char *cmd, int64_t max_bytes, size_t *size)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb)
-                break;
-            buf = nb, cap *= 2;
-        }
-        const size_t left = (size_t)max_bytes + 1 - n; /* one past the limit: to know it is passed */
-        ssize_t k = read(STDIN_FILENO, buf + n, cap - n < left ? cap - n : left);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            fprintf(stderr, "%s: standard input: %s\n", cmd, strerror(errno));
-            free(buf);
-            return NULL;
-        }
-        if (k == 0) {
-            *size = n;
-            return buf;
-        }
-        n += (size_t)k;
-        if ((int64_t)n > max_bytes) {
-            fprintf(stderr, "%s: standard input: more than the %lld bytes a trace may have (--max-bytes)\n", cmd,
-                    (long long)max_bytes);
-            free(buf);
-            return NULL;
-        }
-    }
-    free(buf);
-    fprintf(stderr, "%s: standard input: out of memory\n", cmd);
-    return NULL;
-}
-
 /* The file whole, at most max_bytes; NULL with a message (and *rc) when it cannot be had. Opened
  * without blocking: a named pipe is refused, not waited on. */
 static char *read_file_whole(const char *cmd, const char *file, int64_t max_bytes, size_t *size, int *rc)
@@ -283,7 +244,7 @@ static char *load_trace(const char *cmd, const char *file, int64_t max_bytes, si
 {
     const int from_stdin = !strcmp(file, "-");
     *rc = LF_EXIT_USAGE;
-    char *data = from_stdin ? read_stdin_whole(cmd, max_bytes, size) : read_file_whole(cmd, file, max_bytes, size, rc);
+    char *data = from_stdin ? lf_cli_read_stdin(cmd, "a trace (--max-bytes)", max_bytes, size) : read_file_whole(cmd, file, max_bytes, size, rc);
     if (!data)
         return NULL;
     if (from_stdin && !*size) {

@@ -276,7 +276,28 @@ static const struct {
 } layouts[] = {{"gate_proj", "up_proj", "down_proj"}, {"gate_up_proj", NULL, "down_proj"}, {"w1", "w3", "w2"}};
 enum { N_LAYOUTS = sizeof layouts / sizeof *layouts };
 
-/* The MLP layers st holds (the prefixes of their gates' weights, by every naming), a few, into buf. */
+/* Whether st has the weight "<prefix>.<part>.weight" (prefix: its first plen bytes). */
+static int has_part(const lf_safetensors *st, const char *prefix, size_t plen, const char *part)
+{
+    char name[600];
+    return part && snprintf(name, sizeof name, "%.*s.%s.weight", (int)plen, prefix, part) < (int)sizeof name &&
+           lf_st_has(st, name);
+}
+
+/* Whether naming l shows at prefix in st: a weight of its own there (down_proj, which Hugging
+ * Face's two namings share, tells neither apart). */
+static int naming_there(const lf_safetensors *st, const char *prefix, size_t plen, int l)
+{
+    const char *own[3] = {layouts[l].gate, layouts[l].up,
+                          strcmp(layouts[l].down, "down_proj") ? layouts[l].down : NULL};
+    for (int i = 0; i < 3; i++)
+        if (has_part(st, prefix, plen, own[i]))
+            return 1;
+    return 0;
+}
+
+/* The MLP layers st holds (the prefixes of their gates' weights, by every naming, each layer
+ * once), a few, into buf. */
 static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
 {
     size_t at = 0;
@@ -290,6 +311,11 @@ static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
             const size_t tl = (size_t)snprintf(tail, sizeof tail, ".%s.weight", layouts[l].gate);
             if (n <= tl || strcmp(name + n - tl, tail))
                 continue;
+            int earlier = 0; /* a layer of two namings is listed under the first */
+            for (int k = 0; k < l && !earlier; k++)
+                earlier = has_part(st, name, n - tl, layouts[k].gate);
+            if (earlier)
+                continue;
             if (++found <= 5 && at < cap)
                 at += (size_t)snprintf(buf + at, cap - at, "%s%.*s", found > 1 ? ", " : "",
                                        (int)(n - tl > 120 ? 120 : n - tl), name);
@@ -301,11 +327,33 @@ static void list_layers(const lf_safetensors *st, char *buf, size_t cap)
         snprintf(buf + at, cap - at, ", ... (%lld in all)", (long long)found);
 }
 
+/* A naming's projections as a message names them: "gate_proj/up_proj/down_proj". */
+static const char *naming_words(int l, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s%s/%s", layouts[l].gate, layouts[l].up ? "/" : "", layouts[l].up ? layouts[l].up : "",
+             layouts[l].down);
+    return buf;
+}
+
 /* The naming whose weights are all at prefix in st (into *which), their names into name; LF_EINVAL
- * listing the layers st holds when none is. */
+ * when two namings are there (which would run is not the file's to leave to the order linfuse
+ * looks in: a layer converted twice, say, whose halves disagree), or when none is, listing the
+ * layers st holds. */
 static lf_status find_layout(const lf_safetensors *st, const char *prefix, const char *fn, int *which,
                              char (*name)[512])
 {
+    const size_t plen = strlen(prefix);
+    int there[N_LAYOUTS], n_there = 0;
+    for (int l = 0; l < N_LAYOUTS; l++)
+        if (naming_there(st, prefix, plen, l))
+            there[n_there++] = l;
+    if (n_there > 1) {
+        char a[80], b[80];
+        return lf_fail(LF_EINVAL,
+                       "%s: \"%.200s\" holds two namings of one MLP, %s and %s: linfuse does not choose between "
+                       "them; keep one in the checkpoint",
+                       fn, prefix, naming_words(there[0], a, sizeof a), naming_words(there[1], b, sizeof b));
+    }
     for (int l = 0; l < N_LAYOUTS; l++) {
         const char *part[3] = {layouts[l].gate, layouts[l].up, layouts[l].down};
         int all = 1;

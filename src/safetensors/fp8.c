@@ -58,107 +58,191 @@ static int64_t cdiv(int64_t a, int64_t b) /* a >= 0, b > 0; never overflows */
     return a / b + (a % b != 0);
 }
 
-/* The length of a scale block along a dimension of len values that the scale covers in grid
- * blocks, or 0 when the grid does not tell. Block-scaled checkpoints (DeepSeek-V3's, and
- * llm-compressor's and FBGEMM's block formats) use 128 x 128 blocks, the last one of a dimension
- * that 128 does not divide cut short: 300 rows in 3 blocks are blocks of 128, 128 and 44 (splitting
- * the grid evenly, 100 each, gave rows 100-127 their neighbour's scale: a silent 50-340% error).
- * So 128 where the grid has ceil(len / 128) blocks; else an even split where len divides into
- * the grid (blocks of another size, all whole); else 0: the block cannot be read off the grid. */
-static int64_t block_len(int64_t len, int64_t grid)
+/* The length of a scale block along a dimension of len values that grid blocks cover, where the
+ * grid alone says it: one block (the whole dimension) or one block a value; else 0. Any other grid
+ * is a block size the file does not state: 3 blocks over 300 rows are 128, 128 and 44 (DeepSeek's
+ * blocks, the last cut short) or 100 each, or anything from 100 to 149, and each decodes to other
+ * numbers (read as 100 where they were 128: rows 100-127 take their neighbour's scale, 50-340%
+ * off). So the block size comes from the checkpoint's config, or the tensor is refused. */
+static int64_t grid_block(int64_t len, int64_t grid)
 {
-    if (grid == 1)
-        return len;
-    if (grid == len)
-        return 1;
-    if (cdiv(len, 128) == grid)
-        return 128;
-    return len % grid == 0 ? len / grid : 0;
+    return grid == 1 ? len : grid == len ? 1 : 0;
 }
 
-/* The block size the checkpoint states, where a config.json beside the weight's file has one
- * (quantization_config.weight_block_size, [rows, cols], as DeepSeek-V3's and Qwen3's FP8
- * checkpoints write it): 1 with *br, *bc set, else 0 (no such file or entry: the grid decides). */
-static int config_blocks(const st_file *f, int64_t *br, int64_t *bc)
+/* A [rows, cols] block size as a config states it: two JSON integers over 0. */
+static int block_pair(const json_t *v, int64_t *br, int64_t *bc)
 {
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(json_array_get(v, 0)) ||
+        !json_is_integer(json_array_get(v, 1)))
+        return 0;
+    *br = json_integer_value(json_array_get(v, 0)), *bc = json_integer_value(json_array_get(v, 1));
+    return *br > 0 && *bc > 0;
+}
+
+/* v as a short JSON text for a message. */
+static void json_text(const json_t *v, char *buf, size_t cap)
+{
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    snprintf(buf, cap, "%.80s%s", t ? t : "?", t && strlen(t) > 80 ? "..." : "");
+    free(t);
+}
+
+/* The block size config.json (cfg, parsed as j) states, where it states one: the key of DeepSeek's
+ * and Qwen's FP8 checkpoints (quantization_config.weight_block_size) or of compressed-tensors'
+ * block strategy (llm-compressor's: quantization_config.config_groups.*.weights.block_structure).
+ * *given 0 when neither is there (or is null); an error naming the key when one holds something
+ * that is not [rows, cols], two integers over 0, or when groups state different sizes. */
+static lf_status config_block_size(const char *cfg, json_t *j, int64_t *br, int64_t *bc, int *given)
+{
+    char shown[100];
+    json_t *q = json_object_get(j, "quantization_config");
+    json_t *wbs = json_object_get(q, "weight_block_size");
+    *given = 0;
+    if (wbs && !json_is_null(wbs)) {
+        if (!block_pair(wbs, br, bc)) {
+            json_text(wbs, shown, sizeof shown);
+            return lf_fail(LF_EINVAL,
+                           "%s: quantization_config.weight_block_size is %s: expected [rows, cols], two integers "
+                           "over 0 (as [128, 128])",
+                           cfg, shown);
+        }
+        *given = 1;
+        return LF_OK;
+    }
+    const char *group;
+    json_t *g;
+    json_object_foreach(json_object_get(q, "config_groups"), group, g)
+    {
+        json_t *bs = json_object_get(json_object_get(g, "weights"), "block_structure");
+        int64_t r, c;
+        if (!bs || json_is_null(bs))
+            continue;
+        if (!block_pair(bs, &r, &c)) {
+            json_text(bs, shown, sizeof shown);
+            return lf_fail(LF_EINVAL,
+                           "%s: quantization_config.config_groups.%.60s.weights.block_structure is %s: expected "
+                           "[rows, cols], two integers over 0",
+                           cfg, group, shown);
+        }
+        if (*given && (r != *br || c != *bc))
+            return lf_fail(LF_EINVAL,
+                           "%s: the config_groups' block_structure give blocks of %lld x %lld and %lld x %lld: "
+                           "linfuse cannot tell which a tensor has",
+                           cfg, (long long)*br, (long long)*bc, (long long)r, (long long)c);
+        *br = r, *bc = c, *given = 1;
+    }
+    return LF_OK;
+}
+
+/* The block size of the FP8 tensors of file f from the config.json beside it (see
+ * config_block_size): *given 0 when it has none or there is no such file; an error when the file
+ * is there but unreadable, or states an unusable size. path gets the config's path. */
+static lf_status config_blocks(const st_file *f, char *cfg, size_t cap, int64_t *br, int64_t *bc, int *given)
+{
+    *given = 0;
+    snprintf(cfg, cap, "config.json");
     if (f->fd < 0 || !f->path) /* a buffer: nothing beside it */
-        return 0;
-    char cfg[4200];
-    snprintf(cfg, sizeof cfg, "%s", f->path);
+        return LF_OK;
+    snprintf(cfg, cap, "%s", f->path);
     char *slash = strrchr(cfg, '/');
-    snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
+    snprintf(slash ? slash + 1 : cfg, cap - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
     struct stat sb;
+    if (stat(cfg, &sb) != 0)
+        return LF_OK;
     json_t *j = NULL;
-    if (stat(cfg, &sb) != 0 || !S_ISREG(sb.st_mode) || st_load_json(cfg, 0, &j) != LF_OK) {
-        lf_clear_error(); /* no config, or one that is not JSON: the grid decides, as without one */
-        return 0;
-    }
-    json_t *q = json_object_get(json_object_get(j, "quantization_config"), "weight_block_size");
-    int ok = json_is_array(q) && json_array_size(q) == 2 && json_is_integer(json_array_get(q, 0)) &&
-             json_is_integer(json_array_get(q, 1));
-    if (ok) {
-        *br = json_integer_value(json_array_get(q, 0)), *bc = json_integer_value(json_array_get(q, 1));
-        ok = *br > 0 && *bc > 0;
-    }
+    LF_TRY(st_load_json(cfg, 0, &j));
+    lf_status s = config_block_size(cfg, j, br, bc, given);
     json_decref(j);
-    return ok;
+    return s;
 }
 
-/* Decode FP8 tensor t of file f into dst (n floats), times its scale; both read from the file. */
-static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
-                            float *dst)
+/* An FP8 weight and its scale as the decoder sees them: the weight as rows x cols (a vector: one
+ * column), the scale as a grid of sr x sc blocks of br x bc values each, and the names and shapes
+ * its messages give. */
+typedef struct scaled {
+    const st_file *f, *sf; /* the weight's file, the scale's */
+    const st_tensor *t, *s;
+    const char *name;
+    char sname[600], ws[LF_SHAPE_STR_CAP], ss[LF_SHAPE_STR_CAP];
+    int64_t rows, cols, sr, sc, br, bc;
+} scaled;
+
+/* g's blocks: where the grid alone says their size, that; else the size the checkpoint's config
+ * states, which must fit the grid; else refused, saying what to add. */
+static lf_status block_size(scaled *g)
 {
-    char sname[600];
-    const st_file *sf = NULL;
-    const st_tensor *s = NULL;
-    for (int inv = 0; inv < 2 && !s; inv++) {
-        snprintf(sname, sizeof sname, "%s%s", name, inv ? "_scale_inv" : "_scale");
-        s = st_find(st, sname, &sf);
+    g->br = grid_block(g->rows, g->sr), g->bc = grid_block(g->cols, g->sc);
+    if (g->br && g->bc)
+        return LF_OK;
+    char cfg[4200];
+    int64_t br = 0, bc = 0;
+    int given = 0;
+    LF_TRY(config_blocks(g->f, cfg, sizeof cfg, &br, &bc, &given));
+    if (!given)
+        return lf_fail(LF_ESHAPE,
+                       "%s: FP8 tensor \"%.200s\" %s has scale \"%.200s\" %s: blocks whose size the grid does not "
+                       "tell and the checkpoint does not state; add \"quantization_config\": "
+                       "{\"weight_block_size\": [rows, cols]} to %s (DeepSeek-V3's and Qwen3's FP8 checkpoints "
+                       "have [128, 128] there)",
+                       g->f->path, g->name, g->ws, g->sname, g->ss, cfg);
+    if (cdiv(g->rows, br) != g->sr || cdiv(g->cols, bc) != g->sc)
+        return lf_fail(LF_ESHAPE,
+                       "%s: scale \"%.200s\" %s over weight %s does not fit the %lld x %lld blocks that %s's "
+                       "weight_block_size gives",
+                       g->sf->path, g->sname, g->ss, g->ws, (long long)br, (long long)bc, cfg);
+    g->br = br, g->bc = bc;
+    return LF_OK;
+}
+
+/* The scale of FP8 tensor t (name) of file f, found and checked into g: its grid over the weight
+ * and the size of its blocks. */
+static lf_status find_scale(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name, scaled *g)
+{
+    *g = (scaled){.f = f, .t = t, .name = name};
+    for (int inv = 0; inv < 2 && !g->s; inv++) {
+        snprintf(g->sname, sizeof g->sname, "%s%s", name, inv ? "_scale_inv" : "_scale");
+        g->s = st_find(st, g->sname, &g->sf);
     }
+    const st_tensor *s = g->s;
     if (!s)
         return lf_fail(LF_EINVAL,
                        "%s: tensor \"%.200s\" is %s and the checkpoint has no \"%.200s_scale\" or \"%.200s_scale_inv\" "
                        "to dequantize it with",
                        f->path, name, t->dtype_name, name, name);
     if (!lf_dtype_computes((lf_dtype)s->dtype))
-        return lf_fail(LF_EDTYPE, "%s: scale \"%.200s\" is %s; expected F32, BF16 or F16", sf->path, sname,
+        return lf_fail(LF_EDTYPE, "%s: scale \"%.200s\" is %s; expected F32, BF16 or F16", g->sf->path, g->sname,
                        s->dtype_name);
-    char ws[LF_SHAPE_STR_CAP], ss[LF_SHAPE_STR_CAP];
-    lf_fmt_shape(ws, sizeof ws, t->ndim, t->shape), lf_fmt_shape(ss, sizeof ss, s->ndim, s->shape);
+    lf_fmt_shape(g->ws, sizeof g->ws, t->ndim, t->shape), lf_fmt_shape(g->ss, sizeof g->ss, s->ndim, s->shape);
     if (has_zero_dim(t) || has_zero_dim(s)) /* nothing to decode, and a dimension no block divides */
         return lf_fail(LF_ESHAPE, "%s: FP8 tensor \"%.200s\" %s with scale \"%.200s\" %s: a zero dimension", f->path,
-                       name, ws, sname, ss);
-    /* the weight as rows x cols (a vector: one column); the scale as a grid of sr x sc blocks */
-    const int64_t rows = t->ndim ? t->shape[0] : 1, n = numel(t), cols = n / rows;
-    const int64_t sn = numel(s);
-    int64_t sr = 1, sc = 1;
-    if (sn != 1) {
+                       name, g->ws, g->sname, g->ss);
+    g->rows = t->ndim ? t->shape[0] : 1, g->cols = numel(t) / g->rows;
+    g->sr = 1, g->sc = 1;
+    if (numel(s) != 1) {
         if (t->ndim > 2 || s->ndim > 2 || s->ndim == 0)
-            sr = 0;
+            g->sr = 0;
         else
-            sr = s->shape[0], sc = s->ndim == 2 ? s->shape[1] : 1;
+            g->sr = s->shape[0], g->sc = s->ndim == 2 ? s->shape[1] : 1;
     }
-    if (!sr || !sc || sr > rows || sc > cols)
+    if (!g->sr || !g->sc || g->sr > g->rows || g->sc > g->cols)
         return lf_fail(LF_ESHAPE,
                        "%s: scale \"%.200s\" %s does not fit weight %s: expected one value, one per row, or a grid of "
                        "blocks of a 2-D weight",
-                       sf->path, sname, ss, ws);
-    int64_t br = block_len(rows, sr), bc = block_len(cols, sc), cbr, cbc;
-    const int grid = s->ndim == 2 && (sr > 1 || sc > 1) && sr != rows && sc != cols; /* blocks, not rows or columns */
-    if (grid && config_blocks(f, &cbr, &cbc)) { /* and the size the checkpoint says they have */
-        if (cdiv(rows, cbr) != sr || cdiv(cols, cbc) != sc)
-            return lf_fail(LF_ESHAPE,
-                           "%s: scale \"%.200s\" %s over weight %s does not fit the %lld x %lld blocks config.json's "
-                           "weight_block_size gives",
-                           sf->path, sname, ss, ws, (long long)cbr, (long long)cbc);
-        br = cbr, bc = cbc;
-    }
-    if (!br || !bc)
-        return lf_fail(LF_ESHAPE,
-                       "%s: scale \"%.200s\" %s over weight %s: the blocks' size cannot be told from the grid (not "
-                       "128, the last block cut short, nor an even split); linfuse reads 128 x 128 blocks, as "
-                       "DeepSeek-V3's checkpoints have them",
-                       sf->path, sname, ss, ws);
+                       g->sf->path, g->sname, g->ss, g->ws);
+    return block_size(g);
+}
+
+/* Decode FP8 tensor t of file f into dst (its numel floats), times its scale; both read from the
+ * file. */
+static lf_status dequantize(const lf_safetensors *st, const st_file *f, const st_tensor *t, const char *name,
+                            float *dst)
+{
+    scaled g;
+    LF_TRY(find_scale(st, f, t, name, &g));
+    const st_tensor *s = g.s;
+    const st_file *sf = g.sf;
+    const char *sname = g.sname;
+    const int64_t n = numel(t), sn = numel(s), rows = g.rows, cols = g.cols, sc = g.sc, br = g.br, bc = g.bc;
     unsigned char *q = malloc((size_t)n), *sp = malloc((size_t)(s->end - s->begin));
     lf_status st_ = q && sp ? LF_OK : lf_fail(LF_ENOMEM, "%s: out of memory reading \"%.200s\"", f->path, name);
     if (st_ == LF_OK)

@@ -1,6 +1,7 @@
 /* Writing safetensors files (a forward's output, the tests' own checkpoints), and reading the
  * activation a Hugging Face config.json names. Layer: safetensors/. */
 #define _GNU_SOURCE /* qsort_r */
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -123,7 +124,10 @@ lf_status lf_hf_config_act(const char *path, lf_act *act)
     LF_CHECK_PTR(act, "lf_hf_config_act", "act");
     char cfg[PATH_MAX];
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    if (stat(path, &sb) != 0) /* the weights themselves: their parent's config would be the wrong one */
+        return lf_fail(LF_EINVAL, "%.300s: %s (the checkpoint: a .safetensors file, its index, or their directory)",
+                       path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
     } else if (strlen(path) >= 11 && !strcmp(path + strlen(path) - 11, "config.json")) {
         snprintf(cfg, sizeof cfg, "%s", path);
@@ -141,16 +145,27 @@ lf_status lf_hf_config_act(const char *path, lf_act *act)
      * Gemma-1's first configs have hidden_act "gelu" alone (or hidden_activation null), and
      * transformers runs them with gelu_pytorch_tanh all the same (its GemmaMLP says so in a
      * warning, since its pull request 29402): so does linfuse. */
-    const char *a = json_string_value(json_object_get(j, "hidden_activation"));
+    const char *key = "hidden_activation", *a = NULL;
+    json_t *v = json_object_get(j, key);
     const char *type = json_string_value(json_object_get(j, "model_type"));
-    if (!a && type && !strcmp(type, "gemma"))
+    if (json_is_null(v))
+        v = NULL;
+    if (!v && type && !strcmp(type, "gemma")) {
         a = "gelu_pytorch_tanh";
-    if (!a)
-        a = json_string_value(json_object_get(j, "hidden_act"));
+    } else {
+        if (!v)
+            key = "hidden_act", v = json_object_get(j, key);
+        a = json_string_value(v);
+    }
     lf_status s = LF_OK;
-    if (!a)
+    if (!a && (!v || json_is_null(v))) {
         s = lf_fail(LF_EINVAL, "%s: no hidden_act or hidden_activation", cfg);
-    else if (!strcmp(a, "silu") || !strcmp(a, "swish"))
+    } else if (!a) { /* ["silu"], {"name": ...}: there, but not the one name transformers reads */
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        s = lf_fail(LF_EINVAL, "%s: %s is %.80s, not a string naming the activation (as \"silu\")", cfg, key,
+                    text ? text : "?");
+        free(text);
+    } else if (!strcmp(a, "silu") || !strcmp(a, "swish"))
         *act = LF_ACT_SILU;
     else if (!strcmp(a, "gelu_pytorch_tanh") || !strcmp(a, "gelu_new") || !strcmp(a, "gelu_fast"))
         *act = LF_ACT_GELU_TANH;
