@@ -25,6 +25,9 @@ contains() { # contains "what" needle
     esac
 }
 
+# an experiment whose table cannot be printed: exit 1 with the reason, the trace files kept
+check "linear > /dev/full" 1 sh -c 'exec "$@" > /dev/full' sh "$bin" linear --device cpu --out "$(mktemp -d)"
+contains "linear > /dev/full: why" "linfuse: standard output: No space left on device"
 check "no command" 2 "$bin"
 check "unknown command" 2 "$bin" frobnicate
 contains "unknown command" "unknown command 'frobnicate'"

@@ -858,6 +858,20 @@ for f in big.json.bad.json big.json.bad.json.gz; do
     contains "progress percent ($f)" "% ("
     contains "the error's line and column ($f)" "$work/$f:$where: not valid JSON"
 done
+# standard output that cannot take what is printed (a full disk, /dev/full, past ulimit -f): exit 1
+# with the reason, never 0 with the output lost or cut to invalid JSON
+full="$ref/mlp_64x128x768x3072_eager.json"
+for args in "trace table $full" "trace table $full --format json" "trace summary $full" "trace breakdown $full" \
+    "trace diff $full $ref/mlp_64x128x768x3072_compile.json" "trace expect $full --kernels-per-step 5" \
+    "trace table --help" "--help" "help" "--version" "--help-env"; do
+    # shellcheck disable=SC2086
+    check "$args > /dev/full" 1 sh -c 'exec "$@" > /dev/full' sh "$bin" $args
+    contains "$args > /dev/full: why" "linfuse: standard output: "
+    contains "$args > /dev/full: what it means" "what was printed is cut short or lost"
+done
+check "table --format json past ulimit -f" 1 sh -c 'ulimit -f 2; exec "$@" > "$0"' "$work/cut.json" "$bin" trace table \
+    "$full" --format json --row-limit -1
+contains "past ulimit -f: why" "standard output: File too large"
 rm -rf "$work"
 echo "$((checks - fails)) passed, $fails failed"
 [ "$fails" = 0 ]

@@ -70,6 +70,11 @@ void lf_cli_mlp_prefix(char *dst, size_t cap, const char *prefix);
  * a message when it cannot be had. The caller frees it. */
 char *lf_cli_read_stdin(const char *cmd, const char *what, int64_t max_bytes, size_t *size);
 
+/* Standard output flushed and closed, every write to it checked (its error flag is sticky): rc
+ * when all went out; else the reason said on standard error and LF_EXIT_FAIL (rc where that is a
+ * failure already). */
+int lf_cli_close_stdout(int rc);
+
 /* An lf_file_write_fn (linfuse/io.h) for a NUL-terminated text (ctx). */
 int lf_cli_put_text(FILE *f, void *ctx);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -198,4 +199,33 @@ char *lf_cli_read_stdin(const char *cmd, const char *what, int64_t max_bytes, si
     free(buf);
     fprintf(stderr, "%s: standard input: out of memory\n", cmd);
     return NULL;
+}
+
+/* Why a write to fd failed when errno is gone (the stream's error flag outlives it): the one
+ * cause the file itself shows, a size at the process's limit (ulimit -f); else 0. */
+static int write_failure(int fd)
+{
+    struct stat sb;
+    struct rlimit rl;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && getrlimit(RLIMIT_FSIZE, &rl) == 0 &&
+        rl.rlim_cur != RLIM_INFINITY && (rlim_t)sb.st_size >= rl.rlim_cur)
+        return EFBIG;
+    return 0;
+}
+
+int lf_cli_close_stdout(int rc)
+{
+    const int failed_before = ferror(stdout), fd = fileno(stdout);
+    const int earlier = failed_before ? write_failure(fd) : 0;
+    errno = 0;
+    const int close_failed = fclose(stdout) != 0;
+    const int why = close_failed && errno ? errno : earlier;
+    if (!failed_before && !close_failed)
+        return rc;
+    if (why)
+        fprintf(stderr, "linfuse: standard output: %s: what was printed is cut short or lost\n", strerror(why));
+    else
+        fprintf(stderr, "linfuse: standard output: a write failed (a full disk or device?): what was printed is cut "
+                        "short or lost\n");
+    return rc == LF_EXIT_OK ? LF_EXIT_FAIL : rc;
 }

@@ -120,13 +120,9 @@ static int help_env(void)
     return LF_EXIT_OK;
 }
 
-int main(int argc, char **argv)
+/* The command argv[1] names, run; its exit status. */
+static int run_command(int argc, char **argv)
 {
-    /* the signal dispositions `linfuse profile` hands its command: the tool's as it started */
-    lf_profile_note_signals();
-    /* every command's writes: past `ulimit -f` a write fails with EFBIG and is cleaned up as a
-     * full disk is, instead of SIGXFSZ killing the run mid-write */
-    lf_cli_ignore_sigxfsz();
     if (argc < 2) {
         usage(stderr);
         return LF_EXIT_USAGE;
@@ -167,4 +163,17 @@ int main(int argc, char **argv)
     fprintf(stderr, "\n\n");
     usage(stderr);
     return LF_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    /* the signal dispositions `linfuse profile` hands its command: the tool's as it started */
+    lf_profile_note_signals();
+    /* every command's writes: past `ulimit -f` a write fails with EFBIG and is cleaned up as a
+     * full disk is, instead of SIGXFSZ killing the run mid-write */
+    lf_cli_ignore_sigxfsz();
+    /* what a command printed is only out once standard output is flushed and closed: a full disk,
+     * a file past `ulimit -f` or /dev/full fail there (or failed an earlier write), and the exit
+     * status says so, as coreutils' close_stdout does */
+    return lf_cli_close_stdout(run_command(argc, argv));
 }
