@@ -197,20 +197,27 @@ contains "simple-mlp --help lists --gated" "--gated"
 # whole flag names only (a prefix would change meaning when a flag is added), with a suggestion;
 # underscores still spell dashes
 check "a prefix is no flag" 2 "$bin" linear --out "$dir" --in 8
-contains "a prefix is no flag" "unknown flag '--in'; did you mean --in-dim?"
+contains "a prefix is no flag" "unknown flag '--in' (linfuse linear --help lists its flags); did you mean --in-dim?"
 check "a prefix is no flag: trace" 2 "$bin" trace table x.json --sort cpu_time_total
-contains "did you mean --sort-by" "unknown flag '--sort'; did you mean --sort-by?"
+contains "did you mean --sort-by" "unknown flag '--sort' (linfuse trace table --help lists its flags); did you mean --sort-by?"
 check "a typo: did you mean" 2 "$bin" demo --bacth 2
-contains "a typo: did you mean" "unknown flag '--bacth'; did you mean --batch?"
+contains "a typo: did you mean" "unknown flag '--bacth' (linfuse demo --help lists its flags); did you mean --batch?"
+# the hint is the last line, not scrolled away by the help text
+for c in "demo --bacth 2" "linear --bacth 2" "trace table x.json --sortby x" "mlp --wieghts x" "trace tabel x.json" "simpel-mlp"; do
+    # shellcheck disable=SC2086
+    check "a typo: $c: one line" 2 "$bin" $c
+    checks=$((checks + 1))
+    [ "$(printf '%s\n' "$LAST" | wc -l)" = 1 ] || { fails=$((fails + 1)); echo "FAIL: a typo: $c: more than one line:"; echo "$LAST" | head -3; }
+done
 check "a prefix with =" 2 "$bin" trace svg x.json --out=y.svg
-contains "a prefix with =" "unknown flag '--out'; did you mean --output?"
+contains "a prefix with =" "unknown flag '--out' (linfuse trace svg --help lists its flags); did you mean --output?"
 check "nothing near: no guess" 2 "$bin" demo --frobnicate
 case "$LAST" in *"did you mean"*) fails=$((fails + 1)); echo "FAIL: a guess for --frobnicate" ;; esac
 checks=$((checks + 1))
 check "a command typo" 2 "$bin" simpel-mlp
-contains "a command typo" "unknown command 'simpel-mlp'; did you mean simple-mlp?"
+contains "a command typo" "unknown command 'simpel-mlp' (linfuse help lists the commands); did you mean simple-mlp?"
 check "a verb typo" 2 "$bin" trace tabel x.json
-contains "a verb typo" "unknown verb 'tabel'; did you mean table?"
+contains "a verb typo" "unknown verb 'tabel' (linfuse trace --help lists the verbs); did you mean table?"
 check "underscores for dashes" 2 "$bin" linear --out "$dir" --out_dim=8 --in_dim 0
 contains "underscores for dashes" "--in-dim must be an integer from 1"
 check "--=value on a flag without one" 2 "$bin" linear --no-bias=1

@@ -75,11 +75,12 @@ const char *lf_cli_closest(const char *word, const char *const *names, int n)
     return best;
 }
 
-/* "cmd: unknown flag 'flag'", and the nearest of the command's own flags when one is near. */
+/* "cmd: unknown flag 'flag' (cmd --help lists its flags)", and last, where the eye lands, the
+ * nearest of the command's own flags when one is near: one line, no help text to scroll it away. */
 static int unknown_flag(lf_cli_args *a, const char *arg, size_t len)
 {
     a->bad = arg;
-    fprintf(stderr, "%s: unknown flag '%.*s'", a->cmd, (int)len, arg);
+    fprintf(stderr, "%s: unknown flag '%.*s' (%s --help lists its flags)", a->cmd, (int)len, arg, a->cmd);
     if (arg[1] == '-' && len > 2) {
         const char *names[LF_CLI_MAX_OPTS + 1];
         char word[64];

@@ -157,10 +157,8 @@ static int demo_args(int argc, char **argv, demo_cfg *d)
             ok = 0;
             break;
         }
-        if (!ok) {
-            demo_usage(stderr);
+        if (!ok) /* said above, in a line of its own */
             return LF_EXIT_USAGE;
-        }
     }
     return -1;
 }

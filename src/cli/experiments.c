@@ -404,7 +404,6 @@ static int parse(exp_cfg *c, exp_kind k, int argc, char **argv)
         }
         if (id == LF_CLI_BAD) {
             other_commands(k, a.bad);
-            usage(stderr, k);
             return LF_EXIT_USAGE;
         }
         if (id == LF_CLI_WORD) {

@@ -157,11 +157,10 @@ static int run_command(int argc, char **argv)
                                            "trace", "demo",       "mlp",       "profile",    "bench",
                                            "help",  "version",    "--help-env"};
     const char *near = lf_cli_closest(cmd, commands, (int)(sizeof commands / sizeof commands[0]));
-    fprintf(stderr, "linfuse: unknown command '%s'", cmd);
+    fprintf(stderr, "linfuse: unknown command '%s' (linfuse help lists the commands)", cmd);
     if (near)
         fprintf(stderr, "; did you mean %s?", near);
-    fprintf(stderr, "\n\n");
-    usage(stderr);
+    fprintf(stderr, "\n");
     return LF_EXIT_USAGE;
 }
 

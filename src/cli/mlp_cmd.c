@@ -265,8 +265,7 @@ static int mlp_args(int argc, char **argv, mlp_cfg *c)
         case LF_CLI_WORD:
             fprintf(stderr, "%s: unexpected argument '%s'\n", cmd, v);
             return LF_EXIT_USAGE;
-        default:
-            usage(stderr);
+        default: /* said by lf_cli_next */
             return LF_EXIT_USAGE;
         }
     }

@@ -79,8 +79,6 @@ int lf_tcmd_next_arg(lf_cli_args *a, const char *verb, const char **v)
     int id = lf_cli_next(a, v);
     if (id == LF_CLI_HELP)
         verb_usage(stdout, verb);
-    else if (id == LF_CLI_BAD)
-        verb_usage(stderr, verb);
     return id;
 }
 

@@ -389,10 +389,9 @@ int lf_cli_trace(int argc, char **argv)
     if (!strcmp(v, "serve"))
         return lf_tcmd_serve(argc - 1, argv + 1);
     const char *near = lf_tcmd_closest(v);
-    fprintf(stderr, "linfuse trace: unknown verb '%s'", v);
+    fprintf(stderr, "linfuse trace: unknown verb '%s' (linfuse trace --help lists the verbs)", v);
     if (near)
         fprintf(stderr, "; did you mean %s?", near);
     fprintf(stderr, "\n");
-    lf_tcmd_usage(stderr);
     return LF_EXIT_USAGE;
 }
