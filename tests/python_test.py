@@ -305,6 +305,54 @@ def test_refusals_numpy():
     check(after == before, "refusals leave no reference behind: %s, were %s" % (after, before))
 
 
+def test_refusals_foreign():
+    """Inputs a user gets wrong, each refused by linfuse before anything else reads them: a foreign
+    array whose DLPack capsule has a NULL shape (numpy.from_dlpack had read it first and crashed),
+    as x and as GatedMlp's gate_up; gate and up passed apart to gated_mlp (the message had printed
+    the whole array); a float64 array, with the cast to make."""
+    import numpy as np
+    import linfuse
+    from linfuse import _lib
+
+    make = C.pythonapi.PyCapsule_New
+    make.restype, make.argtypes = C.py_object, [C.c_void_p, C.c_char_p, C.c_void_p]
+    held = []
+
+    class NullShape:
+        """A CPU float32 array of the array API whose capsule's DLTensor has shape NULL."""
+
+        shape = (16, 8)  # what it says of itself; its capsule says nothing
+
+        def __init__(self, ndim=2):
+            self.buf = (C.c_float * 128)()
+            self.ndim = ndim
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, stream=None, **kw):
+            mt = _lib.DLManagedTensor()
+            mt.dl_tensor = _lib.DLTensor(C.addressof(self.buf), 1, 0, self.ndim, 2, 32, 1, None, None, 0)
+            held.append(mt)
+            return make(C.addressof(mt), b"dltensor", None)
+
+    gu, dn = np.ones((16, 8), np.float32), np.ones((8, 8), np.float32)
+    raises(linfuse.Error, ["dl_tensor.shape"], lambda: linfuse.gated_mlp(NullShape(), gu, dn), "x with a NULL shape")
+    raises(linfuse.Error, ["dl_tensor.shape"], lambda: linfuse.linear(NullShape(), dn), "linear's x, NULL shape")
+    raises(linfuse.Error, ["dl_tensor.shape"], lambda: linfuse.GatedMlp(NullShape(), dn), "gate_up with a NULL shape")
+    x = np.ones((4, 8), np.float32)
+    g, u = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
+    try:
+        linfuse.gated_mlp(x, g, u, dn)
+        check(False, "gate and up passed apart: not refused")
+    except ValueError as e:
+        msg = str(e)
+        check("numpy.ndarray of shape (8, 8)" in msg and "[Wg; Wu]" in msg and len(msg) < 300 and "1." not in msg,
+              "gate and up passed apart: named by kind and shape, with the fix, not printed: %r" % msg)
+    raises(linfuse.Error, ["float64", "cast it to one of them first"],
+           lambda: linfuse.gated_mlp(x.astype(np.float64), gu, dn), "a float64 x: the cast to make")
+
+
 def rss_kib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -1224,6 +1272,26 @@ def test_torch_apply_edges(torch, SwiGLU, Phi3MLP):
     handle.remove()
     check(linears.count("Linear") == 3 and torch.equal(ghooked, own),
           "edges: a global forward hook sees the three projections: %s" % linears)
+    # a projection's or the activation's forward replaced after apply (as accelerate's hooks attach:
+    # module.forward = ...): it takes effect, as the module's own forward would run it (it had been
+    # ignored, the patched module 1.0 off)
+    for part in ("down_proj", "gate_proj", "act_fn"):
+        f = SwiGLU()
+        if part == "act_fn":
+            f.act_fn = nn.SiLU()
+        lt.apply(f)
+        with torch.no_grad():
+            before = f(x)
+        base = getattr(f, part).forward
+        getattr(f, part).forward = lambda t, base=base: base(t) * 0.5
+        with torch.no_grad():
+            got, own = f(x), type(f).linfuse_base_class.forward(f, x)
+        check(torch.equal(got, own) and not torch.allclose(got, before),
+              "edges: %s.forward replaced after apply takes effect" % part)
+        del getattr(f, part).forward
+        with torch.no_grad():
+            back, own = f(x), type(f).linfuse_base_class.forward(f, x)
+        check(torch.allclose(back, own, rtol=1e-4, atol=1e-5), "edges: %s.forward put back: the same again" % part)
     ah = SwiGLU()
     ah.act_fn = nn.SiLU()
     ah.act_fn.register_forward_hook(lambda mod, inp, out: None)
@@ -1580,6 +1648,7 @@ def main():
     test_mlp_numpy()
     test_quantize_numpy()
     test_refusals_numpy()
+    test_refusals_foreign()
     test_gated_mlp_object_numpy()
     test_no_leaks_numpy()
     try:

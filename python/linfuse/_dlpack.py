@@ -57,6 +57,24 @@ def is_torch(x):
     return t is not None and isinstance(x, t.Tensor)
 
 
+def foreign_as_numpy(lib, check, x, what):
+    """A CPU array of another library (the array API's: anything with __dlpack__ that is neither
+    numpy's nor torch's) as a numpy array over its memory. Its capsule goes to linfuse's own check
+    first (lf_tensor_from_dlpack: a NULL shape, a device, a dtype refused by name), and numpy then
+    views linfuse's export of it, a capsule linfuse made: numpy never reads a foreign one (a NULL
+    shape crashed inside numpy.from_dlpack). The producer's deleter runs when numpy's view goes."""
+    import numpy
+    cap = x.__dlpack__()
+    h = C.c_void_p()
+    check(lib.lf_tensor_from_dlpack(C.byref(h), C.c_void_p(_get_pointer(cap, b"dltensor"))), what)
+    _set_name(cap, b"used_dltensor")  # linfuse owns it now
+    try:
+        obj, _ = export(lib, check, h, what)
+        return numpy.from_dlpack(obj)
+    finally:
+        lib.lf_tensor_free(h)
+
+
 def _fp8_dtype(torch):
     return getattr(torch, "float8_e4m3fn", None)
 

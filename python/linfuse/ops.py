@@ -21,7 +21,16 @@ _GATED_ACTS = ("gelu_tanh", "silu", "gelu_erf")
 
 
 def _act(act, gated):
-    name = _ACT_ALIASES.get(act, act) if act is None or isinstance(act, str) else repr(act)
+    if act is not None and not isinstance(act, str):
+        # an array here is a weight passed where the activation goes (gated_mlp(x, gate, up, down)):
+        # named by kind and shape, never printed whole
+        shape = getattr(act, "shape", None)
+        what = "%s.%s" % (type(act).__module__, type(act).__name__) + \
+            (" of shape %s" % (tuple(shape),) if shape is not None else "")
+        hint = "; gate and up go in as one gate_up (2H, D) = [Wg; Wu] (numpy.concatenate([gate, up]), " \
+            "torch.cat([gate, up])), then down" if gated and shape is not None else ""
+        raise ValueError("linfuse: act=(a %s) is not an activation's name%s" % (what, hint))
+    name = _ACT_ALIASES.get(act, act)
     if name not in _lib.ACT or (gated and name not in _GATED_ACTS):
         takes = _GATED_ACTS + ("swish", "gelu_pytorch_tanh", "gelu") if gated else \
             tuple(_lib.ACT) + ("swish", "gelu_pytorch_tanh", "gelu")
@@ -53,7 +62,7 @@ class _Kind:
             import numpy
             self.np = numpy
             if type(x).__module__ != "numpy":  # another CPU array (the array API's): numpy's view of it
-                self.x = numpy.from_dlpack(x)
+                self.x = _dlpack.foreign_as_numpy(lib, check, x, "linfuse: a %s" % type(x).__name__)
 
     @property
     def cuda(self):

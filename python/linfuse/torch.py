@@ -457,12 +457,13 @@ _module_mod = nn.modules.module  # its global hook dicts (register_module_forwar
 
 def _hooked(mod):
     """Whether a hook was put on one of mod's projections or its activation since apply (those
-    there at apply left the module), or a global module hook is registered (it would see each
-    projection's call): the module's own forward runs them."""
+    there at apply left the module), or its forward replaced (module.forward = ..., as accelerate's
+    hooks attach), or a global module hook is registered (it would see each projection's call):
+    the module's own forward runs them."""
     if getattr(_module_mod, "_global_forward_hooks", None) or getattr(_module_mod, "_global_forward_pre_hooks", None):
         return True
     for child in mod._modules.values():
-        if child is not None and (child._forward_hooks or child._forward_pre_hooks):
+        if child is not None and (child._forward_hooks or child._forward_pre_hooks or "forward" in child.__dict__):
             return True
     return False
 

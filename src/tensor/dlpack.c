@@ -91,8 +91,11 @@ static lf_status dtype_from_dl(DLDataType t, lf_dtype *out)
     else
         return lf_fail(LF_EDTYPE,
                        "lf_tensor_from_dlpack: dtype %s%u (DLPack code %u, %u bits) is none linfuse has (float32, "
-                       "float16, bfloat16, float8_e4m3fn)",
-                       dl_code_name(t.code), t.bits, t.code, t.bits);
+                       "float16, bfloat16, float8_e4m3fn)%s",
+                       dl_code_name(t.code), t.bits, t.code, t.bits,
+                       t.code == kDLFloat || t.code == kDLBfloat || t.code == kDLInt || t.code == kDLUInt
+                           ? ": cast it to one of them first (float32 for a float64's range)"
+                           : "");
     return LF_OK;
 }
 
