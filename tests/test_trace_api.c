@@ -352,6 +352,15 @@ static void test_keep_args(void)
     CHECK(!strcmp(extra_of(mback, "k3"), "\"stream\":7"), "merged k3: %s", extra_of(mback, "k3"));
     CHECK(!strcmp(extra_of(mback, "[memory]"), "\"finished\":false"), "merged [memory]: %s",
           extra_of(mback, "[memory]"));
+    { /* what reads one process's steps refuses a merged trace (ranks' steps averaged say what no
+       * rank ran), read back or as merged */
+        lf_step_profile sp;
+        lf_breakdown bd;
+        lf_trace_summary sum;
+        FAILS(LF_EINVAL, "a merged trace of 2 ranks", lf_step_profile_build(mback, &sp));
+        FAILS(LF_EINVAL, "lf_trace_breakdown: a merged trace of 2 ranks", lf_trace_breakdown(m, &bd));
+        FAILS(LF_EINVAL, "take one rank (lf_trace_of_rank)", lf_trace_summarize(m, &sum));
+    }
     /* a bare array of events (PyTorch's export without Kineto): its events become CPU ops at the
      * end of the read, so what the writer makes for a CPU op is not kept */
     lf_trace_free(kept), lf_trace_free(back);

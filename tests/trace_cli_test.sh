@@ -391,6 +391,28 @@ check "diff - -" 2 "$bin" trace diff - - < "$ref/mlp_64x128x768x3072_eager.json"
 contains "diff - -: why" "both traces are standard input"
 check "diff of a merged trace" 2 "$bin" trace diff "$work/r02.json" "$x2/tp_64x128x768x3072_rank0.json"
 contains "diff of a merged trace: why" "is a merged trace of 2 ranks"
+# report refuses the same pair (its "what changed" had come from rank averages: "8 kernels per step"
+# where the ranks ran 6 and 6 of other kernels), in either place, and writes nothing
+for pair in "$x2/tp_64x128x768x3072_rank0.json $work/r02.json" "$work/r02.json $x2/tp_64x128x768x3072_rank0.json"; do
+    # shellcheck disable=SC2086
+    check "report of a merged pair" 2 "$bin" trace report $pair -o "$work/pair.html"
+    contains "report of a merged pair: why" "is a merged trace of 2 ranks; what changed between two traces"
+    [ ! -e "$work/pair.html" ] || { fails=$((fails + 1)); echo "FAIL: report of a merged pair wrote a file"; }
+done
+# a merged trace alone: a section per rank, each rank's own reading (never their average)
+check "report of a merged trace" 0 "$bin" trace report "$work/r02.json" -o "$work/r02.html"
+checks=$((checks + 1))
+python3 - "$work/r02.html" "$x2/tp_64x128x768x3072_rank0.json" "$bin" <<'PY' || { fails=$((fails + 1)); echo "FAIL: report of a merged trace"; }
+import re, subprocess, sys
+html = open(sys.argv[1]).read()
+assert '<h1 id="rank0">Rank 0</h1>' in html and '<h1 id="rank2">Rank 2</h1>' in html, "no section per rank"
+own = subprocess.run([sys.argv[3], "trace", "summary", sys.argv[2]], capture_output=True, text=True).stdout
+kps = re.search(r"kernels/step=(\S+)", own).group(1)
+sec = html.split('<h1 id="rank0">')[1].split('<h1 id="rank2">')[0]
+assert "kernels/step=%s " % kps in sec, "rank 0's reading is not its own trace's (kernels/step=%s)" % kps
+PY
+check "expect of a merged trace" 2 "$bin" trace expect "$work/r02.json" --kernels-per-step 6
+contains "expect of a merged trace: why" "a merged trace of 2 ranks"
 check "table --row-limit -5" 2 "$bin" trace table "$ref/mlp_64x128x768x3072_eager.json" --row-limit -5
 contains "table --row-limit -5: what it takes" "must be -1 (every row) or an integer from 1 to 1000000"
 # -o - : standard output holds the file alone (svg, report and merge say what they wrote on stderr)

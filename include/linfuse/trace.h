@@ -286,6 +286,9 @@ typedef struct lf_trace_summary {
     int64_t device_events; /* kernels, copies and sets in the whole trace, in steps or not */
 } lf_trace_summary;
 
+/* One process's summary: a merged trace (lf_trace_merge) is refused with LF_EINVAL, as by
+ * lf_step_profile_build and lf_trace_breakdown (its ranks' steps taken as one would average what
+ * no rank ran): summarize lf_trace_of_rank's traces. */
 LF_API lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out);
 /* "kernels/step=5 cpu_ops/step=21 device_busy=97% verdict=compute-bound" (no newline); with
  * communication "... comm/step=58.752us exposed_comm/step=58.752us overlap=0% verdict=comm-bound".
@@ -344,6 +347,7 @@ typedef struct lf_breakdown {
     int64_t n_graphs;
 } lf_breakdown;
 
+/* One process's breakdown (a merged trace: LF_EINVAL, see lf_trace_summarize). */
 LF_API lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out);
 LF_API void lf_breakdown_free(lf_breakdown *b);
 /* As text or JSON (one object); rank >= 0 names the rank it is. Caller frees *text. */
@@ -366,7 +370,8 @@ typedef struct lf_report_opts {
  * table, and with other (may be NULL) what changed from t to other, as lf_trace_diff(t, other):
  * HTML with its styles and drawings inline, no script, nothing loaded from the network. o may be
  * NULL (the first step, datasheet peaks). Written atomically to path, or returned in *text (caller
- * frees). */
+ * frees). A merged trace alone is reported rank by rank, a section each; a merged trace with
+ * another is LF_EINVAL, as lf_trace_diff's step profiles refuse it. */
 LF_API lf_status lf_trace_report(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, const char *path);
 LF_API lf_status lf_trace_report_html(const lf_trace *t, const lf_trace *other, const lf_report_opts *o, char **text);
 
@@ -391,6 +396,7 @@ typedef struct lf_step_profile {
     double kernels_per_step, ops_per_step;
 } lf_step_profile;
 
+/* One process's steps (a merged trace: LF_EINVAL, see lf_trace_summarize). */
 LF_API lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out);
 LF_API void lf_step_profile_free(lf_step_profile *p);
 

@@ -421,6 +421,7 @@ lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
     LF_CHECK_PTR(t, "lf_trace_breakdown", "t");
     LF_CHECK_PTR(out, "lf_trace_breakdown", "out");
     memset(out, 0, sizeof *out);
+    LF_TRY(lf_trace_one_process(t, "lf_trace_breakdown"));
     out->runtime_cutoff_us = 50, out->delay_cutoff_us = 100;
     census c;
     lf_status st = census_init(&c, t);

@@ -44,6 +44,7 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
     LF_CHECK_PTR(t, "lf_step_profile_build", "t");
     LF_CHECK_PTR(out, "lf_step_profile_build", "out");
     memset(out, 0, sizeof *out);
+    LF_TRY(lf_trace_one_process(t, "lf_step_profile_build"));
     lf_span *sp;
     int64_t steps, step_total;
     LF_TRY(lf_trace_step_spans(t, &sp, &steps, &step_total));

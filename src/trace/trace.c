@@ -286,3 +286,13 @@ lf_status lf_trace_set_distributed_info(lf_trace *t, const char *text)
     json_decref(v);
     return s;
 }
+
+lf_status lf_trace_one_process(const lf_trace *t, const char *fn)
+{
+    if (!t->meta.merged_ranks)
+        return LF_OK;
+    return lf_fail(LF_EINVAL,
+                   "%s: a merged trace of %lld ranks: its steps are each rank's, and taken as one they would "
+                   "average what no rank ran; take one rank (lf_trace_of_rank) or the ranks' own traces",
+                   fn, (long long)t->meta.merged_ranks);
+}

@@ -90,6 +90,10 @@ int lf_trace_svg_draw(const lf_trace *t, int step, FILE *f, const char *path, in
  * other event (trace.c). */
 int lf_trace_is_step(const lf_trace_event *e);
 int64_t lf_trace_step_number(const lf_trace_event *e);
+/* LF_OK where t is one process's trace; for a merged one (lf_trace_merge) LF_EINVAL saying that
+ * fn reads one process's steps: the ranks' steps taken as one would sum or average what no rank
+ * ran (trace.c). The step profile and the breakdown ask it; the tools go rank by rank. */
+lf_status lf_trace_one_process(const lf_trace *t, const char *fn);
 /* The failure for a step t does not have, naming the steps it has (fn begins the message). */
 lf_status lf_trace_step_missing(const lf_trace *t, int step, const char *fn);
 
