@@ -442,7 +442,7 @@ def d(o, f):
 d({"distributedInfo": {"rank": 8388608, "world_size": 8388609}, "traceEvents": ev}, "r_big.json")
 d({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": ev}, "r0.json")
 d({"baseTimeNanoseconds": 4700000000000000000, "traceEvents": ev}, "b_hi.json")
-d({"baseTimeNanoseconds": -4700000000000000000, "traceEvents": ev}, "b_lo.json")
+d({"baseTimeNanoseconds": 1, "traceEvents": ev}, "b_lo.json")  # a negative base is refused when read
 d({"baseTimeNanoseconds": 1790857026000000000, "traceEvents": ev}, "b_real.json")
 d({"traceEvents": ev}, "b_none.json")
 ev2 = [ev[0], dict(ev[1], args={"External id": 9223372036854775000})]
@@ -879,6 +879,17 @@ for f in big.json.bad.json big.json.bad.json.gz; do
     contains "progress on a terminal ($f)" "reading $work/$f:"
     contains "progress percent ($f)" "% ("
     contains "the error's line and column ($f)" "$work/$f:$where: not valid JSON"
+done
+# baseTimeNanoseconds read exactly (a double kept 1733616000000000123 as ...000000), and one that is
+# no integer of nanoseconds refused at its place (a string or 9e18 had been read as 0 silently)
+printf '{"baseTimeNanoseconds": 1733616000000000123, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}' > "$work/base.json"
+check "base time kept exactly" 0 "$bin" trace merge "$work/base.json" -o "$work/base_m.json"
+checks=$((checks + 1))
+grep -q '"baseTimeNanoseconds": 1733616000000000123,' "$work/base_m.json" || { fails=$((fails + 1)); echo "FAIL: base time not kept to the ns"; }
+for v in '"1733616000000000000"' 9e18 1.7336e18 -5 9223372036854775808; do
+    printf '{"baseTimeNanoseconds": %s, "traceEvents": []}' "$v" > "$work/base_bad.json"
+    check "baseTimeNanoseconds $v" 2 "$bin" trace summary "$work/base_bad.json"
+    contains "baseTimeNanoseconds $v: why" "base_bad.json:1:25: baseTimeNanoseconds is not an integer number of nanoseconds"
 done
 # standard output that cannot take what is printed (a full disk, /dev/full, past ulimit -f): exit 1
 # with the reason, never 0 with the output lost or cut to invalid JSON

@@ -3,6 +3,7 @@
  * id, correlation, shapes, FLOPs, memory. Bad files are errors that say where, never crashes.
  * This room turns events and the top level into a trace; json_scan.c walks the text, json_source.c
  * brings it in, json_open.c opens what is read. Layer: trace/. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -298,7 +299,39 @@ static lf_status events_array(reader *r)
     return LF_OK;
 }
 
-/* A top-level integer field (baseTimeNanoseconds, flags); other types are skipped. */
+/* baseTimeNanoseconds: an epoch in integer nanoseconds, read exactly (a double holds 1.7e18 to
+ * 256 ns only); a string, a fraction, an exponent, a negative or an overflowing value is refused
+ * at its place: read as 0 it put every event of a merge 55 years off, without a word. */
+static lf_status top_base(reader *r, int64_t *out)
+{
+    lf_scan_ws(r);
+    size_t start = r->pos;
+    const pin old = lf_scan_pin_from(r, start, "a top-level value");
+    lf_status st = lf_scan_skip_value(r, 1);
+    lf_scan_unpin(r, old);
+    LF_TRY(st);
+    const char *p = r->p + start;
+    const size_t k = r->pos - start;
+    size_t digits = 0;
+    while (digits < k && p[digits] >= '0' && p[digits] <= '9')
+        digits++;
+    char num[24];
+    if (digits == k && k && k < sizeof num) {
+        memcpy(num, p, k);
+        num[k] = '\0';
+        errno = 0;
+        const long long v = strtoll(num, NULL, 10);
+        if (!errno) {
+            *out = v;
+            return LF_OK;
+        }
+    }
+    return lf_scan_fail_at(r, start,
+                           "baseTimeNanoseconds is not an integer number of nanoseconds from 0 to 2^63 - 1 (Kineto "
+                           "writes one, as 1733616000000000000)");
+}
+
+/* A top-level integer field (flags, counts); other types are skipped. */
 static lf_status top_int(reader *r, int64_t *out)
 {
     lf_scan_ws(r);
@@ -361,7 +394,7 @@ static lf_status top_field(reader *r, const char *k, size_t len, int *seen)
         LF_TRY(events_array(r));
         *seen = 1;
     } else if (KEY("baseTimeNanoseconds")) {
-        LF_TRY(top_int(r, &m->base_ns));
+        LF_TRY(top_base(r, &m->base_ns));
     } else if (KEY("record_shapes")) {
         LF_TRY(top_int(r, &v));
         m->record_shapes = v != 0;
