@@ -1,6 +1,7 @@
 /* `linfuse tour`: the blog's experiments one after another on the default device, then the
  * blog's conclusion table measured here. Layer: cli/. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -73,6 +74,7 @@ static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out
         cfg[k].variant = runs[k].variant;
         cfg[k].out_dir = out;
         cfg[k].threads = threads;
+        cfg[k].sched.active = 7; /* steps enough for a median and a range that says what noise does */
         cfg[k].device = lf_device_available(LF_DEVICE_CUDA) ? LF_DEVICE_CUDA : LF_DEVICE_CPU;
         notes[k] = NULL;
         if (cfg[k].device == LF_DEVICE_CPU && (cfg[k].kind == EXP_SIMPLE_MLP || cfg[k].kind == EXP_KERNELS_MLP)) {
@@ -84,16 +86,90 @@ static int plan_runs(exp_cfg cfg[RUNS], const char *notes[RUNS], const char *out
     return n_runs;
 }
 
-/* The blog's conclusion table, measured: each run's kernels, ops and times per forward. */
+/* A time over the steps of a run: the median of its samples and their range, in ms. */
+typedef struct spread {
+    double median, lo, hi;
+} spread;
+
+static int by_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static spread spread_of(double *v, int n)
+{
+    if (n == 0)
+        return (spread){0, 0, 0};
+    qsort(v, (size_t)n, sizeof *v, by_double);
+    return (spread){lf_cli_median(v, n), v[0], v[n - 1]};
+}
+
+enum { MAX_STEPS = 64 };
+
+/* A run's times step by step, read back from its trace: the device time of each step and GPU (its
+ * kernels' busy time, from the breakdown) and each step's wall time; 0 when the trace cannot be
+ * read. */
+static int step_times(const char *path, spread *dev, spread *wall)
+{
+    lf_trace *t = NULL;
+    lf_breakdown bd;
+    if (lf_trace_read_json(&t, path) != LF_OK)
+        return 0;
+    double d[MAX_STEPS], w[MAX_STEPS];
+    int nd = 0, nw = 0;
+    if (lf_trace_breakdown(t, &bd) == LF_OK) {
+        for (int64_t i = 0; i < bd.n_steps && nd < MAX_STEPS; i++)
+            d[nd++] = (bd.steps[i].compute_us + bd.steps[i].comm_us + bd.steps[i].memory_us) / 1e3;
+        lf_breakdown_free(&bd);
+    }
+    for (int64_t i = 0; i < lf_trace_count(t) && nw < MAX_STEPS; i++) {
+        const lf_trace_event *e = lf_trace_get(t, i);
+        if (e->cat == LF_TC_USER_ANNOTATION && !strncmp(e->name, "ProfilerStep#", 13) && e->dur_ns >= 0)
+            w[nw++] = (double)e->dur_ns / 1e6;
+    }
+    lf_trace_free(t);
+    *dev = spread_of(d, nd), *wall = spread_of(w, nw);
+    return nd > 0 && nw > 0;
+}
+
+/* The MLP forms measured against the eager MLP (run 2): their device time's ratio of medians, or,
+ * where the two runs' ranges overlap, that the steps' spread covers the difference: no change is
+ * claimed that the machine's noise could have made. */
+static void versus(char *buf, size_t cap, int k, const spread dev[RUNS])
+{
+    const int base = 2;
+    if (k <= base || runs[k].kind == EXP_MATMUL_ADD || dev[k].median <= 0 || dev[base].median <= 0)
+        snprintf(buf, cap, "-");
+    else if (dev[k].lo <= dev[base].hi && dev[base].lo <= dev[k].hi)
+        snprintf(buf, cap, "within noise");
+    else
+        snprintf(buf, cap, "%.2fx", dev[k].median / dev[base].median);
+}
+
+/* The blog's conclusion table, measured: each run's kernels and ops per forward, the median of its
+ * steps' times with their spread, and the MLP forms against the eager MLP. */
 static void print_table(const exp_cfg cfg[RUNS], const exp_result res[RUNS], char setup[RUNS][160], int n_runs)
 {
-    printf("\n%-44s %8s %8s %14s %14s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "CPU/fwd", "what changed");
+    spread dev[RUNS], wall[RUNS];
     for (int k = 0; k < n_runs; k++)
-        printf("%-44s %8g %8g %11.3f ms %11.3f ms  %s\n", setup[k], res[k].sum.kernels_per_step,
-               res[k].sum.cpu_ops_per_step, res[k].sum.device_ns_per_step / 1e6, res[k].sum.step_ns / 1e6,
-               runs[k].changed);
-    printf("\n(per forward: kernels and ops counted in the trace; device time is kernel time, CPU time the step's "
-           "wall time%s)\n",
+        if (!step_times(res[k].json_path, &dev[k], &wall[k])) /* the summary's means, no spread */
+            dev[k] = (spread){res[k].sum.device_ns_per_step / 1e6, 0, 1e300},
+            wall[k] = (spread){res[k].sum.step_ns / 1e6, 0, 1e300};
+    printf("\n%-44s %8s %8s %13s %7s %13s %13s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "spread",
+           "CPU/fwd", "vs eager MLP", "what changed");
+    for (int k = 0; k < n_runs; k++) {
+        char vs[32], sp[16] = "-";
+        versus(vs, sizeof vs, k, dev);
+        if (dev[k].median > 0 && dev[k].hi < 1e300)
+            snprintf(sp, sizeof sp, "%.0f%%", 100 * (dev[k].hi - dev[k].lo) / dev[k].median);
+        printf("%-44s %8g %8g %10.3f ms %7s %10.3f ms %13s  %s\n", setup[k], res[k].sum.kernels_per_step,
+               res[k].sum.cpu_ops_per_step, dev[k].median, sp, wall[k].median, vs, runs[k].changed);
+    }
+    printf("\n(per forward, the median of %d steps: kernels and ops counted in the trace; device time is kernel "
+           "time, CPU time the step's wall time; spread: the steps' range over the median; vs eager MLP: the "
+           "device time's ratio to simple-mlp's, or 'within noise' where the two runs' ranges overlap%s)\n",
+           cfg[0].sched.active,
            cfg[0].device == LF_DEVICE_CPU
                ? ";\n on the CPU the kernels run on the same cores, so both columns measure the same seconds"
                : "");
@@ -109,8 +185,8 @@ int lf_cli_tour(int argc, char **argv)
     exp_cfg cfg[RUNS];
     const char *notes[RUNS];
     const int n_runs = plan_runs(cfg, notes, out, threads);
-    printf("linfuse tour: the blog's experiments on %s, %s, schedule wait=1 warmup=1 active=3\n\n",
-           lf_device_name(cfg[0].device), lf_dtype_name(cfg[0].dtype));
+    printf("linfuse tour: the blog's experiments on %s, %s, schedule wait=1 warmup=1 active=%d\n\n",
+           lf_device_name(cfg[0].device), lf_dtype_name(cfg[0].dtype), cfg[0].sched.active);
     exp_result res[RUNS];
     char setup[RUNS][160];
     for (int k = 0; k < n_runs; k++) {
