@@ -20,7 +20,8 @@ standing for the binary given.
 Every ```c block is compiled (`cc -std=c11 -Wall -Wextra -Werror -fsyntax-only` against
 include/): its #include lines and the lines from a column-0 function definition to its closing
 `}` at file scope, the rest as the body of a function; nothing is included for it, so a snippet
-pasted into a file needs only a main() around it. A snippet that continues an earlier one names what it uses in a
+pasted into a file needs only a main() around it. A block that defines `int main(` is a whole
+program: it is built against the library beside the binary given, run, and must exit 0 and print. A snippet that continues an earlier one names what it uses in a
 `<!-- c: DECLARATIONS -->` line just above it.
 
 `check` also fails when a command that `linfuse --help` lists (or a trace verb `linfuse trace
@@ -136,8 +137,28 @@ def c_blocks(lines):
             prelude = "" if not line.startswith("<!--") else prelude
 
 
-def compile_snippet(prelude, code):
-    """None when the snippet compiles warning-free, else the compiler's complaint."""
+def run_program(code, binary):
+    """A snippet that is a whole program (it defines main): built against the library beside the
+    binary given, run, and held to exit 0 with something printed; None, else what went wrong."""
+    libdir = os.path.dirname(binary)
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "snippet.c"), os.path.join(d, "snippet")
+        open(src, "w").write("\n".join(code) + "\n")
+        p = subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-I",
+                            os.path.join(ROOT, "include"), src, "-L", libdir, "-llinfuse", "-Wl,-rpath," + libdir,
+                            "-o", exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode:
+            return p.stdout[-1500:]
+        r = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        if r.returncode or not r.stdout.strip():
+            return "the program exited %d, printing %r" % (r.returncode, r.stdout[-500:])
+    return None
+
+
+def compile_snippet(prelude, code, binary):
+    """None when the snippet compiles warning-free (a whole program: and runs), else the complaint."""
+    if any(re.match(r"^int main\(", line) for line in code):
+        return run_program(code, binary)
     top, body, inside = [], [], False
     for line in code:
         if line.startswith("#include"):
@@ -199,7 +220,7 @@ def check(binary, files):
                       (f, i + 1, cmd))
         for line_no, prelude, code in c_blocks(lines):
             n += 1
-            why = compile_snippet(prelude, code)
+            why = compile_snippet(prelude, code, binary)
             if why:
                 bad += 1
                 print("FAIL: %s:%d: the C snippet does not compile warning-free:\n%s" % (f, line_no, why))
