@@ -5,7 +5,7 @@ newline), or as a crash (a signal, a sanitizer report, another exit status), a h
 time limit), data lost (a previous output destroyed, a link or device node replaced, directories
 left behind) or a wrong answer (accepted what it should refuse, printed what is not true).
 
-usage: scripts/reliability.py BUILD/linfuse [--skip-huge] [--only trace|output|memory]
+usage: scripts/reliability.py BUILD/linfuse [--skip-huge] [--only trace|text|output|memory|checkpoint|silent]
 
 --skip-huge leaves out the attacks that need much memory or disk when they go wrong (a 22 GB
 sparse trace, runs sized past the machine's memory): for running an older binary that reads
@@ -564,6 +564,11 @@ def main():
             kind, why = verdict(res, (0, 2))
             rows.append(("checkpoint", "weights truncated during the run", kind, res[3], why))
             print("%-8s %-46s %-9s %6.2fs  %s" % rows[-1], flush=True)
+
+    if fam("silent"):
+        sys.path.insert(0, HERE)
+        import reliability_silent  # noqa: E402 -- the family of its own file: wrong answers and lost output
+        reliability_silent.attacks(bin_, w, attack, write, trace, op, REF)
 
     counts = {}
     for r in rows:
