@@ -17,7 +17,7 @@ own ratio, and a form counts as slower only if that median is over 1.
 Every form, linfuse's and PyTorch's, is timed alone after --settle-ms of idle GPU (500): at the
 large shapes the GPU runs at its power limit, and its clock then depends on what ran just before.
 Timed among the other forms, linfuse's eager and fused forms ran 7-10% slower at 512 x 4096 ->
-14336 than each alone, while PyTorch's eager was timed alone (bench/RESULTS.md, session 5).
+14336 than each alone, while PyTorch's eager was timed alone (bench/RESULTS.md, 2026-12-01, 6f4024a).
 --settle-ms 0 keeps linfuse's forms taking turns sample by sample.
 
 usage: bench/mlp_sweep_vs_torch.py build/linfuse [--act gelu_tanh|silu] [--dims 768x3072,...]

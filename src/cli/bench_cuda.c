@@ -505,10 +505,10 @@ typedef struct sweep {
  * quantizing the weights on the CPU costs seconds at the large shapes. Without settle_ms the forms
  * take turns, one sample each per round: timed one after the other, a form that came later ran on
  * a hotter GPU (at 256 x 4096 -> 14336 the fused form, which does less work than the eager one
- * after it, ran 2-7% slower in every round; bench/RESULTS.md, session 4). Taking turns puts every
+ * after it, ran 2-7% slower in every round; bench/RESULTS.md, 2026-12-01, bdff73f). Taking turns puts every
  * form on the clock the mix of forms leaves, which is not how a program runs one of them: at 512 x
  * 4096 -> 14336 the eager and fused forms ran 7-10% slower among the others than each alone
- * (session 5). With settle_ms each form is timed alone, after that long with the GPU idle, as
+ * (2026-12-01, 6f4024a). With settle_ms each form is timed alone, after that long with the GPU idle, as
  * bench/mlp_sweep_vs_torch.py times PyTorch. */
 static int time_shape(const sweep *w, const int64_t *shp)
 {

@@ -7,7 +7,7 @@
  * first writes it. On a 2-core machine the eager MLP's gelu and mul each took 12-13 ms a call in
  * the first profiled window instead of about 1 (`simple-mlp --batch 8 --repeat 3`), in every
  * window with a plain malloc, and `kernels-mlp` paid it in its first two (bench/RESULTS.md,
- * session 6). glibc's tunables are the process's,
+ * 2026-12-01, 8393e07). glibc's tunables are the process's,
  * not a library's to set. So blocks of CACHE_MIN bytes or more are kept when freed, up to a cap
  * (a sixteenth of physical memory, at most 1 GiB: a forward's intermediates, not every one-off
  * host copy a GPU program makes; LINFUSE_HOST_CACHE_MB sets it, 0 turns the cache off; past it a

@@ -86,7 +86,7 @@ static void prefetch_d(const lf_cpu_plan *pl, int64_t i0, int64_t rows, int64_t 
 
 /* D's block [m0, m1) x [o0, o1) on the plan's path, f32 words or bf16 k-pairs (pl->pairs): the
  * same loops over pl->steps words of k, in chunks of KC values of k (KC / 2 pairs: the f32 path's
- * k in half its bytes; 384 pairs measured the same, bench/RESULTS.md session 21). */
+ * k in half its bytes; 384 pairs measured the same, bench/RESULTS.md, 2026-12-03, 1480fd8). */
 static void run_block(const lf_cpu_plan *pl, const ws_layout *l, char *slot, int64_t m0, int64_t m1, int64_t o0,
                       int64_t o1)
 {
@@ -310,7 +310,7 @@ static lf_status gemm(const lf_gemm *g, const lf_cpu_packed_b *packed, lf_kernel
      * sleep) costs more than a second core gives: the blog's 1024x32x64 Linear stays on one. A
      * few rows against a weight of more than 4 MB are reads, not FLOPs: every core brings its own
      * loads (a one-token bf16 MLP of 1024 -> 2816 on two cores: 0.93-2.0 ms a forward with the
-     * bf16 dots on one thread, 0.26-0.36 on two; bench/RESULTS.md session 20). */
+     * bf16 dots on one thread, 0.26-0.36 on two; bench/RESULTS.md, 2026-12-03, 9f03749). */
     const double b_bytes = (double)pl.N * (double)pl.K * (double)lf_dtype_size(g->b.dtype);
     if (flops < 3.2e7 && !(pl.M <= LF_CPU_DIRECT_ROWS && b_bytes > 4e6))
         T = 1;

@@ -204,7 +204,7 @@ static void ukr_12x32(int64_t kc, const float *restrict a, const float *restrict
  * in two vectors, VDPBF16PS summing both products into each f32 lane. A step does twice the
  * multiply-adds of an f32 one in as many instructions, from half the bytes of B. Widened to f32
  * while packing, a bf16 Linear of 64 to 512 tokens ran 1.7-2.0x slower than PyTorch's oneDNN on
- * the same cores (bench/RESULTS.md, session 20). */
+ * the same cores (bench/RESULTS.md, 2026-12-03, 9f03749). */
 LF_BF16_TARGET static void ukr_bf16_12x32(int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b,
                                           float *restrict c, int accumulate)
 {

@@ -60,7 +60,7 @@ template <bool FP8> struct elem {
 // Rows of x one TMA copy brings per K step: the tile's BM, or, where all M tokens fit in one
 // row-tile, M rounded up to 16. A box past the tensor's last row is filled with zeros by the copy
 // engine, and that fill was measured slow: at 4096 -> 14336 the cooperative kernel took 74.4 us at
-// 17 tokens against 64.4 at 64 with the same 112 tiles (bench/RESULTS.md, session 5). Rows past
+// 17 tokens against 64.4 at 64 with the same 112 tiles (bench/RESULTS.md, 2026-12-01, 6f4024a). Rows past
 // the box keep what the stage held before; they meet only output rows past the box, which are
 // never stored (the output map ends at row M) nor scaled (ds ends at M rounded up to 4).
 __host__ __device__ __forceinline__ int x_box_rows(int M, int BM)

@@ -6,7 +6,7 @@
 //
 // Why beside gemv.cu's mma.sync GEMV: that one holds the bytes it has in flight in registers, and
 // stopped at 88% of the read bandwidth whatever was tried (loads, orders, unrolls, L2 prefetch, a
-// persistent grid; bench/RESULTS.md, session 13), while cuBLASLt's down GEMM after it, fed by
+// persistent grid; bench/RESULTS.md, 2026-12-02, 8413b24), while cuBLASLt's down GEMM after it, fed by
 // TMA, read at 95%. Here the copies land in shared memory: each SM keeps 64 KiB of weights or
 // more in flight without spending a register on them, and the copy engine makes the weight reads
 // regular (64 rows x 128 bytes a box).
@@ -30,9 +30,9 @@
 // one, launched with PDL, is placed on the SMs the gated kernel frees as it drains and waits there
 // (griddepcontrol.wait) for it to finish before it reads anything. Alone, the plain form is about
 // as fast as cuBLASLt's split-K GEMM plus its reduce (31.0-31.4 us against 29.3 + 1.6 at
-// Llama-3-8B's down projection, bench/RESULTS.md session 18); with the gap and the ramp between
-// the two kernels gone, the MLP is 1.0-1.5 us faster eager and under a CUDA graph (sessions 17,
-// 18), so cuda_gemm.c takes it for the GEMM that reads what the gated GEMV has just written.
+// Llama-3-8B's down projection, bench/RESULTS.md, 2026-12-03, 6f03d83); with the gap and the ramp between
+// the two kernels gone, the MLP is 1.0-1.5 us faster eager and under a CUDA graph (2026-12-02, a0ed321;
+// 2026-12-03, 6f03d83), so cuda_gemm.c takes it for the GEMM that reads what the gated GEMV has just written.
 // Layer: backend/cuda.
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -60,17 +60,17 @@ constexpr int FOLD = 2;                         // plain: K steps a stage, ROWS 
 constexpr int MAX_CPS = LF_GEMV_MAX_CPS; // plain CTAs that may share an SM
 
 // The ring, by kind: a gated stage holds a gate box, an up box and x's (18 KiB), four of them 64
-// KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md session 16) in 73
+// KiB of weights in flight a CTA (measured no slower than six, bench/RESULTS.md, 2026-12-02, 9e747e1) in 73
 // KiB of shared memory, so two CTAs share an SM; a plain one two K steps of 32 weight rows and
 // x's two boxes (12 KiB), sixteen of them 128 KiB of weights in flight in 193 KiB, one CTA an SM
 // (a Llama-3-8B decode MLP 0.4-0.9 us faster than with twelve in 15 of 16 pairs, 0.04 in the
-// last; eighteen no better; bench/RESULTS.md session 18. Before the fold, with 64-row tiles split
+// last; eighteen no better; bench/RESULTS.md, 2026-12-03, 6f03d83. Before the fold, with 64-row tiles split
 // over clusters, sixteen were no better than twelve, and twelve 0.8 us faster than eight at 16
-// tokens, session 17). Sixteen is the most: with more plain tiles than SMs, c CTAs share an SM
+// tokens, 2026-12-02, a0ed321). Sixteen is the most: with more plain tiles than SMs, c CTAs share an SM
 // with a shorter ring each (plain_stages, below), all in flight together up to four an SM (528
 // tiles on an H200; past that, the rest follow as CTAs finish). Run as a second wave on
 // one CTA an SM, d = 5120's 160 tiles took 54.9 us where two an SM with 9 stages took 39.0, the
-// MLP 122.7 us against 107.1 (bench/RESULTS.md session 19).
+// MLP 122.7 us against 107.1 (bench/RESULTS.md, 2026-12-03, d4ca296).
 template <bool GATED> struct ring {
     static constexpr int STAGE_BYTES = GATED ? 2 * W_BYTES + X_ROWS * 128 : W_BYTES + FOLD * X_ROWS * 128; // KiBs
     static constexpr int STAGES = GATED ? 4 : 16;
@@ -163,7 +163,7 @@ template <int ACT> __device__ __forceinline__ float act(float x)
 // the tile and the blocks off the diagonal are discarded (the MMA has time to spare: the kernel
 // waits on memory). With the K range split inside the MMA, Llama-3-8B's down projection (64 tiles
 // of 64 rows) runs as 128 tiles of 32 on their own, where two CTAs a tile added their sums across
-// a cluster: the kernel 0.4-1.4 us faster, the MLP 1.0-1.5 us (bench/RESULTS.md, session 18;
+// a cluster: the kernel 0.4-1.4 us faster, the MLP 1.0-1.5 us (bench/RESULTS.md, 2026-12-03, 249cb52;
 // without the cluster and with the sums added through L2 behind a counter, 1.4 us slower).
 // x: map over (M, K) in N-row boxes; w: over (2H or H, K) in 64-row boxes (ROWS / FOLD, plain);
 // grid: tiles x splits CTAs, a cluster of `splits` on each tile, rank r on stages [r ks / splits,
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(THREADS, GATED ? 1 : MAX_CPS)
     if (!GATED)
         // Launched with PDL after the kernel that writes x: nothing is read before that kernel
         // has finished and its writes are visible. (Asking L2 for the first weights before the
-        // wait measured slower, filling the ring with them no faster: bench/RESULTS.md, session 17.)
+        // wait measured slower, filling the ring with them no faster: bench/RESULTS.md, 2026-12-02, a0ed321.)
         wait_for_prior_grid();
 
     if (warp == 4) { // the producer
