@@ -141,11 +141,15 @@ def run_program(code, binary):
     """A snippet that is a whole program (it defines main): built against the library beside the
     binary given, run, and held to exit 0 with something printed; None, else what went wrong."""
     libdir = os.path.dirname(binary)
+    lib = os.path.join(libdir, "liblinfuse.so")
+    # a library built with sanitizers (make test's) links only into a program built with them
+    ldd = subprocess.run(["ldd", lib], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    sanitize = ["-fsanitize=address,undefined"] if "libasan" in ldd else []
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "snippet.c"), os.path.join(d, "snippet")
         open(src, "w").write("\n".join(code) + "\n")
-        p = subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror", "-I",
-                            os.path.join(ROOT, "include"), src, "-L", libdir, "-llinfuse", "-Wl,-rpath," + libdir,
+        p = subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Wextra", "-Werror"] + sanitize +
+                           ["-I", os.path.join(ROOT, "include"), src, "-L", libdir, "-llinfuse", "-Wl,-rpath," + libdir,
                             "-o", exe], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if p.returncode:
             return p.stdout[-1500:]

@@ -37,6 +37,18 @@ def read_y(path):
     return list(struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e]))
 
 
+def sanitizer_env(lib):
+    """What Python needs to load a library built with AddressSanitizer (make test's), as the CMake
+    tests give it: the runtime preloaded (and libstdc++ after it), leak checks off for Python's own."""
+    ldd = subprocess.run(["ldd", lib], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    rt = [w for line in ldd.splitlines() for w in line.split() if "libasan" in w or "clang_rt.asan" in w]
+    paths = [w for w in rt if w.startswith("/")]
+    if not paths:
+        return []
+    cxx = subprocess.run(["cc", "-print-file-name=libstdc++.so.6"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    return ["LD_PRELOAD=%s:%s" % (paths[0], cxx), "ASAN_OPTIONS=detect_leaks=0"]
+
+
 def silu(v):
     return v / (1 + math.exp(-v))
 
@@ -168,13 +180,12 @@ def attacks(bin_, w, attack, write, trace, op, ref):
 
     # the Python package: checks of its own input, before anything else reads it
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"),
-               LINFUSE_LIBRARY=os.path.join(os.path.dirname(bin_), "liblinfuse.so"))
+    lib = os.path.join(os.path.dirname(bin_), "liblinfuse.so")
+    env = ["PYTHONPATH=" + os.path.join(ROOT, "python"), "LINFUSE_LIBRARY=" + lib] + sanitizer_env(lib)
     has = lambda mod: subprocess.run([py, "-c", "import " + mod], capture_output=True).returncode == 0
 
     def pyattack(name, code):
-        attack("silent", name, ["env"] + ["%s=%s" % kv for kv in env.items() if kv[0] in ("PYTHONPATH", "LINFUSE_LIBRARY")]
-               + [py, "-c", code], 0)
+        attack("silent", name, ["env"] + env + [py, "-c", code], 0)
     if has("numpy"):
         pyattack("Python: a DLPack capsule with a NULL shape", NULL_SHAPE)
         pyattack("Python: gate and up passed apart", APART)
