@@ -39,14 +39,20 @@ def read_y(path):
 
 def sanitizer_env(lib):
     """What Python needs to load a library built with AddressSanitizer (make test's), as the CMake
-    tests give it: the runtime preloaded (and libstdc++ after it), leak checks off for Python's own."""
-    ldd = subprocess.run(["ldd", lib], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
-    rt = [w for line in ldd.splitlines() for w in line.split() if "libasan" in w or "clang_rt.asan" in w]
-    paths = [w for w in rt if w.startswith("/")]
-    if not paths:
+    tests give it: the runtime preloaded (and libstdc++ after it), leak checks off for Python's own.
+    gcc's runtime is a library the sanitized one needs; clang's is linked into programs, so a
+    library of clang's names it only by the symbols it leaves undefined."""
+    run = lambda *a: subprocess.run(list(a), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    undefined = run("nm", "-D", "--undefined-only", lib)
+    if "__asan_" not in undefined:
         return []
-    cxx = subprocess.run(["cc", "-print-file-name=libstdc++.so.6"], stdout=subprocess.PIPE, text=True).stdout.strip()
-    return ["LD_PRELOAD=%s:%s" % (paths[0], cxx), "ASAN_OPTIONS=detect_leaks=0"]
+    ldd = run("ldd", lib)
+    rt = [w for line in ldd.splitlines() for w in line.split() if "libasan" in w and w.startswith("/")]
+    if not rt:
+        arch = run("uname", "-m").strip()
+        rt = [run("clang", "-print-file-name=libclang_rt.asan-%s.so" % arch).strip()]
+    cxx = run("cc", "-print-file-name=libstdc++.so.6").strip()
+    return ["LD_PRELOAD=%s:%s" % (rt[0], cxx), "ASAN_OPTIONS=detect_leaks=0"]
 
 
 def silu(v):
