@@ -27,7 +27,7 @@ static lfi_session *session(const lfi_opts *o)
 static void mark_of(lfi_session *s, int m, uint32_t id, const char *name, const char *domain, uint32_t pid,
                     uint32_t tid, int64_t t)
 {
-    lfi_rec r = {.kind = LFI_MARKER,
+    lfc_rec r = {.kind = LFC_MARKER,
                  .name = name,
                  .domain = domain,
                  .start = t,
@@ -46,14 +46,14 @@ static void mark(lfi_session *s, int m, uint32_t id, const char *name, const cha
 
 static void call(lfi_session *s, const char *name, uint32_t corr, uint32_t tid, int64_t t0, int64_t t1)
 {
-    lfi_rec r = {
-        .kind = LFI_RUNTIME, .name = name, .start = t0, .end = t1, .corr = corr, .pid = PID, .tid = tid, .cbid = 211};
+    lfc_rec r = {
+        .kind = LFC_RUNTIME, .name = name, .start = t0, .end = t1, .corr = corr, .pid = PID, .tid = tid, .cbid = 211};
     lfi_add(s, &r);
 }
 
 static void kernel(lfi_session *s, const char *name, uint32_t corr, int64_t t0, int64_t t1)
 {
-    lfi_rec r = {.kind = LFI_KERNEL,
+    lfc_rec r = {.kind = LFC_KERNEL,
                  .name = name,
                  .start = t0,
                  .end = t1,
@@ -102,10 +102,10 @@ static int count(const lf_trace *t, lf_trace_cat cat)
 static void test_launch(void)
 {
     lfi_session *s = session(NULL);
-    mark(s, LFI_MARK_START, 1, "forward", NULL, TID, 900);
+    mark(s, LFC_MARK_START, 1, "forward", NULL, TID, 900);
     call(s, "cudaLaunchKernel", 5, TID, 1000, 1010);
     call(s, "cudaGetDevice", 6, TID, 1011, 1012); /* not worth a row */
-    mark(s, LFI_MARK_END, 1, NULL, NULL, TID, 2000);
+    mark(s, LFC_MARK_END, 1, NULL, NULL, TID, 2000);
     kernel(s, "_Z6squarePfi", 5, 1500, 1600);
     lfi_stats st;
     lf_trace *t = build(s, &st);
@@ -149,13 +149,13 @@ static void test_launch(void)
 static void test_ranges(void)
 {
     lfi_session *s = session(NULL);
-    mark(s, LFI_MARK_START, 10, "outer", NULL, TID, 100);
-    mark(s, LFI_MARK_START, 11, "inner", "mylib", TID, 200);
-    mark(s, LFI_MARK_END, 0, NULL, "mylib", TID, 300);    /* a pop whose id CUPTI did not give */
-    mark(s, LFI_MARK_START, 12, "async", "io", TID, 250); /* started here, ended on another thread */
-    mark(s, LFI_MARK_END, 12, NULL, "io", TID2, 900);
-    mark(s, LFI_MARK_END, 10, NULL, NULL, TID, 500);
-    mark(s, LFI_MARK_INSTANT, 13, "tick", NULL, TID, 260);
+    mark(s, LFC_MARK_START, 10, "outer", NULL, TID, 100);
+    mark(s, LFC_MARK_START, 11, "inner", "mylib", TID, 200);
+    mark(s, LFC_MARK_END, 0, NULL, "mylib", TID, 300);    /* a pop whose id CUPTI did not give */
+    mark(s, LFC_MARK_START, 12, "async", "io", TID, 250); /* started here, ended on another thread */
+    mark(s, LFC_MARK_END, 12, NULL, "io", TID2, 900);
+    mark(s, LFC_MARK_END, 10, NULL, NULL, TID, 500);
+    mark(s, LFC_MARK_INSTANT, 13, "tick", NULL, TID, 260);
     lf_trace *t = build(s, NULL);
     const lf_trace_event *outer = find(t, LF_TC_USER_ANNOTATION, "outer", 0),
                          *inner = find(t, LF_TC_USER_ANNOTATION, "inner", 0),
@@ -183,9 +183,9 @@ static void steps(lfi_session *s, int n)
         char name[32];
         snprintf(name, sizeof name, "ProfilerStep#%d", i);
         const int64_t t = 10000 * (i + 1);
-        mark(s, LFI_MARK_START, 100 + (uint32_t)i, name, NULL, TID, t);
+        mark(s, LFC_MARK_START, 100 + (uint32_t)i, name, NULL, TID, t);
         call(s, "cudaLaunchKernel", 500 + (uint32_t)i, TID, t + 100, t + 200);
-        mark(s, LFI_MARK_END, 100 + (uint32_t)i, NULL, NULL, TID, t + 1000);
+        mark(s, LFC_MARK_END, 100 + (uint32_t)i, NULL, NULL, TID, t + 1000);
         kernel(s, "step_kernel", 500 + (uint32_t)i, t + 1500, t + 4000);
     }
 }
@@ -239,14 +239,14 @@ static void test_capture(void)
         lfi_session *s = session(&o);
         call(s, "cudaLaunchKernel", 1, TID, 100, 110);
         kernel(s, "before", 1, 150, 160);
-        mark(s, LFI_MARK_START, 2, "region", "app", TID, 1000);
+        mark(s, LFC_MARK_START, 2, "region", "app", TID, 1000);
         call(s, "cudaLaunchKernel", 3, TID, 1100, 1110);
         kernel(s, "inside", 3, 1150, 1160);
-        mark(s, LFI_MARK_END, 2, NULL, "app", TID, 2000);
-        mark(s, LFI_MARK_START, 4, "region", "other", TID, 3000); /* same name, another domain */
+        mark(s, LFC_MARK_END, 2, NULL, "app", TID, 2000);
+        mark(s, LFC_MARK_START, 4, "region", "other", TID, 3000); /* same name, another domain */
         call(s, "cudaLaunchKernel", 5, TID, 3100, 3110);
         kernel(s, "other_domain", 5, 3150, 3160);
-        mark(s, LFI_MARK_END, 4, NULL, "other", TID, 4000);
+        mark(s, LFC_MARK_END, 4, NULL, "other", TID, 4000);
         lf_trace *t = build(s, NULL);
         CHECK(find(t, LF_TC_KERNEL, "inside", 0) && !find(t, LF_TC_KERNEL, "before", 0), "only inside the range");
         CHECK((find(t, LF_TC_KERNEL, "other_domain", 0) == NULL) == with_domain,
@@ -279,7 +279,7 @@ static void test_window(void)
     lfi_opts k = {.lo = INT64_MIN, .hi = -1, .step_lo = -1, .step_hi = -1, .kernels_only = 1};
     s = session(&k);
     steps(s, 3);
-    lfi_rec mem = {.kind = LFI_MEMORY, .start = 5, .bytes = 100, .alloc = 1};
+    lfc_rec mem = {.kind = LFC_MEMORY, .start = 5, .bytes = 100, .alloc = 1};
     lfi_add(s, &mem);
     t = build(s, NULL);
     const lf_trace_event *e = find(t, LF_TC_KERNEL, NULL, 0);
@@ -295,11 +295,11 @@ static void test_window(void)
 static void test_graph(void)
 {
     lfi_session *s = session(NULL);
-    mark(s, LFI_MARK_START, 1, "ProfilerStep#0", NULL, TID, 0);
+    mark(s, LFC_MARK_START, 1, "ProfilerStep#0", NULL, TID, 0);
     call(s, "cudaGraphLaunch", 77, TID, 100, 120);
-    mark(s, LFI_MARK_END, 1, NULL, NULL, TID, 1000);
+    mark(s, LFC_MARK_END, 1, NULL, NULL, TID, 1000);
     for (int i = 0; i < 3; i++) {
-        lfi_rec k = {.kind = LFI_KERNEL,
+        lfc_rec k = {.kind = LFC_KERNEL,
                      .name = i == 1 ? "node_b" : "node_a",
                      .start = 200 + 100 * i,
                      .end = 250 + 100 * i,
@@ -336,14 +336,14 @@ static void test_graph(void)
 static void test_memory_and_dropped(void)
 {
     lfi_session *s = session(NULL);
-    mark(s, LFI_MARK_START, 1, "alloc", NULL, TID, 0);
-    lfi_rec c1 = {.kind = LFI_RUNTIME, .name = "cudaMalloc", .start = 10, .end = 20, .corr = 8, .pid = PID, .tid = TID};
-    lfi_rec c2 = {.kind = LFI_RUNTIME, .name = "cudaFree", .start = 30, .end = 40, .corr = 9, .pid = PID, .tid = TID};
-    lfi_rec a = {.kind = LFI_MEMORY, .start = 15, .corr = 8, .device = 0, .bytes = 1 << 20, .addr = 0x1000, .alloc = 1};
-    lfi_rec f = {
-        .kind = LFI_MEMORY, .start = 35, .corr = 9, .device = 0, .bytes = 1 << 20, .addr = 0x1000, .alloc = -1};
+    mark(s, LFC_MARK_START, 1, "alloc", NULL, TID, 0);
+    lfc_rec c1 = {.kind = LFC_RUNTIME, .name = "cudaMalloc", .start = 10, .end = 20, .corr = 8, .pid = PID, .tid = TID};
+    lfc_rec c2 = {.kind = LFC_RUNTIME, .name = "cudaFree", .start = 30, .end = 40, .corr = 9, .pid = PID, .tid = TID};
+    lfc_rec a = {.kind = LFC_MEMORY, .start = 15, .corr = 8, .device = 0, .bytes = 1 << 20, .addr = 0x1000, .alloc = 1};
+    lfc_rec f = {
+        .kind = LFC_MEMORY, .start = 35, .corr = 9, .device = 0, .bytes = 1 << 20, .addr = 0x1000, .alloc = -1};
     lfi_add(s, &c1), lfi_add(s, &c2), lfi_add(s, &a), lfi_add(s, &f);
-    mark(s, LFI_MARK_END, 1, NULL, NULL, TID, 100);
+    mark(s, LFC_MARK_END, 1, NULL, NULL, TID, 100);
     lfi_meta m = {.to_epoch = 1700000000000000000, .pid = PID, .process_name = "prog", .dropped = 17};
     lf_trace *t = NULL;
     OK(lfi_build(s, &m, &t, NULL));
@@ -381,7 +381,7 @@ static char *shout(const char *name)
 
 static int calls_to_occupancy;
 
-static int occ42(void *ctx, const lfi_rec *k, double bps)
+static int occ42(void *ctx, const lfc_rec *k, double bps)
 {
     (void)ctx, (void)k, (void)bps;
     calls_to_occupancy++;
@@ -434,7 +434,7 @@ static lfi_session *replay(const lf_trace *t)
     uint32_t id = 1;
     for (int64_t i = 0; i < lf_trace_count(t); i++) {
         const lf_trace_event *e = lf_trace_get(t, i);
-        lfi_rec r = {.name = e->name,
+        lfc_rec r = {.name = e->name,
                      .start = e->ts_ns,
                      .end = e->ts_ns + e->dur_ns,
                      .corr = (uint32_t)e->correlation,
@@ -448,23 +448,23 @@ static lfi_session *replay(const lf_trace *t)
         switch (e->cat) {
         case LF_TC_CPU_OP:
         case LF_TC_USER_ANNOTATION:
-            mark_of(s, LFI_MARK_START, id, e->name, NULL, (uint32_t)e->pid, (uint32_t)e->tid, e->ts_ns);
-            mark_of(s, LFI_MARK_END, id++, NULL, NULL, (uint32_t)e->pid, (uint32_t)e->tid, e->ts_ns + e->dur_ns);
+            mark_of(s, LFC_MARK_START, id, e->name, NULL, (uint32_t)e->pid, (uint32_t)e->tid, e->ts_ns);
+            mark_of(s, LFC_MARK_END, id++, NULL, NULL, (uint32_t)e->pid, (uint32_t)e->tid, e->ts_ns + e->dur_ns);
             continue;
         case LF_TC_RUNTIME:
-            r.kind = LFI_RUNTIME;
+            r.kind = LFC_RUNTIME;
             break;
         case LF_TC_DRIVER:
-            r.kind = LFI_DRIVER;
+            r.kind = LFC_DRIVER;
             break;
         case LF_TC_KERNEL:
-            r.kind = LFI_KERNEL;
+            r.kind = LFC_KERNEL;
             break;
         case LF_TC_MEMCPY:
-            r.kind = LFI_MEMCPY;
+            r.kind = LFC_MEMCPY;
             break;
         case LF_TC_MEMSET:
-            r.kind = LFI_MEMSET;
+            r.kind = LFC_MEMSET;
             break;
         default:
             continue;

@@ -60,6 +60,11 @@ typedef struct lf_trace_event {
     int64_t flow_ts;            /* device events: when the launch happened (flow start), -1: ts */
     int64_t flow_pid, flow_tid; /* device events: the host track that launched them (ac2g flow
                                  * start), -1 when unknown */
+    /* The Python frames of the line that made it, innermost first, one a line ("model.py(42):
+     * forward"), or NULL: `linfuse profile`'s for a kernel a CUDA graph replays (read when its node
+     * was captured) and, with --python-stack, for every launch and its work. Written as args
+     * "Python stack": [frames]. */
+    const char *stack;
 } lf_trace_event;
 
 typedef struct lf_trace lf_trace;
@@ -250,6 +255,7 @@ typedef struct lf_table {
     int has_input_shapes;    /* grouped by input shape */
     int stack_depth;         /* grouped by this many frames (0: not) */
     const char **stack_data; /* the rows' frames (owned) */
+    char *stack_text;        /* frames events carried themselves, as text (owned) */
     const char *device_label;
     int64_t dropped_events; /* shown under the table when not 0 */
     /* What makes numbers not what they seem, said under the table: a memory sum that reached
@@ -272,11 +278,15 @@ typedef struct lf_trace_summary {
     int64_t steps;                 /* ProfilerStep#N ranges (0: the whole trace counts as one step) */
     double kernels_per_step;       /* kernel events per step (memcpy and memset are not kernels) */
     double graph_kernels_per_step; /* of them, replayed by a cudaGraphLaunch (by correlation) */
-    double cpu_ops_per_step;       /* cpu_op events per step (every level of the op tree) */
-    double device_busy;            /* device time inside steps / step wall time, 0..1 */
-    double step_ns;                /* mean wall time of a step */
-    double device_ns_per_step;     /* mean device time per step */
-    int compute_bound;             /* device busy at least half the time */
+    /* Of the replayed kernels' time, the share traced back to the range open where their CUDA
+     * graph was captured (the kernel's External id is a gpu_user_annotation's) and the share that
+     * carries the Python frames of that capture (0 when none was replayed). */
+    double graph_ranged, graph_framed;
+    double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
+    double device_busy;        /* device time inside steps / step wall time, 0..1 */
+    double step_ns;            /* mean wall time of a step */
+    double device_ns_per_step; /* mean device time per step */
+    int compute_bound;         /* device busy at least half the time */
     /* Communication (collective kernels: NCCL's), per step, on each GPU against that GPU's other
      * kernels, as HTA reads it: its time, the part no compute kernel overlaps (exposed), and the
      * share that overlaps compute (HTA's computation-communication overlap). */

@@ -24,8 +24,9 @@ typedef struct build {
     lfi_range *ranges;
     int64_t n_ranges;
     lfi_spans keep; /* the stretches of time kept */
-    lfi_rec *calls; /* sorted by correlation, for the work they queued */
+    lfc_rec *calls; /* sorted by correlation, for the work they queued */
     int64_t n_calls;
+    lfi_attr *attr; /* what each piece of device work belongs to (replay.c) */
     lf_status st;
     lfi_stats stats;
     /* the host tracks and device streams used, to name them */
@@ -207,23 +208,23 @@ static void emit_ranges(build *b)
 
 static int by_start_rec(const void *a, const void *b)
 {
-    const lfi_rec *x = a, *y = b;
+    const lfc_rec *x = a, *y = b;
     return x->start != y->start ? (x->start < y->start ? -1 : 1) : 0;
 }
 
 static int by_corr(const void *a, const void *b)
 {
-    const lfi_rec *x = a, *y = b;
+    const lfc_rec *x = a, *y = b;
     if (x->corr != y->corr)
         return x->corr < y->corr ? -1 : 1;
-    return (x->kind == LFI_DRIVER) - (y->kind == LFI_DRIVER); /* a runtime call first */
+    return (x->kind == LFC_DRIVER) - (y->kind == LFC_DRIVER); /* a runtime call first */
 }
 
-static const lfi_rec *call_of(const build *b, uint32_t corr)
+static const lfc_rec *call_of(const build *b, uint32_t corr)
 {
     if (!corr)
         return NULL;
-    lfi_rec key = {.corr = corr, .kind = LFI_RUNTIME};
+    lfc_rec key = {.corr = corr, .kind = LFC_RUNTIME};
     int64_t lo = 0, hi = b->n_calls;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
@@ -238,19 +239,19 @@ static const lfi_rec *call_of(const build *b, uint32_t corr)
 /* The External id of what a call made at t on a thread belongs to: its innermost kept range. */
 static int64_t ext_at(const build *b, uint32_t pid, uint32_t tid, int64_t t)
 {
-    int64_t i = lfi_range_at(b->ranges, b->n_ranges, pid, tid, t);
+    int64_t i = lfi_range_at(b->ranges, b->n_ranges, pid, tid, t, 1);
     return i >= 0 ? b->ranges[i].ext : 0;
 }
 
 static void emit_calls(build *b)
 {
     for (int64_t i = 0; i < b->n_calls && b->st == LF_OK; i++) {
-        const lfi_rec *c = &b->calls[i];
+        const lfc_rec *c = &b->calls[i];
         if (!lfi_spans_has(&b->keep, c->start))
             continue;
         char extra[32];
         snprintf(extra, sizeof extra, "\"cbid\": %d", c->cbid);
-        lf_trace_event e = {.cat = c->kind == LFI_RUNTIME ? LF_TC_RUNTIME : LF_TC_DRIVER,
+        lf_trace_event e = {.cat = c->kind == LFC_RUNTIME ? LF_TC_RUNTIME : LF_TC_DRIVER,
                             .name = c->name,
                             .pid = c->pid,
                             .tid = c->tid,
@@ -260,6 +261,7 @@ static void emit_calls(build *b)
                             .correlation = c->corr,
                             .device = -1,
                             .extra_args = extra,
+                            .stack = lfi_attr_stack(b->attr, c->corr),
                             .flow_ts = -1,
                             .flow_pid = -1,
                             .flow_tid = -1};
@@ -269,8 +271,30 @@ static void emit_calls(build *b)
     }
 }
 
+/* A replayed piece of work's capture, as arguments after Kineto's: the call that made its node,
+ * the thread that captured it, and the innermost range open there; or that no record of its node
+ * was found. */
+static void capture_args(const lfi_work_info *w, char *buf, size_t cap)
+{
+    if (w->replayed_unknown) {
+        snprintf(buf, cap,
+                 ", \"captured\": \"unknown: no record of the node's making (a graph made before "
+                 "recording began)\"");
+        return;
+    }
+    if (!w->captured)
+        return;
+    char call[160], range[600] = "";
+    json_str(call, sizeof call, w->captured->name ? w->captured->name : "(no call: a node made another way)");
+    int n = snprintf(buf, cap, ", \"captured by\": %s, \"capture thread\": %u", call, w->captured->tid);
+    if (w->range && n > 0 && (size_t)n < cap) {
+        json_str(range, sizeof range, w->range);
+        snprintf(buf + n, cap - (size_t)n, ", \"captured in\": %s", range);
+    }
+}
+
 /* Kineto's kernel arguments (docs/trace_format.md, "Events"). */
-static void kernel_args(const build *b, const lfi_rec *k, char *buf, size_t cap)
+static void kernel_args(const build *b, const lfc_rec *k, char *buf, size_t cap)
 {
     const int sms = (int)k->device < b->m->n_devices && b->m->sms ? b->m->sms[k->device] : 0;
     const double blocks = (double)k->grid[0] * k->grid[1] * k->grid[2];
@@ -290,52 +314,76 @@ static void kernel_args(const build *b, const lfi_rec *k, char *buf, size_t cap)
 }
 
 /* A kernel, copy or set whose launch (else its start) lies in the window: on its device's stream,
- * tied to the call that queued it. */
-static void emit_work(build *b, const lfi_rec *d, const char *name)
+ * tied to the call that queued it, and to the range (or the replay of a capture-time range) it
+ * belongs to. */
+static void emit_work(build *b, const lfc_rec *d, const char *name)
 {
-    const lfi_rec *c = call_of(b, d->corr);
+    const lfc_rec *c = call_of(b, d->corr);
     if (!lfi_spans_has(&b->keep, c ? c->start : d->start))
         return;
-    char extra[512] = "";
-    if (d->kind == LFI_KERNEL)
+    lfi_work_info w;
+    lfi_attr_work(b->attr, d, c, &w);
+    char extra[1400] = "";
+    if (d->kind == LFC_KERNEL)
         kernel_args(b, d, extra, sizeof extra);
     else if (d->end > d->start)
         snprintf(extra, sizeof extra, "\"context\": %u, \"memory bandwidth (GB/s)\": %f", d->context,
                  (double)d->bytes / (double)(d->end - d->start));
     else
         snprintf(extra, sizeof extra, "\"context\": %u, \"memory bandwidth (GB/s)\": \"N/A\"", d->context);
-    lf_trace_event e = {.cat = d->kind == LFI_KERNEL   ? LF_TC_KERNEL
-                               : d->kind == LFI_MEMCPY ? LF_TC_MEMCPY
+    const size_t used = strlen(extra);
+    capture_args(&w, extra + used, sizeof extra - used);
+    lf_trace_event e = {.cat = d->kind == LFC_KERNEL   ? LF_TC_KERNEL
+                               : d->kind == LFC_MEMCPY ? LF_TC_MEMCPY
                                                        : LF_TC_MEMSET,
                         .name = name,
                         .pid = d->device,
                         .tid = d->stream,
                         .ts_ns = d->start + b->to_base,
                         .dur_ns = d->end - d->start,
-                        .ext_id = c ? ext_at(b, c->pid, c->tid, c->start) : 0,
+                        .ext_id = w.ext,
                         .correlation = d->corr,
                         .device = d->device,
-                        .bytes = d->kind == LFI_KERNEL ? 0 : (double)d->bytes,
+                        .bytes = d->kind == LFC_KERNEL ? 0 : (double)d->bytes,
                         .extra_args = extra,
+                        .stack = w.stack,
                         .flow_ts = c ? c->start + b->to_base : -1,
                         .flow_pid = c ? (int64_t)c->pid : -1,
                         .flow_tid = c ? (int64_t)c->tid : -1};
     add(b, &e);
     note_track(b, d->device, d->stream, -1);
-    b->stats.kernels += d->kind == LFI_KERNEL;
+    b->stats.kernels += d->kind == LFC_KERNEL;
+}
+
+/* A range's span on the GPU (gpu_user_annotation), as Kineto writes a record_function's. */
+static void emit_span(void *ctx, const lfi_gpu_span *s)
+{
+    build *b = ctx;
+    lf_trace_event e = {.cat = LF_TC_GPU_ANNOTATION,
+                        .name = s->name,
+                        .pid = s->device,
+                        .tid = s->stream,
+                        .ts_ns = s->start + b->to_base,
+                        .dur_ns = s->end - s->start,
+                        .ext_id = s->ext,
+                        .device = s->device,
+                        .flow_ts = -1,
+                        .flow_pid = -1,
+                        .flow_tid = -1};
+    add(b, &e);
 }
 
 /* Allocations and releases in time order, with the device's running total. */
-static void emit_memory(build *b, lfi_rec *mem, int64_t n)
+static void emit_memory(build *b, lfc_rec *mem, int64_t n)
 {
     int64_t total[64] = {0};
     qsort(mem, (size_t)n, sizeof *mem, by_start_rec);
     for (int64_t i = 0; i < n && b->st == LF_OK; i++) {
-        const lfi_rec *r = &mem[i];
+        const lfc_rec *r = &mem[i];
         const int dev = r->device < 64 ? (int)r->device : 63;
         const int64_t bytes = r->alloc < 0 ? -(int64_t)r->bytes : (int64_t)r->bytes;
         total[dev] += bytes;
-        const lfi_rec *c = call_of(b, r->corr);
+        const lfc_rec *c = call_of(b, r->corr);
         if (!lfi_spans_has(&b->keep, r->start))
             continue;
         lf_trace_event e = {.cat = LF_TC_MEMORY,
@@ -357,7 +405,7 @@ static void emit_memory(build *b, lfi_rec *mem, int64_t n)
     }
 }
 
-static void emit_overhead(build *b, const lfi_rec *o)
+static void emit_overhead(build *b, const lfc_rec *o)
 {
     if (!lfi_spans_has(&b->keep, o->start))
         return;
@@ -429,14 +477,14 @@ static void name_tracks(build *b)
 
 static int by_kind_start(const void *a, const void *b)
 {
-    const lfi_rec *x = a, *y = b;
+    const lfc_rec *x = a, *y = b;
     if (x->kind != y->kind)
         return x->kind < y->kind ? -1 : 1;
     return by_start_rec(a, b);
 }
 
 /* The header: Kineto's base time, the GPUs, the rank. */
-static lf_status start_trace(build *b, const lfi_rec *all, int64_t n)
+static lf_status start_trace(build *b, const lfc_rec *all, int64_t n)
 {
     int64_t first = n ? all[0].start : 0;
     for (int64_t i = 0; i < n; i++)
@@ -459,34 +507,43 @@ static lf_status start_trace(build *b, const lfi_rec *all, int64_t n)
 }
 
 /* Each kind of record in turn, in the order the trace lists them; all is sorted by (kind, start). */
-static void emit_all(build *b, lfi_rec *all, int64_t n)
+static void emit_all(build *b, lfc_rec *all, int64_t n)
 {
-    int64_t seg[LFI_KINDS + 1] = {0};
-    for (int64_t i = 0, k = 0; k <= LFI_KINDS; k++) {
+    int64_t seg[LFC_KINDS + 1] = {0};
+    for (int64_t i = 0, k = 0; k <= LFC_KINDS; k++) {
         while (i < n && (int)all[i].kind < k)
             i++;
         seg[k] = i;
     }
     emit_ranges(b);
-    b->calls = all + seg[LFI_RUNTIME];
-    b->n_calls = seg[LFI_DRIVER + 1] - seg[LFI_RUNTIME];
+    b->calls = all + seg[LFC_RUNTIME];
+    b->n_calls = seg[LFC_DRIVER + 1] - seg[LFC_RUNTIME];
     qsort(b->calls, (size_t)b->n_calls, sizeof *b->calls, by_corr);
+    if (!(b->attr = lfi_attr_create(all, n, b->ranges, b->n_ranges))) {
+        b->st = LF_ENOMEM;
+        return;
+    }
     emit_calls(b);
-    emit_memory(b, all + seg[LFI_MEMORY], seg[LFI_MEMORY + 1] - seg[LFI_MEMORY]);
+    emit_memory(b, all + seg[LFC_MEMORY], seg[LFC_MEMORY + 1] - seg[LFC_MEMORY]);
     name_map nm = {0};
-    nm.cap = 2 * (size_t)(seg[LFI_KERNEL + 1] - seg[LFI_KERNEL]) + 16;
+    nm.cap = 2 * (size_t)(seg[LFC_KERNEL + 1] - seg[LFC_KERNEL]) + 16;
     nm.keys = calloc(nm.cap, sizeof *nm.keys);
     nm.vals = calloc(nm.cap, sizeof *nm.vals);
     if (!nm.vals) {
         free(nm.keys);
         nm.keys = NULL;
     }
-    for (int64_t i = seg[LFI_KERNEL]; i < seg[LFI_MEMSET + 1] && b->st == LF_OK; i++)
-        emit_work(b, &all[i], all[i].kind == LFI_KERNEL ? readable(b, &nm, all[i].name) : all[i].name);
+    for (int64_t i = seg[LFC_KERNEL]; i < seg[LFC_MEMSET + 1] && b->st == LF_OK; i++)
+        emit_work(b, &all[i], all[i].kind == LFC_KERNEL ? readable(b, &nm, all[i].name) : all[i].name);
+    if (b->st == LF_OK)
+        b->st = lfi_attr_spans(b->attr, emit_span, b);
+    const lfi_attr_stats as = lfi_attr_get_stats(b->attr);
+    b->stats.replayed = as.replayed, b->stats.replayed_unknown = as.unknown;
+    b->stats.replayed_ns = as.replayed_ns, b->stats.ranged_ns = as.ranged_ns, b->stats.framed_ns = as.framed_ns;
     for (size_t i = 0; nm.keys && i < nm.cap; i++)
         free(nm.vals[i]);
     free(nm.keys), free(nm.vals);
-    for (int64_t i = seg[LFI_OVERHEAD]; i < seg[LFI_OVERHEAD + 1] && b->st == LF_OK; i++)
+    for (int64_t i = seg[LFC_OVERHEAD]; i < seg[LFC_OVERHEAD + 1] && b->st == LF_OK; i++)
         emit_overhead(b, &all[i]);
     name_tracks(b);
 }
@@ -496,7 +553,7 @@ lf_status lfi_build(lfi_session *s, const lfi_meta *m, lf_trace **out, lfi_stats
     if (!s || !m || !out)
         return LF_EINVAL;
     *out = NULL;
-    lfi_rec *all = NULL;
+    lfc_rec *all = NULL;
     int64_t n = 0;
     build b = {.m = m, .o = lfi_session_opts(s)};
     lf_status st = lfi_snapshot(s, &all, &n);
@@ -506,7 +563,7 @@ lf_status lfi_build(lfi_session *s, const lfi_meta *m, lf_trace **out, lfi_stats
     int64_t last = 0, first_mark = n, marks = 0;
     for (int64_t i = 0; i < n; i++) {
         last = all[i].end > last ? all[i].end : all[i].start > last ? all[i].start : last;
-        if (all[i].kind == LFI_MARKER && !marks++)
+        if (all[i].kind == LFC_MARKER && !marks++)
             first_mark = i;
     }
     st = lfi_ranges(all + first_mark, marks, last, &b.ranges, &b.n_ranges);
@@ -520,6 +577,7 @@ lf_status lfi_build(lfi_session *s, const lfi_meta *m, lf_trace **out, lfi_stats
         lf_trace_meta_of(b.t)->dropped_events = m->dropped + lfi_lost(s);
     }
     free(all);
+    lfi_attr_free(b.attr);
     free(b.ranges);
     free(b.keep.v);
     free(b.tracks);

@@ -1,6 +1,6 @@
-/* The collector of `linfuse profile`'s injection library: keeps the records CUPTI hands over (as
- * lfi_rec, names interned once), and builds one Kineto-schema trace from them (build.c). Plain C
- * over inject.h: the CPU tests feed it the same way the GPU's records come. Layer: inject/. */
+/* `linfuse profile`'s session: keeps the records the CUPTI collector hands over (lfc_rec, names,
+ * domains and Python frames interned once), for one Kineto-schema trace built from them (build.c).
+ * Plain C over inject.h: the CPU tests feed it the same way the GPU's records come. Layer: inject/. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@ struct lfi_session {
     lfi_opts o;
     char *capture; /* o.capture_range, owned */
     pthread_mutex_t lock;
-    lfi_rec **chunks; /* CHUNK records each */
+    lfc_rec **chunks; /* CHUNK records each */
     int64_t n, n_chunks, cap_chunks;
     /* interned strings: an open-addressed set of (hash, string, whether a call of that name is
      * wanted: 0 not asked yet, 1 yes, 2 no) */
@@ -133,56 +133,49 @@ static int64_t intern_slot(lfi_session *s, const char *p)
     return (int64_t)j;
 }
 
-int lfi_call_wanted(const char *name)
-{
-    static const char *const words[] = {"Launch",    "Memcpy", "Memset",   "Synchronize", "StreamWaitEvent",
-                                        "Occupancy", "Malloc", "MemAlloc", "Free",        "MemRelease"};
-    for (size_t i = 0; name && i < sizeof words / sizeof words[0]; i++)
-        if (strstr(name, words[i]))
-            return 1;
-    return 0;
-}
-
-static lfi_rec *next_slot(lfi_session *s)
+static lfc_rec *next_slot(lfi_session *s)
 {
     if (s->n == s->n_chunks * CHUNK) {
         if (s->n_chunks == s->cap_chunks) {
             int64_t cap = s->cap_chunks ? 2 * s->cap_chunks : 64;
-            lfi_rec **c = realloc(s->chunks, (size_t)cap * sizeof *c);
+            lfc_rec **c = realloc(s->chunks, (size_t)cap * sizeof *c);
             if (!c)
                 return NULL;
             s->chunks = c, s->cap_chunks = cap;
         }
-        if (!(s->chunks[s->n_chunks] = malloc(CHUNK * sizeof(lfi_rec))))
+        if (!(s->chunks[s->n_chunks] = malloc(CHUNK * sizeof(lfc_rec))))
             return NULL;
         s->n_chunks++;
     }
-    lfi_rec *r = &s->chunks[s->n / CHUNK][s->n % CHUNK];
+    lfc_rec *r = &s->chunks[s->n / CHUNK][s->n % CHUNK];
     s->n++;
     return r;
 }
 
-void lfi_add(lfi_session *s, const lfi_rec *r)
+void lfi_add(void *ctx, const lfc_rec *r)
 {
-    const int call = r->kind == LFI_RUNTIME || r->kind == LFI_DRIVER;
-    if (s->o.kernels_only && (call || r->kind == LFI_MEMORY))
+    lfi_session *s = ctx;
+    const int call = r->kind == LFC_RUNTIME || r->kind == LFC_DRIVER;
+    if (s->o.kernels_only && (call || r->kind == LFC_MEMORY))
         return;
     pthread_mutex_lock(&s->lock);
     int64_t name = r->name ? intern_slot(s, r->name) : -2;
     int64_t domain = r->domain ? intern_slot(s, r->domain) : -2;
+    int64_t stack = r->stack ? intern_slot(s, r->stack) : -2; /* a capture's frames, kept once */
     if (name >= 0 && call) {
         if (!s->wanted[name])
-            s->wanted[name] = lfi_call_wanted(r->name) ? 1 : 2;
+            s->wanted[name] = lfc_call_wanted(r->name) ? 1 : 2;
         if (s->wanted[name] == 2) {
             pthread_mutex_unlock(&s->lock);
             return;
         }
     }
-    lfi_rec *d = name == -1 || domain == -1 ? NULL : next_slot(s);
+    lfc_rec *d = name == -1 || domain == -1 || stack == -1 ? NULL : next_slot(s);
     if (d) {
         *d = *r;
         d->name = name >= 0 ? s->strs[name] : NULL;
         d->domain = domain >= 0 ? s->strs[domain] : NULL;
+        d->stack = stack >= 0 ? s->strs[stack] : NULL;
     } else {
         s->lost++;
     }
@@ -210,10 +203,10 @@ const lfi_opts *lfi_session_opts(const lfi_session *s)
     return &s->o;
 }
 
-lf_status lfi_snapshot(lfi_session *s, lfi_rec **out, int64_t *n)
+lf_status lfi_snapshot(lfi_session *s, lfc_rec **out, int64_t *n)
 {
     pthread_mutex_lock(&s->lock);
-    lfi_rec *v = malloc((size_t)(s->n ? s->n : 1) * sizeof *v);
+    lfc_rec *v = malloc((size_t)(s->n ? s->n : 1) * sizeof *v);
     if (v)
         for (int64_t c = 0; c < s->n_chunks; c++) {
             int64_t k = s->n - c * CHUNK < CHUNK ? s->n - c * CHUNK : CHUNK;

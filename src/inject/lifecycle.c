@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "inject/inject_run.h"
+#include "inject/inject.h"
 #include "linfuse/settings.h"
 
 #define LFI_EXPORT __attribute__((visibility("default")))
@@ -41,7 +41,7 @@ static struct {
     pid_t pid; /* the process that started: a child forked from it never writes its trace */
     lfi_session *s;
     lfi_opts o;
-    int gzip, enable_at_lo;
+    int gzip, enable_at_lo, python_stack;
     char out_dir[2048], list[2048], name[256];
     int64_t to_epoch; /* CUPTI's clock -> the epoch */
     pthread_t helper;
@@ -100,6 +100,7 @@ static void read_settings(void)
     snprintf(g.list, sizeof g.list, "%s", list ? list : "");
     g.gzip = lf_setting_choice_or(LF_SET_PROFILE_GZIP, 0);
     g.o.kernels_only = lf_setting_choice_or(LF_SET_PROFILE_KERNELS_ONLY, 0);
+    g.python_stack = lf_setting_choice_or(LF_SET_PROFILE_PYTHON_STACK, 0);
     g.o.capture_range = lf_setting_get(LF_SET_PROFILE_CAPTURE_RANGE);
     g.o.step_lo = g.o.step_hi = -1;
     const char *steps = lf_setting_get(LF_SET_PROFILE_STEPS);
@@ -111,12 +112,12 @@ static void read_settings(void)
     const double duration = lf_setting_number_or(LF_SET_PROFILE_DURATION, 0);
     /* the window on CUPTI's clock: from --delay after the process started (it may start CUDA
      * later, after its imports: then from then on), for --duration */
-    const int64_t now = lfi_cupti_now();
+    const int64_t now = lfc_now();
     const int64_t start = now - since_start_ns();
     g.o.lo = delay > 0 ? start + (int64_t)(delay * 1e9) : INT64_MIN;
     g.o.hi = duration > 0 ? (g.o.lo > now ? g.o.lo : now) + (int64_t)(duration * 1e9) : -1;
     g.enable_at_lo = delay > 0 && g.o.lo > now;
-    g.to_epoch = clock_ns(CLOCK_REALTIME) - lfi_cupti_now();
+    g.to_epoch = clock_ns(CLOCK_REALTIME) - lfc_now();
     char exe[1024];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
@@ -163,18 +164,18 @@ static void write_trace(void)
     const char *info = rank_info(dist, sizeof dist, &rank);
     trace_path(path, sizeof path, rank);
     int n_dev = 0;
-    const int *sms = lfi_cupti_sms(&n_dev);
+    const int *sms = lfc_sms(&n_dev);
     lfi_meta m = {.to_epoch = g.to_epoch,
                   .pid = g.pid,
                   .process_name = g.name,
                   .trace_name = path,
-                  .device_properties = lfi_cupti_properties(),
+                  .device_properties = lfc_properties(),
                   .distributed_info = info,
                   .sms = sms,
                   .n_devices = n_dev,
-                  .dropped = lfi_cupti_dropped(),
-                  .occupancy = lfi_cupti_occupancy,
-                  .demangle = lfi_cupti_demangle};
+                  .dropped = lfc_dropped(),
+                  .occupancy = lfc_occupancy,
+                  .demangle = lfc_demangle};
     lf_trace *t = NULL;
     mkdir(g.out_dir, 0777); /* `linfuse profile` made it; a run by hand may not have */
     lf_status st = lfi_build(g.s, &m, &t, NULL);
@@ -205,16 +206,16 @@ static void finish(void)
     pthread_mutex_lock(&g.finish_lock);
     if (!g.finished) {
         g.finished = 1;
-        lfi_cupti_enable(0);
-        lfi_cupti_flush();
-        const int64_t taken = lfi_cupti_buffers_taken();
+        lfc_enable(0);
+        lfc_flush();
+        const int64_t taken = lfc_buffers_taken();
         if (taken > 0)
             say("%lld of linfuse's CUPTI buffers went to another CUPTI client in this process (torch.profiler, "
                 "Nsight): their records are missing from this trace, and what ran after that client stopped may be "
                 "too. CUPTI takes one client per process (docs/profile.md, Limits): profile a program that does not "
                 "start its own",
                 (long long)taken);
-        lfi_cupti_devices();
+        lfc_devices();
         write_trace();
     }
     pthread_mutex_unlock(&g.finish_lock);
@@ -239,7 +240,7 @@ static void *helper(void *arg)
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     int devices = 0, wait_ms = 1, waited = 0;
     for (;;) {
-        const int64_t now = lfi_cupti_now();
+        const int64_t now = lfc_now();
         int64_t timeout = -1;
         if (!devices)
             timeout = wait_ms;
@@ -251,26 +252,26 @@ static void *helper(void *arg)
             int64_t ms = (g.o.hi - now) / 1000000 + 1;
             timeout = timeout < 0 || ms < timeout ? ms : timeout;
         }
-        struct pollfd p[2] = {{lfi_cupti_ready_fd(), POLLIN, 0}, {g.req[0], POLLIN, 0}};
+        struct pollfd p[2] = {{lfc_ready_fd(), POLLIN, 0}, {g.req[0], POLLIN, 0}};
         int r = poll(p, 2, timeout < 0 ? -1 : timeout > 1000000 ? 1000000 : (int)(timeout > 0 ? timeout : 0));
         char b[256];
         if (r > 0 && (p[0].revents & POLLIN)) {
             while (read(p[0].fd, b, sizeof b) > 0)
                 ;
-            lfi_cupti_drain();
+            lfc_drain();
         }
         if (r > 0 && (p[1].revents & POLLIN) && read(p[1].fd, b, 1) == 1)
             answer_signal((unsigned char)b[0]);
         if (!devices) { /* every 1, 2, 4 ... 500 ms, for a minute at most */
-            devices = lfi_cupti_devices();
+            devices = lfc_devices();
             waited += wait_ms;
             wait_ms = wait_ms < 500 ? 2 * wait_ms : 500;
             devices |= waited > 60000;
         }
-        const int64_t t = lfi_cupti_now();
+        const int64_t t = lfc_now();
         if (g.enable_at_lo && t >= g.o.lo) {
             g.enable_at_lo = 0;
-            lfi_cupti_enable(1);
+            lfc_enable(1);
         }
         if (g.o.hi >= 0 && t >= g.o.hi && !g.finished) /* --duration: the trace now, the program runs on */
             finish();
@@ -395,14 +396,21 @@ int InitializeInjection(void)
     g.pid = getpid();
     read_settings();
     char why[256];
-    if (lfi_create(&g.s, &g.o) != LF_OK || lfi_cupti_start(g.s, g.o.kernels_only, why, sizeof why) != 0) {
+    lf_status made = lfi_create(&g.s, &g.o);
+    const lfc_opts co = {.sink = lfi_add,
+                         .ctx = g.s,
+                         .nvtx = 1,
+                         .kernels_only = g.o.kernels_only,
+                         .python_stack = g.python_stack,
+                         .calls_by_name = 1};
+    if (made != LF_OK || lfc_start(&co, why, sizeof why) != 0) {
         say("not profiled: %s", g.s ? why : "out of memory");
         lfi_free(g.s);
         g.s = NULL;
         return 1; /* the program runs on, untraced */
     }
     if (!g.enable_at_lo)
-        lfi_cupti_enable(1);
+        lfc_enable(1);
     atexit(at_exit);
     hook_python_exit();
     if (open_pipe(g.req) && open_pipe(g.done))

@@ -7,7 +7,7 @@
 
 static int by_start(const void *a, const void *b)
 {
-    const lfi_rec *x = a, *y = b;
+    const lfc_rec *x = a, *y = b;
     return x->start != y->start ? (x->start < y->start ? -1 : 1) : 0;
 }
 
@@ -18,7 +18,7 @@ static int same_domain(const char *a, const char *b)
 
 /* Pair starts and ends into ranges, in time order (qsort is not stable: markers of one instant
  * keep their order through the index tie-break below). */
-static lf_status pair(lfi_rec *marks, int64_t n, int64_t last, lfi_range **out, int64_t *n_out)
+static lf_status pair(lfc_rec *marks, int64_t n, int64_t last, lfi_range **out, int64_t *n_out)
 {
     lfi_range *r = malloc((size_t)(n ? n : 1) * sizeof *r);
     int64_t *open = malloc((size_t)(n ? n : 1) * sizeof *open), n_open = 0, k = 0;
@@ -27,15 +27,15 @@ static lf_status pair(lfi_rec *marks, int64_t n, int64_t last, lfi_range **out, 
         return LF_ENOMEM;
     }
     for (int64_t i = 0; i < n; i++) {
-        const lfi_rec *m = &marks[i];
-        if (m->mark == LFI_MARK_START) {
+        const lfc_rec *m = &marks[i];
+        if (m->mark == LFC_MARK_START) {
             r[k] = (lfi_range){m->name ? m->name : "", m->domain, m->pid, m->tid, m->start, -1, 0, 0, -1};
             open[n_open++] = k;
             /* the id that pairs it: kept in ext until the ranges are laid out */
             r[k++].ext = m->corr;
             continue;
         }
-        if (m->mark != LFI_MARK_END)
+        if (m->mark != LFC_MARK_END)
             continue;
         int64_t hit = -1; /* the open range with this id, else the thread's latest in the domain */
         for (int64_t j = n_open - 1; j >= 0 && hit < 0; j--)
@@ -133,7 +133,7 @@ static lf_status lay_out(lfi_range *r, int64_t n)
     return LF_OK;
 }
 
-lf_status lfi_ranges(lfi_rec *marks, int64_t n, int64_t last, lfi_range **out, int64_t *n_out)
+lf_status lfi_ranges(lfc_rec *marks, int64_t n, int64_t last, lfi_range **out, int64_t *n_out)
 {
     /* ties in time keep the order recorded: a stable sort through (start, index) */
     for (int64_t i = 0; i < n; i++)
@@ -143,7 +143,7 @@ lf_status lfi_ranges(lfi_rec *marks, int64_t n, int64_t last, lfi_range **out, i
         for (int64_t j = i;
              j > 0 && marks[j].start == marks[j - 1].start && marks[j].graph_node_id < marks[j - 1].graph_node_id;
              j--) {
-            lfi_rec t = marks[j];
+            lfc_rec t = marks[j];
             marks[j] = marks[j - 1], marks[j - 1] = t;
         }
     lf_status st = pair(marks, n, last, out, n_out);
@@ -154,7 +154,7 @@ lf_status lfi_ranges(lfi_rec *marks, int64_t n, int64_t last, lfi_range **out, i
     return st;
 }
 
-int64_t lfi_range_at(const lfi_range *r, int64_t n, uint32_t pid, uint32_t tid, int64_t t)
+int64_t lfi_range_at(const lfi_range *r, int64_t n, uint32_t pid, uint32_t tid, int64_t t, int kept)
 {
     int64_t best = -1;
     for (int lane = 0; lane < LFI_MAX_LANES; lane++) {
@@ -170,7 +170,7 @@ int64_t lfi_range_at(const lfi_range *r, int64_t n, uint32_t pid, uint32_t tid, 
         int64_t i = lo - 1;
         if (i < 0 || r[i].pid != pid || r[i].tid != tid || r[i].lane != lane)
             continue;
-        while (i >= 0 && (r[i].end < t || !r[i].ext))
+        while (i >= 0 && (r[i].end < t || (kept && !r[i].ext)))
             i = r[i].parent;
         if (i >= 0 && (best < 0 || r[i].start > r[best].start))
             best = i;

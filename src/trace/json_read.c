@@ -143,10 +143,40 @@ static lf_status read_flops(reader *r, json_t *args, lf_trace_event *ev)
     return LF_OK;
 }
 
-/* What an event's args say: ids, device, FLOPs, bytes, a [memory] event's sizes, and the input
- * shapes, types and strides as text (*dims, *types, *strides: the caller frees them). */
+/* "Python stack": [frames] as one text, a frame a line (NULL when absent, empty or not strings;
+ * the caller frees it). */
+static char *stack_text(json_t *frames)
+{
+    size_t n = 0, i;
+    json_t *f;
+    json_array_foreach(frames, i, f)
+    {
+        if (!json_is_string(f))
+            return NULL;
+        n += json_string_length(f) + 1;
+    }
+    char *s = n ? malloc(n) : NULL, *p = s;
+    json_array_foreach(frames, i, f)
+    {
+        if (!s)
+            break;
+        const size_t k = json_string_length(f);
+        memcpy(p, json_string_value(f), k);
+        for (size_t c = 0; c < k; c++) /* a frame holds no line break: one would split it in two */
+            p[c] = p[c] == '\n' ? ' ' : p[c];
+        p += k;
+        *p++ = '\n';
+    }
+    if (s)
+        p[-1] = '\0';
+    return s;
+}
+
+/* What an event's args say: ids, device, FLOPs, bytes, a [memory] event's sizes, the input
+ * shapes, types and strides as text (*dims, *types, *strides) and its Python frames (*stack): the
+ * caller frees those. */
 static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *ev, char **dims, char **types,
-                           char **strides)
+                           char **strides, char **stack)
 {
     ev->ext_id = get_int(args, "External id", 0);
     ev->correlation = get_int(args, "correlation", 0);
@@ -167,6 +197,8 @@ static lf_status read_args(reader *r, json_t *args, int is_mem, lf_trace_event *
     *types = spaced(dump_compact(json_object_get(args, "Input type")));
     *strides = spaced(dump_compact(json_object_get(args, "Input Strides")));
     ev->input_dims = *dims, ev->input_types = *types, ev->input_strides = *strides;
+    json_t *frames = json_object_get(args, "Python stack");
+    ev->stack = *stack = json_is_array(frames) ? stack_text(frames) : NULL;
     return LF_OK;
 }
 
@@ -209,8 +241,8 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         ev.ts_ns += 1;
         ev.dur_ns -= 2;
     }
-    char *dims = NULL, *types = NULL, *strides = NULL, *rest = NULL;
-    lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides) : LF_OK;
+    char *dims = NULL, *types = NULL, *strides = NULL, *stack = NULL, *rest = NULL;
+    lf_status st = args ? read_args(r, args, is_mem, &ev, &dims, &types, &strides, &stack) : LF_OK;
     int oom = 0;
     if (st == LF_OK && args && r->keep_args) {
         /* an event with no category is judged as the CPU op it becomes in a bare array of events
@@ -223,7 +255,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
         st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)
         st = lf_trace_add(r->t, &ev);
-    free(dims), free(types), free(strides), free(rest);
+    free(dims), free(types), free(strides), free(stack), free(rest);
     return st;
 }
 

@@ -17,10 +17,11 @@
 /* A JSON string: quotes and backslashes escaped, control characters dropped (old Perfetto
  * builds reject \u escapes, and Kineto drops newlines the same way), and every byte that is not
  * part of a well-formed UTF-8 character written as U+FFFD, so any name makes valid JSON. */
-static void put_str(FILE *f, const char *s)
+static void put_strn(FILE *f, const char *s, size_t len)
 {
+    const char *end = s ? s + len : NULL;
     fputc('"', f);
-    while (s && *s) {
+    while (s && s < end && *s) {
         unsigned char c = (unsigned char)*s;
         int n = lf_utf8_char(s);
         if (c == '"' || c == '\\')
@@ -34,6 +35,11 @@ static void put_str(FILE *f, const char *s)
         s += n > 1 ? n : 1;
     }
     fputc('"', f);
+}
+
+static void put_str(FILE *f, const char *s)
+{
+    put_strn(f, s, s ? strlen(s) : 0);
 }
 
 /* Microseconds with three decimals, as Kineto prints them: "1234.005". */
@@ -86,6 +92,8 @@ int lf_trace_writer_makes(const lf_trace_event *e, const char *key)
                !strcmp(key, "Ev Idx");
     if (!strcmp(key, "External id"))
         return e->ext_id != 0;
+    if (!strcmp(key, "Python stack"))
+        return e->stack != NULL;
     if (e->cat == LF_TC_CPU_OP || e->cat == LF_TC_USER_ANNOTATION)
         return !strcmp(key, "Record function id") || !strcmp(key, "Ev Idx") ||
                (!strcmp(key, "Input Dims") && e->input_dims) ||
@@ -156,6 +164,19 @@ static void put_x(FILE *f, const lf_trace_event *e, int64_t idx)
     } else if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation) {
         SEP();
         fprintf(f, "\"correlation\": %" PRId64, e->correlation);
+    }
+    if (e->stack) { /* one string a frame */
+        SEP();
+        fputs("\"Python stack\": [", f);
+        for (const char *p = e->stack, *nl; *p; p = nl + (*nl != '\0')) {
+            nl = strchr(p, '\n');
+            if (!nl)
+                nl = p + strlen(p);
+            put_strn(f, p, (size_t)(nl - p));
+            if (*nl)
+                fputs(", ", f);
+        }
+        fputs("]", f);
     }
     if (e->extra_args && *e->extra_args) {
         SEP();

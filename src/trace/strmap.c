@@ -1,6 +1,7 @@
 /* A string-keyed hash map (open addressing, linear probing, grown at half full), so that every
- * lookup by name in the trace tools is O(1) and no verb is quadratic in distinct names.
- * Keys are borrowed, not copied. Layer: trace/. */
+ * lookup by name in the trace tools is O(1) and no verb is quadratic in distinct names. Keys are
+ * borrowed, not copied. And an integer-keyed one of fixed room (ids to event indices).
+ * Layer: trace/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,4 +70,26 @@ const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64
         return NULL;
     const lf_strmap_entry *e = probe(m->s, m->cap, key, kind);
     return e->key ? e : NULL;
+}
+
+int lf_imap_init(lf_imap *m, int64_t n)
+{
+    m->cap = 16;
+    while (m->cap < 2 * n + 16)
+        m->cap *= 2;
+    m->keys = calloc((size_t)m->cap, sizeof *m->keys);
+    m->vals = malloc((size_t)m->cap * sizeof *m->vals);
+    return m->keys && m->vals;
+}
+
+int64_t *lf_imap_slot(lf_imap *m, int64_t key)
+{
+    uint64_t i = ((uint64_t)key * 0x9e3779b97f4a7c15ull) & (uint64_t)(m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & (uint64_t)(m->cap - 1);
+    if (!m->keys[i]) {
+        m->keys[i] = key;
+        m->vals[i] = -1;
+    }
+    return &m->vals[i];
 }

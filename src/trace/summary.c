@@ -91,16 +91,19 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Kernels launched in the steps that a cudaGraphLaunch replayed (their correlation is its). */
-static lf_status graph_kernels(const lf_trace *t, double *count)
+/* Kernels launched in the steps that a cudaGraphLaunch replayed (their correlation is its), and of
+ * their time the shares traced back to a capture-time range (their External id is a device-side
+ * annotation's) and carrying Python frames. */
+static lf_status graph_kernels(const lf_trace *t, double *count, double *ranged, double *framed)
 {
-    *count = 0;
+    *count = *ranged = *framed = 0;
     int64_t *ids = malloc((size_t)(t->n + 1) * sizeof *ids), n_ids = 0;
+    int64_t *spans = malloc((size_t)(t->n + 1) * sizeof *spans), n_spans = 0;
     lf_span *sp = NULL;
     int64_t steps = 0, total = 0;
     int64_t *when = lf_trace_launch_times(t);
-    if (!ids || !when || lf_trace_step_spans(t, &sp, &steps, &total) != LF_OK) {
-        free(ids), free(when), free(sp);
+    if (!ids || !spans || !when || lf_trace_step_spans(t, &sp, &steps, &total) != LF_OK) {
+        free(ids), free(spans), free(when), free(sp);
         return lf_fail(LF_ENOMEM, "lf_trace_summarize: out of memory");
     }
     for (int64_t i = 0; i < t->n; i++) {
@@ -108,15 +111,27 @@ static lf_status graph_kernels(const lf_trace *t, double *count)
         if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation &&
             !strncmp(e->name, "cudaGraphLaunch", 15))
             ids[n_ids++] = e->correlation;
+        if (e->cat == LF_TC_GPU_ANNOTATION && e->ext_id)
+            spans[n_spans++] = e->ext_id;
     }
     qsort(ids, (size_t)n_ids, sizeof *ids, by_value);
+    qsort(spans, (size_t)n_spans, sizeof *spans, by_value);
+    double ns = 0, ranged_ns = 0, framed_ns = 0;
     for (int64_t i = 0; i < t->n && n_ids; i++) {
         const lf_trace_event *e = &t->ev[i];
-        if (e->cat == LF_TC_KERNEL && e->correlation && (!steps || lf_span_contains(sp, steps, when[i])) &&
-            bsearch(&e->correlation, ids, (size_t)n_ids, sizeof *ids, by_value))
-            *count += 1;
+        if (e->cat != LF_TC_KERNEL || !e->correlation || (steps && !lf_span_contains(sp, steps, when[i])) ||
+            !bsearch(&e->correlation, ids, (size_t)n_ids, sizeof *ids, by_value))
+            continue;
+        const double d = e->dur_ns > 0 ? (double)e->dur_ns : 0;
+        *count += 1, ns += d;
+        if (e->ext_id && bsearch(&e->ext_id, spans, (size_t)n_spans, sizeof *spans, by_value))
+            ranged_ns += d;
+        if (e->stack)
+            framed_ns += d;
     }
-    free(ids), free(when), free(sp);
+    if (ns > 0)
+        *ranged = ranged_ns / ns, *framed = framed_ns / ns;
+    free(ids), free(spans), free(when), free(sp);
     return LF_OK;
 }
 
@@ -144,7 +159,7 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     const double steps = (double)(p.steps > 0 ? p.steps : 1);
     lf_step_profile_free(&p);
     double comm = 0, hidden = 0, replayed = 0;
-    LF_TRY(graph_kernels(t, &replayed));
+    LF_TRY(graph_kernels(t, &replayed, &out->graph_ranged, &out->graph_framed));
     out->graph_kernels_per_step = replayed / steps;
     LF_TRY(comm_overlap(t, &comm, &hidden, &out->has_comm));
     if (out->has_comm) {
@@ -170,6 +185,9 @@ void lf_trace_summary_line(const lf_trace_summary *s, char *buf, size_t cap)
     int n = snprintf(buf, cap, "kernels/step=%g", s->kernels_per_step);
     if (s->graph_kernels_per_step > 0 && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, " graph_kernels/step=%g", s->graph_kernels_per_step);
+    if (s->graph_kernels_per_step > 0 && (s->graph_ranged > 0 || s->graph_framed > 0) && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " graph_ranged=%.0f%% graph_framed=%.0f%%", 100 * s->graph_ranged,
+                      100 * s->graph_framed);
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, " cpu_ops/step=%g device_busy=%.0f%%", s->cpu_ops_per_step,
                       100.0 * s->device_busy);

@@ -12,34 +12,6 @@
 
 #include "trace/table_impl.h"
 
-/* External ids -> event index, integer keyed. */
-typedef struct imap {
-    int64_t *keys, *vals;
-    int64_t cap;
-} imap;
-
-static int imap_init(imap *m, int64_t n)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n + 16)
-        m->cap *= 2;
-    m->keys = calloc((size_t)m->cap, sizeof *m->keys);
-    m->vals = malloc((size_t)m->cap * sizeof *m->vals);
-    return m->keys && m->vals;
-}
-
-static int64_t *imap_slot(imap *m, int64_t key)
-{
-    uint64_t i = ((uint64_t)key * 0x9e3779b97f4a7c15ull) & (uint64_t)(m->cap - 1);
-    while (m->keys[i] && m->keys[i] != key)
-        i = (i + 1) & (uint64_t)(m->cap - 1);
-    if (!m->keys[i]) {
-        m->keys[i] = key;
-        m->vals[i] = -1;
-    }
-    return &m->vals[i];
-}
-
 static double row_value(const lf_table_row *r, lf_sort_key key)
 {
     switch (key) {
@@ -125,9 +97,10 @@ typedef struct builder {
     lf_table_row *rows, *tmp;
     int64_t n_rows;
     lf_strmap groups;
-    imap owners;                       /* External id -> the op (or annotation) that owns it */
+    lf_imap owners;                    /* External id -> the op (or annotation) that owns it */
     const char **frames, **row_frames; /* per event, then per row: frames_n each */
     unsigned char *nframes;            /* per event: its frames */
+    char *stack_text;                  /* events' own stacks, split into frames (the table's at the end) */
     char **keys, *scratch;             /* grouping keys made of several strings */
     int64_t n_keys;
     size_t scratch_cap;
@@ -163,7 +136,7 @@ static lf_status builder_init(builder *b, const lf_trace *t, const lf_table_opts
     b->tmp = malloc((size_t)(n + 1) * sizeof *b->tmp);
     if (!b->idx || !b->us || !b->child_cpu || !b->kern || !b->child_dev || !b->own_total || !b->parent || !b->stack ||
         !b->mem_total || !b->mem_self || !b->rows || !b->tmp || !lf_strmap_init(&b->groups, n) ||
-        !imap_init(&b->owners, n))
+        !lf_imap_init(&b->owners, n))
         return out_of_memory(b);
     if (b->frames_n) {
         b->frames = malloc((size_t)(n + 1) * (size_t)b->frames_n * sizeof *b->frames);
@@ -181,6 +154,7 @@ static void builder_free(builder *b)
 {
     for (int64_t k = 0; k < b->n_keys; k++)
         free(b->keys[k]);
+    free(b->stack_text);
     free(b->keys), free(b->scratch), free(b->frames), free(b->row_frames), free(b->nframes);
     free(b->idx), free(b->us), free(b->child_cpu), free(b->kern), free(b->child_dev), free(b->own_total);
     free(b->parent), free(b->stack), free(b->rows), free(b->tmp), free(b->mem_total), free(b->mem_self);
@@ -293,27 +267,46 @@ static void count_memory(builder *b, lf_table *out)
     }
 }
 
-/* 2. device time to the op that launched it (its External id); ops win over annotations */
-static void charge_device_work(builder *b)
+/* 2. device time to the op that launched it (its External id); ops win over annotations. Work
+ * whose External id no host event owns (a CUDA graph's kernel tied to the range its node was
+ * captured under, which only its device-side annotation carries) goes to the op of the call that
+ * launched it, by correlation, as PyTorch links a kernel to its op. */
+static lf_status charge_device_work(builder *b)
 {
     const lf_trace *t = b->t;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t k = 0; k < b->m; k++) {
             const lf_trace_event *e = &t->ev[b->idx[k]];
             if (e->ext_id && (pass == 0 ? e->cat == LF_TC_CPU_OP : e->cat == LF_TC_USER_ANNOTATION)) {
-                int64_t *o = imap_slot(&b->owners, e->ext_id);
+                int64_t *o = lf_imap_slot(&b->owners, e->ext_id);
                 if (*o < 0)
                     *o = b->idx[k];
             }
         }
+    lf_imap calls = {0}; /* correlation -> the External id of the call that launched it */
+    if (!lf_imap_init(&calls, b->n)) {
+        free(calls.keys), free(calls.vals);
+        return out_of_memory(b);
+    }
     for (int64_t i = 0; i < b->n; i++) {
         const lf_trace_event *e = &t->ev[i];
-        if (!lf_tab_is_tabled(e) || !lf_trace_cat_is_device(e->cat) || e->cat == LF_TC_GPU_ANNOTATION || !e->ext_id)
+        if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation && e->ext_id)
+            *lf_imap_slot(&calls, e->correlation) = e->ext_id;
+    }
+    for (int64_t i = 0; i < b->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (!lf_tab_is_tabled(e) || !lf_trace_cat_is_device(e->cat) || e->cat == LF_TC_GPU_ANNOTATION)
             continue;
-        int64_t o = *imap_slot(&b->owners, e->ext_id);
+        int64_t o = e->ext_id ? *lf_imap_slot(&b->owners, e->ext_id) : -1;
+        if (o < 0 && e->correlation) {
+            const int64_t via = *lf_imap_slot(&calls, e->correlation);
+            o = via > 0 ? *lf_imap_slot(&b->owners, via) : -1;
+        }
         if (o >= 0)
             b->kern[o] += b->us[i];
     }
+    free(calls.keys), free(calls.vals);
+    return LF_OK;
 }
 
 /* Host event x closes: its device total is final, and counts toward its parent's. */
@@ -368,7 +361,7 @@ static const char *group_key(builder *b, int64_t i, const char *name, const char
 static int64_t row_of(builder *b, int64_t i, const char *name, const char *shapes, int64_t kind)
 {
     const lf_trace_event *e = &b->t->ev[i];
-    const int dev = lf_trace_cat_is_device(e->cat), nf = b->frames_n && !dev ? b->nframes[i] : 0;
+    const int dev = lf_trace_cat_is_device(e->cat), nf = b->frames_n ? b->nframes[i] : 0;
     const char *key = name;
     if (b->by_shape || b->frames_n) {
         if (!(key = group_key(b, i, name, shapes, nf))) {
@@ -438,7 +431,7 @@ static lf_status make_rows(builder *b, lf_table *out)
 {
     const lf_trace *t = b->t;
     if (b->frames_n)
-        LF_TRY(lf_tab_python_stacks(t, b->frames_n, b->frames, b->nframes));
+        LF_TRY(lf_tab_python_stacks(t, b->frames_n, b->frames, b->nframes, &b->stack_text));
     b->m = 0;
     for (int64_t i = 0; i < b->n; i++)
         if (lf_tab_is_tabled(&t->ev[i]))
@@ -530,7 +523,9 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
         time_events(&b);
         nest_host_events(&b);
         count_memory(&b, out);
-        charge_device_work(&b);
+        st = charge_device_work(&b);
+    }
+    if (st == LF_OK) {
         total_device_work(&b);
         st = make_rows(&b, out);
     }
@@ -544,7 +539,8 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
         out->device_label = t->meta.device_label ? t->meta.device_label : "CUDA";
         out->dropped_events = t->meta.dropped_events;
         out->stack_data = b.row_frames;
-        b.row_frames = NULL;
+        out->stack_text = b.stack_text;
+        b.row_frames = NULL, b.stack_text = NULL;
         b.rows = NULL;
     }
     builder_free(&b);
@@ -555,8 +551,8 @@ void lf_table_free(lf_table *tab)
 {
     if (tab) {
         free(tab->rows);
-        free(tab->stack_data);
-        tab->stack_data = NULL;
+        free(tab->stack_data), free(tab->stack_text);
+        tab->stack_data = NULL, tab->stack_text = NULL;
         tab->rows = NULL;
         tab->n_rows = 0;
     }

@@ -16,7 +16,9 @@ int lf_tab_by_time(const void *pa, const void *pb, void *ctx);
 int lf_tab_by_track_time(const void *pa, const void *pb, void *ctx);
 int lf_tab_by_time_class(const void *pa, const void *pb, void *ctx);
 /* For each host event, its depth innermost enclosing Python frames on its thread: frames[i *
- * depth + k], nf[i] of them. */
-lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf);
+ * depth + k], nf[i] of them; an event that has none of those and carries its own stack (a
+ * replayed kernel's capture, a launch's frames) gets that stack's lines, copied into one text
+ * (*text: NULL when there were none; the caller frees it). */
+lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf, char **text);
 
 #endif

@@ -111,7 +111,37 @@ static int is_source_frame(const lf_trace_event *e)
  * depth + k], nf[i] of them. The stack of enclosing events keeps, at each level, the level of the
  * nearest Python frame at or below it (py), so an event finds its frames in depth steps however
  * many ops enclose it (a walk down the whole stack took 98 s for 200,000 nested ops). */
-lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf)
+/* The events with no enclosing Python frames that carry a stack of their own: its lines, copied
+ * into one text (*text, the caller's to free). */
+static lf_status own_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf, char **text)
+{
+    size_t need = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        need += t->ev[i].stack && !nf[i] ? strlen(t->ev[i].stack) + 1 : 0;
+    if (!need)
+        return LF_OK;
+    char *w = *text = malloc(need);
+    if (!w)
+        return lf_fail(LF_ENOMEM, "lf_table_build: out of memory for %lld events", (long long)t->n);
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (!e->stack || nf[i])
+            continue;
+        const size_t len = strlen(e->stack) + 1;
+        memcpy(w, e->stack, len);
+        int k = 0;
+        for (char *line = w, *nl; line && k < depth; line = nl ? nl + 1 : NULL) {
+            if ((nl = strchr(line, '\n')))
+                *nl = '\0';
+            frames[i * depth + k++] = line;
+        }
+        nf[i] = (unsigned char)k;
+        w += len;
+    }
+    return LF_OK;
+}
+
+lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames, unsigned char *nf, char **text)
 {
     const int64_t n = t->n;
     int64_t *idx = malloc((size_t)(n + 1) * sizeof *idx), *stack = malloc((size_t)(n + 1) * sizeof *stack),
@@ -151,5 +181,5 @@ lf_status lf_tab_python_stacks(const lf_trace *t, int depth, const char **frames
         stack[top++] = idx[k];
     }
     free(idx), free(stack), free(py);
-    return LF_OK;
+    return own_stacks(t, depth, frames, nf, text);
 }

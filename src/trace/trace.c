@@ -91,12 +91,13 @@ lf_status lf_trace_add(lf_trace *t, const lf_trace_event *e)
     }
     lf_trace_event c = *e;
     c.name = "";
-    c.input_dims = c.input_types = c.input_strides = c.extra_args = NULL;
+    c.input_dims = c.input_types = c.input_strides = c.extra_args = c.stack = NULL;
     INTERN_OR_FAIL(c.name, e->name ? e->name : "");
     INTERN_OR_FAIL(c.input_dims, e->input_dims);
     INTERN_OR_FAIL(c.input_types, e->input_types);
     INTERN_OR_FAIL(c.input_strides, e->input_strides);
     INTERN_OR_FAIL(c.extra_args, e->extra_args);
+    INTERN_OR_FAIL(c.stack, e->stack);
     t->ev[t->n++] = c;
     return LF_OK;
 }

@@ -81,6 +81,15 @@ lf_strmap_entry *lf_strmap_get(lf_strmap *m, const char *key, int64_t kind);
 /* The entry for (key, kind), or NULL. */
 const lf_strmap_entry *lf_strmap_find(const lf_strmap *m, const char *key, int64_t kind);
 
+/* An integer-keyed hash map (strmap.c): key (never 0) -> val, fixed at room for n keys. */
+typedef struct lf_imap {
+    int64_t *keys, *vals;
+    int64_t cap;
+} lf_imap;
+int lf_imap_init(lf_imap *m, int64_t n); /* 0 when out of memory (free keys and vals still) */
+/* The value of key, added as -1 when missing (at most n keys in all). */
+int64_t *lf_imap_slot(lf_imap *m, int64_t key);
+
 /* Draw ProfilerStep#step (LF_TRACE_FIRST_STEP: the first) as SVG to f (svg.c): 0, -1 on a write
  * error, -2 when there is no such step; standalone adds the XML declaration a file needs (an SVG
  * inside HTML has none). */
