@@ -78,6 +78,7 @@ typedef struct lfc_opts {
     int python_stack;  /* the Python frames of every launch (LFC_STACK), not only of captures */
     int external_ids;  /* External ids pushed around calls (LFC_EXTERNAL): the in-process profiler */
     int calls_by_name; /* calls worth a row only, chosen by name (lfc_call_wanted); else every call */
+    int no_graphs;     /* no graph node callbacks: replayed work stays tied to its launch only */
 } lfc_opts;
 
 /* Take CUPTI: buffers, graph node callbacks. 0, or -1 with the reason in why. */

@@ -252,7 +252,7 @@ static int subscribe(char *why, size_t cap)
     static const CUpti_CallbackId resource[] = {CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED,
                                                 CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED,
                                                 CUPTI_CBID_RESOURCE_GRAPH_NODE_UPDATED};
-    for (size_t i = 0; i < sizeof resource / sizeof resource[0]; i++)
+    for (size_t i = 0; i < sizeof resource / sizeof resource[0] && !cs.o.no_graphs; i++)
         cuptiEnableCallback(1, cs.sub, CUPTI_CB_DOMAIN_RESOURCE, resource[i]);
     for (int driver = 0; driver < 2; driver++) {
         const uint32_t n = driver ? CUPTI_DRIVER_TRACE_CBID_SIZE : CUPTI_RUNTIME_TRACE_CBID_SIZE;
@@ -293,7 +293,7 @@ int lfc_start(const lfc_opts *o, char *why, size_t cap)
         return -1;
     }
     lfc_nodes_to(o->sink, o->ctx, o->python_stack);
-    if (subscribe(why, cap) != 0) {
+    if ((!o->no_graphs || o->python_stack) && subscribe(why, cap) != 0) {
         lfc_nodes_to(NULL, NULL, 0);
         return -1;
     }

@@ -1,9 +1,13 @@
 /* The GPUs as the collector's records need them described: Kineto's deviceProperties for the
  * trace's header, each device's multiprocessors (a kernel's "blocks per SM"), the occupancy
  * calculator's view of it ("est. achieved occupancy %"), and kernel names demangled. Asked of the
- * driver once it is up. Layer: capture/. */
+ * driver once it is up, through the driver the process loaded (the collector's users link none:
+ * the CUDA module's runtime and the profiled program load it themselves). Layer: capture/. */
+#define _GNU_SOURCE /* RTLD_NOLOAD */
 #include <cuda.h>
 #include <cuda_occupancy.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +29,31 @@ static struct {
     char props[MAX_DEVICES * 512];
 } gpus;
 
+/* The driver's entry points this file asks, from the driver already in the process. */
+static struct {
+    CUresult (*get_count)(int *);
+    CUresult (*get)(CUdevice *, int);
+    CUresult (*get_name)(char *, int, CUdevice);
+    CUresult (*total_mem)(size_t *, CUdevice);
+    CUresult (*get_attribute)(int *, CUdevice_attribute, CUdevice);
+    int found;
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void find_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+        return;
+    *(void **)&drv.get_count = dlsym(h, "cuDeviceGetCount");
+    *(void **)&drv.get = dlsym(h, "cuDeviceGet");
+    *(void **)&drv.get_name = dlsym(h, "cuDeviceGetName");
+    *(void **)&drv.total_mem = dlsym(h, "cuDeviceTotalMem_v2");
+    *(void **)&drv.get_attribute = dlsym(h, "cuDeviceGetAttribute");
+    drv.found = drv.get_count && drv.get && drv.get_name && drv.total_mem && drv.get_attribute;
+    dlclose(h); /* loaded by the process: it stays */
+}
+
 /* One GPU's properties from the driver: Kineto's deviceProperties object, and the occupancy
  * calculator's description. */
 static int describe(int k, char *out, size_t cap)
@@ -45,11 +74,11 @@ static int describe(int k, char *out, size_t cap)
                                                  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                                  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
                                                  CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK};
-    if (cuDeviceGet(&d, k) != CUDA_SUCCESS || cuDeviceGetName(name, sizeof name, d) != CUDA_SUCCESS ||
-        cuDeviceTotalMem(&mem, d) != CUDA_SUCCESS)
+    if (drv.get(&d, k) != CUDA_SUCCESS || drv.get_name(name, sizeof name, d) != CUDA_SUCCESS ||
+        drv.total_mem(&mem, d) != CUDA_SUCCESS)
         return 0;
     for (int i = 0; i < 12; i++)
-        if (cuDeviceGetAttribute(&a[i], which[i], d) != CUDA_SUCCESS)
+        if (drv.get_attribute(&a[i], which[i], d) != CUDA_SUCCESS)
             return 0;
     for (char *p = name; *p; p++)
         if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
@@ -81,8 +110,11 @@ int lfc_devices(void)
 {
     if (atomic_load(&gpus.known))
         return 1;
+    pthread_once(&drv_once, find_driver);
+    if (!drv.found)
+        return 0; /* the driver is not loaded yet */
     int n = 0;
-    CUresult r = cuDeviceGetCount(&n);
+    CUresult r = drv.get_count(&n);
     if (r == CUDA_ERROR_NOT_INITIALIZED)
         return 0; /* cuInit has not returned yet */
     size_t used = 0;

@@ -24,12 +24,24 @@ static const char CMD_NAME[] = "linfuse profile";
 typedef struct profile_opts {
     const char *output; /* DIR, or FILE ending in .json or .json.gz */
     const char *delay, *duration, *capture_range, *steps;
-    int gzip, kernels_only, require_gpu;
+    int gzip, kernels_only, require_gpu, python_stack, no_graphs;
     int64_t row_limit;
     char **cmd; /* CMD ARGS..., NULL-terminated (argv's own tail) */
 } profile_opts;
 
-enum { O_OUTPUT, O_GZIP, O_DELAY, O_DURATION, O_CAPTURE, O_STEPS, O_KERNELS_ONLY, O_REQUIRE_GPU, O_ROW_LIMIT };
+enum {
+    O_OUTPUT,
+    O_GZIP,
+    O_DELAY,
+    O_DURATION,
+    O_CAPTURE,
+    O_STEPS,
+    O_KERNELS_ONLY,
+    O_PYTHON_STACK,
+    O_NO_GRAPHS,
+    O_REQUIRE_GPU,
+    O_ROW_LIMIT
+};
 
 static const lf_cli_opt opts[] = {
     {"output", 1, O_OUTPUT, 'o'},
@@ -39,6 +51,8 @@ static const lf_cli_opt opts[] = {
     {"capture-range", 1, O_CAPTURE, 0},
     {"steps", 1, O_STEPS, 0},
     {"kernels-only", 0, O_KERNELS_ONLY, 0},
+    {"python-stack", 0, O_PYTHON_STACK, 0},
+    {"no-graph-captures", 0, O_NO_GRAPHS, 0},
     {"require-gpu", 0, O_REQUIRE_GPU, 0},
     {"row-limit", 1, O_ROW_LIMIT, 0},
 };
@@ -60,6 +74,10 @@ static void usage(FILE *f)
           "                         domain), as Nsight's capture range\n"
           "  --steps A:B            keep only steps A to B: NVTX ranges named ProfilerStep#N (A:, :B, N too)\n"
           "  --kernels-only         device work and NVTX ranges only, no CUDA calls: the least overhead\n"
+          "  --python-stack         the innermost Python frames of every kernel launch, copy and set (a CUDA graph's\n"
+          "                         captures are traced back to their ranges and frames either way)\n"
+          "  --no-graph-captures    leave CUDA graph captures unrecorded: replayed kernels stay tied to their\n"
+          "                         cudaGraphLaunch only\n"
           "  --require-gpu          fail (exit 1) instead of running CMD untraced when CUDA cannot be traced\n"
           "  --row-limit N          table rows printed per process (20; 0 prints no table)\n",
           f);
@@ -159,6 +177,12 @@ static int parse(int argc, char **argv, profile_opts *o)
             break;
         case O_KERNELS_ONLY:
             o->kernels_only = 1;
+            break;
+        case O_PYTHON_STACK:
+            o->python_stack = 1;
+            break;
+        case O_NO_GRAPHS:
+            o->no_graphs = 1;
             break;
         case O_REQUIRE_GPU:
             o->require_gpu = 1;
@@ -332,11 +356,20 @@ static void read_list(const char *list, trace_file **out, int *n)
 static void run_env(const profile_opts *o, const out_place *p, const char *lib, const char **names, const char **values,
                     int *n)
 {
-    static const lf_setting which[] = {LF_SET_PROFILE_OUT,   LF_SET_PROFILE_LIST,        LF_SET_PROFILE_GZIP,
-                                       LF_SET_PROFILE_DELAY, LF_SET_PROFILE_DURATION,    LF_SET_PROFILE_CAPTURE_RANGE,
-                                       LF_SET_PROFILE_STEPS, LF_SET_PROFILE_KERNELS_ONLY};
-    const char *vals[] = {p->dir,           p->list,  p->gzip ? "1" : "0",         o->delay, o->duration,
-                          o->capture_range, o->steps, o->kernels_only ? "1" : NULL};
+    static const lf_setting which[] = {LF_SET_PROFILE_OUT,   LF_SET_PROFILE_LIST,         LF_SET_PROFILE_GZIP,
+                                       LF_SET_PROFILE_DELAY, LF_SET_PROFILE_DURATION,     LF_SET_PROFILE_CAPTURE_RANGE,
+                                       LF_SET_PROFILE_STEPS, LF_SET_PROFILE_KERNELS_ONLY, LF_SET_PROFILE_PYTHON_STACK,
+                                       LF_SET_PROFILE_GRAPHS};
+    const char *vals[] = {p->dir,
+                          p->list,
+                          p->gzip ? "1" : "0",
+                          o->delay,
+                          o->duration,
+                          o->capture_range,
+                          o->steps,
+                          o->kernels_only ? "1" : NULL,
+                          o->python_stack ? "1" : NULL,
+                          o->no_graphs ? "0" : NULL};
     const char *old = getenv("CUDA_INJECTION64_PATH");
     if (old && *old && strcmp(old, lib))
         fprintf(stderr, "%s: CUDA_INJECTION64_PATH was %s; linfuse's injection replaces it for %s\n", CMD_NAME, old,

@@ -41,7 +41,7 @@ static struct {
     pid_t pid; /* the process that started: a child forked from it never writes its trace */
     lfi_session *s;
     lfi_opts o;
-    int gzip, enable_at_lo, python_stack;
+    int gzip, enable_at_lo, python_stack, graphs;
     char out_dir[2048], list[2048], name[256];
     int64_t to_epoch; /* CUPTI's clock -> the epoch */
     pthread_t helper;
@@ -101,6 +101,7 @@ static void read_settings(void)
     g.gzip = lf_setting_choice_or(LF_SET_PROFILE_GZIP, 0);
     g.o.kernels_only = lf_setting_choice_or(LF_SET_PROFILE_KERNELS_ONLY, 0);
     g.python_stack = lf_setting_choice_or(LF_SET_PROFILE_PYTHON_STACK, 0);
+    g.graphs = lf_setting_choice_or(LF_SET_PROFILE_GRAPHS, 1);
     g.o.capture_range = lf_setting_get(LF_SET_PROFILE_CAPTURE_RANGE);
     g.o.step_lo = g.o.step_hi = -1;
     const char *steps = lf_setting_get(LF_SET_PROFILE_STEPS);
@@ -402,7 +403,8 @@ int InitializeInjection(void)
                          .nvtx = 1,
                          .kernels_only = g.o.kernels_only,
                          .python_stack = g.python_stack,
-                         .calls_by_name = 1};
+                         .calls_by_name = 1,
+                         .no_graphs = !g.graphs};
     if (made != LF_OK || lfc_start(&co, why, sizeof why) != 0) {
         say("not profiled: %s", g.s ? why : "out of memory");
         lfi_free(g.s);

@@ -220,6 +220,8 @@ lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, cha
                        (long long)s.steps, s.kernels_per_step, s.graph_kernels_per_step, s.cpu_ops_per_step,
                        s.device_busy, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)s.device_events,
                        (long long)lf_trace_count(t));
+        if (s.graph_kernels_per_step > 0)
+            lf_sbuf_printf(&b, ", \"graph_ranged\": %.4f, \"graph_framed\": %.4f", s.graph_ranged, s.graph_framed);
         if (s.has_comm)
             lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
                            s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);

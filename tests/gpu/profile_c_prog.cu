@@ -4,7 +4,8 @@
 //   - saxpy launched with <<<...>>>,
 //   - scale launched with cudaLaunchKernelEx,
 //   - add launched through the driver API (cuLaunchKernel on the function cudaGetFuncBySymbol gives),
-//   - one replay of a CUDA graph captured from a stream (two kernels: scale, then add),
+//   - one replay of a CUDA graph captured from a stream inside NVTX ranges (two kernels: scale
+//     under "capture" > "scale_part", then add under "capture" > "add_part"),
 //   - a copy to the device, a memset and a copy back, inside an NVTX range "io",
 // then a second host thread launches one saxpy of its own, and the program exits with status 5.
 // Built by profile_check.py with nvcc (not by CMake: nothing in CI runs it).
@@ -36,13 +37,13 @@ __global__ void add(int n, const float *x, float *y)
         y[i] += x[i];
 }
 
-#define CHECK(call)                                                                                                    \
-    do {                                                                                                               \
-        cudaError_t e_ = (call);                                                                                       \
-        if (e_ != cudaSuccess) {                                                                                       \
-            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                                                \
-            exit(1);                                                                                                   \
-        }                                                                                                              \
+#define CHECK(call)                                                     \
+    do {                                                                \
+        cudaError_t e_ = (call);                                        \
+        if (e_ != cudaSuccess) {                                        \
+            fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+            exit(1);                                                    \
+        }                                                               \
     } while (0)
 
 int main()
@@ -56,10 +57,16 @@ int main()
     // the graph: scale, then add, captured once
     cudaGraph_t g;
     cudaGraphExec_t ge;
+    nvtxRangePushA("capture");
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    nvtxRangePushA("scale_part");
     scale<<<blocks, threads, 0, s>>>(n, 0.5f, y);
+    nvtxRangePop();
+    nvtxRangePushA("add_part");
     add<<<blocks, threads, 0, s>>>(n, x, y);
+    nvtxRangePop();
     CHECK(cudaStreamEndCapture(s, &g));
+    nvtxRangePop();
     CHECK(cudaGraphInstantiate(&ge, g, 0));
     cudaFunction_t add_fn;
     CHECK(cudaGetFuncBySymbol(&add_fn, (const void *)add));

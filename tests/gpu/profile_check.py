@@ -219,14 +219,30 @@ def check_c_program():
           all(e["args"].get("bytes") == 4 << 20 for e in copies + sets),
           "%d copies %s, %d sets" % (len(copies), [e["args"].get("bytes") for e in copies][:2], len(sets)))
     ranges = collections.Counter(e["name"] for e in ev if e.get("cat") == "user_annotation")
-    check("C program: NVTX ranges: 3 steps, 3 io", ranges == {"ProfilerStep#1": 1, "ProfilerStep#2": 1,
-                                                            "ProfilerStep#3": 1, "io": 3}, str(dict(ranges)))
+    check("C program: NVTX ranges: 3 steps, 3 io, the capture's", ranges == {
+        "ProfilerStep#1": 1, "ProfilerStep#2": 1, "ProfilerStep#3": 1, "io": 3, "capture": 1, "scale_part": 1,
+        "add_part": 1}, str(dict(ranges)))
+    # the graph's kernels, replayed in each step, traced back to the ranges open at their capture:
+    # scale under capture > scale_part, add under capture > add_part, an instance per replay
+    spans = {e["args"].get("External id"): e for e in ev if e.get("cat") == "gpu_user_annotation"}
+    replayed = [e for e in kernels if e["args"].get("correlation") in calls and
+                calls[e["args"]["correlation"]]["name"] == "cudaGraphLaunch"]
+    under = collections.Counter((e["name"].split("(")[0], spans[e["args"]["External id"]]["name"]) for e in replayed
+                                if e["args"].get("External id") in spans)
+    check("C program: replayed scale under scale_part, add under add_part, 3 each",
+          under == {("scale", "scale_part"): 3, ("add", "add_part"): 3}, str(dict(under)))
+    check("C program: each replayed kernel names its capture's call",
+          all(e["args"].get("captured by", "").startswith("cudaLaunchKernel") for e in replayed),
+          str([e["args"].get("captured by") for e in replayed][:3]))
+    outer = collections.Counter(e["name"] for e in ev if e.get("cat") == "gpu_user_annotation")
+    check("C program: the capture range spans both kernels once a replay", outer["capture"] == 3, str(dict(outer)))
     tids = {calls[e["args"]["correlation"]]["tid"] for e in kernels if e["name"].startswith("saxpy")
             and e["args"].get("correlation") in calls}
     check("C program: the second thread's launch on its own thread", len(tids) == 2, str(tids))
     s = json.loads(sh([BIN, "trace", "summary", out, "--json"]).stdout)["ranks"][0]
-    check("C program: trace summary: 3 steps, 5 kernels a step, 2 of them graph kernels", s["steps"] == 3 and
-          s["kernels_per_step"] == 5 and s["graph_kernels_per_step"] == 2, str(s))
+    check("C program: trace summary: 3 steps, 5 kernels a step, 2 of them graph kernels, all of their time ranged",
+          s["steps"] == 3 and s["kernels_per_step"] == 5 and s["graph_kernels_per_step"] == 2 and
+          s.get("graph_ranged", 0) > 0.999, str(s))
 
 
 # --- 4. two torchrun ranks, merged ---
