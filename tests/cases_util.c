@@ -374,7 +374,7 @@ static void k_kend(void *u, lf_device d, const lf_kernel_info *info)
     klog->n++;
     snprintf(klog->last, sizeof klog->last, "%s", info->name ? info->name : "");
 }
-static const lf_op_observer k_observer = {k_begin, k_end, k_kbegin, k_kend, NULL, NULL, NULL};
+static const lf_op_observer k_observer = {k_begin, k_end, k_kbegin, k_kend, NULL, NULL, NULL, NULL, NULL};
 
 void kernel_log_start(kernel_log *k)
 {

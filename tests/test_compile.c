@@ -79,7 +79,7 @@ static void dump(const recorder *r)
 static lf_status observed_run(lf_compiled *c, lf_tensor *x, lf_tensor **y, recorder *rec)
 {
     memset(rec, 0, sizeof *rec);
-    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, rec, rec_note, rec_note_end};
+    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, rec, rec_note, rec_note_end, NULL, NULL};
     lf_ops_set_observer(&obs);
     lf_status s = lf_compiled_run(c, 1, &x, y);
     lf_ops_set_observer(NULL);

@@ -104,7 +104,7 @@ static void test_dispatch_chain(void)
     int64_t xs[2] = {1024, 32};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 2, xs), *y = NULL;
     recorder rec = {0};
-    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
+    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL, NULL, NULL};
     lf_ops_set_observer(&obs);
     lf_status s = lf_nn_linear_forward(&lin, x, &y);
     lf_ops_set_observer(NULL);
@@ -161,7 +161,7 @@ static void test_mlp_chain(void)
     int64_t xs[3] = {2, 7, 64};
     lf_tensor *x = rand_tensor(&rng, LF_DTYPE_BF16, 3, xs), *y = NULL;
     recorder rec = {0};
-    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL};
+    lf_op_observer obs = {rec_begin, rec_end, rec_kbegin, rec_kend, &rec, NULL, NULL, NULL, NULL};
     lf_ops_set_observer(&obs);
     lf_status s = lf_nn_gated_mlp_forward(&mlp, x, &y);
     lf_ops_set_observer(NULL);

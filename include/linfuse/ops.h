@@ -180,6 +180,17 @@ typedef struct lf_op_arg {
     int is_scalar;
 } lf_op_arg;
 
+/* One step of a compiled plan a CUDA graph replays, as the observer is told of it: the kernel the
+ * step launches and the ops that were open when compile mode captured it, outermost first, each
+ * with the number of its call in the captured forward (steps of one call share the number, so a
+ * trace can show the call once over all its kernels). */
+enum { LF_REPLAY_DEPTH = 8 };
+typedef struct lf_replay_step {
+    int n_ops;
+    lf_op_id ops[LF_REPLAY_DEPTH];
+    int32_t calls[LF_REPLAY_DEPTH];
+} lf_replay_step;
+
 typedef struct lf_op_observer {
     void (*op_begin)(void *user, lf_op_id op, int n_args, const lf_op_arg *args);
     void (*op_end)(void *user, lf_op_id op, lf_status status);
@@ -191,6 +202,12 @@ typedef struct lf_op_observer {
     /* optional: a named span inside an op, e.g. a fallback and why it was taken (text copied) */
     void (*note_begin)(void *user, const char *text);
     void (*note_end)(void *user);
+    /* optional: a compiled plan's steps shown as the forward they stand for. replay_op: a step
+     * run by itself enters (op: the op that made it at capture) or leaves (LF_OP_COUNT) such an
+     * op, which was not dispatched; graph_steps: inside op lf::cuda_graph_replay, the n steps the
+     * graph replays (read during the call only) */
+    void (*replay_op)(void *user, lf_op_id op);
+    void (*graph_steps)(void *user, int n, const lf_replay_step *steps);
 } lf_op_observer;
 
 /* Install (or with NULL remove) the process-wide observer. The struct must outlive its use. While

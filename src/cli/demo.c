@@ -268,7 +268,7 @@ int lf_cli_demo(int argc, char **argv)
            lf_cpu_isa_name(lf_cpu_isa_active()), lf_cpu_threads(), lf_cpu_threads() == 1 ? "" : "s");
 
     demo_log *log = calloc(1, sizeof *log);
-    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log, NULL, NULL};
+    lf_op_observer obs = {on_op_begin, on_op_end, on_kernel_begin, on_kernel_end, log, NULL, NULL, NULL, NULL};
     lf_status s = LF_ENOMEM;
     if (log) {
         /* the watched forward is the fourth: the ones before pay for first touches of their

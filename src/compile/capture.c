@@ -25,6 +25,10 @@ static node *new_node(graph *g, node_kind k, lf_device dev)
     n->kind = k;
     n->dev = dev;
     n->op = g->depth > 0 ? g->stack[g->depth - 1] : LF_OP_COUNT;
+    const int depth = g->depth < 64 ? g->depth : 64;
+    n->made_in.n_ops = depth < LF_REPLAY_DEPTH ? depth : LF_REPLAY_DEPTH; /* the outermost: the calls a user made */
+    for (int i = 0; i < n->made_in.n_ops; i++)
+        n->made_in.ops[i] = g->stack[i], n->made_in.calls[i] = g->call_of[i];
     return n;
 }
 
@@ -99,8 +103,10 @@ static void cap_op_begin(void *user, lf_op_id op)
     graph *g = user;
     if (g->depth < 64) {
         g->stack[g->depth] = op;
+        g->call_of[g->depth] = g->calls;
         g->kernels_at[g->depth] = g->kernels;
     }
+    g->calls++;
     g->depth++;
 }
 

@@ -10,30 +10,6 @@
 
 #include "compile/compile_impl.h"
 
-/* Where an input's pointer goes in a step, patched per run. */
-typedef struct patch {
-    void **field;
-    int input;
-    int64_t off;
-} patch;
-
-typedef struct plan {
-    graph g;
-    lf_dtype in_dtype[MAX_INPUTS];
-    lf_device in_dev[MAX_INPUTS];
-    int in_ndim[MAX_INPUTS];
-    int64_t in_shape[MAX_INPUTS][LF_MAX_DIMS], in_stride[MAX_INPUTS][LF_MAX_DIMS];
-    lf_device dev; /* where the steps run */
-    patch *patches;
-    int n_patches;
-    lf_tensor *out_buf;
-    int64_t out_offset; /* elements */
-    int kernels, views;
-    void *graph_exec; /* CUDA graph, recorded for graph_ptrs */
-    void *graph_ptrs[MAX_INPUTS];
-    char passes_log[1024];
-} plan;
-
 struct lf_compiled {
     lf_forward_fn fn;
     void *ctx;
@@ -65,7 +41,7 @@ static void plan_free(plan *p)
     for (int i = 0; i < p->g.n_nodes; i++)
         if (p->g.nodes[i].kind == N_FUSED)
             lf_backend_fused_release(p->dev, &p->g.nodes[i].f);
-    free(p->patches);
+    free(p->patches), free(p->steps);
     cg_free(&p->g);
     free(p);
 }
@@ -177,124 +153,7 @@ static lf_status build_plan(plan *p, const lf_compile_opts *o)
     }
     p->out_buf = g->values[g->out.idx].buf;
     p->out_offset = g->out.off / (int64_t)lf_dtype_size(g->out_dtype);
-    return LF_OK;
-}
-
-/* --- running a plan --- */
-
-static lf_status run_view(const plan *p, const node *n, lf_tensor *const *in)
-{
-    lf_tensor *x = NULL, *y = NULL;
-    lf_status s;
-    if (n->vin.kind == R_CONST) {
-        x = n->vin_const;
-    } else {
-        const lf_tensor *base = n->vin.kind == R_VALUE ? p->g.values[n->vin.idx].buf : in[n->vin.idx];
-        int64_t off = n->vin.off / (int64_t)lf_dtype_size(base->dtype) + base->offset;
-        s = lf_tensor_alias(&x, base, n->vin_ndim, n->vin_shape, n->vin_stride, off);
-        if (s != LF_OK)
-            return s;
-    }
-    switch (n->op) {
-    case LF_OP_T:
-        s = lf_t(&y, x);
-        break;
-    case LF_OP_TRANSPOSE:
-        s = lf_transpose(&y, x, n->v_d0, n->v_d1);
-        break;
-    case LF_OP_VIEW:
-        s = lf_view(&y, x, n->v_ndim, n->v_shape);
-        break;
-    case LF_OP_RESHAPE:
-        s = lf_reshape(&y, x, n->v_ndim, n->v_shape);
-        break;
-    default:
-        s = lf_contiguous(&y, x);
-        break;
-    }
-    lf_tensor_free(y);
-    if (x != n->vin_const)
-        lf_tensor_free(x);
-    return s;
-}
-
-/* Every step once. direct: straight to the backend (recording a graph), else through the
- * launch hooks the profiler watches. */
-static lf_status run_steps(plan *p, lf_tensor *const *in, int direct)
-{
-    for (int i = 0; i < p->g.n_nodes; i++) {
-        const node *n = &p->g.nodes[i];
-        if (n->dead)
-            continue;
-        lf_status s;
-        switch (n->kind) {
-        case N_GEMM: /* a packed B is a CPU step's, never recorded in a graph */
-            s = n->packed ? lf_launch_gemm_packed(&n->g, n->packed)
-                : direct  ? lf_backend_gemm(n->dev, &n->g, NULL)
-                          : lf_launch_gemm(n->dev, &n->g);
-            break;
-        case N_PW:
-            s = direct ? lf_backend_pointwise(n->dev, &n->p, NULL) : lf_launch_pointwise(n->dev, &n->p);
-            break;
-        case N_FUSED:
-            s = direct ? lf_backend_fused(n->dev, &n->f, NULL) : lf_launch_fused(n->dev, &n->f);
-            break;
-        case N_COLL:
-            s = lf_launch_collective(n->dev, &n->coll, direct);
-            break;
-        case N_WAIT:
-            s = lf_launch_comm_wait(n->dev, n->coll.comm, direct);
-            break;
-        case N_QUANT:
-            s = direct ? lf_backend_quantize_fp8(n->dev, &n->q, NULL) : lf_launch_quant(n->dev, &n->q);
-            break;
-        default:
-            s = run_view(p, n, in);
-            break;
-        }
-        if (s != LF_OK)
-            return s;
-    }
-    return LF_OK;
-}
-
-static void apply_patches(plan *p, lf_tensor *const *in)
-{
-    for (int i = 0; i < p->n_patches; i++)
-        *p->patches[i].field = (char *)lf_tensor_data(in[p->patches[i].input]) + p->patches[i].off;
-}
-
-static lf_status run_plan(lf_compiled *c, plan *p, lf_tensor *const *in)
-{
-    apply_patches(p, in);
-    const int graphs = p->dev == LF_DEVICE_CUDA && !c->o.no_cuda_graph && p->views == 0;
-    if (!graphs)
-        return run_steps(p, in, 0);
-    int same = p->graph_exec != NULL;
-    for (int i = 0; i < p->g.n_in && same; i++)
-        same = p->graph_ptrs[i] == lf_tensor_data(in[i]);
-    if (!same) { /* record the steps once for these input addresses */
-        if (p->graph_exec) {
-            lf_ops_note_begin("cuda graph re-recorded (an input moved)");
-            lf_backend_graph_free(p->dev, p->graph_exec);
-            p->graph_exec = NULL;
-        }
-        LF_TRY(lf_backend_graph_begin(p->dev));
-        lf_status s = run_steps(p, in, 1);
-        void *exec = NULL;
-        lf_status e = lf_backend_graph_end(p->dev, &exec);
-        if (s == LF_OK)
-            s = e;
-        if (s != LF_OK) {
-            if (exec)
-                lf_backend_graph_free(p->dev, exec);
-            return s;
-        }
-        p->graph_exec = exec;
-        for (int i = 0; i < p->g.n_in; i++)
-            p->graph_ptrs[i] = lf_tensor_data(in[i]);
-    }
-    return lf_launch_graph(p->dev, p->graph_exec, p->g.n_in, in);
+    return cg_plan_steps(p);
 }
 
 /* --- guards --- */
@@ -377,10 +236,8 @@ static lf_status compile_plan(lf_compiled *c, int n_in, lf_tensor *const *in, pl
     if (s == LF_OK)
         s = build_plan(p, &c->o);
     /* one run before any graph is recorded: libraries load their kernels and plans now */
-    if (s == LF_OK) {
-        apply_patches(p, in);
-        s = run_steps(p, in, 0);
-    }
+    if (s == LF_OK)
+        s = cg_run_plan(p, in, 0);
     if (s == LF_OK)
         s = lf_device_synchronize(p->dev);
     lf_ops_note_end();
@@ -479,7 +336,7 @@ lf_status lf_compiled_run(lf_compiled *c, int n_in, lf_tensor *const *in, lf_ten
                     c->o.recompile_limit ? " (recompile limit reached)" : " (recompile_limit is 0)");
     }
     if (s == LF_OK)
-        s = run_plan(c, p, in);
+        s = cg_run_plan(p, in, !c->o.no_cuda_graph);
     if (s == LF_OK)
         s = lf_tensor_alias(out, p->out_buf, p->g.out_ndim, p->g.out_shape, p->g.out_stride,
                             p->out_buf->offset + p->out_offset);

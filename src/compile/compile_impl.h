@@ -33,6 +33,9 @@ typedef enum { N_GEMM, N_PW, N_FUSED, N_VIEW, N_COLL, N_WAIT, N_QUANT } node_kin
 typedef struct node {
     node_kind kind;
     lf_op_id op; /* the op whose call launched it (or the view op) */
+    /* the ops open when it was captured, outermost first, with their calls' numbers: what its
+     * kernel is shown under when the plan replays (a view node: the ops around its own) */
+    lf_replay_step made_in;
     int dead;
     lf_device dev;
     lf_gemm g;
@@ -69,6 +72,8 @@ typedef struct graph {
     uintptr_t in_lo[MAX_INPUTS], in_hi[MAX_INPUTS];
     /* capture state */
     lf_op_id stack[64];
+    int32_t call_of[64]; /* each open op's call number in the forward */
+    int32_t calls;
     int depth, kernels_at[64], kernels;
     lf_status err;
     /* the output */
@@ -82,6 +87,33 @@ typedef struct graph {
 } graph;
 
 
+/* Where an input's pointer goes in a step, patched per run. */
+typedef struct patch {
+    void **field;
+    int input;
+    int64_t off;
+} patch;
+
+typedef struct plan {
+    graph g;
+    lf_dtype in_dtype[MAX_INPUTS];
+    lf_device in_dev[MAX_INPUTS];
+    int in_ndim[MAX_INPUTS];
+    int64_t in_shape[MAX_INPUTS][LF_MAX_DIMS], in_stride[MAX_INPUTS][LF_MAX_DIMS];
+    lf_device dev; /* where the steps run */
+    patch *patches;
+    int n_patches;
+    lf_tensor *out_buf;
+    int64_t out_offset; /* elements */
+    int kernels, views;
+    /* the kernel steps in order, each with the ops that made it: what a replay shows them under */
+    lf_replay_step *steps;
+    int n_steps;
+    void *graph_exec; /* CUDA graph, recorded for graph_ptrs */
+    void *graph_ptrs[MAX_INPUTS];
+    char passes_log[1024];
+} plan;
+
 /* capture.c: run fn once on in with the capture hooks set; g gets its nodes, values and output. */
 lf_status cg_capture(graph *g, lf_forward_fn fn, void *ctx, int n_in, lf_tensor *const *in);
 void cg_free(graph *g);
@@ -89,5 +121,11 @@ void cg_free(graph *g);
 void cg_run_passes(graph *g, unsigned passes, char *log, size_t cap);
 /* users and is_output of every value, from the live nodes and the output */
 void cg_count_users(graph *g);
+/* run.c: one run of plan p on inputs in: as a CUDA graph (recorded on the first run, again when an
+ * input moved) where the plan is CUDA's, graphs allowed and it has no view step, else step by
+ * step through the observer, each kernel inside the ops that made it. */
+lf_status cg_run_plan(plan *p, lf_tensor *const *in, int graphs_allowed);
+/* p's steps table (p->steps: the kernel steps in order with the ops that made them). */
+lf_status cg_plan_steps(plan *p);
 
 #endif

@@ -134,7 +134,8 @@ lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct)
     return b->comm_wait ? b->comm_wait(comm) : LF_OK;
 }
 
-lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in)
+lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in, int n_steps,
+                          const lf_replay_step *steps)
 {
     const lf_op_observer *o = lf_obs();
     if (__builtin_expect(o == NULL, 1))
@@ -144,9 +145,18 @@ lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *i
     for (int i = 0; i < k; i++)
         args[i] = LF_ARG(in[i]);
     o->op_begin(o->user, LF_OP_CUDA_GRAPH_REPLAY, k, args);
+    if (o->graph_steps && n_steps > 0)
+        o->graph_steps(o->user, n_steps, steps);
     lf_status s = lf_backend_graph_launch(dev, graph);
     o->op_end(o->user, LF_OP_CUDA_GRAPH_REPLAY, s);
     return s;
+}
+
+void lf_ops_replay_op(lf_op_id op)
+{
+    const lf_op_observer *o = lf_obs();
+    if (o && o->replay_op)
+        o->replay_op(o->user, op);
 }
 
 void lf_ops_note_begin(const char *text)

@@ -73,8 +73,14 @@ lf_status lf_launch_comm_wait(lf_device dev, void *comm, int direct);
 
 /* A recorded CUDA graph replayed as op lf::cuda_graph_replay over the plan's n inputs: CUPTI
  * gives every kernel of a graph launch the launch's correlation, so they all carry this op's
- * External id (docs/trace_format.md, "CUDA graphs"). No capture sees it. */
-lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in);
+ * External id (docs/trace_format.md, "CUDA graphs"); the observer is told the n_steps steps it
+ * replays (the ops that made each kernel). No capture sees it. */
+lf_status lf_launch_graph(lf_device dev, void *graph, int n, lf_tensor *const *in, int n_steps,
+                          const lf_replay_step *steps);
+/* A compiled plan's step run by itself (no graph) inside the ops that made it at capture: the
+ * observer told op `op` is entered (LF_OP_COUNT: the innermost such op left), so its kernels show
+ * under it though it was not dispatched. */
+void lf_ops_replay_op(lf_op_id op);
 
 /* Checks that name the op and the argument in their messages. */
 lf_status lf_check_tensor(const char *op, const char *name, const lf_tensor *t);

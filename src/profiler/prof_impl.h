@@ -20,7 +20,7 @@
 
 /* --- records --- */
 
-enum { REC_OP, REC_RANGE, REC_KERNEL, REC_MEM };
+enum { REC_OP, REC_RANGE, REC_KERNEL, REC_MEM, REC_STEPS };
 enum { LF_REC_CHUNK = 8192, LF_ARENA_CHUNK = 1 << 20, LF_MAX_DEPTH = 64, LF_MAX_ARGS = 6 };
 
 /* One recorded event (80 bytes: recording streams these through memory, so they are kept small).
@@ -48,6 +48,10 @@ typedef struct lf_rec {
         struct {
             int64_t bytes, total, reserved, addr;
         } m;
+        struct { /* REC_STEPS: what a graph launch (the op of ext_id) replays, in the arena */
+            const lf_replay_step *steps;
+            int64_t n;
+        } s;
     } u;
 } lf_rec;
 
@@ -127,7 +131,9 @@ typedef struct lf_prof_slot {
 /* What a thread has open (ops, ranges, the step's range): its stack lives with the thread, not
  * in a buffer, so it survives a window's swap; a record pointer is good only while gen is the
  * thread's current generation (older buffers belong to a saved window). */
-enum { OPEN_OP, OPEN_RANGE, OPEN_STEP };
+/* OPEN_REPLAY: an op a compiled plan's step stands for (not dispatched): a range in the trace
+ * that owns its kernels as an op does */
+enum { OPEN_OP, OPEN_RANGE, OPEN_STEP, OPEN_REPLAY };
 typedef struct lf_open {
     lf_rec *rec;    /* NULL: not recorded (the schedule was not recording, or memory ran out) */
     uint64_t gen;   /* the generation rec lives in */
@@ -228,6 +234,19 @@ static inline int lf_prof_recording(const lf_profiler *p)
 {
     return atomic_load_explicit(&p->state, memory_order_relaxed) != ST_NONE;
 }
+
+/* --- replay_ops.c: a compiled plan's replayed kernels under the ops that made them --- */
+
+/* A graph launch's steps (REC_STEPS), and its kernels as the device source reports them. */
+typedef struct lf_replay_stash lf_replay_stash;
+/* For the n launches of a window (NULL when none, or out of memory: then nothing is stashed). */
+lf_replay_stash *lf_prof_replay_stash(const lf_rec *const *launches, int64_t n);
+/* Whether e (device work of such a launch: its External id is the launch's op) was kept back,
+ * copied, to be added with its steps' ops; 0 to add it as it is. */
+int lf_prof_replay_take(lf_replay_stash *s, const lf_trace_event *e);
+/* The kernels kept back into t, each launch's under its steps' ops: a gpu_user_annotation per op
+ * call over its kernels (when the launch ran one kernel a step; else as they are); then free. */
+lf_status lf_prof_replay_finish(lf_replay_stash *s, lf_trace *t);
 
 /* --- window.c --- */
 

@@ -67,12 +67,12 @@ static void pop(lf_profiler *p)
         r->t1 = lf_prof_ticks();
 }
 
-/* The innermost open op (its id names the kernels it launches), or NULL. */
+/* The innermost open op, dispatched or replayed (its id names the kernels it launches), or NULL. */
 static lf_open *owner(void)
 {
     lf_tls *t = &lf_prof_tls;
     for (int i = (t->depth < LF_MAX_DEPTH ? t->depth : LF_MAX_DEPTH) - 1; i >= 0; i--)
-        if (t->open[i].kind == OPEN_OP)
+        if (t->open[i].kind == OPEN_OP || t->open[i].kind == OPEN_REPLAY)
             return &t->open[i];
     return NULL;
 }
@@ -215,10 +215,59 @@ static void on_note_end(void *user)
     (void)lf_prof_range_pop();
 }
 
+/* A compiled plan's step entering (op) or leaving (LF_OP_COUNT) the op that made it: a range of
+ * the op's name that owns the kernels inside, as the op would. */
+static void on_replay_op(void *user, lf_op_id op)
+{
+    (void)user;
+    lf_profiler *p = lf_prof_enter();
+    if (!p)
+        return;
+    lf_tls *t = &lf_prof_tls;
+    if (op != LF_OP_COUNT) {
+        lf_open *e = lf_prof_push(p, OPEN_REPLAY, lf_op_name(op), (int)op, 0);
+        if (e && e->rec && p->source) {
+            p->source->push(e->ext_id);
+            e->pushed = 1;
+        }
+    } else if (t->depth > 0) {
+        if (t->depth <= LF_MAX_DEPTH && t->open[t->depth - 1].pushed)
+            p->source->pop();
+        pop(p);
+    }
+    lf_prof_leave();
+}
+
+/* A graph launch's steps, kept beside its op (the open lf::cuda_graph_replay) for the window to
+ * put its kernels under the ops that made them. */
+static void on_graph_steps(void *user, int n, const lf_replay_step *steps)
+{
+    (void)user;
+    lf_profiler *p = lf_prof_enter();
+    if (!p)
+        return;
+    lf_open *o = owner();
+    lf_tbuf *b = o && o->rec && lf_prof_recording(p) ? lf_prof_thread_buf(p) : NULL;
+    lf_replay_step *copy = b ? lf_prof_arena_alloc(b, (size_t)n * sizeof *copy) : NULL;
+    lf_rec *r = copy ? lf_prof_rec_new(b) : NULL;
+    if (b && !copy)
+        b->lost++;
+    if (r) {
+        memcpy(copy, steps, (size_t)n * sizeof *copy);
+        memset(r, 0, sizeof *r);
+        r->kind = REC_STEPS;
+        r->ext_id = o->ext_id;
+        r->t0 = r->t1 = lf_prof_ticks();
+        r->u.s.steps = copy, r->u.s.n = n;
+        lf_prof_publish(b);
+    }
+    lf_prof_leave();
+}
+
 /* One observer for every session: it never changes, so a thread holding it can always call it;
  * the hooks find the session through lf_prof_active, inside lf_prof_enter. */
-static const lf_op_observer observer = {on_op_begin, on_op_end,     on_kernel_begin, on_kernel_end,
-                                        NULL,        on_note_begin, on_note_end};
+static const lf_op_observer observer = {on_op_begin,   on_op_end,   on_kernel_begin, on_kernel_end, NULL,
+                                        on_note_begin, on_note_end, on_replay_op,    on_graph_steps};
 
 void lf_prof_set_hooks(const lf_profiler *p, int on)
 {

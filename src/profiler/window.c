@@ -94,6 +94,7 @@ typedef struct source_sink {
     int64_t n_spans;
     const coll_note *colls; /* the window's collectives, in the order recorded */
     int n_colls;
+    lf_replay_stash *replays; /* kernels of graph launches whose steps are known, kept back */
 } source_sink;
 
 /* CUPTI stamps API calls on its own clock reading; mapped onto ours, a call that returns just
@@ -176,7 +177,8 @@ static void sink_add(void *user, const lf_dev_event *d)
             c.extra_args = joined ? joined : c.extra_args;
             break;
         }
-    k->st = lf_trace_add(k->t, &c);
+    if (!lf_prof_replay_take(k->replays, &c))
+        k->st = lf_trace_add(k->t, &c);
     free(joined);
 }
 
@@ -226,6 +228,8 @@ typedef struct building {
     int64_t pid;
     coll_note *colls;
     int n_colls;
+    const lf_rec **launches; /* graph launches with their steps (REC_STEPS) */
+    int64_t n_launches, cap_launches;
 } building;
 
 /* An op's or range's args as text, alive until its event is added. */
@@ -358,6 +362,19 @@ static lf_status add_record(building *w, const lf_rec *r, int64_t tid, int64_t l
     return lf_trace_add(w->t, &e);
 }
 
+static lf_status note_launch(building *w, const lf_rec *r)
+{
+    if (w->n_launches == w->cap_launches) {
+        const int64_t cap = w->cap_launches ? 2 * w->cap_launches : 64;
+        const lf_rec **v = realloc(w->launches, (size_t)cap * sizeof *v);
+        if (!v)
+            return lf_fail(LF_ENOMEM, "profiler: out of memory");
+        w->launches = v, w->cap_launches = cap;
+    }
+    w->launches[w->n_launches++] = r;
+    return LF_OK;
+}
+
 /* Thread buffer b's records inside the window, its thread named once it has one, and its CPU
  * kernels' lane named when it has any (one lane per thread: kernels of two threads overlap in
  * time and must not share one). Kernels the device source reports itself are left to it. */
@@ -375,6 +392,10 @@ static lf_status add_thread(building *w, const lf_tbuf *b, int64_t lane)
                 continue;
             }
             lane_used |= r->kind == REC_KERNEL && r->device == LF_DEVICE_CPU;
+            if (r->kind == REC_STEPS) { /* no event of its own: its launch's kernels go under its ops */
+                st = note_launch(w, r);
+                continue;
+            }
             st = add_record(w, r, b->tid, lane);
             if (st == LF_OK && !named) {
                 char nm[64];
@@ -414,8 +435,12 @@ static lf_status add_device_events(building *w, int64_t *dropped)
     if (spans)
         qsort(spans, (size_t)k.n_spans, sizeof *spans, span_cmp);
     k.spans = spans;
+    k.replays = lf_prof_replay_stash(w->launches, w->n_launches);
     *dropped += p->source->drain(&k, sink_add);
     free(spans);
+    lf_status st = lf_prof_replay_finish(k.replays, w->t);
+    if (k.st == LF_OK)
+        k.st = st;
     w->m->device_label = "CUDA";
     w->m->device_properties = p->source->properties ? p->source->properties() : NULL;
     return k.st;
@@ -441,7 +466,7 @@ lf_status lf_prof_build_trace(lf_profiler *p, lf_tbuf *bufs, int64_t t_begin, in
         st = add_device_events(&w, &dropped);
     for (int i = 0; i < w.n_colls; i++)
         free(w.colls[i].args);
-    free(w.colls);
+    free(w.colls), free(w.launches);
     if (st == LF_OK)
         st = name_streams(w.t);
     w.m->dropped_events = dropped;
