@@ -174,6 +174,10 @@ contains "compiled mlp, gated: 2 kernels" "kernels/step=2"
 checks=$((checks + 1)) # two plans, two traces: the gated one did not write over the plain one
 [ -f "$dir/simple-mlp/1x8x32x64_bf16_cold_compile.json" ] && [ -f "$dir/simple-mlp/1x8x32x64_bf16_cold_compile_gated.json" ] ||
     { fails=$((fails + 1)); echo "FAIL: --compile and --compile --gated share a trace file"; }
+# read back, the compiled trace is still the CPU device's: its generated kernel has no lf_cpu_ name
+check "compiled mlp's table" 0 "$bin" trace table "$dir/simple-mlp/1x8x32x64_bf16_cold_compile.json"
+contains "compiled mlp's table: the CPU device's columns" "Self CPU-dev"
+contains "compiled mlp's table: the ops of the eager forward" "lf::linear"
 check "schedule flags" 0 "$bin" linear --out "$dir" --batch 4 --wait 0 --warmup-steps 0 --active 2
 contains "two steps" "  2  "
 check "simple-mlp --compile --fp8 on the cpu" 0 "$bin" simple-mlp --out "$dir" --batch 1 --seq 8 --dim 32 --hidden 64 --compile --fp8 --compile-verbose

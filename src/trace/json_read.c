@@ -110,11 +110,15 @@ static lf_status add_flow_start(reader *r, json_t *e)
     return LF_OK;
 }
 
-/* Metadata ("ph": "M"): a thread's name, and a merged trace's process (rank) names. */
+/* Metadata ("ph": "M"): a thread's name, a merged trace's process (rank) names, and the process
+ * that linfuse's CPU device runs its kernels in (labelled "CPU kernels"). */
 static lf_status add_metadata(reader *r, json_t *e, json_t *args)
 {
     const char *what = json_string_value(json_object_get(e, "name"));
     const char *nm = args ? json_string_value(json_object_get(args, "name")) : NULL;
+    const char *labels = args ? json_string_value(json_object_get(args, "labels")) : NULL;
+    if (what && labels && !strcmp(what, "process_labels") && !strcmp(labels, "CPU kernels"))
+        r->t->meta.cpu_device_pid = get_int(e, "pid", -1);
     if (what && nm && !strcmp(what, "thread_name") && get_int(e, "tid", -1) != LF_TRACK_PROCESS)
         return lf_trace_name_thread(r->t, get_int(e, "pid", -1), get_int(e, "tid", -1), nm);
     if (what && nm && !strcmp(what, "process_name") && r->t->meta.merged_ranks) /* "rank R" */
@@ -500,13 +504,16 @@ static void link_flows(reader *r)
     }
 }
 
-/* The device label: CUDA unless every kernel ran on linfuse's CPU device. */
+/* The device label: CUDA unless every kernel ran on linfuse's CPU device: in the process labelled
+ * so, or (a trace written before that label) named as its kernels are. A compiled plan's
+ * generated kernels (lf_poi_...) run there too. */
 static const char *device_label(const lf_trace *t)
 {
     int cuda = 0, cpu_dev = 0;
     for (int64_t i = 0; i < t->n; i++)
         if (lf_trace_cat_is_device(t->ev[i].cat)) {
-            if (!strncmp(t->ev[i].name, "lf_cpu_", 7))
+            if ((t->meta.cpu_device_pid >= 0 && t->ev[i].pid == t->meta.cpu_device_pid) ||
+                !strncmp(t->ev[i].name, "lf_cpu_", 7))
                 cpu_dev = 1;
             else
                 cuda = 1;

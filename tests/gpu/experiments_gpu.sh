@@ -64,8 +64,10 @@ run "compiled mlp, no graph: 4 kernels" "$bin" trace expect "$cn" --kernels-per-
 run "compiled matmul-add: 1 kernel" "$bin" trace expect "$cma" --kernels-per-step 1 --no-kernel 'add_op' --no-kernel 'copy'
 run "compiled linear: 1 kernel, the bias epilogue" "$bin" trace expect "$cl" --kernels-per-step 1 --kernel 'bias'
 run "compiled mlp: one graph launch per step" grep -q 'cudaGraphLaunch' "$cm"
-# every kernel a graph replays carries the External id of the lf::cuda_graph_replay op that
-# launched it, so the table's device time lands on that op and the compiled region above it
+# every kernel a graph replays leads to the lf::cuda_graph_replay op that launched it (by
+# correlation), so the table's device time lands on that op and the compiled region above it; and
+# each carries the External id of the op call that made it at capture (a gpu_user_annotation span
+# over it), so the compiled table has the eager forward's op rows with their kernels' time
 for f in "$cm" "$cg" "$cma" "$cl"; do
     checks=$((checks + 1))
     if ! "$bin" trace table "$f" --format json | python3 -c '
@@ -78,13 +80,17 @@ assert rep and total > 0, "no lf::cuda_graph_replay row, or no device time"
 assert abs(rep["device_total_us"] - total) <= 1e-3 * total, (rep["device_total_us"], total)
 reg = [r for n, r in rows.items() if n.startswith("Compiled Region")]
 assert reg and abs(reg[0]["device_total_us"] - total) <= 1e-3 * total, "the compiled region holds it too"
+ops = [n for n, r in rows.items() if n.startswith("lf::") and n not in ("lf::cuda_graph_replay", "lf::guard_check") and r["device_total_us"] > 0]
+assert ops, "no op of the forward carries device time: %s" % sorted(rows)
 ev = json.load(open(sys.argv[1]))["traceEvents"]
-ops = {e["args"]["External id"] for e in ev if e.get("name") == "lf::cuda_graph_replay"}
+spans = {e["args"]["External id"] for e in ev if e.get("cat") == "gpu_user_annotation"}
 ks = [e for e in ev if e.get("cat") == "kernel"]
-assert ks and all(e["args"].get("External id") in ops for e in ks), "a graph kernel without the replay op"
+assert ks and all(e["args"].get("External id") in spans for e in ks), "a graph kernel under no op span"
+for n in ops:
+    assert rows[n]["device_total_us"] <= total * (1 + 1e-3), (n, rows[n]["device_total_us"], total)
 ' "$f"; then
         fails=$((fails + 1))
-        echo "FAIL: graph kernels not attributed to lf::cuda_graph_replay in $f"
+        echo "FAIL: graph kernels not attributed to their ops in $f"
     fi
 done
 # the graph launch nests in its compiled region: no row of any compiled table has a negative self time
