@@ -180,6 +180,81 @@ static void test_summary_format(void)
     lf_trace_free(t);
 }
 
+/* Add a step [lo, hi) (us) whose host launches one graph at lo + 1 replaying `kernels` kernels of
+ * kdur us back to back on the device from kstart (us), on `streams` streams at once. */
+static void graph_step(lf_trace *t, int64_t no, int64_t lo, int64_t hi, int64_t kstart, int kernels, int64_t kdur,
+                       int streams)
+{
+    char name[32];
+    snprintf(name, sizeof name, "ProfilerStep#%lld", (long long)no);
+    lf_trace_event step = {.cat = LF_TC_USER_ANNOTATION,
+                           .name = name,
+                           .pid = 1,
+                           .tid = 1,
+                           .ts_ns = lo * 1000,
+                           .dur_ns = (hi - lo) * 1000,
+                           .device = -1,
+                           .flow_ts = -1,
+                           .flow_pid = -1,
+                           .flow_tid = -1};
+    OK(lf_trace_add(t, &step));
+    lf_trace_event launch = step, k = step;
+    launch.cat = LF_TC_RUNTIME, launch.name = "cudaGraphLaunch", launch.ts_ns = (lo + 1) * 1000;
+    launch.dur_ns = 5000, launch.correlation = 100 + no;
+    OK(lf_trace_add(t, &launch));
+    for (int i = 0; i < kernels; i++)
+        for (int st = 0; st < streams; st++) {
+            k.cat = LF_TC_KERNEL, k.name = "gemm", k.pid = 0, k.tid = 7 + st, k.device = 0;
+            k.ts_ns = (kstart + kdur * i) * 1000, k.dur_ns = kdur * 1000, k.correlation = 100 + no;
+            OK(lf_trace_add(t, &k));
+        }
+}
+
+/* How busy the device was, from the kernels' union and not from the launches: a graph launch
+ * returns long before its kernels end, the host runs a step ahead, two streams overlap. */
+static void test_busy_graphs(void)
+{
+    lf_trace *t = NULL;
+    lf_trace_summary s;
+    /* a decode of graph replays: each step's host part 10 us, its 20 kernels 200 us; the host runs
+     * ahead, so step 1's kernels wait for step 0's: the device never rests */
+    OK(lf_trace_create(&t));
+    for (int64_t i = 0; i < 3; i++)
+        graph_step(t, i, 20 * i, 20 * i + 10, 5 + 200 * i, 20, 10, 1);
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.device_busy > 0.99 && s.compute_bound && s.graph_kernels_per_step == 20, "graph decode busy %.3f",
+          s.device_busy);
+    lf_trace_free(t);
+    /* the same on two streams at once: busy once, not twice (the sum of durations would say 2x) */
+    OK(lf_trace_create(&t));
+    for (int64_t i = 0; i < 3; i++)
+        graph_step(t, i, 20 * i, 20 * i + 10, 5 + 200 * i, 20, 10, 2);
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.device_busy > 0.99 && s.device_busy <= 1, "two streams busy %.3f", s.device_busy);
+    lf_trace_free(t);
+    /* host-bound: steps of 100 us, each replaying one 10 us kernel right away: 10% busy */
+    OK(lf_trace_create(&t));
+    for (int64_t i = 0; i < 3; i++)
+        graph_step(t, i, 100 * i, 100 * i + 100, 100 * i + 2, 1, 10, 1);
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.device_busy > 0.09 && s.device_busy < 0.11 && !s.compute_bound, "host-bound busy %.3f", s.device_busy);
+    lf_trace_free(t);
+    /* two streams each running 40 us at once in a 100 us step: 40% busy (the durations' sum said 80%) */
+    OK(lf_trace_create(&t));
+    for (int64_t i = 0; i < 3; i++)
+        graph_step(t, i, 100 * i, 100 * i + 100, 100 * i + 2, 1, 40, 2);
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.device_busy > 0.39 && s.device_busy < 0.41 && !s.compute_bound, "overlapped busy %.3f", s.device_busy);
+    lf_trace_free(t);
+    /* a step whose work waits 1 ms after its launch for work the trace does not show (another
+     * rank, a stream before recording): that wait is no host wait; its 200 us run busy */
+    OK(lf_trace_create(&t));
+    graph_step(t, 0, 0, 10, 1001, 20, 10, 1);
+    OK(lf_trace_summarize(t, &s));
+    CHECK(s.device_busy > 0.95, "a late start busy %.3f", s.device_busy);
+    lf_trace_free(t);
+}
+
 static int put_text(FILE *f, void *ctx)
 {
     return fputs(ctx, f) < 0 ? -1 : 0;
@@ -498,6 +573,7 @@ int main(int argc, char **argv)
     test_expect_refusals();
     test_expect_hostile_names();
     test_summary_format();
+    test_busy_graphs();
     test_trace_with_table();
     test_keep_args();
     test_merge_incremental();

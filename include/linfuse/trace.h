@@ -283,7 +283,10 @@ typedef struct lf_trace_summary {
      * carries the Python frames of that capture (0 when none was replayed). */
     double graph_ranged, graph_framed;
     double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
-    double device_busy;        /* device time inside steps / step wall time, 0..1 */
+    /* The union of the device work launched in each step, per GPU, over the step's window from its
+     * start to the later of its end and its work's end (a graph's kernels count in the step that
+     * launched it; overlapping streams once), 0..1. */
+    double device_busy;
     double step_ns;            /* mean wall time of a step */
     double device_ns_per_step; /* mean device time per step */
     int compute_bound;         /* device busy at least half the time */

@@ -135,6 +135,105 @@ static lf_status graph_kernels(const lf_trace *t, double *count, double *ranged,
     return LF_OK;
 }
 
+/* How busy the device was in the steps: the union of the device work launched in each step (by its
+ * launch call, so a graph's kernels count in the step that launched it), per GPU, over the step's
+ * window: from its start, or the end of the last step's window where the host ran ahead, to the
+ * later of its end and its last work's end (a graph launch returns long before its kernels end;
+ * overlapping streams count once), less the time its first work waited after its launch. Without
+ * steps, one window from the first host event. 0 where there is no device work. */
+typedef struct placed {
+    int64_t step, dev, lo, hi, when;
+} placed;
+
+static int by_step_dev_lo(const void *a, const void *b)
+{
+    const placed *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    if (x->dev != y->dev)
+        return x->dev < y->dev ? -1 : 1;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+static lf_status busy_share(const lf_trace *t, double *busy)
+{
+    *busy = 0;
+    lf_span *sp;
+    int64_t steps, total;
+    LF_TRY(lf_trace_step_spans(t, &sp, &steps, &total));
+    int64_t *when = lf_trace_launch_times(t);
+    placed *w = malloc((size_t)(t->n + 1) * sizeof *w);
+    if (!when || !w) {
+        free(sp), free(when), free(w);
+        return lf_fail(LF_ENOMEM, "lf_trace_summarize: out of memory");
+    }
+    lf_span whole = {INT64_MAX, INT64_MIN};
+    int64_t n = 0;
+    for (int64_t i = 0; i < t->n; i++) {
+        const lf_trace_event *e = &t->ev[i];
+        if (!lf_trace_cat_is_device(e->cat)) {
+            if (!steps && e->dur_ns >= 0 && e->cat != LF_TC_GPU_ANNOTATION) {
+                whole.lo = e->ts_ns < whole.lo ? e->ts_ns : whole.lo;
+                whole.hi = e->ts_ns + e->dur_ns > whole.hi ? e->ts_ns + e->dur_ns : whole.hi;
+            }
+            continue;
+        }
+        if (e->dur_ns <= 0 || e->cat == LF_TC_GPU_ANNOTATION)
+            continue;
+        int64_t a = 0;
+        if (steps) { /* the last step starting at or before the launch, if it holds it */
+            int64_t b = steps;
+            while (a < b) {
+                const int64_t mid = (a + b) / 2;
+                if (sp[mid].lo <= when[i])
+                    a = mid + 1;
+                else
+                    b = mid;
+            }
+            if (a == 0 || when[i] > sp[a - 1].hi)
+                continue;
+            a--;
+        }
+        w[n++] = (placed){a, e->device >= 0 ? e->device : e->pid, e->ts_ns, e->ts_ns + e->dur_ns, when[i]};
+    }
+    if (!steps && whole.lo < whole.hi)
+        sp[0] = whole, steps = 1;
+    qsort(w, (size_t)n, sizeof *w, by_step_dev_lo);
+    double union_ns = 0, window_ns = 0;
+    int64_t prev_end = INT64_MIN;
+    for (int64_t i = 0; i < n && steps;) {
+        const int64_t s = w[i].step;
+        int64_t end = sp[s].hi, gpus = 0;
+        /* the device cannot start a step's work before it ends the last step's (the host ran ahead) */
+        const int64_t start = sp[s].lo > prev_end ? sp[s].lo : prev_end;
+        double queued = 0;
+        for (; i < n && w[i].step == s; gpus++) { /* one GPU's work in this step */
+            const int64_t dev = w[i].dev;
+            /* its first work launched and waiting (on work or a peer this trace does not show) is no
+             * wait for the host: that part of the window is left out */
+            const int64_t from = w[i].when > start ? w[i].when : start;
+            if (w[i].lo > from)
+                queued += (double)(w[i].lo - from);
+            int64_t lo = w[i].lo, hi = w[i].hi;
+            for (; i < n && w[i].step == s && w[i].dev == dev; i++) {
+                if (w[i].lo > hi) {
+                    union_ns += (double)(hi - lo);
+                    lo = w[i].lo;
+                }
+                hi = w[i].hi > hi ? w[i].hi : hi;
+            }
+            union_ns += (double)(hi - lo);
+            end = hi > end ? hi : end;
+        }
+        window_ns += (double)gpus * (double)(end - start) - queued;
+        prev_end = end;
+    }
+    if (window_ns > 0)
+        *busy = union_ns / window_ns < 1 ? union_ns / window_ns : 1; /* work begun before its step */
+    free(sp), free(when), free(w);
+    return LF_OK;
+}
+
 /* The summary is the step profile's totals (diff.c), read as a verdict. */
 lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
 {
@@ -148,9 +247,11 @@ lf_status lf_trace_summarize(const lf_trace *t, lf_trace_summary *out)
     out->cpu_ops_per_step = p.ops_per_step;
     out->step_ns = p.cpu_ns_per_step;
     out->device_ns_per_step = p.device_ns_per_step;
-    out->device_busy = p.cpu_ns_per_step > 0 ? p.device_ns_per_step / p.cpu_ns_per_step : 0;
-    if (out->device_busy > 1)
-        out->device_busy = 1; /* concurrent streams can overlap */
+    lf_status st = busy_share(t, &out->device_busy);
+    if (st != LF_OK) {
+        lf_step_profile_free(&p);
+        return st;
+    }
     out->compute_bound = out->device_busy >= 0.5;
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_cat c = t->ev[i].cat;
