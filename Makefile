@@ -9,7 +9,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 # The tour needs the library and the tool, and the CUDA module only where a GPU can run it.
 RUN_CUDA := $(shell test -e /proc/driver/nvidia/version && echo AUTO || echo OFF)
 
-.PHONY: all run build test test-gpu install bench format clean
+.PHONY: all run build test test-gpu install wheel bench format clean
 
 all: build
 
@@ -42,7 +42,7 @@ test:
 	@scripts/omp_shm_sweep.sh
 	CC=clang cmake -S . -B $(TEST_BUILD)-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=ON -DLINFUSE_CUDA=OFF
 	cmake --build $(TEST_BUILD)-clang -j $(JOBS)
-	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs)$$'
+	ctest --test-dir $(TEST_BUILD)-clang --output-on-failure -j $(JOBS) -E '^(fuzz|install|docs|wheel)$$'
 	CC=clang cmake -S . -B $(TEST_BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLINFUSE_SANITIZE=thread -DLINFUSE_CUDA=OFF
 	cmake --build $(TEST_BUILD)-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	ctest --test-dir $(TEST_BUILD)-tsan --output-on-failure -j $(JOBS) -R '^($(subst $(space),|,$(TSAN_TESTS)))$$'
@@ -79,6 +79,12 @@ install:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DLINFUSE_TESTS=OFF -DLINFUSE_CUDA=AUTO
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Python wheel (setup.py: the CMake build inside the package; docs/python.md): dist/linfuse-*.whl.
+# Debian's setuptools and wheel build it; nothing is fetched.
+wheel:
+	@scripts/deps.sh wheel
+	JOBS=$(JOBS) /usr/bin/python3 -m pip wheel --no-build-isolation --no-deps --no-index -w dist .
 
 # OpenBLAS is the yardstick; OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE slow it down, so they are
 # unset for this command only.

@@ -25,7 +25,8 @@ the terms that made ref (|x| @ |W|^T + |b| for a Linear), so sums that cancel do
 Tolerances: f32 1e-5, f16 2e-3 for one GEMM; the MLP, whose g, u and h are rounded to the dtype
 in between, f32 1e-5, f16 4e-3, bf16 3e-2.
 
-usage: tests/python_test.py BUILD/liblinfuse.so   (PYTHONPATH=python, LINFUSE_LIBRARY as given)"""
+usage: tests/python_test.py BUILD/liblinfuse.so   (PYTHONPATH=python, LINFUSE_LIBRARY as given)
+       tests/python_test.py --installed           (the package a wheel installed, nothing set)"""
 import ctypes as C
 import copy
 import gc
@@ -105,6 +106,22 @@ def test_loader(lib_path):
     rc, out = python("import linfuse", {"LINFUSE_LIBRARY": None})
     check(rc != 0 and "LINFUSE_LIBRARY is not set" in out and "cmake --install" in out,
           "with nothing to load, the three places are said: %r" % out[-400:])
+
+
+def test_loader_installed():
+    """An installed package (a wheel's): linfuse comes from the install, not this source tree, with
+    its own library, with no PYTHONPATH or LINFUSE_LIBRARY."""
+    import linfuse
+    pkg = os.path.dirname(os.path.abspath(linfuse.__file__))
+    check(not pkg.startswith(os.path.join(ROOT, "python")), "linfuse imported from the install: %s" % pkg)
+    check(linfuse.library_source == "the install's libdir" and
+          os.path.dirname(os.path.abspath(linfuse.library_path)).startswith(pkg),
+          "the package's own library: %s (%s)" % (linfuse.library_path, linfuse.library_source))
+    v = header_version()
+    check(linfuse.library_version() == v and linfuse.__version__ == v,
+          "versions: library %s, package %s, version.h %s" % (linfuse.library_version(), linfuse.__version__, v))
+    rc, out = python("import sys, linfuse; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))", {})
+    check(rc == 0 and out.strip() == "[]", "import linfuse imports neither numpy nor torch: %r" % out)
 
 
 # --- the mirrors in _lib.py ---
@@ -1640,9 +1657,14 @@ def test_torch_misuse(torch):
 
 
 def main():
-    lib_path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LINFUSE_LIBRARY", "")
-    os.environ.setdefault("LINFUSE_LIBRARY", lib_path)
-    test_loader(lib_path)
+    if sys.argv[1:] == ["--installed"]:  # the package as pip installed it (tests/wheel_test.sh)
+        for var in ("LINFUSE_LIBRARY", "PYTHONPATH"):
+            check(var not in os.environ, "%s is set: the installed package must need none" % var)
+        test_loader_installed()
+    else:
+        lib_path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LINFUSE_LIBRARY", "")
+        os.environ.setdefault("LINFUSE_LIBRARY", lib_path)
+        test_loader(lib_path)
     test_mirrors()
     test_linear_numpy()
     test_mlp_numpy()

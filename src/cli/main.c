@@ -1,6 +1,11 @@
 /* linfuse: the command-line tool. Subcommands live in their own files; this one routes.
  * Layer: cli/. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -94,6 +99,22 @@ static const char *setting_refusal(lf_setting s, lf_setting_kind kind)
     return st == LF_OK ? NULL : lf_last_error();
 }
 
+/* linfuse --version: the version, the library file this tool runs (a wheel's, a build tree's, an
+ * install's) and whether the CUDA module loads, or why not. */
+static int version(void)
+{
+    Dl_info di;
+    char real[PATH_MAX];
+    const int found = dladdr((void *)(uintptr_t)lf_version, &di) && di.dli_fname;
+    printf("linfuse %s\nlibrary: %s\n", lf_version(),
+           !found ? "(not known)" : realpath(di.dli_fname, real) ? real : di.dli_fname);
+    if (lf_device_require(LF_DEVICE_CUDA) == LF_OK)
+        printf("cuda: available\n");
+    else
+        printf("cuda: not available: %s\n", lf_last_error());
+    return LF_EXIT_OK;
+}
+
 /* linfuse --help-env: every setting of linfuse/settings.def, from the library's own table. */
 static int help_env(void)
 {
@@ -149,10 +170,8 @@ static int run_command(int argc, char **argv)
     }
     if (!strcmp(cmd, "--help-env"))
         return help_env();
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("linfuse %s\n", lf_version());
-        return LF_EXIT_OK;
-    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))
+        return version();
     static const char *const commands[] = {"tour",  "matmul-add", "linear",    "simple-mlp", "kernels-mlp",
                                            "trace", "demo",       "mlp",       "profile",    "bench",
                                            "help",  "version",    "--help-env"};
