@@ -72,8 +72,8 @@ static void capture_launch(uint64_t node, uint32_t corr, int64_t t)
     lfc_call_enter("cudaLaunchKernel", corr, 0);
     lfc_call_enter("cuLaunchKernel", corr + 1000, 0); /* the driver's call inside: the outer one counts */
     lfc_node_made(node, 2, t);
-    lfc_call_exit();
-    lfc_call_exit();
+    lfc_call_exit(1);
+    lfc_call_exit(1);
 }
 
 static lf_trace *build(lfi_session *s, lfi_stats *st)
@@ -125,11 +125,11 @@ static void test_capture_replay(void)
     range(s, 2, "layer0", TID_, 200, 400);
     range(s, 3, "layer1", TID_, 500, 800);
     lfc_call_enter("cudaStreamBeginCapture", 1, 1);
-    lfc_call_exit();
+    lfc_call_exit(1);
     capture_launch(11, 5, 250);
     capture_launch(12, 6, 600);
     lfc_call_enter("cudaStreamEndCapture", 7, -1);
-    lfc_call_exit();
+    lfc_call_exit(1);
     lfc_node_copied(111, 11, 900); /* cudaGraphInstantiate */
     lfc_node_copied(112, 12, 900);
     range(s, 4, "decode", TID_, 1900, 5000);
@@ -205,7 +205,7 @@ static void test_update_and_unknown(void)
     capture_launch(31, 6, 500);
     lfc_call_enter("cudaGraphInstantiate", 8, 0); /* the copy reported made too: the copy counts */
     lfc_node_made(121, 4, 700);
-    lfc_call_exit();
+    lfc_call_exit(1);
     lfc_node_copied(121, 21, 700);
     call(s, "cudaGraphLaunch", 80, 1000, 1010);
     node_kernel(s, "k", 80, 121, 1100, 1200);
@@ -328,7 +328,7 @@ static void test_python_stack(void)
     lfi_session *s = session(INT64_MIN);
     lfc_nodes_to(lfi_add, s, 1);
     lfc_call_enter("cudaLaunchKernel", 60, 0); /* no frames to read: nothing recorded */
-    lfc_call_exit();
+    lfc_call_exit(1);
     CHECK(lfi_count(s) == 0, "no frames, no stack record: %lld", (long long)lfi_count(s));
     lfc_rec st = {.kind = LFC_STACK,
                   .name = "cudaLaunchKernel",
@@ -348,6 +348,52 @@ static void test_python_stack(void)
     lfi_free(s);
 }
 
+/* The last node record the callbacks gave (a sink of the test's own). */
+static lfc_rec last_node;
+static char last_name[64];
+
+static void keep_node(void *ctx, const lfc_rec *r)
+{
+    (void)ctx;
+    if (r->kind != LFC_NODE)
+        return;
+    last_node = *r;
+    snprintf(last_name, sizeof last_name, "%s", r->name ? r->name : "");
+}
+
+/* Captures counted as they opened: a begin that failed opens none, an end without a begin (the
+ * collector started mid-capture) leaves none open, not -1; a call the collector never saw end (it
+ * stopped in between) is not the open call of a later session's node. */
+static void test_capture_counts(void)
+{
+    lfc_nodes_to(keep_node, NULL, 0);
+    lfc_call_enter("cudaStreamBeginCapture", 1, 1);
+    lfc_call_exit(0); /* cudaErrorStreamCaptureUnsupported */
+    CHECK(lfc_captures_open() == 0, "a failed begin opens no capture: %d", lfc_captures_open());
+    lfc_call_enter("cudaStreamEndCapture", 2, -1);
+    lfc_call_exit(1);
+    CHECK(lfc_captures_open() == 0, "an end without its begin: %d open", lfc_captures_open());
+    lfc_call_enter("cudaStreamBeginCapture", 3, 1);
+    lfc_call_exit(1);
+    CHECK(lfc_captures_open() == 1, "a capture open: %d", lfc_captures_open());
+    lfc_call_enter("cudaMemcpyAsync", 7, 0); /* the collector stops and starts again inside this call */
+    lfc_nodes_to(keep_node, NULL, 0);
+    CHECK(lfc_captures_open() == 0, "a new session starts with none open");
+    lfc_call_enter("cudaLaunchKernel", 31, 0);
+    lfc_node_made(41, 2, 500);
+    lfc_call_exit(1);
+    CHECK(last_node.graph_node_id == 41 && last_node.corr == 31 && !strcmp(last_name, "cudaLaunchKernel"),
+          "the node records its own call, not the one open before the restart: %s %u", last_name,
+          (unsigned)last_node.corr);
+    lfc_call_exit(1); /* the memcpy's end, seen after all: nothing to undo */
+    lfc_call_enter("cudaLaunchKernel", 32, 0);
+    lfc_node_made(42, 2, 600);
+    lfc_call_exit(1);
+    CHECK(last_node.graph_node_id == 42 && last_node.corr == 32, "and the next one too: %u",
+          (unsigned)last_node.corr);
+    lfc_nodes_to(NULL, NULL, 0);
+}
+
 int main(void)
 {
     PID_ = lfc_pid(), TID_ = lfc_tid();
@@ -356,6 +402,7 @@ int main(void)
     test_captured_before_window();
     test_threads_and_frames();
     test_python_stack();
+    test_capture_counts();
     lfc_nodes_to(NULL, NULL, 0);
     return lf_test_finish("test_replay");
 }

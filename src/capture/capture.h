@@ -129,9 +129,10 @@ int lfc_call_watched(const char *name);
 
 /* A thread enters or leaves a call (name, its correlation id) that may make graph nodes; a node
  * records the thread's outermost open call. capture: 1 for a call that begins a stream capture, -1
- * for one that ends it, else 0 (while any capture is open, launches read their Python frames). */
+ * for one that ends it, else 0: a capture counts as open from the successful return (ok) of its
+ * beginning to the return of its end, and while any is open, launches read their Python frames. */
 void lfc_call_enter(const char *name, uint32_t corr, int capture);
-void lfc_call_exit(void);
+void lfc_call_exit(int ok);
 /* A node was made (node and graph ids as CUPTI numbers them) on this thread, now: its record,
  * with the call and Python frames of the thread's open call, to the sink. */
 void lfc_node_made(uint64_t node, uint32_t graph, int64_t now);
@@ -140,6 +141,12 @@ void lfc_node_copied(uint64_t node, uint64_t from, int64_t now);
 /* Where the callbacks' records go, and whether every launch reads its Python frames; set by
  * lfc_start, and by the tests. */
 void lfc_nodes_to(lfc_sink sink, void *ctx, int python_stack);
+/* Whether the collector records activity now (lfc_enable): every launch's frames are read only
+ * then (a capture's always: its replays may come later). */
+void lfc_nodes_recording(int on);
+/* Stream captures open now, as the callbacks saw them begin and end (what makes launches read
+ * their frames). */
+int lfc_captures_open(void);
 /* This thread's OS id and process id, as CUPTI's records give them. */
 uint32_t lfc_tid(void);
 uint32_t lfc_pid(void);

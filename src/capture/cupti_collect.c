@@ -193,6 +193,7 @@ static void set_kind(CUpti_ActivityKind k, int on)
 
 void lfc_enable(int on)
 {
+    lfc_nodes_recording(on);
     for (size_t i = 0; i < sizeof device_kinds / sizeof device_kinds[0]; i++)
         set_kind(device_kinds[i], on);
     if (cs.o.external_ids)
@@ -220,8 +221,8 @@ static void CUPTIAPI on_callback(void *user, CUpti_CallbackDomain domain, CUpti_
                            : strstr(name, "BeginCapture") ? 1
                            : strstr(name, "EndCapture")   ? -1
                                                           : 0);
-        else
-            lfc_call_exit();
+        else /* cudaError_t and CUresult alike: 0 is success */
+            lfc_call_exit(!cd->functionReturnValue || *(const int *)cd->functionReturnValue == 0);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_RESOURCE)

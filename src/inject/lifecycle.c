@@ -207,7 +207,7 @@ static void finish(void)
     pthread_mutex_lock(&g.finish_lock);
     if (!g.finished) {
         g.finished = 1;
-        lfc_enable(0);
+        lfc_stop(); /* recording, NVTX markers and the callbacks off: the program may run on */
         lfc_flush();
         const int64_t taken = lfc_buffers_taken();
         if (taken > 0)

@@ -112,7 +112,9 @@ static int src_start(void)
         return -1;
     }
     char msg[256];
-    const lfc_opts o = {.sink = keep, .external_ids = 1, .calls_by_name = 1};
+    /* no graph nodes: linfuse's own plans say their steps themselves (profiler/replay_ops.c), and
+     * subscribing to callbacks would refuse a process where another CUPTI client subscribed */
+    const lfc_opts o = {.sink = keep, .external_ids = 1, .calls_by_name = 1, .no_graphs = 1};
     if (lfc_start(&o, msg, sizeof msg) != 0) {
         lf_fail(LF_EDEVICE, "%s", msg);
         return -1;
