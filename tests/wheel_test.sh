@@ -5,7 +5,7 @@
 # what the wheel holds (tests/wheel_check.py: every RUNPATH relative to $ORIGIN, every needed
 # library carried or a system or CUDA one, every file the package loads present), the `linfuse`
 # command naming the library it runs, and the package's own tests (tests/python_test.py
-# --installed).
+# --installed, tests/python_torch_test.py).
 # Usage: wheel_test.sh <source dir> <work dir>
 set -u
 src=$(cd "$1" && pwd)
@@ -40,4 +40,7 @@ case "$out" in
 esac
 "$work/venv/bin/linfuse" linear --batch 8 --out "$work/traces" >/dev/null || fail "linfuse linear from the wheel"
 OMP_NUM_THREADS=2 "$work/venv/bin/python" "$src/tests/python_test.py" --installed || fail "python_test --installed"
+if "$work/venv/bin/python" -c 'import torch' 2>/dev/null; then
+    OMP_NUM_THREADS=2 "$work/venv/bin/python" "$src/tests/python_torch_test.py" || fail "python_torch_test from the wheel"
+fi
 echo "wheel: $(basename "$whl") installed and tested"
