@@ -82,10 +82,10 @@ static int through_cublaslt(const case_t *c)
  * about sqrt(K) x 2^-24 of the terms' magnitudes, and at K = 33 the CPU's worst over 16k outputs
  * reached 1.02e-5 and 1.18e-5 (AVX-512 and scalar) under two of six data seeds, past the 1e-5
  * other ops keep. On CUDA the deviations test_cuda measured on the H200 for cuBLASLt's GEMMs:
- * f32 3e-5 (its sums run in other orders than the float64 reference's), 1e-4 with its GELU epilogue (its tanh is an approximation, up to 4.3e-6 absolute
- * off the formula: docs/gpu_notes.md); 16-bit with a bias or an activation in the epilogue, the
- * error also relative to |A.B| (cuBLASLt rounds A.B to the output type before the epilogue: with
- * the BIAS epilogue bf16 results move by up to half a bf16 ulp of A.B). */
+ * f32 3e-5 (its sums run in other orders than the float64 reference's), 1e-4 with its GELU epilogue (its tanh is an
+ * approximation, up to 4.3e-6 absolute off the formula: docs/gpu_notes.md); 16-bit with a bias or an activation in the
+ * epilogue, the error also relative to |A.B| (cuBLASLt rounds A.B to the output type before the epilogue: with the BIAS
+ * epilogue bf16 results move by up to half a bf16 ulp of A.B). */
 double case_bound(const case_t *c, lf_device dev, lf_dtype out, int *pre_rounded)
 {
     *pre_rounded = 0;

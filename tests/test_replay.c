@@ -389,8 +389,7 @@ static void test_capture_counts(void)
     lfc_call_enter("cudaLaunchKernel", 32, 0);
     lfc_node_made(42, 2, 600);
     lfc_call_exit(1);
-    CHECK(last_node.graph_node_id == 42 && last_node.corr == 32, "and the next one too: %u",
-          (unsigned)last_node.corr);
+    CHECK(last_node.graph_node_id == 42 && last_node.corr == 32, "and the next one too: %u", (unsigned)last_node.corr);
     lfc_nodes_to(NULL, NULL, 0);
 }
 

@@ -249,7 +249,7 @@ static void test_config(void)
     lf_test_write_text(lf_test_path("other/config.json"), "{\"hidden_act\": \"relu\"}");
     OK(lf_hf_config_act(lf_test_path("llama"), &a));
     CHECK(a == LF_ACT_SILU, "llama: silu");
-    lf_test_write_text(lf_test_path("gemma/model.safetensors"), ""); /* only its place is read */
+    lf_test_write_text(lf_test_path("gemma/model.safetensors"), "");   /* only its place is read */
     OK(lf_hf_config_act(lf_test_path("gemma/model.safetensors"), &a)); /* the config beside the weights */
     CHECK(a == LF_ACT_GELU_TANH, "gemma: hidden_activation wins: gelu_tanh");
     mkdir(lf_test_path("gemma1"), 0755); /* Gemma-1's first config: hidden_act "gelu" alone, run as tanh */

@@ -185,7 +185,7 @@ static void test_summary_format(void)
 static void graph_step(lf_trace *t, int64_t no, int64_t lo, int64_t hi, int64_t kstart, int kernels, int64_t kdur,
                        int streams)
 {
-    char name[32];
+    char name[48];
     snprintf(name, sizeof name, "ProfilerStep#%lld", (long long)no);
     lf_trace_event step = {.cat = LF_TC_USER_ANNOTATION,
                            .name = name,

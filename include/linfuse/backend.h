@@ -69,8 +69,8 @@ typedef struct lf_epilogue {
  *                     scale[(r / 128) * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / 128].
  * Padding entries are 1. */
 typedef enum lf_scale_mode { LF_SCALE_ROWS, LF_SCALE_1X128, LF_SCALE_128X128 } lf_scale_mode;
-#define LF_SCALE_BLOCK 128
-#define LF_SCALE_LD(n) (((n) + 3) / 4 * 4)
+#define LF_SCALE_BLOCK     128
+#define LF_SCALE_LD(n)     (((n) + 3) / 4 * 4)
 #define LF_SCALE_BLOCKS(k) (((k) + LF_SCALE_BLOCK - 1) / LF_SCALE_BLOCK)
 
 /* The scales over a (rows, cols) matrix in mode m: their 2-D shape, their count, and the index of
@@ -91,9 +91,12 @@ static inline int64_t lf_scale_count(lf_scale_mode m, int64_t rows, int64_t cols
 static inline int64_t lf_scale_index(lf_scale_mode m, int64_t rows, int64_t cols, int64_t r, int64_t c)
 {
     switch (m) {
-    case LF_SCALE_1X128: return r + c / LF_SCALE_BLOCK * LF_SCALE_LD(rows);
-    case LF_SCALE_128X128: return r / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / LF_SCALE_BLOCK;
-    default: return r;
+    case LF_SCALE_1X128:
+        return r + c / LF_SCALE_BLOCK * LF_SCALE_LD(rows);
+    case LF_SCALE_128X128:
+        return r / LF_SCALE_BLOCK * LF_SCALE_LD(LF_SCALE_BLOCKS(cols)) + c / LF_SCALE_BLOCK;
+    default:
+        return r;
     }
 }
 

@@ -45,12 +45,12 @@ enum {
 };
 
 typedef struct lf_compile_opts {
-    const char *name;    /* traces show "Compiled Region: <name>" */
-    unsigned passes;     /* LF_PASS_* bits to run (0: none, a plain replay of the captured kernels) */
-    int no_cuda_graph;   /* CUDA: launch the plan's kernels one by one instead of one graph */
-    int recompile_limit; /* 0: an input the guards reject is an LF_EGUARD error; N > 0: capture
-                            again for it, up to N times (a "Recompile" range in the trace) */
-    int verbose;         /* print the graph, what each pass did and generated kernels' paths */
+    const char *name;      /* traces show "Compiled Region: <name>" */
+    unsigned passes;       /* LF_PASS_* bits to run (0: none, a plain replay of the captured kernels) */
+    int no_cuda_graph;     /* CUDA: launch the plan's kernels one by one instead of one graph */
+    int recompile_limit;   /* 0: an input the guards reject is an LF_EGUARD error; N > 0: capture
+                              again for it, up to N times (a "Recompile" range in the trace) */
+    int verbose;           /* print the graph, what each pass did and generated kernels' paths */
     const char *cache_dir; /* generated kernels; NULL: $XDG_CACHE_HOME/linfuse or ~/.cache/linfuse */
 } lf_compile_opts;
 
@@ -62,7 +62,7 @@ typedef struct lf_compiled lf_compiled;
 /* Capture fn on the example inputs (it runs once, eagerly), run the passes, build the plan.
  * o may be NULL (the defaults). fn and ctx are kept for recompiles. */
 LF_API lf_status lf_compile(lf_compiled **out, lf_forward_fn fn, void *ctx, int n_in, lf_tensor *const *example,
-                     const lf_compile_opts *o);
+                            const lf_compile_opts *o);
 
 /* Run the plan on in (guards first). *out views the plan's output buffer: the next run
  * overwrites it (as PyTorch's CUDA-graph outputs are); copy it to keep it. Free the handle.

@@ -62,7 +62,8 @@ LF_API lf_status lf_comm_describe(const lf_comm *c, char *buf, size_t cap);
  * The id says who belongs to the run; it is no secret. Returns when all have the blob, or after
  * timeout_ms with an error. lf_comm_init_env uses it; it is public so other programs (and the
  * tests) can too. */
-LF_API lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, void *blob, size_t n, int timeout_ms);
+LF_API lf_status lf_dist_rendezvous(const char *addr, int port, int rank, int world, void *blob, size_t n,
+                                    int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -34,8 +34,8 @@ typedef struct lf_setting_info {
     const char *name; /* "LINFUSE_GATED_BAND" */
     lf_setting_kind kind;
     const char *default_value; /* what holds when it is unset, in words */
-    double min, max;           /* LF_SETTING_INT and LF_SETTING_NUMBER: the range, both included (9.2e18: no upper bound) */
-    const char *values;        /* LF_SETTING_CHOICE: "auto|cooperative|pingpong|offload" */
+    double min, max;    /* LF_SETTING_INT and LF_SETTING_NUMBER: the range, both included (9.2e18: no upper bound) */
+    const char *values; /* LF_SETTING_CHOICE: "auto|cooperative|pingpong|offload" */
     const char *meaning;
 } lf_setting_info;
 

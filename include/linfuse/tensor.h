@@ -220,12 +220,12 @@ LF_API double lf_rng_uniform(lf_rng *rng);
 LF_API lf_status lf_tensor_empty(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, lf_device dev);
 /* A new contiguous tensor holding src (numel floats, row-major), rounded to dt. */
 LF_API lf_status lf_tensor_from_f32(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, const float *src,
-                             lf_device dev);
+                                    lf_device dev);
 /* A contiguous CPU tensor over memory linfuse did not allocate (a mapped file, a caller's
  * buffer): nbytes must be exactly shape x dtype. No copy; when its last view goes, release(ctx)
  * is called (NULL: the memory is the caller's to keep alive and free). */
-LF_API lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data, size_t nbytes,
-                                void (*release)(void *ctx), void *ctx);
+LF_API lf_status lf_tensor_from_memory(lf_tensor **out, lf_dtype dt, int ndim, const int64_t *shape, void *data,
+                                       size_t nbytes, void (*release)(void *ctx), void *ctx);
 /* Drop this handle; the storage goes when its last view goes. NULL is fine. */
 LF_API void lf_tensor_free(lf_tensor *t);
 
@@ -275,7 +275,7 @@ LF_API lf_status lf_tensor_permute(lf_tensor **out, const lf_tensor *t, const in
 LF_API lf_status lf_tensor_view(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape);
 /* Arbitrary shape/strides/offset; every reachable element must lie inside the storage. */
 LF_API lf_status lf_tensor_as_strided(lf_tensor **out, const lf_tensor *t, int ndim, const int64_t *shape,
-                               const int64_t *stride, int64_t offset);
+                                      const int64_t *stride, int64_t offset);
 LF_API lf_status lf_tensor_unsqueeze(lf_tensor **out, const lf_tensor *t, int dim);
 /* Merge dims start..end into one; LF_ESHAPE when their strides do not allow a view. */
 LF_API lf_status lf_tensor_flatten(lf_tensor **out, const lf_tensor *t, int start, int end);

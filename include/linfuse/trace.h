@@ -282,7 +282,7 @@ typedef struct lf_trace_summary {
      * graph was captured (the kernel's External id is a gpu_user_annotation's) and the share that
      * carries the Python frames of that capture (0 when none was replayed). */
     double graph_ranged, graph_framed;
-    double cpu_ops_per_step;   /* cpu_op events per step (every level of the op tree) */
+    double cpu_ops_per_step; /* cpu_op events per step (every level of the op tree) */
     /* The union of the device work launched in each step, per GPU, over the step's window from its
      * start to the later of its end and its work's end (a graph's kernels count in the step that
      * launched it; overlapping streams once), 0..1. */

@@ -86,7 +86,7 @@ typedef struct lf_backend_ops {
     lf_status (*comm_wait)(void *comm); /* the unit's stream waits for every async collective */
     void (*comm_free)(void *comm);
     const char *(*comm_library)(void); /* "nccl 2.28.9", once a communicator was made */
-    const lf_device_events *events; /* NULL: the profiler times launches itself */
+    const lf_device_events *events;    /* NULL: the profiler times launches itself */
 } lf_backend_ops;
 
 extern const lf_backend_ops lf_cpu_backend_ops;

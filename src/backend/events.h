@@ -24,14 +24,14 @@ typedef enum lf_dev_event_kind {
 
 typedef struct lf_dev_event {
     lf_dev_event_kind kind;
-    const char *name;          /* valid during the sink call */
-    int64_t pid, tid;          /* device work: device index and stream; calls: process and thread */
-    int64_t ts_ns, dur_ns;     /* CLOCK_MONOTONIC */
-    int64_t correlation;       /* the device's id tying a launch call to the work it queued */
-    int64_t ext_id;            /* the op that was open when it was launched (push), or 0 */
-    double bytes;              /* copies and sets */
-    const char *args_json;     /* kernels: Kineto's further args as JSON members, or NULL */
-    int64_t launch_ts;         /* device work: when its launch call began, or -1 */
+    const char *name;      /* valid during the sink call */
+    int64_t pid, tid;      /* device work: device index and stream; calls: process and thread */
+    int64_t ts_ns, dur_ns; /* CLOCK_MONOTONIC */
+    int64_t correlation;   /* the device's id tying a launch call to the work it queued */
+    int64_t ext_id;        /* the op that was open when it was launched (push), or 0 */
+    double bytes;          /* copies and sets */
+    const char *args_json; /* kernels: Kineto's further args as JSON members, or NULL */
+    int64_t launch_ts;     /* device work: when its launch call began, or -1 */
     int64_t launch_pid, launch_tid;
 } lf_dev_event;
 

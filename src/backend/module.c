@@ -140,7 +140,8 @@ static int load_cuda_library(const char *name, char *looked, size_t cap)
             if (used + 1 < cap)
                 used += (size_t)snprintf(looked + used, cap - used, "%s%s%s", used ? ", " : "", base,
                                          pass == 0 ? "nvidia/" : "");
-            const size_t k = pass == 0 ? sizeof per_package / sizeof per_package[0] : sizeof toolkit / sizeof toolkit[0];
+            const size_t k =
+                pass == 0 ? sizeof per_package / sizeof per_package[0] : sizeof toolkit / sizeof toolkit[0];
             for (size_t j = 0; j < k; j++) {
                 snprintf(path, sizeof path, "%s%s%s%s", base, pass == 1 && base[strlen(base) - 1] != '/' ? "/" : "",
                          pass == 0 ? per_package[j] : toolkit[j], name);

@@ -46,7 +46,6 @@ typedef struct lf_pointwise {
     lf_strided in[2];
 } lf_pointwise;
 
-
 /* --- FP8 quantization, one scale per row ---
  * q[i, j] = e4m3(in[i, j] * (1 / scale[i])) with scale[i] = max_j |in[i, j]| / 448 (1 for a row
  * of zeros, at least 2^-126 otherwise): the row-wise recipe of torch._scaled_mm, for weights (per
@@ -62,7 +61,6 @@ typedef struct lf_quant {
     int64_t pad_rows; /* LF_SCALE_ROWS: q and scale have this many rows (>= rows; 0: rows), the extra
                        * ones zero codes with scale 1 (tokens padded for a GEMM that takes groups of 4) */
 } lf_quant;
-
 
 /* How many rows q writes (pad_rows, or rows) and how many scales. */
 static inline int64_t lf_quant_rows(const lf_quant *q)

@@ -17,10 +17,10 @@ enum { FRAMES = 16, FRAME_BYTES = 4096 };
 static struct {
     _Atomic(lfc_sink) sink;
     void *ctx;
-    int python_stack;        /* asked for: every launch's frames */
-    atomic_int recording;    /* and the collector records now (lfc_enable): taken only then */
-    atomic_int captures; /* stream captures open in the process (begun, not yet ended) */
-    atomic_int session;  /* lfc_nodes_to's count: a thread's call state from before it is stale */
+    int python_stack;     /* asked for: every launch's frames */
+    atomic_int recording; /* and the collector records now (lfc_enable): taken only then */
+    atomic_int captures;  /* stream captures open in the process (begun, not yet ended) */
+    atomic_int session;   /* lfc_nodes_to's count: a thread's call state from before it is stale */
 } nodes;
 
 /* The thread's open calls: the outermost one's name, id and frames (the runtime's call wraps the

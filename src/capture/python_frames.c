@@ -74,9 +74,8 @@ static void find_python(void)
     *(void **)&py.err_fetch = sym("PyErr_Fetch");
     *(void **)&py.err_restore = sym("PyErr_Restore");
     py.found = py.is_initialized && py.current && py.this_thread_state && py.state_interp && py.main_interp &&
-               py.gil_ensure && py.gil_release &&
-               py.thread_frame && py.frame_back && py.frame_code && py.frame_line && py.get_attr && py.utf8 &&
-               py.inc_ref && py.dec_ref && py.err_fetch && py.err_restore;
+               py.gil_ensure && py.gil_release && py.thread_frame && py.frame_back && py.frame_code && py.frame_line &&
+               py.get_attr && py.utf8 && py.inc_ref && py.dec_ref && py.err_fetch && py.err_restore;
 }
 
 /* A code object's "file" and "function" as one text, "file\0function", kept per code object (read

@@ -190,8 +190,8 @@ char *lf_cli_read_stdin(const char *cmd, const char *what, int64_t max_bytes, si
         }
         n += (size_t)k;
         if ((int64_t)n > max_bytes) {
-            fprintf(stderr, "%s: standard input: more than the %lld bytes %s may have\n", cmd,
-                    (long long)max_bytes, what);
+            fprintf(stderr, "%s: standard input: more than the %lld bytes %s may have\n", cmd, (long long)max_bytes,
+                    what);
             free(buf);
             return NULL;
         }

@@ -107,7 +107,9 @@ static int version(void)
     char real[PATH_MAX];
     const int found = dladdr((void *)(uintptr_t)lf_version, &di) && di.dli_fname;
     printf("linfuse %s\nlibrary: %s\n", lf_version(),
-           !found ? "(not known)" : realpath(di.dli_fname, real) ? real : di.dli_fname);
+           !found                         ? "(not known)"
+           : realpath(di.dli_fname, real) ? real
+                                          : di.dli_fname);
     if (lf_device_require(LF_DEVICE_CUDA) == LF_OK)
         printf("cuda: available\n");
     else

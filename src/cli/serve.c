@@ -244,7 +244,8 @@ static char *load_trace(const char *cmd, const char *file, int64_t max_bytes, si
 {
     const int from_stdin = !strcmp(file, "-");
     *rc = LF_EXIT_USAGE;
-    char *data = from_stdin ? lf_cli_read_stdin(cmd, "a trace (--max-bytes)", max_bytes, size) : read_file_whole(cmd, file, max_bytes, size, rc);
+    char *data = from_stdin ? lf_cli_read_stdin(cmd, "a trace (--max-bytes)", max_bytes, size)
+                            : read_file_whole(cmd, file, max_bytes, size, rc);
     if (!data)
         return NULL;
     if (from_stdin && !*size) {

@@ -156,8 +156,8 @@ static void print_table(const exp_cfg cfg[RUNS], const exp_result res[RUNS], cha
         if (!step_times(res[k].json_path, &dev[k], &wall[k])) /* the summary's means, no spread */
             dev[k] = (spread){res[k].sum.device_ns_per_step / 1e6, 0, 1e300},
             wall[k] = (spread){res[k].sum.step_ns / 1e6, 0, 1e300};
-    printf("\n%-44s %8s %8s %13s %7s %13s %13s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "spread",
-           "CPU/fwd", "vs eager MLP", "what changed");
+    printf("\n%-44s %8s %8s %13s %7s %13s %13s  %s\n", "setup", "kernels", "cpu ops", "device/fwd", "spread", "CPU/fwd",
+           "vs eager MLP", "what changed");
     for (int k = 0; k < n_runs; k++) {
         char vs[32], sp[16] = "-";
         versus(vs, sizeof vs, k, dev);

@@ -112,8 +112,7 @@ static void cap_op_begin(void *user, lf_op_id op)
 
 static int is_view_op(lf_op_id op)
 {
-    return op == LF_OP_T || op == LF_OP_TRANSPOSE || op == LF_OP_VIEW || op == LF_OP_RESHAPE ||
-           op == LF_OP_CONTIGUOUS;
+    return op == LF_OP_T || op == LF_OP_TRANSPOSE || op == LF_OP_VIEW || op == LF_OP_RESHAPE || op == LF_OP_CONTIGUOUS;
 }
 
 static void cap_op_end(void *user, lf_op_id op, int n_args, const lf_op_arg *args, const lf_tensor *out)
@@ -138,8 +137,7 @@ static void cap_op_end(void *user, lf_op_id op, int n_args, const lf_op_arg *arg
     n->vin_ndim = x->ndim;
     memcpy(n->vin_shape, x->shape, sizeof n->vin_shape);
     memcpy(n->vin_stride, x->stride, sizeof n->vin_stride);
-    if (n->vin.kind == R_CONST &&
-        lf_tensor_alias(&n->vin_const, x, x->ndim, x->shape, x->stride, x->offset) != LF_OK)
+    if (n->vin.kind == R_CONST && lf_tensor_alias(&n->vin_const, x, x->ndim, x->shape, x->stride, x->offset) != LF_OK)
         g->err = lf_fail(LF_ENOMEM, "compile: out of memory");
     n->v_ndim = out->ndim;
     memcpy(n->v_shape, out->shape, sizeof n->v_shape);
@@ -165,9 +163,10 @@ static void cap_gemm(void *user, lf_device dev, const lf_gemm *gm)
     }
     if (gm->ep.a_scale) { /* FP8: the scales are operands too (row-wise, or blocks) */
         const int64_t M = gm->a.rows, K = gm->a.cols, N = gm->b.cols;
-        n->gsa = resolve_floats(g, gm->ep.a_scale, lf_scale_count(gm->ep.blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K));
-        n->gsb =
-            resolve_floats(g, gm->ep.b_scale, lf_scale_count(gm->ep.blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K));
+        n->gsa =
+            resolve_floats(g, gm->ep.a_scale, lf_scale_count(gm->ep.blockwise ? LF_SCALE_1X128 : LF_SCALE_ROWS, M, K));
+        n->gsb = resolve_floats(g, gm->ep.b_scale,
+                                lf_scale_count(gm->ep.blockwise ? LF_SCALE_128X128 : LF_SCALE_ROWS, N, K));
     }
     uintptr_t lo, hi;
     span_matrix(&gm->d, &lo, &hi);
@@ -240,8 +239,9 @@ static void cap_collective(void *user, lf_device dev, const lf_collective *c)
     uintptr_t lo = (uintptr_t)c->data, hi = lo + (uintptr_t)(c->count * (int64_t)lf_dtype_size(c->dtype));
     n->cin = resolve(g, lo, hi);
     if (n->cin.kind != R_VALUE) {
-        g->err = lf_fail(LF_EUNSUPPORTED, "compile: a collective on %s is not captured (only on what the forward computed)",
-                         n->cin.kind == R_INPUT ? "an input" : "a parameter");
+        g->err =
+            lf_fail(LF_EUNSUPPORTED, "compile: a collective on %s is not captured (only on what the forward computed)",
+                    n->cin.kind == R_INPUT ? "an input" : "a parameter");
         return;
     }
     n->cout = (ref){R_VALUE, new_value(g, lo, hi, dev, c->dtype), 0, NULL};

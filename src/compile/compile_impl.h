@@ -41,7 +41,7 @@ typedef struct node {
     lf_gemm g;
     ref ga, gb, gc, gd, gbias;
     lf_cpu_packed_b *packed; /* LF_PASS_PACK_WEIGHTS: B (a parameter) packed once; NULL otherwise */
-    ref gsa, gsb, gds; /* a scaled GEMM's scales: a's and b's read, an f8e4m3 d's written */
+    ref gsa, gsb, gds;       /* a scaled GEMM's scales: a's and b's read, an f8e4m3 d's written */
     /* N_QUANT: an FP8 quantization, qin read, its codes qq and scales qs written */
     lf_quant q;
     ref qin, qq, qs;
@@ -85,7 +85,6 @@ typedef struct graph {
     lf_tensor *owned[16];
     int n_owned;
 } graph;
-
 
 /* Where an input's pointer goes in a step, patched per run. */
 typedef struct patch {

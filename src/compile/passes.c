@@ -46,15 +46,22 @@ static int n_reads(const node *n, ref *out)
         if (n->g.ep.a_scale)
             out[k++] = n->gsa, out[k++] = n->gsb;
         break;
-    case N_QUANT: out[k++] = n->qin; break;
+    case N_QUANT:
+        out[k++] = n->qin;
+        break;
     case N_PW:
     case N_FUSED:
         for (int q = 0; q < n->f.n_in; q++)
             out[k++] = n->fin[q];
         break;
-    case N_COLL: out[k++] = n->cin; break;
-    case N_WAIT: break;
-    default: out[k++] = n->vin; break;
+    case N_COLL:
+        out[k++] = n->cin;
+        break;
+    case N_WAIT:
+        break;
+    default:
+        out[k++] = n->vin;
+        break;
     }
     return k;
 }
@@ -87,8 +94,7 @@ static int reader_of(const graph *g, int v)
 
 /* Operand s of a pointwise walk over (ndim, shape) as a 2-D (R, C) view: leading dims folded into
  * rows where its strides allow. 0 when they do not. */
-static int as_2d(int ndim, const int64_t *shape, const lf_strided *s, int64_t *R, int64_t *C, int64_t *rs,
-                 int64_t *cs)
+static int as_2d(int ndim, const int64_t *shape, const lf_strided *s, int64_t *R, int64_t *C, int64_t *rs, int64_t *cs)
 {
     *C = shape[ndim - 1];
     *cs = s->stride[ndim - 1];
@@ -294,8 +300,9 @@ static void make_fp8(graph *g, int ig, int iu, int dead, char *log, size_t cap)
     g->nodes[lo] = quant, g->nodes[hi] = gated;
     g->values[vq].writer = g->values[vs].writer = lo;
     g->values[gated.gd.idx].writer = hi;
-    logf_(log, cap, "  fp8: nodes %d and %d -> x quantized per token, then the gated GEMM in e4m3 ([Wg; Wu] "
-                    "quantized per channel at compile time)\n",
+    logf_(log, cap,
+          "  fp8: nodes %d and %d -> x quantized per token, then the gated GEMM in e4m3 ([Wg; Wu] "
+          "quantized per channel at compile time)\n",
           lo, hi);
 }
 
@@ -330,8 +337,8 @@ static int pass_gated(graph *g, int fp8, char *log, size_t cap)
                            (A1->gb.kind == R_CONST ? (char *)A2->gb.ptr == (char *)A1->gb.ptr + step
                                                    : A1->gb.idx == A2->gb.idx && A2->gb.off == A1->gb.off + step);
             lf_matrix out;
-            if (!adjacent || !reads_matrix(P1, &P1->f.in[0], &A1->g.d) || !reads_matrix(P2, &P2->f.in[1 - k], &A2->g.d) ||
-                !out_matrix(P2, &out) || P1->f.ndim != P2->f.ndim ||
+            if (!adjacent || !reads_matrix(P1, &P1->f.in[0], &A1->g.d) ||
+                !reads_matrix(P2, &P2->f.in[1 - k], &A2->g.d) || !out_matrix(P2, &out) || P1->f.ndim != P2->f.ndim ||
                 !same_dims(P1->f.ndim, P1->f.shape, P2->f.shape) ||
                 !same_strides(P1->f.ndim, P1->f.shape, P1->f.out.stride, P2->f.in[k].stride))
                 continue;
@@ -369,7 +376,8 @@ static int pass_gated(graph *g, int fp8, char *log, size_t cap)
 static int find_input(const lf_fused *f, const ref *refs, int n, const lf_strided *s, ref r)
 {
     for (int q = 0; q < n; q++)
-        if (ref_eq(refs[q], r) && f->in[q].dtype == s->dtype && same_strides(f->ndim, f->shape, f->in[q].stride, s->stride))
+        if (ref_eq(refs[q], r) && f->in[q].dtype == s->dtype &&
+            same_strides(f->ndim, f->shape, f->in[q].stride, s->stride))
             return q;
     return -1;
 }
@@ -415,7 +423,7 @@ static int merge(node *P, node *Q, int k)
     for (int i = 0; i < Q->f.n_ops; i++) {
         lf_fused_op o = Q->f.ops[i];
         for (int s = 0; s < 2; s++)
-            o.src[s] = o.src[s] == k                ? p_last
+            o.src[s] = o.src[s] == k          ? p_last
                        : o.src[s] < Q->f.n_in ? map_q[o.src[s]]
                                               : n_in + P->f.n_ops + (o.src[s] - Q->f.n_in);
         m.ops[m.n_ops++] = o;

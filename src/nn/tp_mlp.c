@@ -1,6 +1,6 @@
 /* The MLP split over ranks as Megatron-LM splits it (nn.h): sharding a full module, and the
  * forward that sums the ranks' partial outputs with one all-reduce, in token chunks so that a
- * chunk's all-reduce runs while the next chunk computes. Layer: nn/ (on ops/, and dist/'s
+ * chunk's all-reduce runs while the next chunk computes. Layer: nn/ (on ops/, and distributed/'s
  * communicators). */
 #include <string.h>
 

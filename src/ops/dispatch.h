@@ -37,21 +37,21 @@ extern _Thread_local const lf_capture_hooks *lf_capture_tls;
 /* Run `call` (an lf_status expression) as op `id` producing *out; the observer, if any, sees the
  * op begin before and end after, and so does a capture on this thread. Returns from the
  * enclosing function. */
-#define LF_DISPATCH(id, args, out, call)                                                       \
-    do {                                                                                       \
-        const lf_op_observer *o_ = lf_obs();                                                   \
-        const lf_capture_hooks *c_ = lf_capture_tls;                                           \
-        const int n_ = (int)(sizeof(args) / sizeof((args)[0]));                                \
-        if (__builtin_expect(o_ != NULL, 0))                                                   \
-            o_->op_begin(o_->user, LF_OP_##id, n_, args);                                      \
-        if (__builtin_expect(c_ != NULL, 0))                                                   \
-            c_->op_begin(c_->user, LF_OP_##id);                                                \
-        lf_status s_ = (call);                                                                 \
-        if (__builtin_expect(c_ != NULL, 0))                                                   \
-            c_->op_end(c_->user, LF_OP_##id, n_, args, s_ == LF_OK && (out) ? *(out) : NULL);  \
-        if (__builtin_expect(o_ != NULL, 0))                                                   \
-            o_->op_end(o_->user, LF_OP_##id, s_);                                              \
-        return s_;                                                                             \
+#define LF_DISPATCH(id, args, out, call)                                                      \
+    do {                                                                                      \
+        const lf_op_observer *o_ = lf_obs();                                                  \
+        const lf_capture_hooks *c_ = lf_capture_tls;                                          \
+        const int n_ = (int)(sizeof(args) / sizeof((args)[0]));                               \
+        if (__builtin_expect(o_ != NULL, 0))                                                  \
+            o_->op_begin(o_->user, LF_OP_##id, n_, args);                                     \
+        if (__builtin_expect(c_ != NULL, 0))                                                  \
+            c_->op_begin(c_->user, LF_OP_##id);                                               \
+        lf_status s_ = (call);                                                                \
+        if (__builtin_expect(c_ != NULL, 0))                                                  \
+            c_->op_end(c_->user, LF_OP_##id, n_, args, s_ == LF_OK && (out) ? *(out) : NULL); \
+        if (__builtin_expect(o_ != NULL, 0))                                                  \
+            o_->op_end(o_->user, LF_OP_##id, s_);                                             \
+        return s_;                                                                            \
     } while (0)
 
 #define LF_ARG(tensor)   ((lf_op_arg){.t = (tensor)})

@@ -52,14 +52,14 @@ static void on_ranks(job *jobs, int n) /* jobs[i] on a thread of its own, on cud
     }
 }
 
-#define JOB_TRY(j, call)                                                                                \
-    do {                                                                                                \
-        lf_status s_ = (call);                                                                          \
-        if (s_ != LF_OK) {                                                                              \
-            snprintf((j)->err, sizeof (j)->err, "%s: %s", #call, lf_last_error());                      \
-            (j)->failed = 1;                                                                            \
-            return;                                                                                     \
-        }                                                                                               \
+#define JOB_TRY(j, call)                                                          \
+    do {                                                                          \
+        lf_status s_ = (call);                                                    \
+        if (s_ != LF_OK) {                                                        \
+            snprintf((j)->err, sizeof(j)->err, "%s: %s", #call, lf_last_error()); \
+            (j)->failed = 1;                                                      \
+            return;                                                               \
+        }                                                                         \
     } while (0)
 
 /* A (33, 65) tensor of v on this thread's GPU. */
@@ -132,7 +132,8 @@ static void test_all_reduce(int n)
     CHECK(!strncmp(lf_comm_library(comms[0]), "nccl 2.", 7), "NCCL underneath: %s", lf_comm_library(comms[0]));
     char info[1024];
     OK(lf_comm_describe(comms[1], info, sizeof info));
-    CHECK(strstr(info, "\"rank\": 1") && strstr(info, "\"backend\": \"nccl\"") && strstr(info, "\"nccl_version\": \"2."),
+    CHECK(strstr(info, "\"rank\": 1") && strstr(info, "\"backend\": \"nccl\"") &&
+              strstr(info, "\"nccl_version\": \"2."),
           "distributedInfo: %s", info);
     job jobs[MAXR];
     for (int r = 0; r < n; r++)
@@ -227,9 +228,17 @@ static void test_tp_mlp(int n)
             double *outs[MAXR];
             for (int r = 0; r < n; r++) {
                 outs[r] = malloc((size_t)N * sizeof(double));
-                jobs[r] = (job){.rank = r, .n = n, .comm = comms[r], .fn = tp_job, .full = &full, .x = x,
-                                .v = runs[k].v, .chunks = runs[k].chunks, .compiled = runs[k].compiled,
-                                .out = outs[r], .out_n = N};
+                jobs[r] = (job){.rank = r,
+                                .n = n,
+                                .comm = comms[r],
+                                .fn = tp_job,
+                                .full = &full,
+                                .x = x,
+                                .v = runs[k].v,
+                                .chunks = runs[k].chunks,
+                                .compiled = runs[k].compiled,
+                                .out = outs[r],
+                                .out_n = N};
             }
             on_ranks(jobs, n);
             /* every rank holds the full MLP's output */

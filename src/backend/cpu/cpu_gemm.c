@@ -25,7 +25,6 @@
 
 enum { KC = 384 }; /* 384 x 32 floats of B (48 KB) per chunk: measured best on AVX-512 (bench/RESULTS.md) */
 
-
 /* B packed once (linfuse/cpu.h): all of B's slivers as lf_cpu_pack_b_panel (or _pairs) lays out
  * a panel, one after the other, so a block's panel starts at sliver o / nro. What it was packed
  * from is kept to refuse a GEMM it does not fit. */
@@ -99,7 +98,7 @@ static void run_block(const lf_cpu_plan *pl, const ws_layout *l, char *slot, int
     for (int64_t oc = o0; oc < o1; oc += pl->nco) {
         const int64_t nco = o1 - oc < pl->nco ? o1 - oc : pl->nco, nsl = (nco + pl->nro - 1) / pl->nro;
         const float *bp; /* 4-byte words */
-        if (pl->bpk) { /* packed once: the panel is in place (oc is a whole number of slivers) */
+        if (pl->bpk) {   /* packed once: the panel is in place (oc is a whole number of slivers) */
             bp = (const float *)pl->bpk + oc / pl->nro * steps * nr;
             lf_cpu_panel_map(pl, oc, nsl, cols, bias);
         } else {

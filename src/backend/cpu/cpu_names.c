@@ -17,7 +17,9 @@ void lf_cpu_kernel_namer(const lf_kernel_key *k, char *buf, size_t cap)
         break;
     case LF_CPU_KF_QUANT:
         snprintf(buf, cap, "lf_cpu_quantize_fp8_%s_%s", dt,
-                 k->op == LF_SCALE_1X128 ? "1x128" : k->op == LF_SCALE_128X128 ? "128x128" : "rowwise");
+                 k->op == LF_SCALE_1X128     ? "1x128"
+                 : k->op == LF_SCALE_128X128 ? "128x128"
+                                             : "rowwise");
         break;
     case LF_CPU_KF_POINTWISE:
     default: {

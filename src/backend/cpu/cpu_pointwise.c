@@ -92,7 +92,9 @@ static void apply(const lf_cpu_kernels *k, lf_pw_op op, lf_act act, const float 
         for (int64_t i = 0; i < m; i++)
             dst[i] = x[i] * y[i];
         break;
-    case LF_PW_ACT: k->act_row(act, x, dst, m); break;
+    case LF_PW_ACT:
+        k->act_row(act, x, dst, m);
+        break;
     default:
         if (dst != x)
             memcpy(dst, x, (size_t)m * sizeof *dst);

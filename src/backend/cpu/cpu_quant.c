@@ -17,7 +17,8 @@ static lf_status span(const lf_quant *q, int64_t r0, int64_t r1, int64_t c0, int
         for (int64_t c = c0; c < c1; c++) {
             const float v = lf_load_f32(q->in.data, q->in.dtype, r * rs + c * cs);
             if (!isfinite(v))
-                return lf_fail(LF_EINVAL, "lf_quantize_fp8: element [%lld, %lld] is %g; a tensor to quantize must be finite",
+                return lf_fail(LF_EINVAL,
+                               "lf_quantize_fp8: element [%lld, %lld] is %g; a tensor to quantize must be finite",
                                (long long)r, (long long)c, (double)v);
             amax = fabsf(v) > amax ? fabsf(v) : amax;
         }

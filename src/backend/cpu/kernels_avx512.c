@@ -55,13 +55,12 @@ static void gelu_tanh_row_512(float *y, const float *x, const float *bias, float
  * step's bf16 MLP ran at half the speed of PyTorch's oneDNN on the same cores (bench/RESULTS.md).
  * Four columns by four rows, sixteen sums; K's tail in masked loads. Compiled for AVX512_BF16
  * here alone and called only where cpuid says the CPU has it (lf_cpu_has_bf16_dots). */
-#define LF_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define LF_BF16_TARGET        __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define LF_BF16_LOAD(p, k, m) ((__m512bh)_mm512_maskz_loadu_epi16((m), (p) + (k)))
-#define LF_BF16_MASK(K, k) ((K) - (k) >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << ((K) - (k))) - 1u))
+#define LF_BF16_MASK(K, k)    ((K) - (k) >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << ((K) - (k))) - 1u))
 
 /* One row against four columns: four sums. Named accumulators, so they stay in registers. */
-LF_BF16_TARGET static inline void dots_bf16_1x4(const uint16_t *x0, const uint16_t *const w[4], int64_t K,
-                                                float out[4])
+LF_BF16_TARGET static inline void dots_bf16_1x4(const uint16_t *x0, const uint16_t *const w[4], int64_t K, float out[4])
 {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     for (int64_t k = 0; k < K; k += 32) {
@@ -111,8 +110,8 @@ LF_BF16_TARGET static inline void dots_bf16_4x4(const uint16_t *const x[4], cons
  * step's bf16 MLP ran at half the speed of PyTorch's oneDNN on the same cores (bench/RESULTS.md).
  * Four columns by four rows, or by one row; K's tail in masked loads. Compiled for AVX512_BF16
  * here alone and called only where cpuid says the CPU has it (lf_cpu_has_bf16_dots). */
-LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_t K, const uint16_t *const *col,
-                                            int n, float *acc, int64_t ld)
+LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_t K, const uint16_t *const *col, int n,
+                                            float *acc, int64_t ld)
 {
     for (int p0 = 0; p0 < n; p0 += 4) {
         const int q = n - p0 < 4 ? n - p0 : 4;
@@ -159,7 +158,7 @@ LF_BF16_TARGET static void dots_bf16_avx512(const uint16_t *a, int64_t m, int64_
 /* A 12 x 32 tile's sums (c0: columns 0-15, c1: 16-31 of each row) out to c, added to what c
  * holds where accumulate: both micro-kernels' last step. Inlined, so the sums stay registers. */
 static inline __attribute__((always_inline)) void store_12x32(__m512 c0[MR], __m512 c1[MR], float *restrict c,
-                                                               int accumulate)
+                                                              int accumulate)
 {
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {

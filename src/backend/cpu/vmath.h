@@ -8,7 +8,6 @@
 
 #include "linfuse/tensor.h" /* lf_f32_bits, lf_f32_from_bits */
 
-
 /* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation
  * < 6e-9), 2^n put in the exponent bits. Inputs are clamped to [-87, 88], so the result is a
  * normal float (tiny or huge, never Inf or a denormal): callers rely on that. */

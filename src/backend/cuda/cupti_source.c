@@ -204,8 +204,8 @@ static void kernel_args(const lfc_rec *k, char *extra, size_t cap)
     int n = snprintf(extra, cap,
                      "\"context\": %u, \"registers per thread\": %d, \"shared memory\": %d, \"blocks per SM\": %f, "
                      "\"warps per SM\": %f, \"grid\": [%d, %d, %d], \"block\": [%d, %d, %d]",
-                     k->context, k->regs, k->static_smem + k->dyn_smem, bps, bps * threads / 32, k->grid[0],
-                     k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2]);
+                     k->context, k->regs, k->static_smem + k->dyn_smem, bps, bps * threads / 32, k->grid[0], k->grid[1],
+                     k->grid[2], k->block[0], k->block[1], k->block[2]);
     const int occ = nsm ? lfc_occupancy(NULL, k, bps) : -1;
     if (occ >= 0 && n > 0 && (size_t)n < cap)
         n += snprintf(extra + n, cap - (size_t)n, ", \"est. achieved occupancy %%\": %d", occ);

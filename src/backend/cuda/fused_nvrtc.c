@@ -20,9 +20,9 @@
 typedef struct prepared {
     cudaLibrary_t lib;
     cudaKernel_t kernel;
-    long long n;    /* elements */
-    int vec;        /* 8-wide path compiled in (taken when the pointers are 16-byte aligned) */
-    unsigned grid;  /* blocks of 256 threads */
+    long long n;   /* elements */
+    int vec;       /* 8-wide path compiled in (taken when the pointers are 16-byte aligned) */
+    unsigned grid; /* blocks of 256 threads */
 } prepared;
 
 /* --- writing the source --- */
@@ -96,15 +96,21 @@ static void put_steps(sbuf *b, const lf_fused *f, const char *sfx)
         const lf_fused_op *o = &f->ops[i];
         int r = f->n_in + i;
         switch (o->op) {
-        case LF_PW_ADD: put(b, "    float r%d%s = r%d%s + r%d%s;\n", r, sfx, o->src[0], sfx, o->src[1], sfx); break;
-        case LF_PW_MUL: put(b, "    float r%d%s = r%d%s * r%d%s;\n", r, sfx, o->src[0], sfx, o->src[1], sfx); break;
+        case LF_PW_ADD:
+            put(b, "    float r%d%s = r%d%s + r%d%s;\n", r, sfx, o->src[0], sfx, o->src[1], sfx);
+            break;
+        case LF_PW_MUL:
+            put(b, "    float r%d%s = r%d%s * r%d%s;\n", r, sfx, o->src[0], sfx, o->src[1], sfx);
+            break;
         case LF_PW_ACT:
             if (o->act == LF_ACT_NONE)
                 put(b, "    float r%d%s = r%d%s;\n", r, sfx, o->src[0], sfx);
             else
                 put(b, "    float r%d%s = %s(r%d%s);\n", r, sfx, lf_act_name(o->act), o->src[0], sfx);
             break;
-        default: put(b, "    float r%d%s = r%d%s;\n", r, sfx, o->src[0], sfx); break;
+        default:
+            put(b, "    float r%d%s = r%d%s;\n", r, sfx, o->src[0], sfx);
+            break;
         }
     }
 }
@@ -127,18 +133,21 @@ static int gen_source(const lf_fused *f, long long n, int *vec, char *out, size_
         put(&b, "  if (((unsigned long long)out");
         for (int q = 0; q < f->n_in; q++)
             put(&b, " | (unsigned long long)in%d", q);
-        put(&b, ") %% 16 == 0) {\n"
-                "    for (long long v = blockIdx.x * 256LL + threadIdx.x; v < n / 8; v += (long long)gridDim.x * 256) {\n");
+        put(&b,
+            ") %% 16 == 0) {\n"
+            "    for (long long v = blockIdx.x * 256LL + threadIdx.x; v < n / 8; v += (long long)gridDim.x * 256) {\n");
         for (int q = 0; q < f->n_in; q++)
-            put(&b, "      uint4 w%d = reinterpret_cast<const uint4 *>(in%d)[v];\n"
-                    "      const unsigned short *e%d = reinterpret_cast<const unsigned short *>(&w%d);\n",
+            put(&b,
+                "      uint4 w%d = reinterpret_cast<const uint4 *>(in%d)[v];\n"
+                "      const unsigned short *e%d = reinterpret_cast<const unsigned short *>(&w%d);\n",
                 q, q, q, q);
         put(&b, "      uint4 wo; unsigned short *eo = reinterpret_cast<unsigned short *>(&wo);\n"
                 "#pragma unroll\n      for (int k = 0; k < 8; k++) {\n");
         for (int q = 0; q < f->n_in; q++)
             put(&b, "    float r%d = %s(e%d[k]);\n", q, load_fn(f->in[q].dtype), q);
         put_steps(&b, f, "");
-        put(&b, "    eo[k] = %s(r%d);\n      }\n      reinterpret_cast<uint4 *>(out)[v] = wo;\n    }\n    return;\n  }\n",
+        put(&b,
+            "    eo[k] = %s(r%d);\n      }\n      reinterpret_cast<uint4 *>(out)[v] = wo;\n    }\n    return;\n  }\n",
             store_fn(f->out.dtype), f->n_in + f->n_ops - 1);
     }
     put(&b, "  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += (long long)gridDim.x * 256) {\n");
@@ -173,8 +182,8 @@ static int gen_source(const lf_fused *f, long long n, int *vec, char *out, size_
 lf_status lf_cuda_cache_dir(const char *given, char *dir, size_t cap)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n = given ? snprintf(dir, cap, "%s", given)
-            : xdg && *xdg ? snprintf(dir, cap, "%s/linfuse", xdg)
+    int n = given           ? snprintf(dir, cap, "%s", given)
+            : xdg && *xdg   ? snprintf(dir, cap, "%s/linfuse", xdg)
             : home && *home ? snprintf(dir, cap, "%s/.cache/linfuse", home)
                             : snprintf(dir, cap, "/tmp/linfuse-cache");
     if (n < 0 || (size_t)n >= cap)
@@ -319,7 +328,9 @@ lf_status lf_cuda_fused_prepare(lf_fused *f, const char *cache_dir, int verbose)
     }
     long long work = pr->vec ? n / 8 : n, blocks = (work + 255) / 256;
     const lf_cuda_dev *d = lf_cuda_cur();
-    long long cap = 16LL * (d && d->sm_count > 0 ? d->sm_count : 132); /* 16 blocks of 256 per SM at most; the loop strides over the rest */
+    long long cap =
+        16LL * (d && d->sm_count > 0 ? d->sm_count
+                                     : 132); /* 16 blocks of 256 per SM at most; the loop strides over the rest */
     pr->grid = (unsigned)(blocks < cap ? blocks : cap);
     pr->n = n;
     f->prepared = pr;
@@ -337,8 +348,8 @@ lf_status lf_cuda_fused_launch(const lf_fused *f, cudaStream_t stream)
     ptrs[f->n_in] = f->out.data;
     for (int q = 0; q <= f->n_in; q++)
         args[q] = &ptrs[q];
-    return LF_CU_CHECK(RUNTIME, cudaLaunchKernel((const void *)pr->kernel, (dim3){pr->grid, 1, 1}, (dim3){256, 1, 1}, args,
-                                                 0, stream));
+    return LF_CU_CHECK(RUNTIME, cudaLaunchKernel((const void *)pr->kernel, (dim3){pr->grid, 1, 1}, (dim3){256, 1, 1},
+                                                 args, 0, stream));
 }
 
 void lf_cuda_fused_release(lf_fused *f)

@@ -41,7 +41,8 @@ static tune_file *file_of(const lf_cuda_dev *d)
     char id[320];
     snprintf(id, sizeof id, "%s sm_%d%d driver %d cublasLt %zu", prop.name, prop.major, prop.minor, driver,
              cublasLtGetVersion());
-    snprintf(f->path, sizeof f->path, "%s/%016llx.bin", dir, (unsigned long long)lf_fnv1a(id, strlen(id), LF_FNV_START));
+    snprintf(f->path, sizeof f->path, "%s/%016llx.bin", dir,
+             (unsigned long long)lf_fnv1a(id, strlen(id), LF_FNV_START));
     size_t n = 0;
     void *p = lf_cuda_read_file(f->path, &n);
     if (!p)

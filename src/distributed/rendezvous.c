@@ -15,7 +15,7 @@
  *
  * Hand-written because it is a few dozen lines of sockets with no library in the field's reach
  * that does only this (torch's TCPStore is C++ inside PyTorch; MPI is a launcher of its own).
- * Layer: dist/. */
+ * Layer: distributed/. */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist_impl.h"
+#include "distributed/max_ranks.h"
 
 /* "LFR2": the hello carries the run's id (version 1, "LFRV", did not) */
 enum { MAGIC = 0x4c465232, MSG_CAP = 200, MAX_ID = 1024, HELLO_MS = 3000, MAX_PENDING = 64, MAX_LISTEN = 8 };

@@ -1,13 +1,13 @@
 /* Communicators: from torchrun's variables (one process per GPU, the ranks meeting over TCP) or
  * all in one process (one thread per GPU), and what a rank says about itself in a trace.
- * Layer: dist/. */
+ * Layer: distributed/. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist_impl.h"
+#include "distributed/max_ranks.h"
 #include "linfuse/settings.h"
 
 /* A non-negative integer variable; 0 with the message set when it is missing or not one. */
