@@ -192,6 +192,18 @@ def test_module():
               ".to(bfloat16) after apply: moved as any module, linfuse's bf16 result")
         dbl = copy.deepcopy(model).double()
         check(rel(dbl(x.double()), ref) <= 1e-5, ".double(): torch's own ops (linfuse computes no float64)")
+        # what a user changes on a patched model takes effect or raises, never ignored (issue 52):
+        # a forward replaced on the GatedMLP (as accelerate attaches hooks) runs; its projections
+        # are not there to replace
+        mlp0 = model.layers[0].mlp
+        mlp0.forward = lambda t: torch.zeros_like(t)
+        check(torch.equal(mlp0(x), torch.zeros_like(x)), "a forward set on a GatedMLP runs")
+        del mlp0.forward
+        try:
+            mlp0.down_proj.forward = lambda t: t
+            check(False, "a GatedMLP's down_proj is not there to patch: it raises")
+        except AttributeError:
+            check(True, "")
         seen = []
         h = model.layers[0].mlp.register_forward_hook(lambda m, i, o: seen.append(o.shape))
         model(x)
