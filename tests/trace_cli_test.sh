@@ -892,6 +892,37 @@ for v in '"1733616000000000000"' 9e18 1.7336e18 -5 9223372036854775808; do
     check "baseTimeNanoseconds $v" 2 "$bin" trace summary "$work/base_bad.json"
     contains "baseTimeNanoseconds $v: why" "base_bad.json:1:25: baseTimeNanoseconds is not an integer number of nanoseconds"
 done
+# what could not be trusted is counted and said by every verb, never summed in silently: a drop the
+# profiler recorded, a kernel launched outside the steps, two kernels overlapping on one stream, a
+# negative duration (read as 0), a duration no measurement has
+cat >"$work/untrusted.json" <<'JSON'
+{"linfuse_dropped_events": 3, "traceEvents": [
+{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"correlation": 1}},
+{"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 20, "dur": 30, "args": {"correlation": 1, "stream": 7, "device": 0}},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 12, "dur": 5, "args": {"correlation": 2}},
+{"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 40, "dur": 30, "args": {"correlation": 2, "stream": 7, "device": 0}},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 200, "dur": 5, "args": {"correlation": 3}},
+{"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 210, "dur": -4, "args": {"correlation": 3, "stream": 7, "device": 0}},
+{"ph": "X", "cat": "cpu_op", "name": "aten::forever", "pid": 1, "tid": 1, "ts": 1, "dur": 5000000}
+]}
+JSON
+trust="not trusted: 3 records the profiler dropped, 1 kernels, copies or sets launched outside every step"
+for verb in "summary" "table" "breakdown" "expect --kernels-per-step 2" "stats --report cuda_gpu_kern_sum"; do
+    # shellcheck disable=SC2086
+    check "trace $verb of an untrusted trace" 0 "$bin" trace $verb "$work/untrusted.json"
+    contains "trace $verb: the drops and the launch outside the steps" "$trust"
+    contains "trace $verb: the overlap" "1 kernels, copies or sets overlapping the last on their stream"
+    contains "trace $verb: the negative duration" "1 negative durations (read as 0)"
+    contains "trace $verb: the absurd duration" "1 durations over 10x the trace's span"
+done
+check "trace diff of an untrusted trace" 0 "$bin" trace diff "$work/untrusted.json" "$ref/linear_1024x32x64_eager.json"
+contains "trace diff: A's, said as A's" "A $trust"
+check "trace summary --json of an untrusted trace" 0 "$bin" trace summary --json "$work/untrusted.json"
+contains "summary --json: the counts" '"trust": {"dropped": 3, "outside_steps": 1, "stream_overlaps": 1, "negative_durations": 1, "absurd_durations": 1}'
+check "trace summary of a trusted trace" 0 "$bin" trace summary "$ref/linear_1024x32x64_eager.json"
+case "$LAST" in *"not trusted"*) fails=$((fails + 1)); echo "FAIL: a clean trace said not trusted" ;; esac
+
 # standard output that cannot take what is printed (a full disk, /dev/full, past ulimit -f): exit 1
 # with the reason, never 0 with the output lost or cut to invalid JSON
 full="$ref/mlp_64x128x768x3072_eager.json"

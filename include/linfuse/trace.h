@@ -96,6 +96,8 @@ typedef struct lf_trace_meta {
     /* A merged trace (lf_trace_merge): the number of ranks in it, whose events have pid = rank
      * (lf_trace_ranks lists them: any ranks, not only 0 to n - 1); 0 for any other trace. */
     int64_t merged_ranks;
+    /* Events whose duration was negative, read as 0 (as Kineto clamps them): counted by the reader. */
+    int64_t negative_durations;
 } lf_trace_meta;
 
 LF_API lf_trace_meta *lf_trace_meta_of(lf_trace *t);
@@ -151,6 +153,36 @@ typedef struct lf_trace_json_job {
 } lf_trace_json_job;
 /* The lf_file_write_fn of an lf_trace_json_job (ctx); 0 when the whole JSON was written. */
 LF_API int lf_trace_json_write_cb(FILE *f, void *ctx);
+
+/* What in a trace could not be trusted, counted rather than summed in silently; every verb says
+ * it (lf_trace_trust_line) where any is not 0. */
+typedef struct lf_trace_trust {
+    int64_t dropped;            /* records the profiler says it dropped (linfuse_dropped_events) */
+    int64_t outside_steps;      /* kernels, copies and sets launched outside every step, in a trace with steps */
+    int64_t stream_overlaps;    /* kernels, copies and sets that start before the last one on their stream ended */
+    int64_t negative_durations; /* events whose duration was negative (read as 0) */
+    /* events longer than ten times the span of the trace's starts and over a second: no
+     * measurement (a range never closed, a clock that jumped) */
+    int64_t absurd_durations;
+} lf_trace_trust;
+LF_API lf_status lf_trace_trust_count(const lf_trace *t, lf_trace_trust *out);
+/* "not trusted: 3 kernels overlapping on their stream, ..." (no newline), "" where all are 0. */
+LF_API void lf_trace_trust_line(const lf_trace_trust *tr, char *buf, size_t cap);
+/* The counts as a JSON object ({"dropped": 0, ...}). */
+LF_API void lf_trace_trust_json(const lf_trace_trust *tr, char *buf, size_t cap);
+
+/* nsys stats' reports over any Kineto trace (PyTorch's, linfuse's, linfuse profile's, merged or
+ * not), by nsys's names, columns, units and column order (docs/traces.md defines each column, and
+ * says where a Kineto trace cannot give one): cuda_api_sum, cuda_gpu_kern_sum,
+ * cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, cuda_kern_exec_sum, cuda_gpu_trace, nvtx_sum,
+ * nvtx_gpu_proj_sum. As nsys prints them (a titled column table; what could not be trusted after
+ * it), as CSV (a header of the column names, then the rows) or as JSON (an array of objects
+ * keyed by the column names). cuda_gpu_trace's grids, blocks and registers come from the events'
+ * args: read the trace with keep_args. The caller frees *text. */
+typedef enum lf_stats_format { LF_STATS_TEXT, LF_STATS_CSV, LF_STATS_JSON } lf_stats_format;
+LF_API lf_status lf_trace_stats(const lf_trace *t, const char *report, lf_stats_format format, char **text);
+/* The reports lf_trace_stats knows, NULL-terminated. */
+LF_API const char *const *lf_trace_stats_reports(void);
 
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
  * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard
@@ -262,6 +294,7 @@ typedef struct lf_table {
      * the int64 range and stopped there; host events whose children add up to more than they
      * last (siblings that overlap), which gives a negative self time. "" when none. */
     char warning[512];
+    lf_trace_trust trust; /* said under the table where any is not 0 */
 } lf_table;
 
 LF_API lf_status lf_table_build(const lf_trace *t, lf_sort_key sort_by, lf_table *out);
@@ -358,6 +391,7 @@ typedef struct lf_breakdown {
     double delay_median_us, delay_p90_us, delay_max_us, runtime_cutoff_us, delay_cutoff_us;
     lf_graph_stats *graphs;
     int64_t n_graphs;
+    lf_trace_trust trust; /* said after the steps where any is not 0 */
 } lf_breakdown;
 
 /* One process's breakdown (a merged trace: LF_EINVAL, see lf_trace_summarize). */
@@ -407,6 +441,7 @@ typedef struct lf_step_profile {
     double occupancy_per_step; /* occupancy queries (names with "Occupancy") */
     double cpu_ns_per_step, device_ns_per_step;
     double kernels_per_step, ops_per_step;
+    lf_trace_trust trust; /* of the trace it was built from: lf_trace_diff says both */
 } lf_step_profile;
 
 /* One process's steps (a merged trace: LF_EINVAL, see lf_trace_summarize). */

@@ -33,6 +33,10 @@ static const struct verb_help {
     {"report", "FILE.json [OTHER.json] -o REPORT.html [--step N] [--peak-tflops X --peak-gbps Y]",
      "one self-contained HTML file: ProfilerStep#N's timeline, breakdown, roofline, table (and what changed from "
      "FILE to OTHER, as trace diff FILE OTHER)"},
+    {"stats", "FILE.json [--report NAME[,NAME...]] [--format table|csv|json] [-o PREFIX]",
+     "nsys stats' reports by its names and columns: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, "
+     "cuda_gpu_mem_size_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_trace, nvtx_sum, nvtx_gpu_proj_sum "
+     "(nsys's defaults without --report; -o PREFIX writes PREFIX_<report>.<ext>)"},
     {"serve", "FILE.json|- [--port N] [--once]",
      "serve the trace (- : standard input, e.g. piped from another machine) on 127.0.0.1 (port 9001) to "
      "ui.perfetto.dev and print the link that opens it; nothing is uploaded"},

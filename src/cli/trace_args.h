@@ -1,7 +1,7 @@
 /* What every `linfuse trace` verb shares (trace_args.c): the verbs' usage lines, their common
  * flags and file words, reading a trace with a progress line, and error messages safe for a
  * terminal. The verbs themselves are in trace_cmd.c (table, diff, expect, summary, breakdown,
- * merge) and trace_views.c (svg, report, serve). Layer: cli/. */
+ * merge), trace_views.c (svg, report, serve) and trace_stats.c (stats). Layer: cli/. */
 #ifndef LF_CLI_TRACE_ARGS_H
 #define LF_CLI_TRACE_ARGS_H
 
@@ -37,5 +37,7 @@ int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **file
 /* Whether out is none of the nf input files (a link or a second name for one counts): else says
  * so on stderr, for cmd, and returns 0 (the verb exits LF_EXIT_USAGE; the input is untouched). */
 int lf_tcmd_output_apart(const char *cmd, const char *out, const char *const *files, int nf);
+/* `linfuse trace stats` (trace_stats.c). */
+int lf_tcmd_stats(int argc, char **argv);
 
 #endif

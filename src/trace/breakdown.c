@@ -435,6 +435,8 @@ lf_status lf_trace_breakdown(const lf_trace *t, lf_breakdown *out)
         st = kernel_stats(&c, out);
     if (st == LF_OK) /* graph replays: each launch's kernels, by the op whose External id the launch carries */
         st = graph_replays(t, c.calls, c.n_calls, out);
+    if (st == LF_OK)
+        st = lf_trace_trust_count(t, &out->trust);
     census_free(&c);
     if (st != LF_OK)
         lf_breakdown_free(out);
@@ -493,7 +495,9 @@ static void format_json(const lf_breakdown *b, int64_t rank, lf_sbuf *o)
         put(o, ", \"launches\": %lld, \"kernels\": %lld, \"device_us\": %.3f}", (long long)g->launches,
             (long long)g->kernels, g->device_us);
     }
-    put(o, "]}");
+    char trust[640];
+    lf_trace_trust_json(&b->trust, trust, sizeof trust);
+    put(o, "],\n \"trust\": %s}", trust);
 }
 
 /* The text's table of steps x GPUs. */
@@ -585,6 +589,10 @@ lf_status lf_breakdown_format(const lf_breakdown *b, int64_t rank, int json, cha
         size_t *keep = malloc((size_t)(nn + 1) * sizeof *keep);
         format_text(b, rank, &o, names, keep);
         free(names), free(keep);
+        char trust[640];
+        lf_trace_trust_line(&b->trust, trust, sizeof trust);
+        if (trust[0])
+            lf_sbuf_printf(&o, "\n%s\n", trust);
     }
     if (o.oom) {
         free(o.p);

@@ -45,6 +45,7 @@ lf_status lf_step_profile_build(const lf_trace *t, lf_step_profile *out)
     LF_CHECK_PTR(out, "lf_step_profile_build", "out");
     memset(out, 0, sizeof *out);
     LF_TRY(lf_trace_one_process(t, "lf_step_profile_build"));
+    LF_TRY(lf_trace_trust_count(t, &out->trust));
     lf_span *sp;
     int64_t steps, step_total;
     LF_TRY(lf_trace_step_spans(t, &sp, &steps, &step_total));
@@ -225,7 +226,10 @@ static void diff_json(const diff *d, lf_sbuf *o)
                         : "stayed",
             x ? x->per_step : 0, y ? y->per_step : 0);
     }
-    put(o, "]}\n");
+    char ta[640], tb[640];
+    lf_trace_trust_json(&a->trust, ta, sizeof ta);
+    lf_trace_trust_json(&b->trust, tb, sizeof tb);
+    put(o, "],\n \"trust\": [%s, %s]}\n", ta, tb);
 }
 
 /* The per-step numbers of A and B, a line each. */
@@ -355,6 +359,12 @@ lf_status lf_trace_diff(const lf_step_profile *a, const lf_step_profile *b, int 
             diff_json(&d, &o);
         else if (!diff_text(&d, &o))
             o.oom = 1;
+        char trust[640];
+        for (int side = 0; side < 2 && !as_json; side++) { /* what of A or B could not be trusted */
+            lf_trace_trust_line(side ? &b->trust : &a->trust, trust, sizeof trust);
+            if (trust[0])
+                lf_sbuf_printf(&o, "%s %s\n", side ? "B" : "A", trust);
+        }
     }
     free(d.k), free(d.op);
     if (o.oom) {

@@ -163,12 +163,16 @@ static void check_pattern(const lf_trace_expect *e, int k, report *r)
 static void finish(report *r)
 {
     const lf_step_profile *p = r->p;
+    char trust[640];
     if (!r->json) {
         if (r->bad)
             lf_sbuf_printf(&r->out, "%d difference%s from the guess\n", r->bad, r->bad == 1 ? "" : "s");
         else
             lf_sbuf_printf(&r->out, "as expected: %g kernels per step over %lld steps\n", p->kernels_per_step,
                            (long long)p->steps);
+        lf_trace_trust_line(&p->trust, trust, sizeof trust);
+        if (trust[0])
+            lf_sbuf_printf(&r->out, "%s\n", trust);
         return;
     }
     lf_sbuf_printf(&r->out,
@@ -179,7 +183,8 @@ static void finish(report *r)
         lf_sbuf_json_str(&r->out, p->kernels[i].name);
         lf_sbuf_printf(&r->out, ", \"per_step\": %g}", p->kernels[i].per_step);
     }
-    lf_sbuf_printf(&r->out, "]}\n");
+    lf_trace_trust_json(&p->trust, trust, sizeof trust);
+    lf_sbuf_printf(&r->out, "], \"trust\": %s}\n", trust);
 }
 
 /* Each kernel's keep: names in text cut as PyTorch's table cuts them, wider where two would look

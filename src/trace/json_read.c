@@ -237,8 +237,10 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     if (!get_us(e, "ts", &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns)))
         return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] (\"%s\") has a missing or absurd \"ts\" or \"dur\"", path, i,
                        name);
-    if (!is_mem && ev.dur_ns < 0)
-        ev.dur_ns = 0; /* Kineto clamps negative durations the same way */
+    if (!is_mem && ev.dur_ns < 0) {
+        ev.dur_ns = 0; /* Kineto clamps negative durations the same way; counted, not hidden */
+        lf_trace_meta_of(r->t)->negative_durations++;
+    }
     if (ev.cat == LF_TC_GPU_ANNOTATION && ev.dur_ns >= 2) {
         /* Kineto's export pads a device-side annotation by 1 ns on each side of the kernels
          * it covers; PyTorch's own tables use the unpadded span */

@@ -159,7 +159,7 @@ static lf_status put_reading(lf_sbuf *b, const lf_trace *t, const lf_report_opts
     const lf_trace_meta *m = &t->meta;
     lf_trace_summary s;
     LF_TRY(lf_trace_summarize(t, &s));
-    char line[360], dev[128] = "";
+    char line[700], dev[128] = "";
     lf_trace_summary_line(&s, line, sizeof line);
     double kt = 0, kg = 0;
     *peak_tf = o->peak_tflops, *peak_gbps = o->peak_gbps;
@@ -181,6 +181,14 @@ static lf_status put_reading(lf_sbuf *b, const lf_trace *t, const lf_report_opts
     if (*peak_tf > 0)
         put(b, " (peaks %g TFLOP/s, %g GB/s%s)", *peak_tf, *peak_gbps, known && !o->peak_tflops ? ", datasheet" : "");
     put(b, "</p>\n");
+    lf_trace_trust tr;
+    LF_TRY(lf_trace_trust_count(t, &tr));
+    lf_trace_trust_line(&tr, line, sizeof line);
+    if (line[0]) {
+        put(b, "<p class=\"warn\">");
+        lf_html_name(b, line);
+        put(b, "</p>\n");
+    }
     return LF_OK;
 }
 

@@ -309,6 +309,9 @@ lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, cha
     *text = NULL;
     lf_trace_summary s;
     LF_TRY(lf_trace_summarize(t, &s));
+    lf_trace_trust tr;
+    LF_TRY(lf_trace_trust_count(t, &tr));
+    char trust[640];
     lf_sbuf b = {0};
     if (json) {
         lf_sbuf_printf(&b, "{");
@@ -326,7 +329,8 @@ lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, cha
         if (s.has_comm)
             lf_sbuf_printf(&b, ", \"comm_us_per_step\": %.3f, \"exposed_comm_us_per_step\": %.3f, \"overlap\": %.4f",
                            s.comm_ns_per_step / 1e3, s.exposed_comm_ns_per_step / 1e3, s.overlap);
-        lf_sbuf_printf(&b, ", \"verdict\": \"%s\"}", verdict(&s));
+        lf_trace_trust_json(&tr, trust, sizeof trust);
+        lf_sbuf_printf(&b, ", \"verdict\": \"%s\", \"trust\": %s}", verdict(&s), trust);
     } else {
         char line[360], who[32] = "";
         if (rank >= 0)
@@ -334,6 +338,9 @@ lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int json, cha
         lf_trace_summary_line(&s, line, sizeof line);
         lf_sbuf_printf(&b, "%s%s\n%ssteps=%lld step_time=%.3fus device_time/step=%.3fus events=%lld\n", who, line, who,
                        (long long)s.steps, s.step_ns / 1e3, s.device_ns_per_step / 1e3, (long long)lf_trace_count(t));
+        lf_trace_trust_line(&tr, trust, sizeof trust);
+        if (trust[0])
+            lf_sbuf_printf(&b, "%s%s\n", who, trust);
     }
     if (b.oom) {
         free(b.p);

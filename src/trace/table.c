@@ -529,6 +529,8 @@ lf_status lf_table_build_opts(const lf_trace *t, const lf_table_opts *opts, lf_t
         total_device_work(&b);
         st = make_rows(&b, out);
     }
+    if (st == LF_OK)
+        st = lf_trace_trust_count(t, &out->trust);
     if (st == LF_OK) {
         if (opts->sort_by != LF_SORT_NONE)
             sort_rows(b.rows, b.tmp, b.n_rows, opts->sort_by);

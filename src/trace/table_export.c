@@ -103,6 +103,9 @@ static void put_json_header(lf_sbuf *b, const lf_table *tab)
                    tab->self_cpu_total_us, tab->self_device_total_us, (long long)tab->dropped_events);
     lf_sbuf_printf(b, ", \"warnings\": ");
     lf_sbuf_json_str(b, tab->warning);
+    char trust[640];
+    lf_trace_trust_json(&tab->trust, trust, sizeof trust);
+    lf_sbuf_printf(b, ", \"trust\": %s", trust);
     lf_sbuf_printf(b, ", \"rows\": [");
 }
 

@@ -282,7 +282,8 @@ static void put_row(lf_sbuf *b, const lf_table *tab, const columns *k, const lf_
     }
 }
 
-/* Under the table: the totals, its warnings, the events the profiler dropped. */
+/* Under the table: the totals, its warnings, what could not be trusted (the events the profiler
+ * dropped among them: the numbers above miss those). */
 static void put_footers(lf_sbuf *b, const lf_table *tab)
 {
     char tot[32];
@@ -294,9 +295,13 @@ static void put_footers(lf_sbuf *b, const lf_table *tab)
     }
     if (tab->warning[0])
         lf_sbuf_printf(b, "%s", tab->warning);
-    if (tab->dropped_events > 0)
-        lf_sbuf_printf(b, "Events the profiler dropped: %lld (the numbers above miss them)\n",
-                       (long long)tab->dropped_events);
+    lf_trace_trust trust_counts = tab->trust; /* a table built by hand may carry its drops alone */
+    if (!trust_counts.dropped)
+        trust_counts.dropped = tab->dropped_events;
+    char trust[640];
+    lf_trace_trust_line(&trust_counts, trust, sizeof trust);
+    if (trust[0])
+        lf_sbuf_printf(b, "%s\n", trust);
 }
 
 lf_status lf_table_format(const lf_table *tab, const lf_table_opts *o, char **text)
