@@ -60,6 +60,14 @@ static void verb_usage(FILE *f, const char *verb)
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (!strcmp(verbs[i].verb, verb))
             fprintf(f, "usage: linfuse trace %s %s\n%s\n", verb, verbs[i].args, verbs[i].what);
+    if (!strcmp(verb, "stats"))
+        fputs("--report: nsys's report names, comma-separated (default: nvtx_sum, cuda_api_sum, cuda_gpu_kern_sum,\n"
+              "     cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum: nsys stats' own, without osrt_sum)\n"
+              "--format table (nsys's column table, what could not be trusted under it), csv (a header of nsys's\n"
+              "     column names, then the rows) or json (an array of objects keyed by the column names)\n"
+              "-o PREFIX: each report to PREFIX_<report>.<txt|csv|json>, as nsys names its files (several reports\n"
+              "     as CSV or JSON need it)\n",
+              f);
     if (!strcmp(verb, "table"))
         fputs("KEY: self_cpu_time_total, cpu_time_total, self_cuda_time_total, cuda_time_total (default),\n"
               "     cpu_time, cuda_time, count (device_* spellings too); --row-limit -1 shows every row\n"
