@@ -38,7 +38,7 @@ BUILD = os.path.abspath(os.environ.get("LINFUSE_WHEEL_BUILD_DIR") or os.path.joi
 # into a shared library: their shared objects are carried instead. A process that has loaded one
 # of them already (zlib, OpenMP through another package) uses that one: they keep their ABIs.
 # No well-kept packaged tool does this (auditwheel is not in Debian), hence these lines.
-CARRIED = ("libjansson.so.4", "libz.so.1", "libgomp.so.1")
+CARRIED = ("libjansson.so.4", "libz.so.1", "libgomp.so.1", "libsqlite3.so.0")
 
 
 def version():

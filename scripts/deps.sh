@@ -4,11 +4,11 @@
 set -eu
 
 case "${1:-build}" in
-build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev" ;;
-test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev python3-numpy clang libclang-rt-14-dev chromium fonts-dejavu-core python3 curl python3-torch python3-setuptools python3-wheel python3-pip python3-venv" ;;
-test-gpu) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev python3" ;; # python3 reads the GPU traces
-wheel) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev python3 python3-setuptools python3-wheel python3-pip" ;;
-bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libdlpack-dev libopenblas0-pthread" ;;
+build) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libsqlite3-dev libdlpack-dev" ;;
+test) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libsqlite3-dev libdlpack-dev python3-numpy clang libclang-rt-14-dev chromium fonts-dejavu-core python3 curl python3-torch python3-setuptools python3-wheel python3-pip python3-venv" ;;
+test-gpu) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libsqlite3-dev libdlpack-dev python3" ;; # python3 reads the GPU traces
+wheel) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libsqlite3-dev libdlpack-dev python3 python3-setuptools python3-wheel python3-pip" ;;
+bench) pkgs="cmake make gcc libc6-dev pkg-config libjansson-dev zlib1g-dev libsqlite3-dev libdlpack-dev libopenblas0-pthread" ;;
 *) echo "deps.sh: unknown set '$1' (build, test, test-gpu, bench or wheel)" >&2; exit 2 ;;
 esac
 

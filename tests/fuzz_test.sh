@@ -20,7 +20,7 @@ mkdir -p "$work/corpus" "$work/traces"
 srcs="$src/tests/fuzz/fuzz_trace.c $src/src/trace/*.c $src/src/core/status.c $src/src/core/text.c $src/src/core/settings.c"
 # shellcheck disable=SC2086
 "$cc" -g -O1 -std=c11 -D_DEFAULT_SOURCE -DLF_VERSION=\"fuzz\" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-    -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson zlib) -lm -o "$work/fuzz_trace"
+    -I"$src/include" -I"$src/src" $srcs $(pkg-config --cflags --libs jansson zlib sqlite3) -lm -o "$work/fuzz_trace"
 cp "$ref"/*.json "$src"/tests/fuzz/seeds/*.json "$src"/tests/fuzz/seeds/*.json.gz "$work/corpus/"
 for g in "$ref"/../torch-h200x2/*.json.gz; do if [ -e "$g" ]; then cp "$g" "$work/corpus/"; fi; done
 "$bin" linear --out "$work/traces" --batch 16 >/dev/null

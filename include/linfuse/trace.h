@@ -184,6 +184,14 @@ LF_API lf_status lf_trace_stats(const lf_trace *t, const char *report, lf_stats_
 /* The reports lf_trace_stats knows, NULL-terminated. */
 LF_API const char *const *lf_trace_stats_reports(void);
 
+/* The trace at trace_path as a SQLite database at db_path (a new file, put in place whole: a
+ * failed export leaves none), inserted as the trace is read, so memory stays bounded whatever the
+ * trace's size. Tables that join by ids: kernels, memops, calls, ops, memory, strings, steps,
+ * ranks, devices, threads, meta; views flows and kernels_named, memops_named, calls_named,
+ * ops_named (docs/traces.md gives the schema and example queries). *events (may be NULL): the
+ * events written. */
+LF_API lf_status lf_trace_export_sqlite(const char *trace_path, const char *db_path, int64_t *events);
+
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
  * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard
  * input. Errors name the file and, for malformed JSON, the line and column. A file that starts
@@ -202,6 +210,13 @@ typedef struct lf_trace_read_opts {
      * correlation, device, FLOPs/flops, bytes, the input shapes, Record function id, Ev Idx, a
      * [memory] event's sizes); a "stream" other than the event's track comes first. */
     int keep_args;
+    /* Each event handed to each(each_ctx, event) as it is read, and not kept: the trace read
+     * holds its metadata, thread names and flows alone, so a trace of any size is read in bounded
+     * memory (`linfuse trace export`). The event's strings last until each returns; what each
+     * returns other than LF_OK ends the read with it. Such events are seen as the file has them:
+     * a legacy array's categories and FLOPs from shapes are not settled afterwards. */
+    lf_status (*each)(void *ctx, const lf_trace_event *e);
+    void *each_ctx;
 } lf_trace_read_opts;
 /* lf_trace_read_json with options (opts NULL: the defaults). */
 LF_API lf_status lf_trace_read_json_opts(lf_trace **out, const char *path, const lf_trace_read_opts *opts);

@@ -37,6 +37,9 @@ static const struct verb_help {
      "nsys stats' reports by its names and columns: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, "
      "cuda_gpu_mem_size_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_trace, nvtx_sum, nvtx_gpu_proj_sum "
      "(nsys's defaults without --report; -o PREFIX writes PREFIX_<report>.<ext>)"},
+    {"export", "FILE.json --sqlite OUT.db",
+     "the trace as a SQLite database, inserted as it is read (bounded memory): kernels, memops, calls, ops, "
+     "memory, steps, ranks, devices, threads, strings, meta; views flows and *_named (docs/traces.md)"},
     {"serve", "FILE.json|- [--port N] [--once]",
      "serve the trace (- : standard input, e.g. piped from another machine) on 127.0.0.1 (port 9001) to "
      "ui.perfetto.dev and print the link that opens it; nothing is uploaded"},

@@ -37,7 +37,8 @@ int lf_tcmd_common_arg(int id, const char *v, const char *cmd, const char **file
 /* Whether out is none of the nf input files (a link or a second name for one counts): else says
  * so on stderr, for cmd, and returns 0 (the verb exits LF_EXIT_USAGE; the input is untouched). */
 int lf_tcmd_output_apart(const char *cmd, const char *out, const char *const *files, int nf);
-/* `linfuse trace stats` (trace_stats.c). */
+/* `linfuse trace stats` and `linfuse trace export` (trace_stats.c). */
 int lf_tcmd_stats(int argc, char **argv);
+int lf_tcmd_export(int argc, char **argv);
 
 #endif

@@ -390,6 +390,8 @@ int lf_cli_trace(int argc, char **argv)
         return lf_tcmd_serve(argc - 1, argv + 1);
     if (!strcmp(v, "stats"))
         return lf_tcmd_stats(argc - 1, argv + 1);
+    if (!strcmp(v, "export"))
+        return lf_tcmd_export(argc - 1, argv + 1);
     const char *near = lf_tcmd_closest(v);
     fprintf(stderr, "linfuse trace: unknown verb '%s' (linfuse trace --help lists the verbs)", v);
     if (near)

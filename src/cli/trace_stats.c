@@ -1,6 +1,7 @@
 /* `linfuse trace stats`: nsys stats' reports by their names over a trace (lf_trace_stats), to
  * standard output or, with -o PREFIX, each report to PREFIX_<report>.<txt|csv|json> as nsys
- * names its files. Layer: cli/. */
+ * names its files; and `linfuse trace export FILE --sqlite OUT.db` (lf_trace_export_sqlite).
+ * Layer: cli/. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,4 +118,33 @@ int lf_tcmd_stats(int argc, char **argv)
     }
     lf_trace_free(t);
     return rc;
+}
+
+int lf_tcmd_export(int argc, char **argv)
+{
+    const char *file = NULL, *v, *cmd = "linfuse trace export", *db = NULL;
+    enum { SQLITE };
+    const lf_cli_opt opts[] = {{"sqlite", 1, SQLITE, 0}, MAX_BYTES_OPT};
+    lf_cli_args a;
+    lf_cli_args_init(&a, cmd, argc, argv, opts, 2);
+    int nf = 0, rc;
+    for (int id; (id = lf_tcmd_next_arg(&a, "export", &v)) != LF_CLI_END;) {
+        if (id == SQLITE)
+            db = v;
+        else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0)
+            return rc;
+    }
+    if (!file || !db) {
+        fprintf(stderr, "%s: usage: linfuse trace export FILE.json --sqlite OUT.db\n", cmd);
+        return LF_EXIT_USAGE;
+    }
+    if (!lf_tcmd_output_apart(cmd, db, &file, 1))
+        return LF_EXIT_USAGE;
+    int64_t events = 0;
+    if (lf_trace_export_sqlite(file, db, &events) != LF_OK) {
+        lf_tcmd_error(cmd);
+        return LF_EXIT_FAIL;
+    }
+    fprintf(stderr, "wrote %s: %lld events\n", db, (long long)events);
+    return LF_EXIT_OK;
 }

@@ -17,7 +17,8 @@
 
 /* Read a gzip trace: its text inflated into a reservation of the read limit's size as the
  * parse goes (fill). */
-static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name, int keep_args)
+static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const char *name,
+                           const lf_trace_read_opts *o)
 {
     lazy_src g = {.fd = -1, .in = (const unsigned char *)data, .in_n = size, .limit = lf_trace_read_limit()};
     /* deflate never gives more than 1032 bytes a byte: the text fits in that, or the limit + 1 */
@@ -32,7 +33,7 @@ static lf_status read_gzip(lf_trace **out, const char *data, size_t size, const 
         munmap(g.buf, g.cap);
         return lf_fail(LF_ENOMEM, "%s: zlib could not start", name);
     }
-    lf_status st = lf_json_parse(out, g.buf, 0, name, 1, &g, keep_args);
+    lf_status st = lf_json_parse(out, g.buf, 0, name, 1, &g, o);
     inflateEnd(&g.z);
     munmap(g.buf, g.cap);
     return st;
@@ -45,8 +46,8 @@ lf_status lf_trace_read_json_buffer(lf_trace **out, const char *data, size_t siz
     LF_CHECK_PTR(data, "lf_trace_read_json_buffer", "data");
     if (!name)
         name = "(buffer)";
-    return lf_json_is_gzip(data, size) ? read_gzip(out, data, size, name, 0)
-                                       : lf_json_parse(out, data, size, name, 0, NULL, 0);
+    return lf_json_is_gzip(data, size) ? read_gzip(out, data, size, name, NULL)
+                                       : lf_json_parse(out, data, size, name, 0, NULL, NULL);
 }
 
 /* Up to cap bytes from fd into buf, fewer only where it ends; -1 when a read fails. */
@@ -78,7 +79,7 @@ static lf_status stdin_over(int64_t limit)
  * is read as the parse goes into a reservation of the limit + 1 bytes, its parsed pages given
  * back as a file's are; gzip is read whole (the compressed bytes), then inflated as parsed. Every
  * byte counts against the limit as it comes. */
-static lf_status read_stdin(lf_trace **out, int keep_args)
+static lf_status read_stdin(lf_trace **out, const lf_trace_read_opts *o)
 {
     const int64_t limit = lf_trace_read_limit();
     char head[4096];
@@ -121,7 +122,7 @@ static lf_status read_stdin(lf_trace **out, int keep_args)
         if (!z)
             return lf_fail(LF_ENOMEM, "standard input: out of memory for %zu bytes", cap * 2);
         if (st == LF_OK)
-            st = read_gzip(out, z, n, "standard input", keep_args);
+            st = read_gzip(out, z, n, "standard input", o);
         free(z);
         return st;
     }
@@ -137,7 +138,7 @@ static lf_status read_stdin(lf_trace **out, int keep_args)
         return lf_fail(LF_ENOMEM, "standard input: could not reserve %zu bytes: %s", src.cap, strerror(errno));
     memcpy(src.buf, head, nh);
     src.done = nh < want; /* it ended within its first bytes */
-    lf_status st = lf_json_parse(out, src.buf, nh, "standard input", 1, &src, keep_args);
+    lf_status st = lf_json_parse(out, src.buf, nh, "standard input", 1, &src, o);
     munmap(src.buf, src.cap);
     return st;
 }
@@ -163,9 +164,8 @@ lf_status lf_trace_read_json_opts(lf_trace **out, const char *path, const lf_tra
     LF_CHECK_PTR(out, "lf_trace_read_json", "out");
     *out = NULL;
     LF_CHECK_PTR(path, "lf_trace_read_json", "path");
-    const int keep = opts && opts->keep_args;
     if (!strcmp(path, "-"))
-        return read_stdin(out, keep);
+        return read_stdin(out, opts);
     /* O_NONBLOCK: a named pipe with no writer would block open() for ever; what is not a regular
      * file is refused before any read (regular files ignore the flag, cleared anyway) */
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -218,7 +218,7 @@ lf_status lf_trace_read_json_opts(lf_trace **out, const char *path, const lf_tra
         }
         st = !z          ? lf_fail(LF_ENOMEM, "%s: out of memory for %zu bytes", path, size)
              : n != size ? lf_fail(LF_EIO, "%s: read %zu of %zu bytes", path, n, size)
-                         : read_gzip(out, z, size, path, keep);
+                         : read_gzip(out, z, size, path, opts);
         free(z);
         close(fd);
         return st;
@@ -231,7 +231,7 @@ lf_status lf_trace_read_json_opts(lf_trace **out, const char *path, const lf_tra
         close(fd);
         return lf_fail(LF_ENOMEM, "%s: could not reserve %zu bytes: %s", path, size, strerror(errno));
     }
-    st = lf_json_parse(out, src.buf, 0, path, 1, &src, keep);
+    st = lf_json_parse(out, src.buf, 0, path, 1, &src, opts);
     munmap(src.buf, size);
     close(fd);
     return st;

@@ -134,8 +134,8 @@ static lf_status read_flops(reader *r, json_t *args, lf_trace_event *ev)
     if (!fl)
         fl = json_object_get(args, "flops");
     ev->flops = json_is_number(fl) ? json_number_value(fl) : 0;
-    if (fl || ev->cat != LF_TC_CPU_OP || (ev->flops = lf_trace_shape_flops(ev->name, args)) <= 0)
-        return LF_OK;
+    if (fl || ev->cat != LF_TC_CPU_OP || (ev->flops = lf_trace_shape_flops(ev->name, args)) <= 0 || r->each)
+        return LF_OK; /* (events handed over are not kept: their FLOPs from shapes stay as counted) */
     if (r->n_shape_flops == r->cap_shape_flops) {
         size_t cap = r->cap_shape_flops ? 2 * r->cap_shape_flops : 256;
         int64_t *g = realloc(r->shape_flops, cap * sizeof *g);
@@ -260,7 +260,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     if (oom)
         st = lf_fail(LF_ENOMEM, "%s: out of memory keeping traceEvents[%zu]'s args", path, i);
     if (st == LF_OK)
-        st = lf_trace_add(r->t, &ev);
+        st = r->each ? r->each(r->each_ctx, &ev) : lf_trace_add(r->t, &ev);
     free(dims), free(types), free(strides), free(stack), free(rest);
     return st;
 }
@@ -549,7 +549,7 @@ static lf_status parse_doc(reader *r)
      * record_function ranges, which its own table lists alike. Read them as ops, but for the
      * steps prof.step() marked (ProfilerStep#N): those are ranges, as Kineto's traces say, so
      * summary, breakdown, diff and svg find the steps (they had read a legacy trace as one). */
-    if (bare && r->n_with_cat == 0)
+    if (bare && r->n_with_cat == 0) /* (events handed over are not kept: none here to settle) */
         for (int64_t i = 0; i < r->t->n; i++) {
             lf_trace_event *e = &r->t->ev[i];
             if (e->cat == LF_TC_OTHER && e->dur_ns >= 0)
@@ -561,7 +561,7 @@ static lf_status parse_doc(reader *r)
 }
 
 lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src,
-                        int keep_args)
+                        const lf_trace_read_opts *opts)
 {
     if (size == 0 && !src)
         return lf_fail(LF_EINVAL, "%s: is empty, expected a JSON trace", name);
@@ -571,7 +571,9 @@ lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const cha
                 .releasable = releasable,
                 .src = src,
                 .pin = {SIZE_MAX, NULL},
-                .keep_args = keep_args};
+                .keep_args = opts && opts->keep_args,
+                .each = opts ? opts->each : NULL,
+                .each_ctx = opts ? opts->each_ctx : NULL};
     r.max_events = lf_trace_read_limit() / (int64_t)sizeof(lf_trace_event);
     LF_TRY(lf_trace_create(&r.t));
     lf_trace_meta_of(r.t)->trace_name = lf_trace_intern(r.t, name);

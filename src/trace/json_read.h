@@ -15,8 +15,8 @@ char *lf_json_other_args(json_t *args, const lf_trace_event *ev, int *oom);
 
 /* Parse a trace from data/size: the whole text, or with src the text so far (the parse brings in
  * the rest). releasable: data is a mapping of the reader's own, whose parsed pages it may give
- * back. keep_args: lf_trace_read_opts' keep_args. */
+ * back. opts: lf_trace_read_opts (NULL: the defaults). */
 lf_status lf_json_parse(lf_trace **out, const char *data, size_t size, const char *name, int releasable, lazy_src *src,
-                        int keep_args);
+                        const lf_trace_read_opts *opts);
 
 #endif

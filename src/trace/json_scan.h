@@ -44,6 +44,8 @@ typedef struct reader {
     lf_status err;             /* the reader's own refusal (a value too long, too many events), reported */
     int64_t n_with_cat;        /* events that name their category (Kineto's traces: all of them) */
     int keep_args;             /* the args no field holds kept as extra_args (lf_trace_read_opts) */
+    lf_status (*each)(void *ctx, const lf_trace_event *e); /* events handed over, not kept (lf_trace_read_opts) */
+    void *each_ctx;
     char msg[300];             /* instead of what the parse says after it */
 } reader;
 
