@@ -161,6 +161,37 @@ def expected(trace, ev):
         rows.append([name, "PushPop", s[0], sum(x["hi"] - x["lo"] for x in xs), n] + s[2:] +
                     [ops, ops / n, sum(x["depth"] for x in xs) / n, sum(x["kids"] for x in xs) / n])
     by["nvtx_gpu_proj_sum"] = rows
+    # comm_sum: the i-th collective of a group and kind on each rank is one; its skew, time, bandwidth
+    size_of = {"BFloat16": 2, "Half": 2, "Float": 4, "Double": 8, "Long": 8, "Int": 4}
+    seq = {}
+    for k in sorted((e for e in work if e["cat"] == "kernel" and e["name"].startswith("nccl")), key=lambda e: e["t0"]):
+        a = k.get("args", {})
+        kind = a.get("Collective name", k["name"])
+        rank = k["pid"] if merged else trace.get("distributedInfo", {}).get("rank", -1)
+        lst = seq.setdefault((a.get("Process Group Name", ""), kind, rank), [])
+        lst.append(k)
+    inst = {}
+    for (group, kind, rank), ks in seq.items():
+        for i, k in enumerate(ks):
+            inst.setdefault((group, kind, i), []).append(k)
+    rows = []
+    for (group, kind, i), ks in inst.items():
+        a = ks[0].get("args", {})
+        first, last = min(k["t0"] for k in ks), max(k["t0"] for k in ks)
+        end, longest = max(k["t0"] + k["d"] for k in ks), max(k["d"] for k in ks)
+        n = a.get("Group size", trace.get("linfuse_merged_ranks") if merged else
+                  trace.get("distributedInfo", {}).get("world_size", len(ks)))
+        elems = a.get("Out msg nelems" if "gather" in kind else "In msg nelems")
+        size = elems * size_of.get(a.get("dtype"), 0) if elems is not None else None
+        time = end - last
+        f = 1.0 if n < 2 else (2 * (n - 1) / n if "allreduce" in kind or "all_reduce" in kind else
+                               (n - 1) / n if ("gather" in kind and "all" in kind) or "reduce_scatter" in kind
+                               or "alltoall" in kind or "all_to_all" in kind else 1.0)
+        alg = size / time if size is not None and time > 0 else None
+        rows.append([first, kind, group, len(ks), n, size / 1e6 if size is not None else None,
+                     last - first if len(ks) > 1 else None, time, longest, alg, alg * f if alg is not None else None,
+                     ks[0]["name"]])
+    by["comm_sum"] = rows
     return by
 
 
@@ -169,7 +200,7 @@ def number(text):
 
 
 def compare(report, got_rows, want_rows, header, name):
-    ids = 3 if report == "cuda_kern_exec_sum" else 0  # PID, TID and DevId tell its rows apart too
+    ids = 3 if report == "cuda_kern_exec_sum" else 1 if report == "comm_sum" else 0  # numbers that tell rows apart
     got = {tuple([str(int(float(c))) for c in r[:ids]] + [c for c, h in zip(r, header) if not is_num(h)]): r
            for r in got_rows}
     check(len(got_rows) == len(want_rows), "%s %s: %d rows, expected %d" % (name, report, len(got_rows),
@@ -190,11 +221,11 @@ def compare(report, got_rows, want_rows, header, name):
 
 
 def is_num(h):
-    return h not in ("Name", "Operation", "Style", "Range", "API Name", "Kernel Name")
+    return h not in ("Name", "Operation", "Style", "Range", "API Name", "Kernel Name", "Collective", "Process Group")
 
 
 def decimals_of(h, report):
-    if "(MB)" in h:
+    if "(MB)" in h or "(GB/s)" in h:
         return 3
     if h.startswith(("Time (%)", "Avg", "Med", "StdDev", "Proj Avg", "Proj Med", "Proj StdDev", "Avg ")) or \
             (report == "cuda_kern_exec_sum" and h[1:4] in ("Avg", "Med", "Std")):
@@ -263,6 +294,12 @@ def main():
           "projections: ranges with work on their own thread, every enclosing range counts, a call that ends "
           "after the range does not: %s" % rows)
     for arg in sys.argv[3:]:  # a trace, or a folder of them (its .json files that hold traceEvents)
+        r0 = os.path.join(arg, "tp_64x128x768x3072_rank0.json")
+        if os.path.isdir(arg) and os.path.exists(r0):  # PyTorch's two ranks merged: comm_sum across them
+            merged = os.path.join(WORK, "merged_ranks.json")
+            subprocess.run([BIN, "trace", "merge", r0, r0.replace("rank0", "rank1"), "-o", merged],
+                           capture_output=True, check=True)
+            run(merged, "merged_ranks.json")
         paths = [arg] if not os.path.isdir(arg) else sorted(
             os.path.join(arg, f) for f in os.listdir(arg) if f.endswith(".json") and
             '"traceEvents"' in open(os.path.join(arg, f), errors="replace").read(4096))

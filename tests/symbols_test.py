@@ -18,7 +18,7 @@ for path in sorted(glob.glob(os.path.join(inc, "linfuse", "*.h"))):
     depth = 0
     for line in text.split("\n"):
         if depth == 0:
-            m = re.match(r"^(LF_API\s+)?(?:const\s+)?[A-Za-z_]\w*[\s*]+(lf_\w+)\s*\(", line)
+            m = re.match(r"^(LF_API\s+)?(?:const\s+)?[A-Za-z_]\w*[\s*]+(?:const[\s*]+)?(lf_\w+)\s*\(", line)
             if m and not line.startswith(("static", "typedef", "return")):
                 if m.group(1):
                     declared.add(m.group(2))

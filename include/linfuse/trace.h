@@ -375,8 +375,11 @@ LF_API lf_status lf_trace_summary_format(const lf_trace *t, int64_t rank, int js
 typedef struct lf_breakdown_step {
     int64_t step;   /* the N of ProfilerStep#N, -1 for a trace without steps */
     int64_t device; /* the GPU (its device index, else its track's process) */
+    /* The window split: compute, then communication no compute overlaps (exposed), then copies
+     * and sets, then idle; they add up to the window. */
     double window_us, compute_us, comm_us, memory_us, idle_us, idle_host_us, idle_other_us;
     double comm_total_us;           /* NCCL kernels' whole time, the part compute hides included */
+    double comm_hidden_us;          /* the time NCCL kernels ran while compute ran on the same GPU (HTA's overlap) */
     int64_t kernels, graph_kernels; /* kernels launched in the step; those replayed by a CUDA graph */
 } lf_breakdown_step;
 

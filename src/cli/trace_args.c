@@ -35,8 +35,9 @@ static const struct verb_help {
      "FILE to OTHER, as trace diff FILE OTHER)"},
     {"stats", "FILE.json [--report NAME[,NAME...]] [--format table|csv|json] [-o PREFIX]",
      "nsys stats' reports by its names and columns: cuda_gpu_kern_sum, cuda_gpu_mem_time_sum, "
-     "cuda_gpu_mem_size_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_trace, nvtx_sum, nvtx_gpu_proj_sum "
-     "(nsys's defaults without --report; -o PREFIX writes PREFIX_<report>.<ext>)"},
+     "cuda_gpu_mem_size_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_trace, nvtx_sum, nvtx_gpu_proj_sum; and "
+     "comm_sum, each collective across a merged trace's ranks (skew, bus bandwidth) (nsys's defaults without "
+     "--report; -o PREFIX writes PREFIX_<report>.<ext>)"},
     {"export", "FILE.json --sqlite OUT.db",
      "the trace as a SQLite database, inserted as it is read (bounded memory): kernels, memops, calls, ops, "
      "memory, steps, ranks, devices, threads, strings, meta; views flows and *_named (docs/traces.md)"},

@@ -54,7 +54,7 @@ int lf_tcmd_stats(int argc, char **argv)
         fprintf(stderr, "%s: --report: too long a list\n", cmd);
         return LF_EXIT_USAGE;
     }
-    const char *names[64];
+    const char *names[64]; /* (grids, NVTX domains and collectives' sizes are in the args: read them) */
     int n = 0, needs_args = 0;
     const char *const *known = lf_trace_stats_reports();
     for (char *save = NULL, *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
@@ -69,7 +69,7 @@ int lf_tcmd_stats(int argc, char **argv)
             return LF_EXIT_USAGE;
         }
         names[n++] = w;
-        needs_args |= !strcmp(w, "cuda_gpu_trace") || !strncmp(w, "nvtx", 4); /* grids, NVTX domains */
+        needs_args |= !strcmp(w, "cuda_gpu_trace") || !strncmp(w, "nvtx", 4) || !strcmp(w, "comm_sum");
     }
     if (!n) {
         fprintf(stderr, "%s: --report: which? (%s)\n", cmd, DEFAULT_REPORTS);

@@ -97,6 +97,8 @@ static void sweep(const work *w, int64_t n, edge *e, lf_breakdown_step *out)
                 first_launch = e[j].when;
         const double span = (double)(t - prev) / 1e3;
         if (t > prev) {
+            if (live[K_COMPUTE] && live[K_COMM])
+                out->comm_hidden_us += span;
             if (live[K_COMPUTE])
                 out->compute_us += span;
             else if (live[K_COMM])
@@ -467,10 +469,10 @@ static void format_json(const lf_breakdown *b, int64_t rank, lf_sbuf *o)
             "%s\n  {\"step\": %lld, \"device\": %lld, \"window_us\": %.3f, \"compute_us\": %.3f, \"comm_us\": "
             "%.3f, "
             "\"memory_us\": %.3f, \"idle_us\": %.3f, \"idle_host_us\": %.3f, \"idle_other_us\": %.3f, "
-            "\"comm_total_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
+            "\"comm_total_us\": %.3f, \"comm_hidden_us\": %.3f, \"kernels\": %lld, \"graph_kernels\": %lld}",
             i ? "," : "", (long long)s->step, (long long)s->device, s->window_us, s->compute_us, s->comm_us,
-            s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us, s->comm_total_us, (long long)s->kernels,
-            (long long)s->graph_kernels);
+            s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us, s->comm_total_us, s->comm_hidden_us,
+            (long long)s->kernels, (long long)s->graph_kernels);
     }
     put(o, "],\n \"kernels\": [");
     for (int64_t i = 0; i < b->n_kernels; i++) {
@@ -508,16 +510,24 @@ static void put_steps_text(const lf_breakdown *b, int64_t rank, lf_sbuf *o)
     if (rank >= 0)
         snprintf(r, sizeof r, "%lld: ", (long long)rank);
     put(o, "%s%sdevice time per step (us): the window from the step's first device work to its last\n", who, r);
-    put(o, "%8s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s\n", "step", "gpu", "window", "compute", "comm", "memory",
+    int comm = 0;
+    for (int64_t i = 0; i < b->n_steps; i++)
+        comm |= b->steps[i].comm_total_us > 0;
+    put(o, "%8s %6s %12s %12s %12s %12s %12s %12s %12s %8s %8s", "step", "gpu", "window", "compute", "comm", "memory",
         "idle", "idle:host", "idle:other", "kernels", "graph");
+    put(o, comm ? " %12s\n" : "\n", "comm:hidden");
     for (int64_t i = 0; i < b->n_steps; i++) {
         const lf_breakdown_step *s = &b->steps[i];
         char step[24];
         snprintf(step, sizeof step, s->step >= 0 ? "#%lld" : "all", (long long)s->step);
-        put(o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld\n", step, (long long)s->device,
+        put(o, "%8s %6lld %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f %8lld %8lld", step, (long long)s->device,
             s->window_us, s->compute_us, s->comm_us, s->memory_us, s->idle_us, s->idle_host_us, s->idle_other_us,
             (long long)s->kernels, (long long)s->graph_kernels);
+        put(o, comm ? " %12.3f\n" : "\n", s->comm_hidden_us);
     }
+    if (comm)
+        put(o, "comm: NCCL kernels' time no compute on the GPU hides (exposed); comm:hidden: their time under "
+               "compute\n");
     if (!b->n_steps)
         put(o, "  (no device work)\n");
 }

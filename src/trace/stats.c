@@ -18,6 +18,7 @@ static const struct {
     {"cuda_gpu_trace", "CUDA GPU Trace", stats_cuda_gpu_trace},
     {"nvtx_sum", "NVTX Range Summary", stats_nvtx_sum},
     {"nvtx_gpu_proj_sum", "NVTX GPU Projection Summary", stats_nvtx_gpu_proj_sum},
+    {"comm_sum", "Collectives across ranks: skew and bandwidth (linfuse's)", stats_comm_sum},
 };
 enum { N_REPORTS = sizeof reports / sizeof reports[0] };
 
@@ -58,7 +59,9 @@ lf_status lf_trace_stats(const lf_trace *t, const char *report, lf_stats_format 
             lf_sbuf_printf(&b, " ** %s (%s):\n\n", reports[k].title, report);
         if (format == LF_STATS_TEXT && !tab.nrows)
             lf_sbuf_printf(&b, "SKIPPED: the trace has no %s for this report.\n",
-                           report[0] == 'n' ? "NVTX ranges (user_annotation events)" : "CUDA data of this kind");
+                           report[0] == 'n'   ? "NVTX ranges (user_annotation events)"
+                           : report[0] == 'c' && report[1] == 'o' ? "NCCL kernels (nccl*)"
+                                                                 : "CUDA data of this kind");
         else
             stats_table_put(&tab, format == LF_STATS_TEXT ? STATS_TEXT : format == LF_STATS_CSV ? STATS_CSV
                                                                                                : STATS_JSON,

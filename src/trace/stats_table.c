@@ -96,7 +96,7 @@ void stats_table_sort(stats_table *t, int (*cmp)(const stats_cell *a, const stat
 /* A number as its column prints it: separators every three digits where sep (the text table). */
 static void fmt_num(char *out, size_t cap, double v, stats_kind k, int sep)
 {
-    const int decimals = k == SC_DEC1 ? 1 : k == SC_MB ? 3 : 0;
+    const int decimals = k == SC_DEC1 ? 1 : k == SC_MB || k == SC_DEC3 ? 3 : 0;
     char raw[64];
     snprintf(raw, sizeof raw, "%.*f", decimals, k == SC_MB ? v / 1e6 : v);
     if (!strcmp(raw, "-0") || !strcmp(raw, "-0.0") || !strcmp(raw, "-0.000"))

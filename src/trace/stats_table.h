@@ -9,8 +9,9 @@
 #include "trace/trace_impl.h"
 
 /* How a column's cells print: a whole number, a number to one decimal (nsys rounds averages,
- * medians, deviations and shares so), megabytes (10^6 bytes) to three decimals, or text. */
-typedef enum { SC_INT, SC_DEC1, SC_MB, SC_TEXT } stats_kind;
+ * medians, deviations and shares so), one to three decimals, megabytes (10^6 bytes) to three
+ * decimals, or text. */
+typedef enum { SC_INT, SC_DEC1, SC_DEC3, SC_MB, SC_TEXT } stats_kind;
 
 typedef struct stats_col {
     const char *name; /* the header, units and all: "Total Time (ns)" */
@@ -82,6 +83,7 @@ lf_status stats_cuda_kern_exec_sum(const lf_trace *tr, stats_table *t);
 lf_status stats_cuda_gpu_trace(const lf_trace *tr, stats_table *t);
 lf_status stats_nvtx_sum(const lf_trace *tr, stats_table *t);
 lf_status stats_nvtx_gpu_proj_sum(const lf_trace *tr, stats_table *t);
+lf_status stats_comm_sum(const lf_trace *tr, stats_table *t);
 
 /* The key that joins device work to its launching call: the correlation id, within the rank in a
  * merged trace (each rank counts its own from 1; there the rank is every event's pid). */
