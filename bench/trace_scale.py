@@ -2,9 +2,10 @@
 """Scale check for `linfuse trace summary`: build a ~200 MB Kineto trace by repeating the steps
 of a real trace, then summarize it twice in one run: with linfuse, and with Python's json module
 plus a dictionary aggregation doing the same counting. Reports wall time and peak memory (max
-RSS of each child process).
+RSS of each child process). --stats also times `linfuse trace stats` over nsys's default reports
+and every report; --export times `linfuse trace export --sqlite` (each its own process's peak).
 
-usage: bench/trace_scale.py BUILD/linfuse SOURCE_TRACE.json [--mb 200] [--keep]
+usage: bench/trace_scale.py BUILD/linfuse SOURCE_TRACE.json [--mb 200] [--keep] [--stats] [--export]
 """
 import json, os, resource, subprocess, sys, tempfile, time
 
@@ -92,6 +93,20 @@ def run(cmd):
     return out.stdout.splitlines()[0], wall, peak_kb, before
 
 
+# A child's own peak: a wrapper process whose only child it is (RUSAGE_CHILDREN then is that child's).
+PEAK = ("import resource, subprocess, sys, time; t = time.time(); r = subprocess.run(sys.argv[1:], "
+        "stdout=subprocess.DEVNULL); print('%d %.3f %d' % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+        "time.time() - t, r.returncode))")
+
+
+def alone(cmd):
+    out = subprocess.run([sys.executable, "-c", PEAK] + cmd, capture_output=True, text=True).stdout.split()
+    kb, wall, rc = int(out[0]), float(out[1]), int(out[2])
+    if rc:
+        sys.exit("failed: %s" % " ".join(cmd))
+    return wall, kb
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     mb = float(sys.argv[sys.argv.index("--mb") + 1]) if "--mb" in sys.argv else 200
@@ -112,6 +127,18 @@ def main():
     for name, wall, peak, line, before in rows:
         note = "" if peak > before else " (max RSS not above an earlier child's: bound only)"
         print("%-20s %7.2f s  peak %7.0f MB%s  %s" % (name, wall, peak / 1024, note, line))
+    if "--stats" in sys.argv:
+        for reports in ("nvtx_sum,cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum",
+                        "cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_gpu_mem_size_sum,"
+                        "cuda_kern_exec_sum,cuda_gpu_trace,nvtx_sum,nvtx_gpu_proj_sum,comm_sum"):
+            wall, kb = alone([linfuse, "trace", "stats", big, "--report", reports])
+            print("%-20s %7.2f s  peak %7.0f MB  (%s)" % ("trace stats", wall, kb / 1024, reports))
+    if "--export" in sys.argv:
+        db = os.path.join(tmp, "big.db")
+        wall, kb = alone([linfuse, "trace", "export", big, "--sqlite", db])
+        print("%-20s %7.2f s  peak %7.0f MB  (%.1f MB database)" % ("trace export", wall, kb / 1024,
+                                                                     os.path.getsize(db) / 1e6))
+        os.remove(db)
     if "--keep" not in sys.argv:
         os.remove(big)
         os.rmdir(tmp)
