@@ -134,9 +134,7 @@ _LAYOUTS = (("gate_proj", "up_proj", "down_proj"),  # transformers' Llama, Mistr
 
 
 def _reference(act, x):
-    if act == "silu":
-        return F.silu(x)
-    return F.gelu(x, approximate="tanh") if act == "gelu_tanh" else F.gelu(x)
+    return F.silu(x) if act == "silu" else F.gelu(x, approximate="tanh") if act == "gelu_tanh" else F.gelu(x)
 
 
 def _compiling():
@@ -183,12 +181,9 @@ _PREPARED = weakref.WeakKeyDictionary()
 def _save_keys(mod, state, prefix, local_metadata):
     """state_dict: [Wg; Wu] and W_down under the keys of the MLP the module stands for."""
     gu, down = state.pop(prefix + "gate_up"), state.pop(prefix + "down")
-    k = mod.keys
-    if len(k) == 3:
-        state[prefix + k[0] + ".weight"], state[prefix + k[1] + ".weight"] = gu[:mod.hidden], gu[mod.hidden:]
-    else:
-        state[prefix + k[0] + ".weight"] = gu
-    state[prefix + k[-1] + ".weight"] = down
+    parts = (gu[:mod.hidden], gu[mod.hidden:]) if len(mod.keys) == 3 else (gu,)
+    for name, w in zip(mod.keys, parts + (down,)):
+        state[prefix + name + ".weight"] = w
     return state
 
 
