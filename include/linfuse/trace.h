@@ -158,11 +158,11 @@ LF_API int lf_trace_json_write_cb(FILE *f, void *ctx);
  * it (lf_trace_trust_line) where any is not 0. */
 typedef struct lf_trace_trust {
     int64_t dropped;            /* records the profiler says it dropped (linfuse_dropped_events) */
-    int64_t outside_steps;      /* kernels, copies and sets launched outside every step, in a trace with steps */
+    int64_t outside_steps;      /* kernels, copies and sets launched outside every step of their rank, in a
+                                 * trace with steps */
     int64_t stream_overlaps;    /* kernels, copies and sets that start before the last one on their stream ended */
     int64_t negative_durations; /* events whose duration was negative (read as 0) */
-    /* events longer than ten times the span of the trace's starts and over a second: no
-     * measurement (a range never closed, a clock that jumped) */
+    /* events longer than a day: no measurement (a garbage or unset timestamp) */
     int64_t absurd_durations;
 } lf_trace_trust;
 LF_API lf_status lf_trace_trust_count(const lf_trace *t, lf_trace_trust *out);

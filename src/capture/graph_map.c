@@ -39,8 +39,10 @@ lfc_graph_map *lfc_map_build(const lfc_rec *recs, int64_t n)
         else if (recs[i].kind == LFC_NODE_COPY)
             m->copies[m->n_copies++] = &recs[i];
     }
-    qsort(m->nodes, (size_t)m->n_nodes, sizeof *m->nodes, by_node_time);
-    qsort(m->copies, (size_t)m->n_copies, sizeof *m->copies, by_node_time);
+    if (m->n_nodes) /* (qsort of NULL, even of none, is undefined) */
+        qsort(m->nodes, (size_t)m->n_nodes, sizeof *m->nodes, by_node_time);
+    if (m->n_copies)
+        qsort(m->copies, (size_t)m->n_copies, sizeof *m->copies, by_node_time);
     return m;
 }
 

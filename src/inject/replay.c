@@ -67,7 +67,8 @@ lfi_attr *lfi_attr_create(const lfc_rec *all, int64_t n, const lfi_range *ranges
     for (int64_t i = 0; i < n; i++)
         if (all[i].kind == LFC_STACK)
             a->stacks[a->n_stacks++] = &all[i];
-    qsort(a->stacks, (size_t)a->n_stacks, sizeof *a->stacks, by_corr_rec);
+    if (a->n_stacks) /* (qsort of NULL, even of none, is undefined) */
+        qsort(a->stacks, (size_t)a->n_stacks, sizeof *a->stacks, by_corr_rec);
     return a;
 }
 
@@ -212,7 +213,8 @@ lf_status lfi_attr_spans(lfi_attr *a, void (*emit)(void *ctx, const lfi_gpu_span
 {
     if (a->oom)
         return LF_ENOMEM;
-    qsort(a->items, (size_t)a->n_items, sizeof *a->items, by_instance);
+    if (a->n_items)
+        qsort(a->items, (size_t)a->n_items, sizeof *a->items, by_instance);
     for (int64_t i = 0, j; i < a->n_items; i = j) {
         const span_item *f = &a->items[i];
         int64_t hi = f->end;

@@ -160,7 +160,8 @@ lf_status lf_prof_replay_finish(lf_replay_stash *s, lf_trace *t)
 {
     if (!s)
         return LF_OK;
-    qsort(s->items, (size_t)s->n_items, sizeof *s->items, by_launch_time);
+    if (s->n_items)
+        qsort(s->items, (size_t)s->n_items, sizeof *s->items, by_launch_time);
     lf_status st = s->oom ? lf_fail(LF_ENOMEM, "profiler: out of memory placing a graph's kernels") : LF_OK;
     for (int64_t i = 0, j; i < s->n_items && st == LF_OK; i = j) {
         for (j = i; j < s->n_items && s->items[j].launch == s->items[i].launch; j++)

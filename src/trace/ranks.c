@@ -17,6 +17,7 @@ static void copy_meta(lf_trace *out, const lf_trace *t)
     o->process_name = m->process_name ? lf_trace_intern(out, m->process_name) : NULL;
     o->record_shapes = m->record_shapes, o->profile_memory = m->profile_memory, o->with_flops = m->with_flops;
     o->dropped_events = m->dropped_events;
+    o->negative_durations = m->negative_durations;
     o->cpu_device_pid = m->cpu_device_pid;
     o->device_properties = m->device_properties ? lf_trace_intern(out, m->device_properties) : NULL;
 }
@@ -243,6 +244,9 @@ lf_status lf_trace_merge_add(lf_trace *m, const lf_trace *t)
         /* FLOPs per op only when every rank counted them: with it set, a reader of the merged
          * file would count from shapes the ops of a rank that did not (their FLOPs are not written) */
         m->meta.with_flops &= t->meta.with_flops;
+        /* what could not be trusted: every rank's, together (the merged file keeps one count) */
+        m->meta.dropped_events += t->meta.dropped_events;
+        m->meta.negative_durations += t->meta.negative_durations;
     }
     m->meta.base_ns = base;
     m->merge_latest = latest;

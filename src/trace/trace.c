@@ -179,12 +179,15 @@ int64_t *lf_trace_launch_times(const lf_trace *t)
         free(ts), free(by_corr), free(by_ext);
         return NULL;
     }
+    /* in a merged trace each rank counts its ids from 1: an id is its rank's (the event's pid) */
+    const int merged = t->meta.merged_ranks > 0;
+#define RANKED(e, id) (merged ? (int64_t)(((uint64_t)(e)->pid + 1) << 40 ^ (uint64_t)(id)) : (id))
     for (int64_t i = 0; i < t->n; i++) {
         const lf_trace_event *e = &t->ev[i];
         if ((e->cat == LF_TC_RUNTIME || e->cat == LF_TC_DRIVER) && e->correlation)
-            *islot(by_corr, cap, e->correlation) = e->ts_ns;
+            *islot(by_corr, cap, RANKED(e, e->correlation)) = e->ts_ns;
         if (e->cat == LF_TC_CPU_OP && e->ext_id) {
-            int64_t *v = islot(by_ext, cap, e->ext_id);
+            int64_t *v = islot(by_ext, cap, RANKED(e, e->ext_id));
             if (*v == INT64_MIN)
                 *v = e->ts_ns;
         }
@@ -194,9 +197,10 @@ int64_t *lf_trace_launch_times(const lf_trace *t)
         ts[i] = e->ts_ns;
         if (!lf_trace_cat_is_device(e->cat))
             continue;
-        int64_t v = e->correlation ? *islot(by_corr, cap, e->correlation) : INT64_MIN;
+        int64_t v = e->correlation ? *islot(by_corr, cap, RANKED(e, e->correlation)) : INT64_MIN;
         if (v == INT64_MIN && e->ext_id)
-            v = *islot(by_ext, cap, e->ext_id);
+            v = *islot(by_ext, cap, RANKED(e, e->ext_id));
+#undef RANKED
         if (v != INT64_MIN)
             ts[i] = v;
     }
