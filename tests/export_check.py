@@ -4,10 +4,12 @@ verbs and the JSON itself: every event in one table, kernels by name with the ti
 `trace stats cuda_gpu_kern_sum` gives, the steps `trace summary` counts and their kernels per step
 (work counted in the step its launching call lies in, joined through the flows view), calls that
 launched work joined to it, ranks of a merged trace apart, names through the strings table; an
-export that fails (a trace cut short) leaves no database behind and an existing one as it was.
+export that fails (a trace cut short) leaves no database behind and an existing one as it was; a
+FIFO (as a device) is refused, a link followed; a torch 1.13 trace's steps.
 usage: export_check.py LINFUSE WORKDIR TRACE.json [MERGED.json]"""
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -67,7 +69,8 @@ def one(trace, name):
 
 
 def main():
-    os.makedirs(WORK, exist_ok=True)
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
     one(sys.argv[3], "trace")
     if len(sys.argv) > 4:
         db = one(sys.argv[4], "merged")
@@ -86,6 +89,25 @@ def main():
     check(p.returncode != 0 and open(db).read() == "before" and not left,
           "a failed export: exit %d, the database kept, no temporary left (%s): %s" % (p.returncode, left,
                                                                                      p.stderr[-200:]))
+    # what is no regular file is no database to replace (a FIFO here; a device the same); a link is
+    # followed, the database written where it points
+    fifo = os.path.join(WORK, "fifo")
+    os.mkfifo(fifo)
+    p = subprocess.run([BIN, "trace", "export", sys.argv[3], "--sqlite", fifo], capture_output=True, text=True)
+    check(p.returncode != 0 and "not a regular file" in p.stderr and os.path.exists(fifo) and
+          not os.path.isfile(fifo), "a FIFO refused, left as it was: %s" % p.stderr[-200:])
+    target, link = os.path.join(WORK, "target.db"), os.path.join(WORK, "link.db")
+    open(target, "w").write("old")
+    os.symlink("target.db", link)
+    p = subprocess.run([BIN, "trace", "export", sys.argv[3], "--sqlite", link], capture_output=True, text=True)
+    check(p.returncode == 0 and os.path.islink(link) and sqlite3.connect(target).execute(
+        "SELECT count(*) FROM kernels").fetchone()[0] > 0, "through a link: the database where it points")
+    # torch 1.13's traces (a bare array, no categories): its steps and ops as the verbs read them
+    legacy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "torch113_legacy_steps.json")
+    db = export(legacy, os.path.join(WORK, "legacy.db"))
+    kinds = dict(db.execute("SELECT kind, count(*) FROM ops GROUP BY kind"))
+    check(db.execute("SELECT count(*) FROM steps").fetchone()[0] == 3 and "other" not in kinds,
+          "a torch 1.13 trace: 3 steps, its events ops and ranges: %s" % kinds)
     print("export_check: %d checks, %d failed" % (checks, fails))
     return 1 if fails else 0
 

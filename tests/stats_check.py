@@ -162,7 +162,7 @@ def expected(trace, ev):
                     [ops, ops / n, sum(x["depth"] for x in xs) / n, sum(x["kids"] for x in xs) / n])
     by["nvtx_gpu_proj_sum"] = rows
     # comm_sum: the i-th collective of a group and kind on each rank is one; its skew, time, bandwidth
-    size_of = {"BFloat16": 2, "Half": 2, "Float": 4, "Double": 8, "Long": 8, "Int": 4}
+    size_of = {"BFloat16": 2, "Half": 2, "Float": 4, "Double": 8, "Long": 8, "Int": 4, "ComplexFloat": 8}
     seq = {}
     for k in sorted((e for e in work if e["cat"] == "kernel" and e["name"].startswith("nccl")), key=lambda e: e["t0"]):
         a = k.get("args", {})
@@ -182,7 +182,7 @@ def expected(trace, ev):
         n = a.get("Group size", trace.get("linfuse_merged_ranks") if merged else
                   trace.get("distributedInfo", {}).get("world_size", len(ks)))
         elems = a.get("Out msg nelems" if "gather" in kind else "In msg nelems")
-        size = elems * size_of.get(a.get("dtype"), 0) if elems is not None else None
+        size = elems * size_of[a["dtype"]] if elems is not None and a.get("dtype") in size_of else None
         time = end - last
         f = 1.0 if n < 2 else (2 * (n - 1) / n if "allreduce" in kind or "all_reduce" in kind else
                                (n - 1) / n if ("gather" in kind and "all" in kind) or "reduce_scatter" in kind

@@ -191,6 +191,9 @@ LF_API const char *const *lf_trace_stats_reports(void);
  * ops_named (docs/traces.md gives the schema and example queries). *events (may be NULL): the
  * events written. */
 LF_API lf_status lf_trace_export_sqlite(const char *trace_path, const char *db_path, int64_t *events);
+/* The temporary file lf_trace_export_sqlite writes before its rename (db_path with this process's
+ * id), for a program that removes it when a signal ends the export. */
+LF_API void lf_trace_export_tmp_name(char *buf, size_t cap, const char *db_path);
 
 /* Read a Kineto-schema JSON trace (PyTorch's or linfuse's), plain or gzip-compressed (told by
  * its first bytes, not its name; every member of a multi-member gzip file); "-" reads standard

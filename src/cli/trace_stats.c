@@ -2,9 +2,12 @@
  * standard output or, with -o PREFIX, each report to PREFIX_<report>.<txt|csv|json> as nsys
  * names its files; and `linfuse trace export FILE --sqlite OUT.db` (lf_trace_export_sqlite).
  * Layer: cli/. */
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/trace_args.h"
@@ -39,7 +42,7 @@ int lf_tcmd_stats(int argc, char **argv)
                 return LF_EXIT_USAGE;
             }
         } else if (id == OUT) {
-            out = v;
+            out = strcmp(v, "-") ? v : NULL; /* -o -: standard output, as the other verbs take it */
         } else if ((rc = lf_tcmd_common_arg(id, v, cmd, &file, &nf, 1)) >= 0) {
             return rc;
         }
@@ -96,7 +99,9 @@ int lf_tcmd_stats(int argc, char **argv)
             char path[4096];
             const char *ext = format == LF_STATS_CSV ? "csv" : format == LF_STATS_JSON ? "json" : "txt";
             snprintf(path, sizeof path, "%s_%s.%s", out, names[i], ext);
-            if (!lf_cli_write_text(path, text)) {
+            if (!lf_tcmd_output_apart(cmd, path, &file, 1)) {
+                rc = LF_EXIT_USAGE;
+            } else if (!lf_cli_write_text(path, text)) {
                 lf_tcmd_error(cmd);
                 rc = LF_EXIT_FAIL;
             } else {
@@ -120,6 +125,17 @@ int lf_tcmd_stats(int argc, char **argv)
     return rc;
 }
 
+/* The export's temporary file, removed when a signal ends the export (the signal then ends the
+ * tool as it would have). */
+static char export_tmp[PATH_MAX + 32];
+
+static void remove_tmp(int sig)
+{
+    unlink(export_tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int lf_tcmd_export(int argc, char **argv)
 {
     const char *file = NULL, *v, *cmd = "linfuse trace export", *db = NULL;
@@ -140,6 +156,15 @@ int lf_tcmd_export(int argc, char **argv)
     }
     if (!lf_tcmd_output_apart(cmd, db, &file, 1))
         return LF_EXIT_USAGE;
+    char real[PATH_MAX];
+    lf_trace_export_tmp_name(export_tmp, sizeof export_tmp, realpath(db, real) ? real : db);
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa = {0}, old;
+        sa.sa_handler = remove_tmp;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) /* an ignored one stays so */
+            sigaction(sigs[i], &sa, NULL);
+    }
     int64_t events = 0;
     if (lf_trace_export_sqlite(file, db, &events) != LF_OK) {
         lf_tcmd_error(cmd);

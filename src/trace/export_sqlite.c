@@ -9,6 +9,8 @@
  * Layer: trace/. */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +82,7 @@ typedef struct exporter {
     char **owned;
     int64_t n_owned, cap_owned;
     lf_trace *meta_of; /* the trace the reader returns at the end: its meta and thread names */
-    int64_t events;
+    int64_t events, with_cat; /* events; those with a category the reader knew */
     char *path;
 } exporter;
 
@@ -149,6 +151,7 @@ static json_t *args_of(const lf_trace_event *e)
 static lf_status add_event(void *ctx, const lf_trace_event *e)
 {
     exporter *x = ctx;
+    x->with_cat += e->cat != LF_TC_OTHER;
     const int64_t rank = -1; /* set at the end, when the trace's header is known (put_tables) */
     const int64_t name = string_id(x, e->name);
     if (name < 0)
@@ -287,6 +290,12 @@ static lf_status put_tables(exporter *x)
         if (t->tracks[k].tid != LF_TRACK_PROCESS)
             sqlite3_str_appendf(s, "INSERT OR IGNORE INTO threads VALUES (%lld, %lld, %Q);\n",
                                 (long long)t->tracks[k].pid, (long long)t->tracks[k].tid, t->tracks[k].name);
+    /* torch 1.13's traces (no Kineto): events without categories are its ops, ProfilerStep#N its
+     * steps, as the reader reads them when it keeps them */
+    if (x->events && !x->with_cat)
+        sqlite3_str_appendall(s, "UPDATE ops SET kind = CASE WHEN name_id IN (SELECT id FROM strings WHERE value "
+                                 "GLOB 'ProfilerStep#*') THEN 'user_annotation' ELSE 'cpu_op' END WHERE kind = "
+                                 "'other' AND dur_ns >= 0;\n");
     char *sql = sqlite3_str_finish(s);
     char *err = NULL;
     const int rc = sql ? sqlite3_exec(x->db, sql, NULL, NULL, &err) : SQLITE_NOMEM;
@@ -297,10 +306,26 @@ static lf_status put_tables(exporter *x)
     return st;
 }
 
+void lf_trace_export_tmp_name(char *buf, size_t cap, const char *db_path)
+{
+    snprintf(buf, cap, "%s.%d.tmp", db_path, (int)getpid());
+}
+
 lf_status lf_trace_export_sqlite(const char *trace_path, const char *db_path, int64_t *events)
 {
     LF_CHECK_PTR(trace_path, "lf_trace_export_sqlite", "trace_path");
     LF_CHECK_PTR(db_path, "lf_trace_export_sqlite", "db_path");
+    /* an existing database is replaced whole, through its links; anything but a regular file (a
+     * device, a FIFO, a directory) is no database to replace */
+    struct stat sb;
+    char real[PATH_MAX];
+    if (stat(db_path, &sb) == 0) {
+        if (!S_ISREG(sb.st_mode))
+            return lf_fail(LF_EINVAL, "%s: not a regular file: a database is written as a new file", db_path);
+        if (access(db_path, W_OK) != 0 || !realpath(db_path, real))
+            return lf_fail(LF_EIO, "%s: %s", db_path, strerror(errno));
+        db_path = real;
+    }
     exporter x = {0};
     const size_t n = strlen(db_path) + 32;
     x.path = malloc(n);
@@ -308,7 +333,7 @@ lf_status lf_trace_export_sqlite(const char *trace_path, const char *db_path, in
         free(x.path);
         return lf_fail(LF_ENOMEM, "lf_trace_export_sqlite: out of memory");
     }
-    snprintf(x.path, n, "%s.%d.tmp", db_path, (int)getpid());
+    lf_trace_export_tmp_name(x.path, n, db_path);
     unlink(x.path);
     lf_status st = LF_OK;
     char *err = NULL;

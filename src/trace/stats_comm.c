@@ -24,8 +24,9 @@ static int dtype_bytes(const char *t)
     static const struct {
         const char *name;
         int bytes;
-    } k[] = {{"BFloat16", 2}, {"Half", 2}, {"Float8", 1}, {"Float", 4}, {"Double", 8}, {"Long", 8}, {"Int", 4},
-             {"Short", 2},    {"Byte", 1}, {"Char", 1},   {"Bool", 1}};
+    } k[] = {{"BFloat16", 2},     {"Half", 2},           {"Float8", 1},        {"Float", 4},  {"Double", 8},
+             {"ComplexHalf", 4},  {"ComplexFloat", 8},   {"ComplexDouble", 16}, {"Long", 8},   {"Int", 4},
+             {"Short", 2},        {"Byte", 1},           {"Char", 1},          {"Bool", 1}};
     for (size_t i = 0; t && i < sizeof k / sizeof k[0]; i++)
         if (!strncmp(t, k[i].name, strlen(k[i].name)))
             return k[i].bytes;
@@ -89,27 +90,23 @@ lf_status stats_comm_sum(const lf_trace *tr, stats_table *t)
     if (!c)
         return lf_fail(LF_ENOMEM, "trace stats: out of memory");
     int64_t n = 0;
-    char text[8192];
     for (int64_t i = 0; i < tr->n && !t->oom; i++) {
         const lf_trace_event *e = &tr->ev[i];
         if (e->cat != LF_TC_KERNEL || strncmp(e->name, "nccl", 4) || e->dur_ns < 0)
             continue;
-        json_t *a = NULL;
-        if (e->extra_args && snprintf(text, sizeof text, "{%s}", e->extra_args) < (int)sizeof text)
-            a = json_loads(text, 0, NULL);
+        json_t *a = stats_args(e);
         const char *kind = json_string_value(json_object_get(a, "Collective name"));
         const char *group = json_string_value(json_object_get(a, "Process Group Name"));
         const int gather = kind && strstr(kind, "gather") != NULL;
         json_t *elems = json_object_get(a, gather ? "Out msg nelems" : "In msg nelems");
+        const int item = dtype_bytes(json_string_value(json_object_get(a, "dtype"))); /* 0: a type not known */
         c[n] = (coll){.rank = tr->meta.merged_ranks ? e->pid : tr->meta.rank,
                       .lo = e->ts_ns,
                       .hi = e->ts_ns + e->dur_ns,
                       .name = e->name,
                       .kind = stats_table_str(t, kind ? kind : e->name),
                       .group = stats_table_str(t, group ? group : ""),
-                      .bytes = json_is_integer(elems) ? (double)json_integer_value(elems) *
-                                                            dtype_bytes(json_string_value(json_object_get(a, "dtype")))
-                                                      : -1,
+                      .bytes = json_is_integer(elems) && item ? (double)json_integer_value(elems) * item : -1,
                       .size = json_is_integer(json_object_get(a, "Group size"))
                                   ? json_integer_value(json_object_get(a, "Group size"))
                                   : (tr->meta.merged_ranks ? tr->meta.merged_ranks : tr->meta.world_size)};

@@ -315,7 +315,7 @@ lf_status stats_cuda_gpu_trace(const lf_trace *tr, stats_table *t)
         {"Name", SC_TEXT}};
     stats_table_init(t, cols, 21);
     json_t *props = tr->meta.device_properties ? json_loads(tr->meta.device_properties, 0, NULL) : NULL;
-    char text[8192], buf[512], src[64], dst[64];
+    char buf[512], src[64], dst[64];
     for (int64_t i = 0; i < tr->n && !t->oom; i++) {
         const lf_trace_event *e = &tr->ev[i];
         if (!is_work(e) || e->dur_ns < 0)
@@ -326,9 +326,7 @@ lf_status stats_cuda_gpu_trace(const lf_trace *tr, stats_table *t)
         r[0] = (stats_cell){.v = (double)e->ts_ns}, r[1] = (stats_cell){.v = (double)e->dur_ns};
         if (e->correlation)
             r[2] = (stats_cell){.v = (double)e->correlation};
-        json_t *args = NULL;
-        if (e->extra_args && snprintf(text, sizeof text, "{%s}", e->extra_args) < (int)sizeof text)
-            args = json_loads(text, 0, NULL);
+        json_t *args = stats_args(e);
         if (e->cat == LF_TC_KERNEL) {
             put_ints(r + 3, json_object_get(args, "grid"));
             put_ints(r + 6, json_object_get(args, "block"));

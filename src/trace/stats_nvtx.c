@@ -13,17 +13,8 @@
 /* A range's name as nsys gives it: "domain:message", ":message" in the default domain. */
 static const char *range_name(stats_table *t, const lf_trace_event *e)
 {
-    const char *domain = NULL;
-    json_t *args = NULL;
-    if (e->extra_args && strstr(e->extra_args, "\"domain\"")) {
-        char *text = malloc(strlen(e->extra_args) + 3);
-        if (text) {
-            sprintf(text, "{%s}", e->extra_args);
-            args = json_loads(text, 0, NULL);
-            free(text);
-        }
-        domain = json_string_value(json_object_get(args, "domain"));
-    }
+    json_t *args = e->extra_args && strstr(e->extra_args, "\"domain\"") ? stats_args(e) : NULL;
+    const char *domain = json_string_value(json_object_get(args, "domain"));
     const size_t n = strlen(e->name) + (domain ? strlen(domain) : 0) + 2;
     char *s = malloc(n);
     const char *kept = "";

@@ -3,6 +3,7 @@
  * long names cut to 100 characters), as CSV (RFC 4180; numbers as rounded, no separators) or as
  * JSON (an array of objects keyed by the column names, as nsys's json format), and nsys's group
  * summaries. Layer: trace/. */
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,10 +95,10 @@ void stats_table_sort(stats_table *t, int (*cmp)(const stats_cell *a, const stat
 }
 
 /* A number as its column prints it: separators every three digits where sep (the text table). */
-static void fmt_num(char *out, size_t cap, double v, stats_kind k, int sep)
+static void fmt_num(char *out, size_t cap, double v, stats_kind k, int sep) /* cap: 520 or more */
 {
     const int decimals = k == SC_DEC1 ? 1 : k == SC_MB || k == SC_DEC3 ? 3 : 0;
-    char raw[64];
+    char raw[400]; /* DBL_MAX written out whole has 309 digits */
     snprintf(raw, sizeof raw, "%.*f", decimals, k == SC_MB ? v / 1e6 : v);
     if (!strcmp(raw, "-0") || !strcmp(raw, "-0.0") || !strcmp(raw, "-0.000"))
         memmove(raw, raw + 1, strlen(raw));
@@ -131,7 +132,7 @@ static void cell_text(lf_sbuf *tmp, const stats_col *c, const stats_cell *cell)
         return;
     }
     if (c->kind != SC_TEXT) {
-        char num[80];
+        char num[520];
         fmt_num(num, sizeof num, cell->v, c->kind, 1);
         lf_sbuf_put(tmp, num, strlen(num));
         return;
@@ -217,7 +218,7 @@ static void put_value(lf_sbuf *b, const stats_col *c, const stats_cell *cell, in
             lf_sbuf_csv_field(b, cell->s);
         return;
     }
-    char num[80];
+    char num[520];
     fmt_num(num, sizeof num, cell->v, c->kind, 0);
     lf_sbuf_put(b, num, strlen(num));
 }
@@ -328,6 +329,20 @@ void stats_groups_free(stats_groups *g)
 {
     free(g->items), free(g->scratch);
     memset(g, 0, sizeof *g);
+}
+
+json_t *stats_args(const lf_trace_event *e)
+{
+    if (!e->extra_args)
+        return NULL;
+    const size_t n = strlen(e->extra_args) + 3;
+    char *text = malloc(n);
+    if (!text)
+        return NULL;
+    snprintf(text, n, "{%s}", e->extra_args);
+    json_t *a = json_loads(text, 0, NULL);
+    free(text);
+    return a;
 }
 
 int64_t stats_corr_key(const lf_trace *t, const lf_trace_event *e)

@@ -89,6 +89,11 @@ lf_status stats_comm_sum(const lf_trace *tr, stats_table *t);
  * merged trace (each rank counts its own from 1; there the rank is every event's pid). */
 int64_t stats_corr_key(const lf_trace *t, const lf_trace_event *e);
 
+/* An event's args that no field holds (its extra_args) as a JSON object, or NULL: the caller
+ * json_decref()s it. */
+struct json_t;
+struct json_t *stats_args(const lf_trace_event *e);
+
 /* nsys's name of a copy or a set from Kineto's ("Memcpy HtoD (Pageable -> Device)" ->
  * "[CUDA memcpy Host-to-Device]", "Memset (Device)" -> "[CUDA memset]"), and the memory kinds
  * Kineto's name gives (src "Pageable", dst "Device"; a set's kind in src). */
