@@ -234,6 +234,11 @@ def test_kept_objects():
     lt.apply(model)
     lt.unapply(model)
     check(model.layers[0].mlp.gate_proj.weight is g0, "apply/unapply keep gate's Parameter object")
+    again = lt.apply(model)  # gate and up now halves of one [Wg; Wu]: no tie
+    check(len(again.replaced) == 1, "apply again after unapply: %s" % again)
+    twice = lt.apply(model)
+    check(not twice.replaced and "GatedMLPs already" in str(twice), "apply on a patched model says so: %s" % twice)
+    lt.unapply(model)
     before = g0.detach().clone()
     model(torch.randn(8, 64)).square().sum().backward()
     opt.step()
@@ -355,6 +360,13 @@ def test_left():
         def forward(self, x):
             return super().forward(x) * 1.02
     left_reason(Model([Scaled()]), "differ", "an output scaled by 1.02")
+    # in bf16 too, where a token's rounding hides a 2% scale (the probe's tolerance there is 3%)
+    left_reason(Model([Scaled()]).to(torch.bfloat16), "times 1.02", "a bf16 output scaled by 1.02")
+
+    class Scaled1005(LlamaMLP):
+        def forward(self, x):
+            return super().forward(x) * 1.025
+    left_reason(Model([Scaled1005()]).to(torch.bfloat16), "", "a bf16 output scaled by 1.025")
     m = LlamaMLP()
     m.down_proj.register_forward_hook(lambda mod, i, o: None)
     left_reason(Model([m]), "forward hooks", "a hooked projection")

@@ -2,7 +2,8 @@
 """What an installed wheel holds (tests/wheel_test.sh runs it with the venv's python):
   - the package's files: the library _install.py names, the tool, and the CUDA module and the
     injection library when CMake built them (in the build folder beside VENV);
-  - every ELF file's RUNPATH relative to $ORIGIN (no path of the build machine);
+  - every ELF file's RUNPATH relative to $ORIGIN, and no path of the source tree in linfuse's own
+    files (__FILE__ written relative: -ffile-prefix-map);
   - every library an ELF file needs carried in the package's lib/, or one every Linux system has
     (glibc's, the GCC runtime's), or CUDA's (the driver, cuBLASLt, CUPTI, NVRTC: from the nvidia-*
     packages or the system);
@@ -47,9 +48,12 @@ def main():
     for mod in ("liblinfuse_cuda.so", "liblinfuse_inject.so"):
         check((mod in files) == with_cuda, "%s %s (the build %s it)" % (mod, "carried" if mod in files else "absent",
                                                                      "made" if with_cuda else "did not make"))
+    source = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).encode()  # the tree it was built from
     for path in [tool] + [os.path.join(lib, f) for f in files]:
         needed, runpath = dynamic(path)
         name = os.path.relpath(path, pkg)
+        if f"{name}".startswith(("bin/", "lib/liblinfuse")):
+            check(source not in open(path, "rb").read(), "%s: no path of the tree it was built from in it" % name)
         bad = [p for p in runpath if not p.startswith("$ORIGIN")]
         check(not bad, "%s: RUNPATH %s relative to $ORIGIN" % (name, runpath))
         alien = [n for n in needed if n not in files and not SYSTEM.match(n) and not CUDA.match(n)]

@@ -199,8 +199,7 @@ def _load_keys(mod, state, prefix, *args):
 
 
 def _after_load(mod, incompatible):
-    if mod.variant == "fp8":
-        mod.requantize()
+    mod.requantize()  # (for fp8 only)
 
 
 class GatedMLP(nn.Module):
@@ -229,25 +228,20 @@ class GatedMLP(nn.Module):
         for n in _FP8:
             self.register_buffer(n, None, persistent=False)
         self._fp8_at = None
-        if hasattr(self, "register_state_dict_post_hook"):  # torch >= 2.5
-            self.register_state_dict_post_hook(_save_keys)
-        else:
-            self._register_state_dict_hook(_save_keys)
-        if hasattr(self, "register_load_state_dict_pre_hook"):  # torch >= 2.1
+        (getattr(self, "register_state_dict_post_hook", None) or self._register_state_dict_hook)(_save_keys)
+        if hasattr(self, "register_load_state_dict_pre_hook"):  # torch >= 2.1 (before: the private form)
             self.register_load_state_dict_pre_hook(_load_keys)
         else:
             self._register_load_state_dict_pre_hook(_load_keys, with_module=True)
         self.register_load_state_dict_post_hook(_after_load)
-        if variant == "fp8":
-            self.requantize()
+        self.requantize()  # (for fp8 only)
 
     def extra_repr(self):
-        return "dim=%d, hidden=%d, act=%s, variant=%s, keys=%s" % (self.dim, self.hidden, self.act, self.variant,
-                                                                    "/".join(self.keys))
+        return "dim=%(dim)d hidden=%(hidden)d act=%(act)s variant=%(variant)s keys=" % vars(self) + "/".join(self.keys)
 
     def requantize(self):
-        """The FP8 weights made again from gate_up and down (after writing them other than through
-        load_state_dict, which does this; an eager call notices a write and does it too)."""
+        """The FP8 weights made again from gate_up and down (load_state_dict, a move and an eager call
+        after a write do it; by hand, after writing a compiled model's weights in place)."""
         if self.variant != "fp8":
             return
         with torch.no_grad():
@@ -256,8 +250,7 @@ class GatedMLP(nn.Module):
             self._buffers[n] = t
         self._fp8_at = (_version(self.gate_up), _version(self.down))
 
-    def _apply(self, fn, *args, **kwargs):
-        """.to(), .cuda(), .half(): the weights converted, the FP8 ones made again from them."""
+    def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .half(): the FP8 weights made again from the new ones
         out = super()._apply(fn, *args, **kwargs)
         if self.variant == "fp8" and self.gate_up.dtype in _DTYPES:
             self.requantize()
@@ -268,7 +261,7 @@ class GatedMLP(nn.Module):
         return F.linear(_reference(self.act, gu[..., :self.hidden]) * gu[..., self.hidden:], self.down)
 
     def _fp8_args(self):
-        return self.gate_up_q, self.gate_up_scale, self.down_q, self.down_scale
+        return tuple(getattr(self, n) for n in _FP8)
 
     def _prepared(self):
         gu, d = self.gate_up, self.down
@@ -306,9 +299,9 @@ class GatedMLP(nn.Module):
 _ACT_ATTRS = ("act_fn", "activation_fn", "act")
 _CONFIG_ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "gelu": "gelu_erf"}
-# The probe at apply: the new module's output against the old one's on 8 random tokens, as a
-# fraction of each token's largest |output| (bf16 rounds at 2^-8; fp8 has a few % RMS error). In
-# float32 both agree to ~1e-6, so 1%: at 3% a forward that scales its output by 1.02 passed.
+# The probe at apply: the new module's output against the old one's on 8 random tokens, as a fraction
+# of each token's largest |output| (bf16 rounds at 2^-8; fp8 has a few % RMS error; float32 agrees to
+# ~1e-6); a multiplier the tolerance would let through shows in the probe's scale check.
 PROBE_TOLERANCE = {"gated": 0.03, "gated_f32": 0.01, "fp8": 0.25}
 _PROBE_SCALES = (1.0, 1.0, 1.0, 1.0, 16.0, 16.0, 256.0, 256.0)  # large ones: where a clamp parts them
 _ORIGINALS = weakref.WeakKeyDictionary()  # each GatedMLP apply made -> the module it replaced
@@ -316,9 +309,8 @@ _ORIGINALS = weakref.WeakKeyDictionary()  # each GatedMLP apply made -> the modu
 
 class PatchReport:
     """What apply() did: replaced[(name, class, act, variant, note)], left[(name, class, reason)]."""
-
     def __init__(self, variant):
-        self.variant, self.replaced, self.left = variant, [], []
+        self.variant, self.replaced, self.left, self.already = variant, [], [], 0
 
     def __str__(self):
         lines = ["linfuse.torch.apply(variant=%r): %d MLP%s replaced, %d left as they were"
@@ -327,7 +319,9 @@ class PatchReport:
                   for n, c, a, v, note in self.replaced]
         lines += ["  left     %s (%s): %s" % r for r in self.left]
         if not self.replaced and not self.left:
-            lines.append("  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
+            lines.append("  %d MLPs are linfuse.torch.GatedMLPs already (unapply(model) first to patch again)" %
+                         self.already if self.already else
+                         "  no module has gate_proj, up_proj and down_proj, or gate_up_proj and down_proj (the names "
                          "transformers gives a gated MLP's projections), or w1, w2 and w3 (Meta's); for other names, "
                          "put a linfuse.torch.GatedMLP in the MLP's place yourself")
         return "\n".join(lines)
@@ -386,9 +380,9 @@ def _acts(mod, model):
 
 
 def _storage(t):
-    try:
+    try:  # (meta, a wrapper subclass: nothing to compare)
         return (t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()).data_ptr() or None
-    except (RuntimeError, NotImplementedError, TypeError):  # meta, a wrapper subclass: nothing to compare
+    except (RuntimeError, NotImplementedError, TypeError):
         return None
 
 
@@ -416,8 +410,11 @@ def _why_not(mod, layout, shared):
     extra += ["buffer %s" % n for n, t in mod._buffers.items() if t is not None]
     if extra:
         return "it holds more than its projections and activation (%s): linfuse would not run them" % ", ".join(extra)
-    modules, storages = shared
-    tied = [p for p, lin in zip(layout, lins) if modules[id(lin)] > 1 or storages[_storage(lin.weight) or -1] > 1]
+    modules, storages = shared  # gate and up as the two halves of one [Wg; Wu] (as unapply leaves them) are no tie
+    pair = len(layout) == 3 and _storage(lins[0].weight) == _storage(lins[1].weight) and \
+        lins[0].weight.data_ptr() != lins[1].weight.data_ptr()
+    tied = [p for p, lin in zip(layout, lins) if modules[id(lin)] > 1 or
+            storages[_storage(lin.weight) or -1] > (2 if pair and lin is not lins[-1] else 1)]
     if modules[id(mod)] > 1 or tied:
         return "%s shared with another module or parameter (tied weights): replacing it would change the other" % (
             "it is" if not tied else "its %s %s" % (" and ".join(tied), "is" if len(tied) == 1 else "are"))
@@ -432,10 +429,8 @@ def _why_not(mod, layout, shared):
     if len({(w.dtype, w.device) for w in ws}) != 1:
         return "its weights are of different dtypes or devices"
     w = ws[-1]
-    if w.dtype not in _DTYPES:
-        return "dtype %s: linfuse computes in float32, bfloat16, float16" % w.dtype
-    if w.device.type not in ("cpu", "cuda"):
-        return "device %s: linfuse runs on the CPU and CUDA GPUs" % w.device
+    if w.dtype not in _DTYPES or w.device.type not in ("cpu", "cuda"):
+        return "%s on %s: linfuse computes in float32, bfloat16, float16 on the CPU and CUDA GPUs" % (w.dtype, w.device)
     gu_rows = ws[0].shape[0] * (2 if len(layout) == 3 else 1)
     if (len(layout) == 3 and ws[0].shape != ws[1].shape) or gu_rows % 2 or w.shape != (ws[0].shape[1], gu_rows // 2):
         return "weights %s: expected gate and up (H, D) (or gate_up (2H, D)) and down (D, H)" % (
@@ -446,8 +441,8 @@ def _why_not(mod, layout, shared):
 
 
 def _token_error(ref, got):
-    """The largest difference of a token's output relative to its own largest |output| (a token
-    whose own output is not finite is not compared; NaN in got counts as infinite)."""
+    """The largest difference of a token's output relative to its own largest |output| (a token whose
+    own output is not finite is not compared; NaN in got is infinite)."""
     err = 0.0
     for r, g in zip(ref.float(), got.float()):
         if bool(torch.isfinite(r).all()):
@@ -460,12 +455,11 @@ def _token_error(ref, got):
 def _own(mod, x, training, seed):
     """The module's own output in a training mode (its and its modules' flags set, no train()
     override called), torch's generators seeded and put back after."""
-    devices = [x.device] if x.device.type == "cuda" else []
     was = [(m, m.training) for m in mod.modules()]
     for m, _ in was:
         m.training = training
     try:
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
             torch.manual_seed(seed)
             return mod(x.clone())
     finally:
@@ -501,11 +495,19 @@ def _probe(mod, new):
             got = new(x.clone())
         except Error as e:
             return "linfuse refused it: %s" % e
+        # the gated MLP's own output in float32 against the module's, as one scale over all tokens: a
+        # multiplier in its forward shows as one (in bf16 it hides inside a token's rounding)
+        gu = F.linear(x.float(), new.gate_up.float())
+        r32 = F.linear(_reference(new.act, gu[:, :new.hidden]) * gu[:, new.hidden:], new.down.float())
+        ok = torch.isfinite(ref).all(1)
+        scale = float((ref.float()[ok] * r32[ok]).sum() / (r32[ok] * r32[ok]).sum().clamp(min=1e-30))
     tol = PROBE_TOLERANCE["fp8" if new.variant == "fp8" else "gated_f32" if w.dtype == torch.float32 else "gated"]
     err = _token_error(ref, got)
-    hint = "; a gate_up_proj whose halves are [up, gate] rather than [gate, up] differs so" if len(new.keys) == 2 else ""
-    return err if err <= tol else "its own forward and linfuse's (%s) differ on %d random tokens: by %.3g times the " \
-        "largest value of a token's own output (tolerance %.3g)%s" % (new.act, len(_PROBE_SCALES), err, tol, hint)
+    hint = "; a gate_up_proj whose halves are [up, gate], not [gate, up], differs so" if len(new.keys) == 2 else ""
+    if err > tol:
+        return "its own forward and linfuse's (%s) differ on %d random tokens: by %.3g times the largest value of " \
+            "a token's own output (tolerance %.3g)%s" % (new.act, len(_PROBE_SCALES), err, tol, hint)
+    return err if abs(scale - 1) <= 0.005 else "its forward gives the MLP's output times %.4f (a multiplier?)" % scale
 
 
 def _gated_mlp_for(mod, layout, acts, variant):
@@ -550,6 +552,7 @@ def apply(model, variant="gated"):
     if not isinstance(model, nn.Module):
         raise TypeError("linfuse.torch.apply: model is a %s, not a torch.nn.Module" % type(model).__name__)
     report = PatchReport(variant)
+    report.already = sum(isinstance(m, GatedMLP) for m in model.modules())
     if _layout(model) is not None:
         report.left.append(("(the model itself)", type(model).__name__, "apply replaces the MLPs inside a model; "
                             "linfuse.torch.GatedMLP over its weights stands for this one"))
@@ -566,11 +569,11 @@ def apply(model, variant="gated"):
         acts, note = got
         dev = getattr(mod, layout[-1]).weight.device
         used = variant
-        if variant == "fp8":  # the device first: a newer torch does not give the CPU an FP8 GEMM
-            if lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU) != _lib.STATUS_OK:
-                used, note = "gated", note + "; fp8 runs gated on %s: %s" % (dev, lib.error())
-            elif getattr(torch, "float8_e4m3fn", None) is None:
-                used, note = "gated", note + "; fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
+        # fp8: the device first (a newer torch does not give the CPU an FP8 GEMM), then torch
+        if variant == "fp8" and lib.lf_fp8_supported(_lib.DEVICE_CUDA if dev.type == "cuda" else _lib.DEVICE_CPU):
+            used, note = "gated", note + "; fp8 runs gated on %s: %s" % (dev, lib.error())
+        elif variant == "fp8" and getattr(torch, "float8_e4m3fn", None) is None:
+            used, note = "gated", note + "; fp8 runs gated: this torch (%s) has no float8_e4m3fn" % torch.__version__
         try:
             made = _gated_mlp_for(mod, layout, acts, used)
         except Error as e:
