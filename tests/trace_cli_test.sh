@@ -924,6 +924,14 @@ contains "summary --json: the counts" '"trust": {"dropped": 3, "outside_steps": 
 check "trace summary of a trusted trace" 0 "$bin" trace summary "$ref/linear_1024x32x64_eager.json"
 case "$LAST" in *"not trusted"*) fails=$((fails + 1)); echo "FAIL: a clean trace said not trusted" ;; esac
 
+# an older Kineto's times since the epoch (HTA's test traces), with no baseTimeNanoseconds: read
+# from a base of their own, which the trace's base takes
+printf '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1695835542514261.5,"dur":5,"args":{"correlation":1}},{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":1695835542514250,"dur":3,"args":{"correlation":1}}]}' >"$work/epoch.json"
+check "a trace of epoch microseconds" 0 "$bin" trace stats "$work/epoch.json" --report cuda_kern_exec_sum --format csv
+contains "epoch microseconds: the times read to the half microsecond" "1,1,0,1,1,16500.0,16500.0,16500,16500,0.0,3000.0,3000.0,3000,3000,0.0,8500.0"
+check "merged, its base the epoch's" 0 "$bin" trace merge "$work/epoch.json" -o "$work/epoch_m.json"
+check "read back" 0 "$bin" trace summary "$work/epoch_m.json"
+
 # standard output that cannot take what is printed (a full disk, /dev/full, past ulimit -f): exit 1
 # with the reason, never 0 with the output lost or cut to invalid JSON
 full="$ref/mlp_64x128x768x3072_eager.json"

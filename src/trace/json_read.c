@@ -38,6 +38,25 @@ static int64_t get_int(json_t *o, const char *key, int64_t def)
 
 /* Microseconds (a JSON number) to nanoseconds; false for missing, non-finite or absurd values
  * (beyond +-LF_TRACE_MAX_US). */
+/* A ts: its microseconds since the epoch, where the trace gives them so (past LF_TRACE_MAX_US, as
+ * older Kineto wrote them), read from a base a day before the first of them (r->shift_us). */
+static int get_ts(reader *r, json_t *o, int64_t *ns)
+{
+    json_t *v = json_object_get(o, "ts");
+    if (!json_is_number(v))
+        return 0;
+    double us = json_number_value(v);
+    if (!r->shifted && isfinite(us) && fabs(us) > LF_TRACE_MAX_US && fabs(us) < 4e15) { /* 4e15 us: year 2096 */
+        r->shift_us = floor(us / 1e6) * 1e6 - 86400e6;
+        r->shifted = 1;
+    }
+    us -= r->shift_us;
+    if (!isfinite(us) || fabs(us) > LF_TRACE_MAX_US)
+        return 0;
+    *ns = llround(us * 1000.0);
+    return 1;
+}
+
 static int get_us(json_t *o, const char *key, int64_t *ns)
 {
     json_t *v = json_object_get(o, key);
@@ -104,7 +123,7 @@ static lf_status add_flow_start(reader *r, json_t *e)
         r->cap_flows = cap;
     }
     int64_t ts = -1;
-    if (!get_us(e, "ts", &ts) || ts < 0)
+    if (!get_ts(r, e, &ts) || ts < 0)
         ts = -1;
     r->flows[r->n_flows++] = (flow_start){get_int(e, "id", 0), get_int(e, "pid", -1), get_int(e, "tid", -1), ts};
     return LF_OK;
@@ -234,7 +253,7 @@ static lf_status add_event(reader *r, json_t *e, size_t i)
     r->n_with_cat += cat != NULL;
     ev.pid = get_int(e, "pid", -1);
     ev.tid = get_int(e, "tid", -1);
-    if (!get_us(e, "ts", &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns)))
+    if (!get_ts(r, e, &ev.ts_ns) || (!is_mem && !get_us(e, "dur", &ev.dur_ns)))
         return lf_fail(LF_EINVAL, "%s: traceEvents[%zu] (\"%s\") has a missing or absurd \"ts\" or \"dur\"", path, i,
                        name);
     if (!is_mem && ev.dur_ns < 0) {
@@ -557,6 +576,9 @@ static lf_status parse_doc(reader *r)
         }
     link_flows(r);
     m->device_label = device_label(r->t);
+    int64_t shift_ns = llround(r->shift_us * 1000.0); /* the epoch times' base joins the trace's */
+    if (r->shifted && __builtin_add_overflow(m->base_ns, shift_ns, &m->base_ns))
+        return lf_fail(LF_EINVAL, "%s: baseTimeNanoseconds and times since the epoch together pass 2^63 ns", r->name);
     return LF_OK;
 }
 

@@ -46,6 +46,10 @@ typedef struct reader {
     int keep_args;             /* the args no field holds kept as extra_args (lf_trace_read_opts) */
     lf_status (*each)(void *ctx, const lf_trace_event *e); /* events handed over, not kept (lf_trace_read_opts) */
     void *each_ctx;
+    /* Times since the epoch (older Kineto wrote ts so, with no baseTimeNanoseconds): read from a
+     * base a day before the first such ts, which the trace's base takes at the end */
+    double shift_us;
+    int shifted;
     char msg[300];             /* instead of what the parse says after it */
 } reader;
 
