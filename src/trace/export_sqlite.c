@@ -47,7 +47,8 @@ static const char FINISH[] =
     "INSERT INTO steps (rank, step, op_id, ts_ns, dur_ns) SELECT o.rank, CAST(substr(s.value, 14) AS INTEGER), o.id,"
     " o.ts_ns, o.dur_ns FROM ops o JOIN strings s ON s.id = o.name_id WHERE o.kind = 'user_annotation' AND"
     " s.value GLOB 'ProfilerStep#[0-9]*' ORDER BY o.rank, o.ts_ns;\n"
-    "CREATE INDEX kernels_corr ON kernels (rank, correlation); CREATE INDEX memops_corr ON memops (rank, correlation);\n"
+    "CREATE INDEX kernels_corr ON kernels (rank, correlation); CREATE INDEX memops_corr ON memops (rank, "
+    "correlation);\n"
     "CREATE INDEX calls_corr ON calls (rank, correlation); CREATE INDEX ops_ext ON ops (rank, ext_id);\n"
     "CREATE INDEX kernels_ext ON kernels (rank, ext_id); CREATE INDEX ops_time ON ops (rank, pid, tid, ts_ns);\n"
     "CREATE VIEW flows AS SELECT c.id AS call_id, 'kernel' AS work, k.id AS work_id, c.rank AS rank, c.correlation"
@@ -81,7 +82,7 @@ typedef struct exporter {
     lf_strmap names; /* name -> string id; keys owned (names[]) */
     char **owned;
     int64_t n_owned, cap_owned;
-    lf_trace *meta_of; /* the trace the reader returns at the end: its meta and thread names */
+    lf_trace *meta_of;        /* the trace the reader returns at the end: its meta and thread names */
     int64_t events, with_cat; /* events; those with a category the reader knew */
     char *path;
 } exporter;
@@ -134,20 +135,6 @@ static void bind_opt_int(sqlite3_stmt *q, int i, json_t *v)
         sqlite3_bind_null(q, i);
 }
 
-static json_t *args_of(const lf_trace_event *e)
-{
-    if (!e->extra_args)
-        return NULL;
-    const size_t n = strlen(e->extra_args) + 3;
-    char *text = malloc(n);
-    if (!text)
-        return NULL;
-    snprintf(text, n, "{%s}", e->extra_args);
-    json_t *a = json_loads(text, 0, NULL);
-    free(text);
-    return a;
-}
-
 static lf_status add_event(void *ctx, const lf_trace_event *e)
 {
     exporter *x = ctx;
@@ -162,7 +149,7 @@ static lf_status add_event(void *ctx, const lf_trace_event *e)
     switch (e->cat) {
     case LF_TC_KERNEL: {
         q = x->st[S_KERNEL];
-        a = args_of(e);
+        a = stats_args(e);
         json_t *g = json_object_get(a, "grid"), *b = json_object_get(a, "block");
         sqlite3_bind_int64(q, i++, rank), sqlite3_bind_int64(q, i++, name), sqlite3_bind_int64(q, i++, e->device);
         bind_opt_int(q, i++, json_object_get(a, "stream"));
@@ -184,7 +171,7 @@ static lf_status add_event(void *ctx, const lf_trace_event *e)
     case LF_TC_MEMCPY:
     case LF_TC_MEMSET: {
         q = x->st[S_MEMOP];
-        a = args_of(e);
+        a = stats_args(e);
         char src[64], dst[64];
         stats_mem_kinds(e, src, dst, sizeof src);
         sqlite3_bind_int64(q, i++, rank);
@@ -247,10 +234,11 @@ static lf_status put_tables(exporter *x)
     const lf_trace *t = x->meta_of;
     const lf_trace_meta *m = &t->meta;
     sqlite3_str *s = sqlite3_str_new(x->db);
-    sqlite3_str_appendall(s, "CREATE TABLE meta (key TEXT PRIMARY KEY, value);\n"
-                             "CREATE TABLE ranks (rank INTEGER PRIMARY KEY, world_size INTEGER, distributed_info TEXT);\n"
-                             "CREATE TABLE devices (id INTEGER PRIMARY KEY, name TEXT, properties TEXT);\n"
-                             "CREATE TABLE threads (pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY (pid, tid));\n");
+    sqlite3_str_appendall(s,
+                          "CREATE TABLE meta (key TEXT PRIMARY KEY, value);\n"
+                          "CREATE TABLE ranks (rank INTEGER PRIMARY KEY, world_size INTEGER, distributed_info TEXT);\n"
+                          "CREATE TABLE devices (id INTEGER PRIMARY KEY, name TEXT, properties TEXT);\n"
+                          "CREATE TABLE threads (pid INTEGER, tid INTEGER, name TEXT, PRIMARY KEY (pid, tid));\n");
     sqlite3_str_appendf(s,
                         "INSERT INTO meta VALUES ('schema_version', 1), ('base_ns', %lld), ('trace_name', %Q), "
                         "('dropped_events', %lld), ('negative_durations', %lld), ('record_shapes', %d), "
@@ -258,8 +246,8 @@ static lf_status put_tables(exporter *x)
                         "('merged_ranks', %lld), ('events', %lld), ('written_by', 'linfuse %s');\n",
                         (long long)m->base_ns, m->trace_name, (long long)m->dropped_events,
                         (long long)m->negative_durations, m->record_shapes, m->profile_memory, m->with_flops,
-                        (long long)m->rank, (long long)m->world_size, (long long)m->merged_ranks,
-                        (long long)x->events, lf_version());
+                        (long long)m->rank, (long long)m->world_size, (long long)m->merged_ranks, (long long)x->events,
+                        lf_version());
     /* every row's rank: a merged trace's is its pid, any other trace's the one it names (0 where it
      * names none: one process, one rank) */
     static const char *const tables[] = {"kernels", "memops", "calls", "ops", "memory"};
@@ -300,8 +288,7 @@ static lf_status put_tables(exporter *x)
     char *err = NULL;
     const int rc = sql ? sqlite3_exec(x->db, sql, NULL, NULL, &err) : SQLITE_NOMEM;
     sqlite3_free(sql);
-    lf_status st = rc == SQLITE_OK ? LF_OK
-                                   : lf_fail(LF_EIO, "%s: SQLite: %s", x->path, err ? err : sqlite3_errstr(rc));
+    lf_status st = rc == SQLITE_OK ? LF_OK : lf_fail(LF_EIO, "%s: SQLite: %s", x->path, err ? err : sqlite3_errstr(rc));
     sqlite3_free(err);
     return st;
 }

@@ -50,7 +50,7 @@ typedef struct reader {
      * base a day before the first such ts, which the trace's base takes at the end */
     double shift_us;
     int shifted;
-    char msg[300];             /* instead of what the parse says after it */
+    char msg[300]; /* instead of what the parse says after it */
 } reader;
 
 enum { REPORT_EVERY = 4 << 20, RELEASE_EVERY = 32 << 20, MAX_VALUE = 64 << 20 };
@@ -86,5 +86,10 @@ lf_status lf_scan_raw_string(reader *r, const char **s, size_t *len);
 size_t lf_scan_json_number_len(const char *s, size_t n);
 /* Skip any JSON value, checking its grammar; depth bounded. */
 lf_status lf_scan_skip_value(reader *r, int depth);
+
+/* The traceEvents array, its events into the trace (json_read.c); a trace object around it, its
+ * header fields read (json_top.c). */
+lf_status lf_json_events_array(reader *r);
+lf_status lf_json_top_object(reader *r);
 
 #endif
